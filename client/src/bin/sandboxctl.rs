@@ -1,0 +1,182 @@
+//! `sandboxctl`: the admin CLI for sandboxd.
+//!
+//! Exit codes: 0 success, 1 the call failed (message on stderr), 2 the
+//! command line is wrong (clap's usage errors, and a `--token-env` variable
+//! that is unset). Usage problems are all found before connecting, so a
+//! typo never depends on whether the daemon happens to be up.
+
+// The binary's modules live in `sandboxctl/`; a crate root resolves
+// `mod` paths from its own directory, hence the explicit paths.
+#[path = "sandboxctl/cli.rs"]
+mod cli;
+#[path = "sandboxctl/render.rs"]
+mod render;
+#[path = "sandboxctl/time.rs"]
+mod time;
+#[path = "sandboxctl/token.rs"]
+mod token;
+
+use std::io::{self, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use sandboxd_client::{default_socket_path, ClientError, SandboxEnv, SandboxdClient, Scope};
+use serde::Serialize;
+
+use crate::cli::{Cli, Command, ConnectCommand, EnvArgs};
+use crate::time::now_unix_ms;
+
+/// Why a run did not succeed, which decides the exit code.
+enum Failure {
+    /// The command line or its environment is wrong: exit 2.
+    Usage(String),
+    /// The call failed: exit 1.
+    Call(ClientError),
+    /// The answer could not be printed: exit 1.
+    Output(String),
+}
+
+impl From<ClientError> for Failure {
+    fn from(error: ClientError) -> Self {
+        Failure::Call(error)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(1, &format!("cannot start the async runtime: {error}")),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(text) => print(&text),
+        Err(Failure::Usage(message)) => fail(2, &message),
+        Err(Failure::Call(error)) => fail(1, &error.to_string()),
+        Err(Failure::Output(message)) => fail(1, &message),
+    }
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("sandboxctl: {message}");
+    ExitCode::from(code)
+}
+
+/// Writes the answer; a closed pipe (`sandboxctl list | head`) is not an error.
+fn print(text: &str) -> ExitCode {
+    let mut stdout = io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(error) => fail(1, &format!("cannot write the output: {error}")),
+    }
+}
+
+async fn run(cli: Cli) -> Result<String, Failure> {
+    let Cli {
+        socket,
+        json,
+        command,
+    } = cli;
+    let socket = socket_path(socket)?;
+    let connect = || SandboxdClient::connect(&socket);
+
+    match command {
+        Command::Status => {
+            let status = connect().await?.status().await?;
+            emit(json, &status, render::status)
+        }
+        Command::List { scope } => {
+            let sandboxes = connect().await?.list(scope).await?;
+            emit(json, &sandboxes, |sandboxes| {
+                render::list(sandboxes, now_unix_ms())
+            })
+        }
+        Command::Probe { scope, id } => {
+            let state = connect().await?.probe(scope, &id).await?;
+            let answer = serde_json::json!({ "scope": scope, "id": id, "state": state });
+            emit(json, &answer, |_| format!("{state}\n"))
+        }
+        Command::Describe { scope, id } => {
+            let info = connect().await?.describe(scope, &id).await?;
+            emit(json, &info, |info| render::describe(info, now_unix_ms()))
+        }
+        Command::Ensure { scope, id, env } => {
+            let env = sandbox_env(env)?;
+            let report = connect().await?.ensure(scope, &id, &env).await?;
+            emit(json, &report, |report| render::ensure(scope, &id, report))
+        }
+        Command::Deprovision {
+            scope,
+            id,
+            keep_workspace,
+        } => {
+            let report = connect()
+                .await?
+                .deprovision(scope, &id, keep_workspace)
+                .await?;
+            emit(json, &report, |report| {
+                render::deprovision(scope, &id, report, keep_workspace)
+            })
+        }
+        Command::Connect(ConnectCommand::Create { request_id, env }) => {
+            let env = sandbox_env(env)?;
+            let sandbox_id = connect()
+                .await?
+                .create_connect_sandbox(&request_id, &env)
+                .await?;
+            let answer = serde_json::json!({ "request_id": request_id, "sandbox_id": sandbox_id });
+            emit(json, &answer, |_| format!("{sandbox_id}\n"))
+        }
+        Command::Connect(ConnectCommand::Deprovision { sandbox_id }) => {
+            let report = connect()
+                .await?
+                .deprovision_connect_sandbox(&sandbox_id)
+                .await?;
+            emit(json, &report, |report| {
+                render::deprovision(Scope::Connect, &sandbox_id, report, false)
+            })
+        }
+    }
+}
+
+/// `--socket`, else the library's default (which reads `SANDBOXD_SOCKET`).
+fn socket_path(flag: Option<PathBuf>) -> Result<PathBuf, Failure> {
+    match flag {
+        Some(path) => Ok(path),
+        None => default_socket_path().map_err(|error| Failure::Usage(error.to_string())),
+    }
+}
+
+/// The environment a runner is started with; the token comes from the
+/// variable `--token-env` names, and an unset one is a usage error.
+fn sandbox_env(args: EnvArgs) -> Result<SandboxEnv, Failure> {
+    Ok(SandboxEnv {
+        task_queue: args.task_queue,
+        stigmer_token: token::from_env(args.token_env.as_deref()).map_err(Failure::Usage)?,
+        caller_class: args.caller_class,
+    })
+}
+
+/// JSON when asked for, else the human rendering.
+fn emit<T: Serialize>(
+    json: bool,
+    value: &T,
+    human: impl FnOnce(&T) -> String,
+) -> Result<String, Failure> {
+    if !json {
+        return Ok(human(value));
+    }
+    serde_json::to_string_pretty(value)
+        .map(|mut text| {
+            text.push('\n');
+            text
+        })
+        .map_err(|error| Failure::Output(format!("cannot encode the answer as JSON: {error}")))
+}

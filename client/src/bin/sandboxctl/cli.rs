@@ -1,0 +1,286 @@
+//! The command line, as clap parses it.
+//!
+//! Everything that is wrong with the command line itself is caught here, so
+//! it exits 2 (clap's usage-error code) before any connection is made. The
+//! token is deliberately not an argument: argv is world-readable in `/proc`
+//! and lands in shell history, so only the *name* of an environment
+//! variable holding it is accepted.
+
+use std::path::PathBuf;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand};
+use sandboxd_client::Scope;
+
+/// Admin CLI for sandboxd, the daemon that owns agent-runner sandboxes.
+#[derive(Debug, Parser)]
+#[command(name = "sandboxctl", version)]
+pub struct Cli {
+    /// The daemon's socket [default: $SANDBOXD_SOCKET, else /run/stigmer/sandboxd.sock
+    /// as root, else $XDG_RUNTIME_DIR/stigmer/sandboxd.sock]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the daemon's version, driver, uptime and sandbox counts.
+    Status,
+
+    /// List the sandboxes the daemon owns.
+    List {
+        /// Only sandboxes of this scope.
+        #[arg(long, value_name = "SCOPE", value_parser = any_scope())]
+        scope: Option<Scope>,
+    },
+
+    /// Print a sandbox's live state: absent, stopped or running.
+    Probe {
+        /// session, workflow or connect.
+        #[arg(value_parser = any_scope())]
+        scope: Scope,
+        /// The session id, execution id or connect sandbox id.
+        id: String,
+    },
+
+    /// Print one sandbox's facts.
+    Describe {
+        /// session, workflow or connect.
+        #[arg(value_parser = any_scope())]
+        scope: Scope,
+        /// The session id, execution id or connect sandbox id.
+        id: String,
+    },
+
+    /// Make sure a session or workflow sandbox is running.
+    Ensure {
+        /// session or workflow (connect sandboxes: `sandboxctl connect create`).
+        #[arg(value_parser = ensurable_scope)]
+        scope: Scope,
+        /// The session id or workflow execution id.
+        id: String,
+        #[command(flatten)]
+        env: EnvArgs,
+    },
+
+    /// Tear a sandbox down (a missing one is success).
+    Deprovision {
+        /// session, workflow or connect.
+        #[arg(value_parser = any_scope())]
+        scope: Scope,
+        /// The session id, execution id or connect sandbox id.
+        id: String,
+        /// Keep the sandbox's workspace on disk, for debugging.
+        #[arg(long)]
+        keep_workspace: bool,
+    },
+
+    /// Request-scoped connect sandboxes.
+    #[command(subcommand)]
+    Connect(ConnectCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConnectCommand {
+    /// Create the request's connect sandbox and print its sandbox id.
+    Create {
+        /// The connect request's id.
+        request_id: String,
+        #[command(flatten)]
+        env: EnvArgs,
+    },
+
+    /// Tear a connect sandbox down (a missing one is success).
+    Deprovision {
+        /// The sandbox id `connect create` printed.
+        sandbox_id: String,
+    },
+}
+
+/// What the runner is started with.
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    /// The task queue the runner polls (e.g. session:<id>, wfexec:<id>).
+    #[arg(long, value_name = "QUEUE")]
+    pub task_queue: String,
+
+    /// The class of caller provisioning it (user, machine, runner, internal, …).
+    #[arg(long, value_name = "CLASS", default_value = "internal")]
+    pub caller_class: String,
+
+    /// The environment variable holding the runner's token (the token is
+    /// never taken from the command line). Without it the runner gets none.
+    #[arg(long, value_name = "VAR", value_parser = env_var_name)]
+    pub token_env: Option<String>,
+}
+
+const SCOPE_WORDS: [&str; 3] = ["session", "workflow", "connect"];
+
+/// Any of the three scopes, listed in `--help` and in the error.
+fn any_scope() -> impl TypedValueParser<Value = Scope> {
+    PossibleValuesParser::new(SCOPE_WORDS).try_map(|word: String| word.parse::<Scope>())
+}
+
+/// Session or workflow. Connect gets its own message because `ensure` is
+/// the wrong verb for it, not merely a wrong word.
+fn ensurable_scope(word: &str) -> Result<Scope, String> {
+    match word.parse::<Scope>() {
+        Ok(Scope::Connect) => Err("connect sandboxes are request-scoped and not idempotent, \
+             so they cannot be ensured; use `sandboxctl connect create REQUEST_ID`"
+            .to_string()),
+        Ok(scope) => Ok(scope),
+        Err(_) => Err(format!(
+            "unknown scope '{word}' — ensurable scopes: session, workflow"
+        )),
+    }
+}
+
+/// A name `std::env` can look up: non-empty, no `=` and no NUL.
+fn env_var_name(name: &str) -> Result<String, String> {
+    if name.is_empty() || name.contains(['=', '\0']) {
+        return Err("must be an environment variable name (non-empty, no '=' or NUL)".to_string());
+    }
+    Ok(name.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("sandboxctl").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_flags_go_anywhere() {
+        let cli = parse(&[
+            "list",
+            "--json",
+            "--socket",
+            "/tmp/s.sock",
+            "--scope",
+            "workflow",
+        ])
+        .unwrap();
+        assert!(cli.json);
+        assert_eq!(cli.socket, Some(PathBuf::from("/tmp/s.sock")));
+        assert!(matches!(
+            cli.command,
+            Command::List {
+                scope: Some(Scope::Workflow)
+            }
+        ));
+    }
+
+    #[test]
+    fn ensure_defaults_the_caller_class_to_internal() {
+        let cli = parse(&["ensure", "session", "abc", "--task-queue", "session:abc"]).unwrap();
+        let Command::Ensure { scope, id, env } = cli.command else {
+            panic!("not ensure")
+        };
+        assert_eq!((scope, id.as_str()), (Scope::Session, "abc"));
+        assert_eq!(env.caller_class, "internal");
+        assert_eq!(env.token_env, None);
+    }
+
+    #[test]
+    fn ensure_connect_is_a_usage_error_pointing_at_connect_create() {
+        let error = parse(&["ensure", "connect", "r1", "--task-queue", "q"]).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::ValueValidation);
+        assert_eq!(error.exit_code(), 2);
+        assert!(
+            error.to_string().contains("sandboxctl connect create"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn unknown_scopes_are_usage_errors() {
+        for args in [
+            &["probe", "sessions", "abc"][..],
+            &["deprovision", "pod", "abc"][..],
+            &["list", "--scope", "x"][..],
+            &["ensure", "x", "abc", "--task-queue", "q"][..],
+        ] {
+            let error = parse(args).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn ensure_requires_a_task_queue() {
+        let error = parse(&["ensure", "workflow", "wf1"]).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::MissingRequiredArgument);
+        assert_eq!(error.exit_code(), 2);
+    }
+
+    #[test]
+    fn connect_subcommands_parse() {
+        let cli = parse(&[
+            "connect",
+            "create",
+            "req-1",
+            "--task-queue",
+            "q",
+            "--caller-class",
+            "user",
+            "--token-env",
+            "MY_TOKEN",
+        ])
+        .unwrap();
+        let Command::Connect(ConnectCommand::Create { request_id, env }) = cli.command else {
+            panic!("not connect create")
+        };
+        assert_eq!(request_id, "req-1");
+        assert_eq!(env.caller_class, "user");
+        assert_eq!(env.token_env.as_deref(), Some("MY_TOKEN"));
+
+        let cli = parse(&["connect", "deprovision", "sbx-1"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Connect(ConnectCommand::Deprovision { sandbox_id }) if sandbox_id == "sbx-1"
+        ));
+    }
+
+    #[test]
+    fn token_env_must_be_a_variable_name() {
+        let error = parse(&[
+            "ensure",
+            "session",
+            "a",
+            "--task-queue",
+            "q",
+            "--token-env",
+            "A=B",
+        ])
+        .unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+    }
+
+    #[test]
+    fn deprovision_takes_keep_workspace() {
+        let cli = parse(&["deprovision", "connect", "sbx", "--keep-workspace"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Deprovision {
+                scope: Scope::Connect,
+                keep_workspace: true,
+                ..
+            }
+        ));
+    }
+}

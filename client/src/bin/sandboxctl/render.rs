@@ -1,0 +1,387 @@
+//! Human-readable output.
+//!
+//! Every function returns the text rather than printing it, so the output
+//! is testable and the caller decides how a failed write to stdout ends.
+//! Strings that came from callers (ids, queues) are shown with control
+//! characters escaped: the daemon validates them, but an admin tool should
+//! not trust that a terminal escape sequence can never reach it.
+
+use std::fmt::Write as _;
+
+use sandboxd_client::{
+    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, SandboxInfo, Scope,
+};
+
+use crate::time::{ago, duration, rfc3339_utc};
+
+const MISSING: &str = "-";
+
+/// `key: value` lines about the daemon.
+pub fn status(status: &DaemonStatus) -> String {
+    let counts = &status.counts;
+    key_values(&[
+        ("version", status.version.clone()),
+        ("protocol", status.protocol_version.to_string()),
+        (
+            "driver",
+            format!("{} ({})", status.driver, status.driver_health),
+        ),
+        ("uptime", duration(status.uptime_secs)),
+        ("socket", status.socket_path.clone()),
+        ("state dir", status.state_dir.clone()),
+        (
+            "sandboxes",
+            format!(
+                "{} session, {} workflow, {} connect ({} running, {} stopped)",
+                counts.session, counts.workflow, counts.connect, counts.running, counts.stopped
+            ),
+        ),
+    ])
+}
+
+/// A table, one sandbox per row, columns padded to their widest cell.
+pub fn list(sandboxes: &[SandboxInfo], now_unix_ms: u64) -> String {
+    let header = [
+        "NAME",
+        "SCOPE",
+        "ID",
+        "STATE",
+        "PID",
+        "GEN",
+        "RESTARTS",
+        "STARTED",
+        "LAST-EXIT",
+        "QUEUE",
+    ]
+    .map(str::to_string);
+    let rows = sandboxes.iter().map(|info| {
+        [
+            shown(&info.name),
+            info.scope.to_string(),
+            shown(&info.id),
+            info.state.to_string(),
+            runner(info),
+            info.generation.to_string(),
+            info.restarts.to_string(),
+            info.started_at_unix_ms
+                .map_or_else(|| MISSING.to_string(), |at| ago(at, now_unix_ms)),
+            info.last_exit
+                .map_or_else(|| MISSING.to_string(), |exit| exit.to_string()),
+            or_missing(&info.task_queue),
+        ]
+    });
+    table(std::iter::once(header).chain(rows).collect())
+}
+
+/// `key: value` lines about one sandbox.
+pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
+    let mut lines = vec![
+        ("name", shown(&info.name)),
+        ("scope", info.scope.to_string()),
+        ("id", shown(&info.id)),
+        ("state", info.state.to_string()),
+    ];
+    if let Some(pid) = info.pid {
+        lines.push(("pid", pid.to_string()));
+    }
+    if let Some(container) = &info.container_id {
+        lines.push(("container id", shown(container)));
+    }
+    lines.extend([
+        ("generation", info.generation.to_string()),
+        (
+            "started",
+            info.started_at_unix_ms
+                .map_or_else(|| MISSING.to_string(), |at| instant(at, now_unix_ms)),
+        ),
+        ("restarts", info.restarts.to_string()),
+        (
+            "last exit",
+            info.last_exit
+                .map_or_else(|| MISSING.to_string(), |exit| last_exit(&exit, now_unix_ms)),
+        ),
+        ("task queue", or_missing(&info.task_queue)),
+        ("caller class", or_missing(&info.caller_class)),
+    ]);
+    key_values(&lines)
+}
+
+/// `session abc: running (created, generation 1, pid 123)`.
+pub fn ensure(scope: Scope, id: &str, report: &EnsureReport) -> String {
+    let what = match (report.created, report.generation) {
+        (false, _) => "already running",
+        (true, 0 | 1) => "created",
+        (true, _) => "restarted",
+    };
+    let mut details = format!("{what}, generation {}", report.generation);
+    if let Some(pid) = report.pid {
+        let _ = write!(details, ", pid {pid}");
+    }
+    format!("{scope} {}: {} ({details})\n", shown(id), report.state)
+}
+
+/// `session abc: deprovisioned` and its variants.
+pub fn deprovision(
+    scope: Scope,
+    id: &str,
+    report: &DeprovisionReport,
+    keep_workspace: bool,
+) -> String {
+    let mut line = format!("{scope} {}: ", shown(id));
+    if !report.was_present {
+        line.push_str("not present, nothing to do");
+    } else {
+        line.push_str("deprovisioned");
+        if report.forced {
+            line.push_str(" (killed: the runner ignored SIGTERM for the whole grace period)");
+        }
+        if keep_workspace {
+            line.push_str("; workspace kept");
+        }
+    }
+    line.push('\n');
+    line
+}
+
+/// The pid on the process tier, a short container id on container tiers.
+fn runner(info: &SandboxInfo) -> String {
+    match (info.pid, &info.container_id) {
+        (Some(pid), _) => pid.to_string(),
+        (None, Some(container)) => shown(&container.chars().take(12).collect::<String>()),
+        (None, None) => MISSING.to_string(),
+    }
+}
+
+fn instant(unix_ms: u64, now_unix_ms: u64) -> String {
+    format!("{} ({})", rfc3339_utc(unix_ms), ago(unix_ms, now_unix_ms))
+}
+
+fn last_exit(exit: &ExitInfo, now_unix_ms: u64) -> String {
+    format!("{exit} at {}", instant(exit.at_unix_ms, now_unix_ms))
+}
+
+fn or_missing(value: &str) -> String {
+    if value.is_empty() {
+        MISSING.to_string()
+    } else {
+        shown(value)
+    }
+}
+
+/// `value` with control characters escaped, so it cannot drive the terminal.
+fn shown(value: &str) -> String {
+    if value.chars().any(char::is_control) {
+        value.escape_debug().collect()
+    } else {
+        value.to_string()
+    }
+}
+
+fn key_values(lines: &[(&str, String)]) -> String {
+    let width = lines.iter().map(|(key, _)| key.len()).max().unwrap_or(0) + 1;
+    let mut out = String::new();
+    for (key, value) in lines {
+        let _ = writeln!(out, "{:width$} {value}", format!("{key}:"));
+    }
+    out
+}
+
+fn table<const N: usize>(rows: Vec<[String; N]>) -> String {
+    let mut widths = [0; N];
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (column, (cell, width)) in row.iter().zip(widths).enumerate() {
+            if column + 1 == N {
+                line.push_str(cell);
+            } else {
+                let pad = width - cell.chars().count() + 2;
+                let _ = write!(line, "{cell}{:pad$}", "");
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandboxd_client::{ProbeState, SandboxCounts};
+
+    const NOW: u64 = 1_714_566_896_000;
+
+    fn info() -> SandboxInfo {
+        SandboxInfo {
+            name: "sbx-ses-ba7816bf8f01".into(),
+            scope: Scope::Session,
+            id: "abc".into(),
+            state: ProbeState::Running,
+            pid: Some(4242),
+            container_id: None,
+            generation: 3,
+            started_at_unix_ms: Some(NOW - 300_000),
+            restarts: 2,
+            last_exit: Some(ExitInfo {
+                code: None,
+                signal: Some(9),
+                at_unix_ms: NOW - 301_000,
+            }),
+            task_queue: "session:abc".into(),
+            caller_class: "user".into(),
+        }
+    }
+
+    #[test]
+    fn list_is_an_aligned_table() {
+        let absent = SandboxInfo {
+            name: "sbx-wfx-2cf24dba5fb0".into(),
+            scope: Scope::Workflow,
+            id: "a-much-longer-execution-id".into(),
+            state: ProbeState::Absent,
+            pid: None,
+            generation: 0,
+            started_at_unix_ms: None,
+            restarts: 0,
+            last_exit: None,
+            task_queue: String::new(),
+            ..info()
+        };
+        let text = list(&[info(), absent], NOW);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("NAME "));
+        assert!(lines[0].ends_with("QUEUE"));
+        for header in [
+            "SCOPE",
+            "ID",
+            "STATE",
+            "PID",
+            "GEN",
+            "RESTARTS",
+            "STARTED",
+            "LAST-EXIT",
+        ] {
+            let column = lines[0].find(header).unwrap();
+            assert_ne!(
+                &lines[1][column..column + 1],
+                " ",
+                "{header} misaligned in row 1"
+            );
+            assert_ne!(
+                &lines[2][column..column + 1],
+                " ",
+                "{header} misaligned in row 2"
+            );
+        }
+        assert!(lines[1].contains("4242") && lines[1].contains("5m 0s ago"));
+        assert!(lines[1].contains("signal 9") && lines[1].ends_with("session:abc"));
+        assert!(lines[2].ends_with(" -"));
+    }
+
+    #[test]
+    fn an_empty_list_is_just_the_header() {
+        assert_eq!(list(&[], NOW).lines().count(), 1);
+    }
+
+    #[test]
+    fn describe_shows_every_fact_readably() {
+        let text = describe(&info(), NOW);
+        assert!(
+            text.contains("name:         sbx-ses-ba7816bf8f01\n"),
+            "{text}"
+        );
+        assert!(text.contains("pid:          4242\n"), "{text}");
+        assert!(
+            text.contains("started:      2024-05-01T12:29:56Z (5m 0s ago)\n"),
+            "{text}"
+        );
+        assert!(text.contains("last exit:    signal 9 at 2024-05-01T12:29:55Z (5m 1s ago)\n"));
+        assert!(text.contains("caller class: user\n"), "{text}");
+        assert!(!text.contains("container id"));
+    }
+
+    #[test]
+    fn ensure_is_one_line() {
+        let report = EnsureReport {
+            state: ProbeState::Running,
+            created: true,
+            generation: 1,
+            pid: Some(123),
+        };
+        assert_eq!(
+            ensure(Scope::Session, "abc", &report),
+            "session abc: running (created, generation 1, pid 123)\n"
+        );
+        let fast = EnsureReport {
+            created: false,
+            pid: None,
+            ..report
+        };
+        assert_eq!(
+            ensure(Scope::Workflow, "wf", &fast),
+            "workflow wf: running (already running, generation 1)\n"
+        );
+    }
+
+    #[test]
+    fn deprovision_says_what_happened() {
+        let gone = DeprovisionReport {
+            was_present: true,
+            forced: true,
+        };
+        assert_eq!(
+            deprovision(Scope::Connect, "x", &gone, true),
+            "connect x: deprovisioned (killed: the runner ignored SIGTERM for the whole grace \
+             period); workspace kept\n"
+        );
+        let missing = DeprovisionReport {
+            was_present: false,
+            forced: false,
+        };
+        assert_eq!(
+            deprovision(Scope::Session, "y", &missing, false),
+            "session y: not present, nothing to do\n"
+        );
+    }
+
+    #[test]
+    fn status_lists_counts() {
+        let daemon = DaemonStatus {
+            version: "0.1.0".into(),
+            protocol_version: 1,
+            driver: "local-process".into(),
+            driver_health: "ok".into(),
+            uptime_secs: 3723,
+            counts: SandboxCounts {
+                session: 2,
+                workflow: 1,
+                connect: 0,
+                running: 2,
+                stopped: 1,
+            },
+            socket_path: "/run/stigmer/sandboxd.sock".into(),
+            state_dir: "/var/lib/stigmer".into(),
+        };
+        let text = status(&daemon);
+        assert!(text.contains("driver:    local-process (ok)\n"), "{text}");
+        assert!(text.contains("uptime:    1h 2m\n"), "{text}");
+        assert!(text.contains("2 session, 1 workflow, 0 connect (2 running, 1 stopped)"));
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        let hostile = SandboxInfo {
+            id: "a\u{1b}[2Jb".into(),
+            ..info()
+        };
+        assert!(!describe(&hostile, NOW).contains('\u{1b}'));
+        assert!(!list(&[hostile], NOW).contains('\u{1b}'));
+    }
+}

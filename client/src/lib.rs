@@ -1,0 +1,43 @@
+//! The client side of `sandboxd`: what a control plane links to provision
+//! and tear down agent-runner sandboxes, and what `sandboxctl` is built on.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), sandboxd_client::ClientError> {
+//! use sandboxd_client::{SandboxdClient, SandboxEnv, Token};
+//!
+//! let client = SandboxdClient::connect_default().await?;
+//! let env = SandboxEnv {
+//!     task_queue: "session:ses_01".into(),
+//!     stigmer_token: Token::new("…"),
+//!     caller_class: "user".into(),
+//! };
+//! let report = client.ensure_session_sandbox("ses_01", &env).await?;
+//! assert!(report.pid.is_some() || !report.created);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The client speaks the wire contract in `sandboxd-protocol` and nothing
+//! else: one tarpc connection over the daemon's Unix socket, checked for a
+//! matching protocol version before first use, shared by every clone of the
+//! handle, re-established once for idempotent calls when the daemon
+//! restarts, and bounded by a per-call deadline.
+
+mod builder;
+mod calls;
+mod client;
+mod connection;
+pub mod deadline;
+mod error;
+mod socket_path;
+
+pub use builder::ClientBuilder;
+pub use client::SandboxdClient;
+pub use deadline::{DEFAULT_DEADLINE, MAX_DEADLINE};
+pub use error::ClientError;
+pub use socket_path::{default_socket_path, SOCKET_ENV, SYSTEM_SOCKET, USER_SOCKET_SUFFIX};
+
+pub use sandboxd_protocol::{
+    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, ProbeState, SandboxCounts, SandboxEnv,
+    SandboxError, SandboxInfo, Scope, Token, PROTOCOL_VERSION,
+};

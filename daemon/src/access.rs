@@ -1,0 +1,234 @@
+//! Who may call what: the decision from a connection's peer credentials.
+//!
+//! The socket's mode and group are the first gate; this is the second, so a
+//! member of the socket's group who should only read (a monitoring agent,
+//! an admin's `sandboxctl list`) cannot also create or destroy sandboxes.
+//!
+//! The rules, in order:
+//! - `protocol_version` is open to every peer, so any client can report a
+//!   version mismatch instead of a permission error.
+//! - root and the daemon's own effective uid may call everything.
+//! - `access.mutate_uids` / `access.mutate_gids` may call everything
+//!   (mutating implies reading).
+//! - `access.read_uids` / `access.read_gids` may probe, describe, list and
+//!   ask for status.
+//!
+//! The gid is the peer's primary gid as the kernel reports it through
+//! `SO_PEERCRED`; supplementary groups are not available there, and reading
+//! them from `/proc/<pid>` would race with pid reuse.
+
+use sandboxd_protocol::SandboxError;
+
+use crate::config::AccessConfig;
+
+/// The credentials of a connected peer, as `SO_PEERCRED` reported them when
+/// it connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub uid: u32,
+    pub gid: u32,
+    /// Absent only on platforms that do not report it.
+    pub pid: Option<i32>,
+}
+
+/// One call of the service, as access control sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    ProtocolVersion,
+    Ensure,
+    Deprovision,
+    CreateConnect,
+    DeprovisionConnect,
+    Probe,
+    Describe,
+    List,
+    Status,
+}
+
+/// What a call can do, which decides who may make it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallClass {
+    /// Harmless and needed to diagnose a mismatch: everyone.
+    Open,
+    /// Reads state.
+    Read,
+    /// Creates, starts or destroys sandboxes.
+    Mutate,
+}
+
+impl Call {
+    /// The method's name on the wire, for messages and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Call::ProtocolVersion => "protocol_version",
+            Call::Ensure => "ensure",
+            Call::Deprovision => "deprovision",
+            Call::CreateConnect => "create_connect",
+            Call::DeprovisionConnect => "deprovision_connect",
+            Call::Probe => "probe",
+            Call::Describe => "describe",
+            Call::List => "list",
+            Call::Status => "status",
+        }
+    }
+
+    pub fn class(self) -> CallClass {
+        match self {
+            Call::ProtocolVersion => CallClass::Open,
+            Call::Probe | Call::Describe | Call::List | Call::Status => CallClass::Read,
+            Call::Ensure | Call::Deprovision | Call::CreateConnect | Call::DeprovisionConnect => {
+                CallClass::Mutate
+            }
+        }
+    }
+}
+
+/// The allow-lists and the daemon's own uid, fixed at start.
+#[derive(Debug, Clone)]
+pub struct AccessPolicy {
+    daemon_uid: u32,
+    lists: AccessConfig,
+}
+
+impl AccessPolicy {
+    pub fn new(lists: AccessConfig, daemon_uid: u32) -> Self {
+        AccessPolicy { daemon_uid, lists }
+    }
+
+    /// The decision, with no side effect. A refusal names the uid, the gid
+    /// and the call, and which lists would have allowed it.
+    pub fn decide(&self, peer: &Peer, call: Call) -> Result<(), SandboxError> {
+        let lists = &self.lists;
+        let owner = peer.uid == 0 || peer.uid == self.daemon_uid;
+        let may_mutate =
+            owner || lists.mutate_uids.contains(&peer.uid) || lists.mutate_gids.contains(&peer.gid);
+        let may_read =
+            may_mutate || lists.read_uids.contains(&peer.uid) || lists.read_gids.contains(&peer.gid);
+        let (allowed, needed) = match call.class() {
+            CallClass::Open => (true, ""),
+            CallClass::Read => (may_read, "access.read_uids, access.read_gids or the mutate lists"),
+            CallClass::Mutate => (may_mutate, "access.mutate_uids or access.mutate_gids"),
+        };
+        if allowed {
+            return Ok(());
+        }
+        Err(SandboxError::PermissionDenied(format!(
+            "uid {} (gid {}) may not call {}: it is not root, not the daemon's uid, and not in {needed}",
+            peer.uid,
+            peer.gid,
+            call.name()
+        )))
+    }
+
+    /// [`decide`](Self::decide), logging a refusal with the peer and the call.
+    pub fn authorize(&self, peer: &Peer, call: Call) -> Result<(), SandboxError> {
+        let decision = self.decide(peer, call);
+        if decision.is_err() {
+            tracing::warn!(
+                uid = peer.uid,
+                gid = peer.gid,
+                pid = peer.pid,
+                call = call.name(),
+                "call refused by the access allow-lists"
+            );
+        }
+        decision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAEMON_UID: u32 = 990;
+    const ALL_CALLS: [Call; 9] = [
+        Call::ProtocolVersion,
+        Call::Ensure,
+        Call::Deprovision,
+        Call::CreateConnect,
+        Call::DeprovisionConnect,
+        Call::Probe,
+        Call::Describe,
+        Call::List,
+        Call::Status,
+    ];
+
+    fn policy() -> AccessPolicy {
+        AccessPolicy::new(
+            AccessConfig {
+                mutate_uids: vec![1001],
+                mutate_gids: vec![2001],
+                read_uids: vec![1002],
+                read_gids: vec![2002],
+            },
+            DAEMON_UID,
+        )
+    }
+
+    fn peer(uid: u32, gid: u32) -> Peer {
+        Peer { uid, gid, pid: Some(42) }
+    }
+
+    fn allowed(policy: &AccessPolicy, peer: Peer) -> Vec<&'static str> {
+        ALL_CALLS
+            .into_iter()
+            .filter(|call| policy.decide(&peer, *call).is_ok())
+            .map(Call::name)
+            .collect()
+    }
+
+    const EVERYTHING: [&str; 9] = [
+        "protocol_version",
+        "ensure",
+        "deprovision",
+        "create_connect",
+        "deprovision_connect",
+        "probe",
+        "describe",
+        "list",
+        "status",
+    ];
+    const READ_ONLY: [&str; 5] = ["protocol_version", "probe", "describe", "list", "status"];
+
+    #[test]
+    fn root_and_the_daemon_itself_may_do_everything() {
+        let policy = AccessPolicy::new(AccessConfig::default(), DAEMON_UID);
+        assert_eq!(allowed(&policy, peer(0, 5000)), EVERYTHING);
+        assert_eq!(allowed(&policy, peer(DAEMON_UID, 5000)), EVERYTHING);
+    }
+
+    #[test]
+    fn strangers_may_only_ask_the_protocol_version() {
+        assert_eq!(allowed(&policy(), peer(1234, 1234)), ["protocol_version"]);
+    }
+
+    #[test]
+    fn mutate_lists_imply_read() {
+        assert_eq!(allowed(&policy(), peer(1001, 9999)), EVERYTHING);
+        assert_eq!(allowed(&policy(), peer(9999, 2001)), EVERYTHING);
+    }
+
+    #[test]
+    fn read_lists_may_only_read() {
+        assert_eq!(allowed(&policy(), peer(1002, 9999)), READ_ONLY);
+        assert_eq!(allowed(&policy(), peer(9999, 2002)), READ_ONLY);
+    }
+
+    #[test]
+    fn a_refusal_names_the_uid_gid_and_call() {
+        match policy().authorize(&peer(1234, 1235), Call::Ensure) {
+            Err(SandboxError::PermissionDenied(message)) => {
+                assert!(message.starts_with("uid 1234 (gid 1235) may not call ensure: "), "{message}");
+                assert!(message.contains("access.mutate_uids"), "{message}");
+            }
+            other => panic!("expected permission denied, got {other:?}"),
+        }
+        match policy().decide(&peer(1234, 1235), Call::List) {
+            Err(SandboxError::PermissionDenied(message)) => {
+                assert!(message.contains("may not call list"), "{message}");
+                assert!(message.contains("access.read_uids"), "{message}");
+            }
+            other => panic!("expected permission denied, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! The `local-process` tier: one supervised child process per sandbox.
+//!
+//! The child table is the whole state. When a runner exits, its watcher
+//! removes it from the table — only if the table still points at that same
+//! runner generation — so the next ensure sees `absent` and respawns it:
+//! the repair arm, with no stored state. Runners never outlive the daemon:
+//! a clean stop deprovisions them, a crash is covered by `PR_SET_PDEATHSIG`
+//! on each leader plus the [group reaper](reaper), and the next start sweeps
+//! the [ledger] of anything both missed.
+
+mod identity;
+mod key_lock;
+mod ledger;
+mod proc_stat;
+pub mod reaper;
+mod spawn;
+mod state_dir;
+mod stop;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use sandboxd_protocol::{
+    DeprovisionReport, EnsureReport, ExitInfo, ProbeState, SandboxEnv, SandboxError, SandboxInfo,
+    Scope,
+};
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::provisioner::{Driver, SandboxKey};
+use identity::RunnerIdentity;
+use key_lock::KeyLocks;
+use ledger::{Ledger, LedgerRecord};
+use reaper::GroupReaper;
+use spawn::RunnerSettings;
+
+/// What the daemon knows of one sandbox. Never holds the token.
+struct Record {
+    task_queue: String,
+    caller_class: String,
+    /// How many runners this sandbox has had.
+    generation: u64,
+    last_exit: Option<ExitInfo>,
+    /// The live runner, if any; cleared by its own watcher when it exits.
+    running: Option<Running>,
+}
+
+struct Running {
+    pid: u32,
+    generation: u64,
+    started_at_unix_ms: u64,
+    /// Becomes true once the runner's whole group is gone and forgotten.
+    gone: watch::Receiver<bool>,
+}
+
+pub struct LocalProcessDriver {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: RunnerSettings,
+    stop_grace: Duration,
+    records: Mutex<HashMap<SandboxKey, Record>>,
+    key_locks: KeyLocks<SandboxKey>,
+    ledger: Ledger,
+    reaper: GroupReaper,
+    stopping: AtomicBool,
+    /// Held for the daemon's life: one daemon per state directory.
+    _state_lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |since| since.as_millis() as u64)
+}
+
+impl LocalProcessDriver {
+    /// Prepares the state directory, sweeps what an earlier instance left,
+    /// and starts the group reaper. Runs before the daemon serves.
+    pub async fn start(config: &Config) -> anyhow::Result<LocalProcessDriver> {
+        let identity = RunnerIdentity::resolve(config.run_as.as_deref(), config.allow_root_runners)?;
+        let dirs = state_dir::StateDirs::prepare(&config.state_dir)?;
+        let state_lock = state_dir::lock(&config.state_dir)?;
+        state_dir::raise_open_file_limit();
+        let ledger = Ledger::new(dirs.ledger.clone());
+        let swept = tokio::task::spawn_blocking(move || (ledger.sweep(), ledger)).await?;
+        let (killed, ledger) = swept;
+        if killed > 0 {
+            tracing::warn!(groups = killed, "killed runner groups left by an earlier sandboxd");
+        }
+        let reaper = GroupReaper::start()?;
+        let settings = RunnerSettings {
+            command: config.runner_command.clone(),
+            args: config.runner_args.clone(),
+            identity,
+            backend_endpoint: config.backend_endpoint.clone(),
+            temporal_address: config.temporal_address.clone(),
+            inherited_env: spawn::inherited_env(),
+            sandboxes_dir: dirs.sandboxes,
+            logs_dir: dirs.logs,
+        };
+        match settings.resolve_command() {
+            Ok(program) => tracing::info!(runner = %program.display(), user = %settings.identity.display, "local-process driver ready"),
+            Err(problem) => tracing::error!("{problem}: every ensure will fail until it is installed"),
+        }
+        Ok(LocalProcessDriver {
+            inner: Arc::new(Inner {
+                settings,
+                stop_grace: config.stop_grace,
+                records: Mutex::new(HashMap::new()),
+                key_locks: KeyLocks::new(),
+                ledger,
+                reaper,
+                stopping: AtomicBool::new(false),
+                _state_lock: state_lock,
+            }),
+        })
+    }
+}
+
+impl Inner {
+    fn records(&self) -> MutexGuard<'_, HashMap<SandboxKey, Record>> {
+        self.records.lock().unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// The running runner's report, if there is one. Touches nothing but the table.
+    fn fast_path(&self, key: &SandboxKey) -> Option<EnsureReport> {
+        let records = self.records();
+        let running = records.get(key)?.running.as_ref()?;
+        Some(EnsureReport {
+            state: ProbeState::Running,
+            created: false,
+            generation: running.generation,
+            pid: Some(running.pid),
+        })
+    }
+
+    /// Spawns and records a runner. No `.await` from spawn to table insert:
+    /// a caller's deadline cannot orphan a runner between the two.
+    fn start_runner(self: &Arc<Self>, key: &SandboxKey, env: &SandboxEnv) -> Result<EnsureReport, SandboxError> {
+        let spawned = self.settings.spawn(key, env).inspect_err(|error| {
+            tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
+        })?;
+        let pid = spawned.pid;
+        let start_time = proc_stat::read(pid as i32).map_or(0, |stat| stat.start_time);
+        self.reaper.track(pid as i32);
+        if let Err(error) = self.ledger.record(&key.base_name, LedgerRecord { pid: pid as i32, start_time }) {
+            tracing::warn!(%error, pid, "cannot record the runner in the ledger");
+        }
+        let (gone_tx, gone_rx) = watch::channel(false);
+        let generation = {
+            let mut records = self.records();
+            let record = records.entry(key.clone()).or_insert_with(|| Record {
+                task_queue: String::new(),
+                caller_class: String::new(),
+                generation: 0,
+                last_exit: None,
+                running: None,
+            });
+            record.generation += 1;
+            record.task_queue.clone_from(&env.task_queue);
+            record.caller_class.clone_from(&env.caller_class);
+            record.running = Some(Running {
+                pid,
+                generation: record.generation,
+                started_at_unix_ms: now_unix_ms(),
+                gone: gone_rx,
+            });
+            record.generation
+        };
+        tracing::info!(scope = %key.scope, id = %key.id, pid, generation, "runner started");
+        tokio::spawn(watch_runner(self.clone(), key.clone(), generation, spawned.child, gone_tx));
+        Ok(EnsureReport { state: ProbeState::Running, created: true, generation, pid: Some(pid) })
+    }
+
+    async fn deprovision(&self, key: &SandboxKey, keep_workspace: bool) -> Result<DeprovisionReport, SandboxError> {
+        let _key_guard = self.key_locks.lock(key).await;
+        let record = self.records().remove(key);
+        let workspace = self.settings.workspace(key);
+        let had_workspace = tokio::fs::try_exists(&workspace).await.unwrap_or(false);
+        let was_present = record.is_some() || had_workspace;
+        let forced = match record.and_then(|record| record.running) {
+            Some(running) => stop::stop_runner(key, running.pid, running.gone, self.stop_grace).await?,
+            None => false,
+        };
+        if !keep_workspace {
+            self.remove_workspace(key).await?;
+        }
+        if was_present {
+            tracing::info!(scope = %key.scope, id = %key.id, forced, keep_workspace, "sandbox deprovisioned");
+        }
+        Ok(DeprovisionReport { was_present, forced })
+    }
+
+    async fn remove_workspace(&self, key: &SandboxKey) -> Result<(), SandboxError> {
+        let workspace = self.settings.workspace(key);
+        match tokio::fs::remove_dir_all(&workspace).await {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                return Err(SandboxError::Internal(format!("cannot remove workspace {}: {error}", workspace.display())))
+            }
+        }
+        let _ = tokio::fs::remove_file(self.settings.log_file(key)).await;
+        Ok(())
+    }
+
+    fn info(&self, key: &SandboxKey, record: Option<&Record>) -> SandboxInfo {
+        let running = record.and_then(|record| record.running.as_ref());
+        let generation = record.map_or(0, |record| record.generation);
+        SandboxInfo {
+            name: key.base_name.clone(),
+            scope: key.scope,
+            id: key.id.clone(),
+            state: if running.is_some() { ProbeState::Running } else { ProbeState::Absent },
+            pid: running.map(|running| running.pid),
+            container_id: None,
+            generation,
+            started_at_unix_ms: running.map(|running| running.started_at_unix_ms),
+            restarts: generation.saturating_sub(1),
+            last_exit: record.and_then(|record| record.last_exit),
+            task_queue: record.map(|record| record.task_queue.clone()).unwrap_or_default(),
+            caller_class: record.map(|record| record.caller_class.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+/// Owns one runner until it exits, then removes it from the table — only if
+/// the table still holds this generation (a late exit of a deprovisioned
+/// runner must never remove its replacement).
+async fn watch_runner(
+    inner: Arc<Inner>,
+    key: SandboxKey,
+    generation: u64,
+    mut child: tokio::process::Child,
+    gone: watch::Sender<bool>,
+) {
+    let pid = child.id().unwrap_or_default();
+    let status = child.wait().await;
+    let exit = ExitInfo {
+        code: status.as_ref().ok().and_then(|status| status.code()),
+        signal: status.as_ref().ok().and_then(std::os::unix::process::ExitStatusExt::signal),
+        at_unix_ms: now_unix_ms(),
+    };
+    // The leader is gone, so the sandbox is: nothing left in its group may
+    // linger. (Its pid cannot be reused while group members hold the id.)
+    stop::kill_group(pid as i32, nix::sys::signal::Signal::SIGKILL);
+    inner.reaper.untrack(pid as i32);
+    // Forget before clearing the table: once the table says absent, a new
+    // ensure may write this sandbox's next ledger record.
+    inner.ledger.forget(&key.base_name);
+    {
+        let mut records = inner.records();
+        if let Some(record) = records.get_mut(&key) {
+            if record.running.as_ref().is_some_and(|running| running.generation == generation) {
+                record.running = None;
+                record.last_exit = Some(exit);
+            }
+        }
+    }
+    tracing::info!(scope = %key.scope, id = %key.id, pid, generation, exit = %exit, "runner exited");
+    let _ = gone.send(true);
+}
+
+#[async_trait]
+impl Driver for LocalProcessDriver {
+    fn name(&self) -> &'static str {
+        "local-process"
+    }
+
+    fn health(&self) -> String {
+        let runner = match self.inner.settings.resolve_command() {
+            Ok(program) => format!("runner {}", program.display()),
+            Err(problem) => problem,
+        };
+        let reaper = if self.inner.reaper.is_alive() { "group reaper running" } else { "GROUP REAPER DEAD" };
+        format!("{runner}; runs as {}; {reaper}", self.inner.settings.identity.display)
+    }
+
+    async fn ensure(&self, key: &SandboxKey, env: &SandboxEnv) -> Result<EnsureReport, SandboxError> {
+        if let Some(report) = self.inner.fast_path(key) {
+            return Ok(report);
+        }
+        if self.inner.stopping.load(Ordering::Acquire) {
+            return Err(SandboxError::Unavailable("sandboxd is shutting down".into()));
+        }
+        let _key_guard = self.inner.key_locks.lock(key).await;
+        if let Some(report) = self.inner.fast_path(key) {
+            return Ok(report);
+        }
+        self.inner.start_runner(key, env)
+    }
+
+    async fn deprovision(&self, key: &SandboxKey, keep_workspace: bool) -> Result<DeprovisionReport, SandboxError> {
+        // In a task of its own: once SIGTERM is sent, the escalation to
+        // SIGKILL must happen even if the caller stops waiting.
+        let (inner, key) = (self.inner.clone(), key.clone());
+        tokio::spawn(async move { inner.deprovision(&key, keep_workspace).await })
+            .await
+            .map_err(|error| SandboxError::Internal(format!("deprovision task failed: {error}")))?
+    }
+
+    async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {
+        let records = self.inner.records();
+        let running = records.get(key).is_some_and(|record| record.running.is_some());
+        // A process has no stopped state: an exited runner is absent.
+        Ok(if running { ProbeState::Running } else { ProbeState::Absent })
+    }
+
+    async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError> {
+        let records = self.inner.records();
+        Ok(self.inner.info(key, records.get(key)))
+    }
+
+    async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError> {
+        let mut infos: Vec<SandboxInfo> = {
+            let records = self.inner.records();
+            records
+                .iter()
+                .filter(|(key, _)| scope.is_none_or(|scope| key.scope == scope))
+                .map(|(key, record)| self.inner.info(key, Some(record)))
+                .collect()
+        };
+        infos.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
+        Ok(infos)
+    }
+
+    async fn shutdown(&self) {
+        self.inner.stopping.store(true, Ordering::Release);
+        let keys: Vec<SandboxKey> = self.inner.records().keys().cloned().collect();
+        tracing::info!(sandboxes = keys.len(), "stopping every process-tier runner");
+        // Workspaces are kept: a session ensured again after a restart finds its files.
+        let stops = keys.iter().map(|key| self.deprovision(key, true));
+        for (key, result) in keys.iter().zip(futures::future::join_all(stops).await) {
+            if let Err(error) = result {
+                tracing::error!(scope = %key.scope, id = %key.id, %error, "runner did not stop cleanly");
+            }
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Starting one runner: its workspace, its log file, its environment, its
+//! user and its process group.
+
+use std::ffi::OsString;
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use sandboxd_protocol::{SandboxEnv, SandboxError};
+
+use super::identity::RunnerIdentity;
+use crate::provisioner::SandboxKey;
+
+/// Everything about runners that comes from the daemon's configuration.
+#[derive(Debug, Clone)]
+pub struct RunnerSettings {
+    /// As configured: a path, or a name looked up in `PATH`.
+    pub command: String,
+    pub args: Vec<String>,
+    pub identity: RunnerIdentity,
+    pub backend_endpoint: String,
+    pub temporal_address: String,
+    /// The only variables a runner inherits from the daemon: PATH, LANG, TZ.
+    pub inherited_env: Vec<(&'static str, OsString)>,
+    pub sandboxes_dir: PathBuf,
+    pub logs_dir: PathBuf,
+}
+
+/// The variables a runner may inherit. Nothing else of the daemon's
+/// environment (least of all NOTIFY_SOCKET, LISTEN_*, WATCHDOG_*) reaches it.
+const INHERITED_VARIABLES: [&str; 3] = ["PATH", "LANG", "TZ"];
+const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Captures PATH, LANG and TZ from the daemon's environment, once.
+pub fn inherited_env() -> Vec<(&'static str, OsString)> {
+    INHERITED_VARIABLES
+        .into_iter()
+        .filter_map(|name| match std::env::var_os(name) {
+            Some(value) => Some((name, value)),
+            None if name == "PATH" => Some((name, OsString::from(FALLBACK_PATH))),
+            None => None,
+        })
+        .collect()
+}
+
+/// A runner that has just been started.
+pub struct Spawned {
+    pub child: tokio::process::Child,
+    pub pid: u32,
+}
+
+impl RunnerSettings {
+    pub fn workspace(&self, key: &SandboxKey) -> PathBuf {
+        self.sandboxes_dir.join(&key.base_name)
+    }
+
+    pub fn log_file(&self, key: &SandboxKey) -> PathBuf {
+        self.logs_dir.join(format!("{}.log", key.base_name))
+    }
+
+    /// The `PATH` runners see, which is also where the command is looked up.
+    fn path_var(&self) -> Option<&OsString> {
+        self.inherited_env.iter().find(|(name, _)| *name == "PATH").map(|(_, value)| value)
+    }
+
+    /// The executable to run: the configured path, or the first match in PATH.
+    pub fn resolve_command(&self) -> Result<PathBuf, String> {
+        if self.command.contains('/') {
+            return Ok(PathBuf::from(&self.command));
+        }
+        let path_var = self.path_var().cloned().unwrap_or_default();
+        std::env::split_paths(&path_var)
+            .map(|dir| dir.join(&self.command))
+            .find(|candidate| is_executable_file(candidate))
+            .ok_or_else(|| {
+                format!(
+                    "runner command '{}' was not found in PATH ({})",
+                    self.command,
+                    path_var.to_string_lossy()
+                )
+            })
+    }
+
+    /// Creates the workspace (kept across respawns) and starts the runner in
+    /// it. No `.await`: the caller records the child before anything can
+    /// cancel it.
+    pub fn spawn(&self, key: &SandboxKey, env: &SandboxEnv) -> Result<Spawned, SandboxError> {
+        let unavailable = |what: String| {
+            SandboxError::Unavailable(format!("cannot start the runner of {} '{}' ({}): {what}", key.scope, key.id, key.base_name))
+        };
+        let program = self.resolve_command().map_err(unavailable)?;
+        let workspace = self.workspace(key);
+        self.prepare_workspace(&workspace)
+            .map_err(|error| unavailable(format!("workspace {}: {error}", workspace.display())))?;
+        let log_path = self.log_file(key);
+        let log = open_log(&log_path).map_err(|error| unavailable(format!("log file {}: {error}", log_path.display())))?;
+        let log_for_stderr = log.try_clone().map_err(|error| unavailable(format!("log file: {error}")))?;
+
+        let mut command = tokio::process::Command::new(&program);
+        command
+            .args(&self.args)
+            .env_clear()
+            .envs(self.inherited_env.iter().map(|(name, value)| (name, value)))
+            .env("HOME", &workspace)
+            .env("MODE", "local")
+            .env("STIGMER_TASK_QUEUE", &env.task_queue)
+            .env("WORKSPACE_ROOT_DIR", &workspace)
+            .current_dir(&workspace)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_for_stderr))
+            .kill_on_drop(false);
+        if !self.backend_endpoint.is_empty() {
+            command.env("STIGMER_BACKEND_ENDPOINT", &self.backend_endpoint);
+        }
+        if !self.temporal_address.is_empty() {
+            command.env("TEMPORAL_SERVICE_ADDRESS", &self.temporal_address);
+        }
+        if !env.stigmer_token.is_empty() {
+            command.env("STIGMER_TOKEN", env.stigmer_token.expose());
+        }
+        if self.identity.switch {
+            command.uid(self.identity.uid.as_raw()).gid(self.identity.gid.as_raw());
+        }
+        let daemon_pid = std::process::id() as libc::pid_t;
+        // SAFETY: the closure runs between fork and exec and calls only
+        // async-signal-safe functions (setsid, prctl, getppid, _exit); it
+        // allocates nothing and touches no lock.
+        unsafe {
+            command.pre_exec(move || {
+                // Its own session and process group, so the whole tree can be
+                // signalled at once and no terminal signal reaches it.
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Dies with the spawning thread (a runtime worker, which lives
+                // as long as the daemon). The group reaper covers the rest.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The daemon may have died between fork and prctl.
+                if libc::getppid() != daemon_pid {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let child = command
+            .spawn()
+            .map_err(|error| unavailable(format!("'{}': {error}", program.display())))?;
+        let pid = child.id().ok_or_else(|| unavailable("the runner exited before it could be recorded".into()))?;
+        Ok(Spawned { child, pid })
+    }
+
+    /// `<sandboxes>/<base>`, 0700, owned by the runner's user.
+    fn prepare_workspace(&self, workspace: &Path) -> std::io::Result<()> {
+        match DirBuilder::new().mode(0o700).create(workspace) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(error),
+        }
+        if self.identity.switch {
+            let metadata = std::fs::symlink_metadata(workspace)?;
+            if !metadata.is_dir() {
+                return Err(std::io::Error::other("exists and is not a directory"));
+            }
+            let (uid, gid) = (self.identity.uid.as_raw(), self.identity.gid.as_raw());
+            if metadata.uid() != uid || metadata.gid() != gid {
+                std::os::unix::fs::chown(workspace, Some(uid), Some(gid))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn open_log(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().create(true).append(true).mode(0o640).open(path)
+}
+
+fn is_executable_file(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
+}

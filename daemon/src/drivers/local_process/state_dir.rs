@@ -1,0 +1,75 @@
+//! The state directory's layout, permissions and single-owner lock.
+//!
+//! ```text
+//! <state dir>/            0711  traversable by runners, not listable
+//!   sandboxd.lock               flock: one daemon per state dir
+//!   sandboxes/<base>/     0711 / 0700 owned by the runner user
+//!   logs/<base>.log       0700 / 0640 runner stdout+stderr
+//!   ledger/<base>.pid     0700        what this daemon spawned
+//! ```
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use nix::fcntl::{Flock, FlockArg};
+
+pub struct StateDirs {
+    pub sandboxes: PathBuf,
+    pub logs: PathBuf,
+    pub ledger: PathBuf,
+}
+
+impl StateDirs {
+    pub fn prepare(root: &Path) -> anyhow::Result<StateDirs> {
+        make_dir(root, 0o711)?;
+        let dirs = StateDirs { sandboxes: root.join("sandboxes"), logs: root.join("logs"), ledger: root.join("ledger") };
+        make_dir(&dirs.sandboxes, 0o711)?;
+        make_dir(&dirs.logs, 0o700)?;
+        make_dir(&dirs.ledger, 0o700)?;
+        Ok(dirs)
+    }
+}
+
+/// Creates the directory (and parents) and sets its mode, even if it existed.
+fn make_dir(path: &Path, mode: u32) -> anyhow::Result<()> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+        .with_context(|| format!("cannot create state directory {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot set mode {mode:o} on {}", path.display()))
+}
+
+/// Takes the state directory for this daemon. A second daemon on the same
+/// state directory would sweep the first one's runners as leftovers. The
+/// lock lasts as long as the returned value.
+pub fn lock(root: &Path) -> anyhow::Result<Flock<File>> {
+    let path = root.join("sandboxd.lock");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(locked) => Ok(locked),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+            bail!("state directory {} is in use by another sandboxd", root.display())
+        }
+        Err((_, errno)) => Err(errno).with_context(|| format!("cannot lock {}", path.display())),
+    }
+}
+
+/// Each runner holds a pidfd in the daemon; 1,000 runners need more than
+/// the common soft limit of 1,024 descriptors.
+pub fn raise_open_file_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! The isolation tiers behind [`crate::provisioner::Driver`].
+
+pub mod local_process;

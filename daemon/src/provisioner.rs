@@ -1,0 +1,101 @@
+//! The driver seam: what every isolation tier implements, and selection by name.
+//!
+//! Server code never knows which tier it talks to, and a driver never knows
+//! about sockets, peers or tarpc. Inputs reaching a driver are already
+//! validated.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sandboxd_protocol::{
+    naming, DeprovisionReport, EnsureReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo,
+    Scope,
+};
+
+use crate::config::Config;
+
+/// One sandbox's identity: scope, full id, and the base name derived from them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SandboxKey {
+    pub scope: Scope,
+    pub id: String,
+    /// `sbx-<code>-<hex12>`: the only id-derived string used in paths and names.
+    pub base_name: String,
+}
+
+impl SandboxKey {
+    pub fn new(scope: Scope, id: impl Into<String>) -> Self {
+        let id = id.into();
+        let base_name = naming::base_name(scope, &id);
+        SandboxKey { scope, id, base_name }
+    }
+}
+
+/// An isolation tier.
+///
+/// Every method must be cancellation-safe: the server drops the future when
+/// the caller's deadline passes. Work that must not be lost once begun (a
+/// spawn's bookkeeping, a kill's escalation to SIGKILL) either happens with
+/// no `.await` in between or runs in a task of its own.
+#[async_trait]
+pub trait Driver: Send + Sync + 'static {
+    /// The driver's configured name (`local-process`, `docker`, `kubernetes`).
+    fn name(&self) -> &'static str;
+
+    /// One short line on the runtime's health, for `status`.
+    fn health(&self) -> String;
+
+    /// Absent → provision; stopped → start; running → fast path.
+    async fn ensure(&self, key: &SandboxKey, env: &SandboxEnv) -> Result<EnsureReport, SandboxError>;
+
+    /// Tear down; missing is success.
+    async fn deprovision(
+        &self,
+        key: &SandboxKey,
+        keep_workspace: bool,
+    ) -> Result<DeprovisionReport, SandboxError>;
+
+    /// Live state, read from the runtime.
+    async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError>;
+
+    /// One sandbox's facts. A sandbox the driver knows nothing of is
+    /// reported `absent` with generation 0, not as an error.
+    async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError>;
+
+    /// Every sandbox the driver owns, optionally of one scope, sorted by name.
+    async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError>;
+
+    /// The daemon is stopping: tear down what must not outlive it (the
+    /// process tier's runners) and leave the rest (containers) running.
+    async fn shutdown(&self);
+}
+
+/// Every driver name, built or not, in the order the error message lists them.
+pub const KNOWN_DRIVERS: [&str; 3] = ["docker", "kubernetes", "local-process"];
+
+/// Why no driver could be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SelectError {
+    #[error("unknown sandbox provisioner type '{0}' — known types: 'docker', 'kubernetes', 'local-process'")]
+    Unknown(String),
+    #[error("sandbox provisioner type '{0}' is not built yet in this version of sandboxd — use 'local-process'")]
+    NotBuilt(&'static str),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Builds the driver the configuration names. Never falls back to another
+/// tier: a typo must not silently run unisolated.
+pub async fn select(config: &Config) -> Result<Arc<dyn Driver>, SelectError> {
+    match config.driver.as_str() {
+        "local-process" => {
+            let driver = crate::drivers::local_process::LocalProcessDriver::start(config)
+                .await
+                .map_err(|error| SelectError::Setup(format!("{error:#}")))?;
+            Ok(Arc::new(driver))
+        }
+        "docker" => Err(SelectError::NotBuilt("docker")),
+        "kubernetes" => Err(SelectError::NotBuilt("kubernetes")),
+        other => Err(SelectError::Unknown(other.to_string())),
+    }
+}

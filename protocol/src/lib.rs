@@ -1,0 +1,17 @@
+//! The wire contract between `sandboxd` and its clients.
+//!
+//! Everything both ends must agree on lives here and nowhere else: the tarpc
+//! service, the types it carries, the naming of runtime objects, the input
+//! rules, the error enum and the framing. The crate does no I/O, so the
+//! control plane can link it without pulling in the daemon.
+
+pub mod error;
+pub mod naming;
+pub mod service;
+pub mod types;
+pub mod validate;
+pub mod wire;
+
+pub use error::SandboxError;
+pub use service::{Sandboxd, SandboxdClient, PROTOCOL_VERSION};
+pub use types::*;

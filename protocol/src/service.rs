@@ -1,0 +1,49 @@
+//! The tarpc service: one method per call.
+//!
+//! bincode encodes a request by the method's position, so `protocol_version`
+//! stays first forever: a client of any version can ask it and get an
+//! answer it can decode, and refuse a mismatch with a clear message instead
+//! of a decode error.
+
+use crate::{
+    DaemonStatus, DeprovisionReport, EnsureReport, ProbeState, SandboxEnv, SandboxError,
+    SandboxInfo, Scope,
+};
+
+/// Bump on any change to the service or the types it carries.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+#[tarpc::service]
+pub trait Sandboxd {
+    /// The daemon's [`PROTOCOL_VERSION`]. Always the first method.
+    async fn protocol_version() -> u32;
+
+    /// Idempotent state machine: absent → provision; stopped → start; running → fast path.
+    async fn ensure(scope: Scope, id: String, env: SandboxEnv) -> Result<EnsureReport, SandboxError>;
+
+    /// Tear down; missing is success. `keep_workspace` keeps the workspace for debugging.
+    async fn deprovision(
+        scope: Scope,
+        id: String,
+        keep_workspace: bool,
+    ) -> Result<DeprovisionReport, SandboxError>;
+
+    /// Request-scoped and NOT idempotent: fails when the request's sandbox
+    /// already exists. Returns the sandbox id to deprovision it by.
+    async fn create_connect(request_id: String, env: SandboxEnv) -> Result<String, SandboxError>;
+
+    /// Tear down a connect sandbox; missing is success.
+    async fn deprovision_connect(sandbox_id: String) -> Result<DeprovisionReport, SandboxError>;
+
+    /// Live state, read from the runtime.
+    async fn probe(scope: Scope, id: String) -> Result<ProbeState, SandboxError>;
+
+    /// One sandbox's facts (never the token).
+    async fn describe(scope: Scope, id: String) -> Result<SandboxInfo, SandboxError>;
+
+    /// Every sandbox the driver owns, optionally of one scope.
+    async fn list(scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError>;
+
+    /// Facts about the daemon.
+    async fn status() -> Result<DaemonStatus, SandboxError>;
+}

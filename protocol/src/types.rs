@@ -1,0 +1,218 @@
+//! The values the calls carry.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Which kind of owner a sandbox belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// One long-lived sandbox per agent session (code `ses`).
+    Session,
+    /// One sandbox per workflow execution (code `wfx`).
+    Workflow,
+    /// One request-scoped sandbox per connect request (code `mcp`).
+    Connect,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 3] = [Scope::Session, Scope::Workflow, Scope::Connect];
+
+    /// The word used on the wire, in labels and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Session => "session",
+            Scope::Workflow => "workflow",
+            Scope::Connect => "connect",
+        }
+    }
+
+    /// The three-letter code used in base names (kept from the seed's Java naming).
+    pub fn code(self) -> &'static str {
+        match self {
+            Scope::Session => "ses",
+            Scope::Workflow => "wfx",
+            Scope::Connect => "mcp",
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Scope {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Scope::ALL
+            .into_iter()
+            .find(|scope| scope.as_str() == s)
+            .ok_or_else(|| format!("unknown scope '{s}' — known scopes: session, workflow, connect"))
+    }
+}
+
+/// The runner credential. A secret: it travels to the daemon and into the
+/// runner's environment, and nowhere else. `Debug` and `Display` print
+/// `<redacted>` so a stray `{:?}` in a log line cannot leak it.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Token(String);
+
+impl Token {
+    pub fn new(secret: impl Into<String>) -> Self {
+        Token(secret.into())
+    }
+
+    /// The secret itself. Call only where it is handed to the runner.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Empty means none was minted: the runner starts without `STIGMER_TOKEN`.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// What is true about one provisioning request (the seed's `SandboxEnvironment`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxEnv {
+    /// The task queue the runner polls (`session:<id>`, `wfexec:<id>`).
+    pub task_queue: String,
+    /// The runner credential; empty when none was minted.
+    pub stigmer_token: Token,
+    /// The class of caller whose request provisioned it (`user`, `internal`, …).
+    pub caller_class: String,
+}
+
+/// A sandbox's live state, read from the runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeState {
+    Absent,
+    Stopped,
+    Running,
+}
+
+impl ProbeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeState::Absent => "absent",
+            ProbeState::Stopped => "stopped",
+            ProbeState::Running => "running",
+        }
+    }
+}
+
+impl fmt::Display for ProbeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an ensure did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnsureReport {
+    /// The state after the call (normally `running`).
+    pub state: ProbeState,
+    /// True when this call started a runner; false on the fast path.
+    pub created: bool,
+    /// Counts the runners this sandbox has had; +1 on every (re)start.
+    pub generation: u64,
+    /// The runner's pid (process tier).
+    pub pid: Option<u32>,
+}
+
+/// What a deprovision did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeprovisionReport {
+    /// False when there was nothing to tear down (still a success).
+    pub was_present: bool,
+    /// True when the runner ignored SIGTERM for the whole grace and was killed.
+    pub forced: bool,
+}
+
+/// How a runner last ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitInfo {
+    /// The exit code, when it exited by itself.
+    pub code: Option<i32>,
+    /// The signal number, when a signal ended it.
+    pub signal: Option<i32>,
+    /// When the exit was observed, in milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+}
+
+impl fmt::Display for ExitInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.code, self.signal) {
+            (_, Some(signal)) => write!(f, "signal {signal}"),
+            (Some(code), None) => write!(f, "code {code}"),
+            (None, None) => f.write_str("unknown"),
+        }
+    }
+}
+
+/// One sandbox's facts, for admins. Never carries the token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxInfo {
+    /// The base name (`sbx-<code>-<hex12>`), also the runtime object's name.
+    pub name: String,
+    pub scope: Scope,
+    pub id: String,
+    pub state: ProbeState,
+    /// The runner's pid (process tier), when running.
+    pub pid: Option<u32>,
+    /// The container id (container tiers).
+    pub container_id: Option<String>,
+    pub generation: u64,
+    /// When the current runner started, in milliseconds since the Unix epoch.
+    pub started_at_unix_ms: Option<u64>,
+    /// How many times a runner was started after the first.
+    pub restarts: u64,
+    pub last_exit: Option<ExitInfo>,
+    pub task_queue: String,
+    pub caller_class: String,
+}
+
+/// Sandbox counts by scope and state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxCounts {
+    pub session: u64,
+    pub workflow: u64,
+    pub connect: u64,
+    pub running: u64,
+    pub stopped: u64,
+}
+
+/// Facts about the daemon itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonStatus {
+    /// The daemon's crate version.
+    pub version: String,
+    pub protocol_version: u32,
+    /// The driver name (`local-process`, `docker`, `kubernetes`).
+    pub driver: String,
+    /// One line on the driver's health (e.g. "engine reachable").
+    pub driver_health: String,
+    pub uptime_secs: u64,
+    pub counts: SandboxCounts,
+    pub socket_path: String,
+    pub state_dir: String,
+}

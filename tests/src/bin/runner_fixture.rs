@@ -1,0 +1,156 @@
+//! `runner-fixture`: a stand-in for the real runner, for the end-to-end tests.
+//!
+//! On start it writes its whole environment (`env.json`, a flat JSON object)
+//! and its pid (`pid`) into `$WORKSPACE_ROOT_DIR`, each through a temporary
+//! name and a rename so a test polling for a file never reads half of it.
+//! `pid` is written last: once it exists, every other file is complete.
+//! Then it waits for SIGTERM and exits 0 on it.
+//!
+//! Flags:
+//! - `--ignore-term`: ignore SIGTERM (only SIGKILL ends it); the grandchild too.
+//! - `--fork-grandchild`: fork a child that stays in this process group,
+//!   records its pid in `grandchild.pid`, and sleeps forever.
+//! - `--exit-code N`: exit with N right after writing the files.
+//! - `--print-lines N`: print N numbered lines to stdout, then go on.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use nix::sys::signal::{signal, SigHandler, SigSet, Signal};
+use nix::unistd::{fork, ForkResult};
+
+#[derive(Debug, Default)]
+struct Flags {
+    ignore_term: bool,
+    fork_grandchild: bool,
+    exit_code: Option<u8>,
+    print_lines: u32,
+}
+
+fn parse_flags() -> Result<Flags, String> {
+    let mut flags = Flags::default();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--ignore-term" => flags.ignore_term = true,
+            "--fork-grandchild" => flags.fork_grandchild = true,
+            "--exit-code" => {
+                let value = args.next().ok_or("--exit-code needs a value")?;
+                flags.exit_code = Some(value.parse().map_err(|_| format!("bad exit code '{value}'"))?);
+            }
+            "--print-lines" => {
+                let value = args.next().ok_or("--print-lines needs a value")?;
+                flags.print_lines = value.parse().map_err(|_| format!("bad line count '{value}'"))?;
+            }
+            other => return Err(format!("unknown flag '{other}'")),
+        }
+    }
+    Ok(flags)
+}
+
+/// Writes `contents` to `dir/name` through a temporary name and a rename.
+fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> std::io::Result<()> {
+    let temporary = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&temporary, contents)?;
+    std::fs::rename(&temporary, dir.join(name))
+}
+
+fn environment_json() -> Vec<u8> {
+    let env: BTreeMap<String, String> = std::env::vars_os()
+        .map(|(key, value)| (key.to_string_lossy().into_owned(), value.to_string_lossy().into_owned()))
+        .collect();
+    serde_json::to_vec_pretty(&env).expect("a string map serializes")
+}
+
+fn main() -> ExitCode {
+    let flags = match parse_flags() {
+        Ok(flags) => flags,
+        Err(message) => {
+            eprintln!("runner-fixture: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(workspace) = std::env::var_os("WORKSPACE_ROOT_DIR").map(PathBuf::from) else {
+        eprintln!("runner-fixture: WORKSPACE_ROOT_DIR is not set");
+        return ExitCode::from(3);
+    };
+    eprintln!("runner-fixture: pid {} starting with {flags:?}", std::process::id());
+
+    let mut term = SigSet::empty();
+    term.add(Signal::SIGTERM);
+    if flags.ignore_term {
+        // SAFETY: installing SIG_IGN runs no handler code; the disposition is
+        // inherited by the grandchild forked below.
+        unsafe { signal(Signal::SIGTERM, SigHandler::SigIgn) }.expect("ignore SIGTERM");
+    } else {
+        // Blocked from the start, so a SIGTERM that arrives early is still a
+        // clean exit 0 once we wait for it below.
+        term.thread_block().expect("block SIGTERM");
+    }
+
+    if let Err(error) = write_atomically(&workspace, "env.json", &environment_json()) {
+        eprintln!("runner-fixture: cannot write env.json in {}: {error}", workspace.display());
+        return ExitCode::from(4);
+    }
+
+    if flags.fork_grandchild {
+        // SAFETY: this program is single-threaded, so the child may run any code.
+        match unsafe { fork() } {
+            Ok(ForkResult::Child) => {
+                // Stays in our process group; SIGTERM kills it unless ignored.
+                let _ = term.thread_unblock();
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                }
+            }
+            Ok(ForkResult::Parent { child }) => {
+                let text = format!("{child}\n");
+                if let Err(error) = write_atomically(&workspace, "grandchild.pid", text.as_bytes()) {
+                    eprintln!("runner-fixture: cannot write grandchild.pid: {error}");
+                    return ExitCode::from(4);
+                }
+            }
+            Err(error) => {
+                eprintln!("runner-fixture: fork failed: {error}");
+                return ExitCode::from(5);
+            }
+        }
+    }
+
+    if flags.print_lines > 0 {
+        let mut stdout = std::io::stdout().lock();
+        for line in 1..=flags.print_lines {
+            let _ = writeln!(stdout, "runner-fixture line {line}");
+        }
+        let _ = stdout.flush();
+    }
+
+    let pid_text = format!("{}\n", std::process::id());
+    if let Err(error) = write_atomically(&workspace, "pid", pid_text.as_bytes()) {
+        eprintln!("runner-fixture: cannot write pid: {error}");
+        return ExitCode::from(4);
+    }
+
+    if let Some(code) = flags.exit_code {
+        return ExitCode::from(code);
+    }
+
+    if flags.ignore_term {
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+
+    match term.wait() {
+        Ok(signal) => {
+            eprintln!("runner-fixture: got {signal}, exiting");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("runner-fixture: sigwait failed: {error}");
+            ExitCode::from(6)
+        }
+    }
+}

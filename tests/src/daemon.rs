@@ -1,0 +1,408 @@
+//! [`TestDaemon`]: one real `sandboxd` per test, in a directory of its own.
+
+use std::fmt::Write as _;
+use std::fs::{self, File};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use sandboxd_client::SandboxdClient;
+use sandboxd_protocol::{naming, Scope};
+
+use crate::binaries;
+use crate::procs::{self, wait_until};
+
+/// How long a daemon gets to start answering, or to exit.
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The uid/gid of `nobody:nogroup`, which runners get under a root daemon.
+pub const NOBODY: u32 = 65534;
+
+/// How to configure one daemon.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `runner_args` in the config file: flags for the runner fixture.
+    pub runner_args: Vec<String>,
+    /// `stop_grace` in the config file.
+    pub stop_grace: String,
+    /// `runner_command`; `None` means this test's copy of the runner fixture.
+    pub runner_command: Option<String>,
+    /// More top-level TOML lines (`key = value`).
+    pub extra_toml: String,
+    /// The body of an `[access]` table, when the test wants one.
+    pub access_toml: Option<String>,
+    /// Variables added to the daemon's environment.
+    pub env: Vec<(String, String)>,
+    /// More command-line arguments for `sandboxd`.
+    pub args: Vec<String>,
+    /// Serve on this socket instead of the test directory's own.
+    pub socket: Option<PathBuf>,
+    /// `log_level` in the config file (`RUST_LOG` is removed from the daemon's environment).
+    pub log_level: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            runner_args: Vec::new(),
+            stop_grace: "2s".to_string(),
+            runner_command: None,
+            extra_toml: String::new(),
+            access_toml: None,
+            env: Vec::new(),
+            args: Vec::new(),
+            socket: None,
+            log_level: "debug".to_string(),
+        }
+    }
+}
+
+impl Options {
+    /// Default options with these runner fixture flags.
+    pub fn with_runner_args(args: &[&str]) -> Self {
+        Options { runner_args: args.iter().map(|arg| arg.to_string()).collect(), ..Options::default() }
+    }
+}
+
+/// A real `sandboxd` process with its own directory, socket, state dir and log.
+///
+/// Dropping it SIGKILLs the daemon and, as a last resort, every process
+/// whose environment points into the test directory (runners and their
+/// grandchildren), so a failing test leaks nothing. The directory is kept
+/// (and its path printed) when the test panicked.
+pub struct TestDaemon {
+    dir: PathBuf,
+    socket: PathBuf,
+    state_dir: PathBuf,
+    config: PathBuf,
+    log: PathBuf,
+    fixture: PathBuf,
+    options: Options,
+    child: Option<Child>,
+}
+
+impl TestDaemon {
+    /// Prepares the directory and starts the daemon, waiting until it answers.
+    pub fn start(options: Options) -> TestDaemon {
+        let mut daemon = TestDaemon::prepare(options);
+        daemon.launch();
+        daemon.wait_ready();
+        daemon
+    }
+
+    /// Prepares the directory and the config file without starting anything.
+    pub fn prepare(options: Options) -> TestDaemon {
+        let dir = make_test_dir();
+        let bin = dir.join("bin");
+        fs::create_dir(&bin).expect("create bin dir");
+        set_mode(&bin, 0o755);
+        let fixture = bin.join("runner-fixture");
+        copy_executable(&binaries::runner_fixture(), &fixture);
+        let socket = options.socket.clone().unwrap_or_else(|| dir.join("run").join("sandboxd.sock"));
+        let state_dir = dir.join("state");
+        let config = dir.join("sandboxd.toml");
+        let log = dir.join("daemon.log");
+        let daemon = TestDaemon { dir, socket, state_dir, config, log, fixture, options, child: None };
+        fs::write(&daemon.config, daemon.config_text()).expect("write config");
+        daemon
+    }
+
+    fn config_text(&self) -> String {
+        let options = &self.options;
+        let runner_command =
+            options.runner_command.clone().unwrap_or_else(|| self.fixture.display().to_string());
+        let mut text = String::new();
+        writeln!(text, "driver = \"local-process\"").unwrap();
+        writeln!(text, "socket = {}", toml_string(&self.socket.display().to_string())).unwrap();
+        writeln!(text, "state_dir = {}", toml_string(&self.state_dir.display().to_string())).unwrap();
+        writeln!(text, "stop_grace = {}", toml_string(&options.stop_grace)).unwrap();
+        writeln!(text, "runner_command = {}", toml_string(&runner_command)).unwrap();
+        let args: Vec<String> = options.runner_args.iter().map(|arg| toml_string(arg)).collect();
+        writeln!(text, "runner_args = [{}]", args.join(", ")).unwrap();
+        writeln!(text, "log_level = {}", toml_string(&options.log_level)).unwrap();
+        text.push_str(&options.extra_toml);
+        text.push('\n');
+        if let Some(access) = &options.access_toml {
+            writeln!(text, "[access]\n{access}").unwrap();
+        }
+        text
+    }
+
+    /// Starts the daemon process (stdout and stderr appended to the log)
+    /// without waiting for it to answer.
+    pub fn launch(&mut self) {
+        assert!(self.child.is_none(), "the daemon is already running");
+        let log = File::options().create(true).append(true).open(&self.log).expect("open daemon log");
+        let mut command = Command::new(binaries::sandboxd());
+        command
+            .arg("--config")
+            .arg(&self.config)
+            .args(&self.options.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log);
+        for name in [
+            "RUST_LOG",
+            "SANDBOX_PROVISIONER_TYPE",
+            "STIGMER_SANDBOX_BACKEND_ENDPOINT",
+            "STIGMER_SANDBOX_TEMPORAL_ADDRESS",
+            "STIGMER_SANDBOX_RUNNER_COMMAND",
+            "STIGMER_SANDBOX_RUNNER_IMAGE",
+            "STIGMER_SANDBOX_K8S_NAMESPACE",
+        ] {
+            command.env_remove(name);
+        }
+        command.envs(self.options.env.iter().map(|(key, value)| (key, value)));
+        self.child = Some(command.spawn().expect("spawn sandboxd"));
+    }
+
+    /// Waits until the socket accepts connections; panics (with the log)
+    /// if the daemon exits or does not answer in time.
+    pub fn wait_ready(&mut self) {
+        let socket = self.socket.clone();
+        let mut exited = None;
+        let ready = wait_until(START_TIMEOUT, || {
+            if let Some(status) = self.child.as_mut().and_then(|child| child.try_wait().ok().flatten()) {
+                exited = Some(status);
+                return true;
+            }
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        });
+        if let Some(status) = exited {
+            panic!("sandboxd exited with {status} before serving; its log:\n{}", self.log_text());
+        }
+        assert!(ready, "sandboxd did not answer on {} within {START_TIMEOUT:?}; its log:\n{}", socket.display(), self.log_text());
+    }
+
+    /// Waits for the daemon to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let child = self.child.as_mut().expect("the daemon was launched");
+        let mut status = None;
+        wait_until(timeout, || {
+            status = child.try_wait().expect("try_wait on sandboxd");
+            status.is_some()
+        });
+        if status.is_some() {
+            self.child = None;
+        }
+        status
+    }
+
+    /// The daemon's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// True while the daemon process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
+    /// Sends SIGTERM and waits (up to 20 s) for the daemon to exit.
+    pub fn stop(&mut self) -> ExitStatus {
+        let pid = self.pid().expect("the daemon is running");
+        procs::signal_pid(pid, Signal::SIGTERM);
+        self.wait_exit(Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("sandboxd did not exit within 20 s of SIGTERM; its log:\n{}", self.log_text()))
+    }
+
+    /// Sends SIGKILL and reaps the daemon.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A client connected to this daemon.
+    pub async fn client(&self) -> SandboxdClient {
+        SandboxdClient::connect(&self.socket)
+            .await
+            .unwrap_or_else(|error| panic!("cannot connect to {}: {error}; log:\n{}", self.socket.display(), self.log_text()))
+    }
+
+    /// Runs `sandboxctl` as root against this daemon, with a 60 s limit.
+    pub fn sandboxctl(&self, args: &[&str]) -> Output {
+        let mut command = Command::new(binaries::sandboxctl());
+        self.sandboxctl_command(&mut command, args);
+        run_with_timeout(command, Duration::from_secs(60))
+    }
+
+    /// Runs a copy of `sandboxctl` as `nobody:nogroup` against this daemon.
+    pub fn sandboxctl_as_nobody(&self, args: &[&str]) -> Output {
+        let copy = self.dir.join("bin").join("sandboxctl");
+        if !copy.exists() {
+            copy_executable(&binaries::sandboxctl(), &copy);
+        }
+        let mut command = Command::new(&copy);
+        command.uid(NOBODY).gid(NOBODY).current_dir("/");
+        self.sandboxctl_command(&mut command, args);
+        run_with_timeout(command, Duration::from_secs(60))
+    }
+
+    fn sandboxctl_command(&self, command: &mut Command, args: &[&str]) {
+        command
+            .args(args)
+            .env(sandboxd_client::SOCKET_ENV, &self.socket)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null());
+    }
+
+    /// Everything the daemon has written to stdout and stderr so far.
+    pub fn log_text(&self) -> String {
+        String::from_utf8_lossy(&fs::read(&self.log).unwrap_or_default()).into_owned()
+    }
+
+    /// The test's own directory (0755).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+
+    /// This test's copy of the runner fixture (executable by nobody).
+    pub fn fixture(&self) -> &Path {
+        &self.fixture
+    }
+
+    /// `<state_dir>/sandboxes/<base_name>`.
+    pub fn workspace(&self, scope: Scope, id: &str) -> PathBuf {
+        self.state_dir.join("sandboxes").join(naming::base_name(scope, id))
+    }
+
+    /// `<state_dir>/logs/<base_name>.log`.
+    pub fn runner_log(&self, scope: Scope, id: &str) -> PathBuf {
+        self.state_dir.join("logs").join(format!("{}.log", naming::base_name(scope, id)))
+    }
+
+    /// `<state_dir>/ledger/<base_name>.pid`.
+    pub fn ledger_file(&self, scope: Scope, id: &str) -> PathBuf {
+        self.state_dir.join("ledger").join(format!("{}.pid", naming::base_name(scope, id)))
+    }
+
+    /// Live processes whose environment points into this test's directory:
+    /// every runner and grandchild this test caused, whoever reaped them.
+    pub fn leftover_processes(&self) -> Vec<u32> {
+        procs::processes_with_env_prefix(&self.env_prefix())
+    }
+
+    fn env_prefix(&self) -> String {
+        format!("{}/", self.dir.display())
+    }
+
+    /// Kills whatever this test left running: the daemon, every group in
+    /// the ledger that is still the recorded one, and every process whose
+    /// environment points into the test directory.
+    fn kill_everything(&mut self) {
+        self.kill();
+        if let Ok(entries) = fs::read_dir(self.state_dir.join("ledger")) {
+            for entry in entries.flatten() {
+                let text = fs::read_to_string(entry.path()).unwrap_or_default();
+                let mut words = text.split_whitespace();
+                let pid = words.next().and_then(|word| word.parse::<u32>().ok());
+                let start = words.next().and_then(|word| word.parse::<u64>().ok());
+                if let (Some(pid), Some(start)) = (pid, start) {
+                    if pid > 1 && procs::start_time(pid) == Some(start) {
+                        procs::signal_group(pid, Signal::SIGKILL);
+                    }
+                }
+            }
+        }
+        for _ in 0..3 {
+            for pid in self.leftover_processes() {
+                if let Some(pgid) = procs::process_group(pid).filter(|&pgid| pgid > 1 && pgid == pid) {
+                    procs::signal_group(pgid, Signal::SIGKILL);
+                }
+                procs::signal_pid(pid, Signal::SIGKILL);
+            }
+            if wait_until(Duration::from_secs(2), || self.leftover_processes().is_empty()) {
+                break;
+            }
+        }
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        self.kill_everything();
+        if std::thread::panicking() {
+            eprintln!("test failed: keeping {} — daemon log:\n{}", self.dir.display(), self.log_text());
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Runs a command to completion, killing it after `timeout`.
+pub fn run_with_timeout(mut command: Command, timeout: Duration) -> Output {
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = command.spawn().unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
+    let pid = child.id();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    match receiver.recv_timeout(timeout) {
+        Ok(output) => output.expect("wait for command"),
+        Err(_) => {
+            procs::signal_pid(pid, Signal::SIGKILL);
+            panic!("{command:?} did not finish within {timeout:?}");
+        }
+    }
+}
+
+fn toml_string(value: &str) -> String {
+    // A TOML basic string is a JSON string for everything the tests write.
+    serde_json::to_string(value).expect("a string serializes")
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|error| panic!("chmod {mode:o} {}: {error}", path.display()));
+}
+
+fn copy_executable(from: &Path, to: &Path) {
+    fs::copy(from, to).unwrap_or_else(|error| panic!("copy {} to {}: {error}", from.display(), to.display()));
+    set_mode(to, 0o755);
+}
+
+/// True when every directory from `/` down to `path` lets others traverse it.
+fn others_can_reach(path: &Path) -> bool {
+    path.ancestors().all(|dir| fs::metadata(dir).is_ok_and(|meta| meta.permissions().mode() & 0o001 != 0))
+}
+
+/// A fresh 0755 directory that `nobody` can reach, with a short path (the
+/// socket lives inside it and socket paths are limited to 107 bytes).
+pub fn make_test_dir() -> PathBuf {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let temp = std::env::temp_dir();
+    let root = if others_can_reach(&temp) { temp } else { PathBuf::from("/tmp") };
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = root.join(format!("sbxt-{}-{n}", std::process::id()));
+        match fs::create_dir(&dir) {
+            Ok(()) => {
+                set_mode(&dir, 0o755);
+                return dir;
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                let _ = fs::remove_dir_all(&dir);
+            }
+            Err(error) => panic!("cannot create a test directory under {}: {error}", root.display()),
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! The end-to-end test harness: the real `sandboxd` and `sandboxctl`
+//! binaries, and a runner fixture that records what it was given.
+//!
+//! Each test starts its own [`TestDaemon`] in its own directory, so tests
+//! run in parallel. Build the workspace's binaries first:
+//! `cargo build --workspace --bins && cargo test --workspace`.
+
+pub mod binaries;
+pub mod daemon;
+pub mod procs;
+pub mod raw;
+pub mod runner;
+
+pub use daemon::{make_test_dir, run_with_timeout, Options, TestDaemon, NOBODY};
+pub use procs::{eventually, pid_is_gone, start_time, wait_until};
+pub use raw::{context, sandbox_env, tarpc_client};
+pub use runner::{dir_entries, read_grandchild_pid, read_runner_pid, runner_env, wait_for_runner, RUNNER_TIMEOUT};

@@ -1,0 +1,123 @@
+//! Looking at processes through `/proc`, and waiting for conditions.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Polls `condition` every 20 ms until it holds or `timeout` passes; true when it held.
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name (field 3 onwards).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may itself contain ") ".
+    let after_name = &text[text.rfind(')')? + 1..];
+    Some(after_name.split_whitespace().map(str::to_string).collect())
+}
+
+/// The process state letter (field 3 of `/proc/<pid>/stat`), if the process exists.
+pub fn state(pid: u32) -> Option<char> {
+    stat_fields(pid)?.first()?.chars().next()
+}
+
+/// True when the process no longer runs: no `/proc/<pid>`, or a zombie
+/// (orphans reparented to a PID 1 that does not reap stay as zombies).
+pub fn pid_is_gone(pid: u32) -> bool {
+    matches!(state(pid), None | Some('Z') | Some('X'))
+}
+
+/// Field 22 of `/proc/<pid>/stat`: the start time in clock ticks since boot.
+pub fn start_time(pid: u32) -> Option<u64> {
+    // Field 3 is index 0 of stat_fields, so field 22 is index 19.
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// Field 5 of `/proc/<pid>/stat`: the process group id.
+pub fn process_group(pid: u32) -> Option<u32> {
+    stat_fields(pid)?.get(2)?.parse().ok()
+}
+
+/// The real uid of a live process (first field of `Uid:` in `/proc/<pid>/status`).
+pub fn uid_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every live (non-zombie) process whose environment has a variable whose
+/// value starts with `prefix` — how the tests find every runner and
+/// grandchild they caused, whoever their parent is now.
+pub fn processes_with_env_prefix(prefix: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let own = std::process::id();
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != own && !pid_is_gone(pid))
+        .filter(|&pid| {
+            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+                return false;
+            };
+            environ.split(|&byte| byte == 0).any(|entry| {
+                let Some(eq) = entry.iter().position(|&byte| byte == b'=') else {
+                    return false;
+                };
+                entry[eq + 1..].starts_with(prefix.as_bytes())
+            })
+        })
+        .collect()
+}
+
+/// Sends `signal` to one process, ignoring errors (it may be gone).
+pub fn signal_pid(pid: u32, signal: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+}
+
+/// Sends `signal` to a whole process group, ignoring errors.
+pub fn signal_group(pgid: u32, signal: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid as i32), signal);
+}
+
+/// Reads a file holding one decimal pid (trailing whitespace allowed).
+pub fn read_pid_file(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// One variable of a live process's environment, read from `/proc/<pid>/environ`.
+pub fn env_of(pid: u32, name: &str) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{name}=");
+    environ
+        .split(|&byte| byte == 0)
+        .find(|entry| entry.starts_with(prefix.as_bytes()))
+        .map(|entry| String::from_utf8_lossy(&entry[prefix.len()..]).into_owned())
+}
+
+/// Polls an async `condition` every 20 ms until it holds or `timeout` passes.
+pub async fn eventually<F, Fut>(timeout: Duration, mut condition: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

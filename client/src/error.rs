@@ -34,7 +34,7 @@ pub enum ClientError {
 
     /// Any other failure to open the socket (not a socket, path too long, …).
     #[error("cannot connect to the daemon socket at {}: {reason}", .path.display())]
-    Connect { path: PathBuf, reason: String },
+    ConnectFailed { path: PathBuf, reason: String },
 
     /// No socket path was given and none could be derived from the environment.
     #[error("no daemon socket path: {0}")]
@@ -74,7 +74,7 @@ impl ClientError {
                 ClientError::NotRunning { path }
             }
             io::ErrorKind::PermissionDenied => ClientError::SocketPermissionDenied { path },
-            _ => ClientError::Connect {
+            _ => ClientError::ConnectFailed {
                 path,
                 reason: error.to_string(),
             },

@@ -102,11 +102,15 @@ impl AccessPolicy {
         let owner = peer.uid == 0 || peer.uid == self.daemon_uid;
         let may_mutate =
             owner || lists.mutate_uids.contains(&peer.uid) || lists.mutate_gids.contains(&peer.gid);
-        let may_read =
-            may_mutate || lists.read_uids.contains(&peer.uid) || lists.read_gids.contains(&peer.gid);
+        let may_read = may_mutate
+            || lists.read_uids.contains(&peer.uid)
+            || lists.read_gids.contains(&peer.gid);
         let (allowed, needed) = match call.class() {
             CallClass::Open => (true, ""),
-            CallClass::Read => (may_read, "access.read_uids, access.read_gids or the mutate lists"),
+            CallClass::Read => (
+                may_read,
+                "access.read_uids, access.read_gids or the mutate lists",
+            ),
             CallClass::Mutate => (may_mutate, "access.mutate_uids or access.mutate_gids"),
         };
         if allowed {
@@ -166,7 +170,11 @@ mod tests {
     }
 
     fn peer(uid: u32, gid: u32) -> Peer {
-        Peer { uid, gid, pid: Some(42) }
+        Peer {
+            uid,
+            gid,
+            pid: Some(42),
+        }
     }
 
     fn allowed(policy: &AccessPolicy, peer: Peer) -> Vec<&'static str> {
@@ -218,7 +226,10 @@ mod tests {
     fn a_refusal_names_the_uid_gid_and_call() {
         match policy().authorize(&peer(1234, 1235), Call::Ensure) {
             Err(SandboxError::PermissionDenied(message)) => {
-                assert!(message.starts_with("uid 1234 (gid 1235) may not call ensure: "), "{message}");
+                assert!(
+                    message.starts_with("uid 1234 (gid 1235) may not call ensure: "),
+                    "{message}"
+                );
                 assert!(message.contains("access.mutate_uids"), "{message}");
             }
             other => panic!("expected permission denied, got {other:?}"),

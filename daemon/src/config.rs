@@ -51,6 +51,97 @@ pub struct AccessConfig {
     pub read_gids: Vec<u32>,
 }
 
+/// Where the docker tier finds the engine when neither `[docker] host` nor
+/// `DOCKER_HOST` says.
+pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
+
+/// The `[docker]` table: how the docker tier reaches the engine and shapes
+/// each runner container. Every key has a default; unknown keys are an error.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DockerConfig {
+    /// The engine's address (`unix:///…`, `tcp://…`, `http://…`). When the
+    /// file leaves it out, `DOCKER_HOST`, else [`DEFAULT_DOCKER_HOST`].
+    pub host: Option<String>,
+    /// The runner's command line; `None` runs the image's own CMD.
+    pub command: Option<Vec<String>>,
+    /// `uid[:gid]` (or a name the image knows) the runner runs as.
+    pub user: String,
+    /// The container's network mode (`bridge`, `none`, a network's name).
+    pub network: String,
+    /// Memory limit in bytes; written in the file as `"2g"`, `"512m"` or a number.
+    #[serde(deserialize_with = "deserialize_memory")]
+    pub memory: u64,
+    /// How many CPUs the runner may use (fractions allowed).
+    pub cpus: f64,
+    /// The most processes and threads the container may hold.
+    pub pids_limit: i64,
+    /// A connect sandbox older than this is a leak and is removed.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub connect_ttl: Duration,
+    /// A connect container that never started is left alone this long:
+    /// it may be one this daemon is creating right now.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub connect_creation_grace: Duration,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            host: None,
+            command: None,
+            user: "65534:65534".to_string(),
+            network: "bridge".to_string(),
+            memory: 2 * 1024 * 1024 * 1024,
+            cpus: 2.0,
+            pids_limit: 512,
+            connect_ttl: Duration::from_secs(3600),
+            connect_creation_grace: Duration::from_secs(120),
+        }
+    }
+}
+
+impl DockerConfig {
+    /// The smallest memory limit the engine accepts (6 MiB).
+    const MIN_MEMORY: u64 = 6 * 1024 * 1024;
+
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.host.as_deref().is_some_and(str::is_empty) {
+            bail!("[docker] host must not be empty");
+        }
+        if let Some(command) = &self.command {
+            if command.first().is_none_or(String::is_empty) {
+                bail!("[docker] command {command:?} must name a program first");
+            }
+        }
+        if self.user.is_empty() {
+            bail!("[docker] user must not be empty");
+        }
+        if self.network.is_empty() {
+            bail!("[docker] network must not be empty");
+        }
+        if self.memory < Self::MIN_MEMORY {
+            bail!(
+                "[docker] memory {} bytes is below the engine's minimum of 6 MiB",
+                self.memory
+            );
+        }
+        if !(self.cpus.is_finite() && self.cpus >= 0.01) {
+            bail!(
+                "[docker] cpus {} must be a number of at least 0.01",
+                self.cpus
+            );
+        }
+        if self.pids_limit < 1 {
+            bail!("[docker] pids_limit {} must be at least 1", self.pids_limit);
+        }
+        if self.connect_ttl.is_zero() {
+            bail!("[docker] connect_ttl must be longer than 0");
+        }
+        Ok(())
+    }
+}
+
 /// The file's shape. Every key is optional; unknown keys are an error.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -65,13 +156,13 @@ struct FileConfig {
     runner_image: Option<String>,
     backend_endpoint: Option<String>,
     temporal_address: Option<String>,
-    k8s_namespace: Option<String>,
     run_as: Option<String>,
     allow_root_runners: Option<bool>,
     max_connections: Option<usize>,
     max_requests_per_connection: Option<usize>,
     log_level: Option<String>,
     access: Option<AccessConfig>,
+    docker: Option<DockerConfig>,
 }
 
 /// The resolved configuration.
@@ -90,7 +181,6 @@ pub struct Config {
     pub runner_image: Option<String>,
     pub backend_endpoint: String,
     pub temporal_address: String,
-    pub k8s_namespace: String,
     /// `user[:group]` the process tier's runners run as.
     pub run_as: Option<String>,
     pub allow_root_runners: bool,
@@ -98,6 +188,8 @@ pub struct Config {
     pub max_requests_per_connection: usize,
     pub log_level: Option<String>,
     pub access: AccessConfig,
+    /// The docker tier's settings; `host` is always set once resolved.
+    pub docker: DockerConfig,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -131,6 +223,11 @@ impl Config {
             Some(text) => parse_duration(&text).with_context(|| format!("stop_grace '{text}'"))?,
             None => Duration::from_secs(10),
         };
+        let mut docker = file.docker.unwrap_or_default();
+        if docker.host.is_none() {
+            docker.host =
+                Some(env("DOCKER_HOST").unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string()));
+        }
         let config = Config {
             source_file,
             driver: flags
@@ -163,15 +260,13 @@ impl Config {
             temporal_address: env("STIGMER_SANDBOX_TEMPORAL_ADDRESS")
                 .or(file.temporal_address)
                 .unwrap_or_default(),
-            k8s_namespace: env("STIGMER_SANDBOX_K8S_NAMESPACE")
-                .or(file.k8s_namespace)
-                .unwrap_or_else(|| "stigmer-sandboxes".to_string()),
             run_as: file.run_as,
             allow_root_runners: file.allow_root_runners.unwrap_or(false),
             max_connections: file.max_connections.unwrap_or(256),
             max_requests_per_connection: file.max_requests_per_connection.unwrap_or(64),
             log_level: file.log_level,
             access: file.access.unwrap_or_default(),
+            docker,
         };
         config.validate()?;
         Ok(config)
@@ -194,9 +289,12 @@ impl Config {
             bail!("max_requests_per_connection must be at least 1");
         }
         if self.stop_grace > Duration::from_secs(3600) {
-            bail!("stop_grace {:?} is longer than the limit of 1h", self.stop_grace);
+            bail!(
+                "stop_grace {:?} is longer than the limit of 1h",
+                self.stop_grace
+            );
         }
-        Ok(())
+        self.docker.validate()
     }
 }
 
@@ -219,15 +317,18 @@ fn default_state_dir(is_root: bool) -> anyhow::Result<PathBuf> {
     if is_root {
         return Ok(PathBuf::from("/var/lib/stigmer/sandboxd"));
     }
-    let data = dirs::data_dir()
-        .context("no data directory for this user: pass --state-dir or set it in the config file")?;
+    let data = dirs::data_dir().context(
+        "no data directory for this user: pass --state-dir or set it in the config file",
+    )?;
     Ok(data.join("stigmer").join("sandboxd"))
 }
 
-/// `10s`, `500ms`, `2m`, or a bare number of seconds.
+/// `10s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
 pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let value: u64 = number
         .parse()
@@ -236,8 +337,62 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
         "" | "s" => Duration::from_secs(value),
         "ms" => Duration::from_millis(value),
         "m" => Duration::from_secs(value.saturating_mul(60)),
-        other => bail!("unknown duration unit '{other}' in '{text}': use ms, s or m"),
+        "h" => Duration::from_secs(value.saturating_mul(3600)),
+        other => bail!("unknown duration unit '{other}' in '{text}': use ms, s, m or h"),
     })
+}
+
+/// `2g`, `512m`, `1024k`, `1gb`, `2GiB` (binary multiples) or a bare number
+/// of bytes, as the docker CLI writes memory sizes.
+pub fn parse_memory(text: &str) -> anyhow::Result<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number
+        .parse()
+        .with_context(|| format!("'{text}' is not a memory size like 2g, 512m or 1073741824"))?;
+    let unit = unit.trim().to_ascii_lowercase();
+    let unit = unit
+        .strip_suffix("ib")
+        .or_else(|| unit.strip_suffix('b'))
+        .unwrap_or(&unit);
+    let shift = match unit {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        _ => bail!("unknown memory unit in '{text}': use k, m, g or t"),
+    };
+    value
+        .checked_mul(1 << shift)
+        .with_context(|| format!("memory size '{text}' is too large"))
+}
+
+/// A duration key: a string for [`parse_duration`].
+fn deserialize_duration<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_duration(&text).map_err(|error| serde::de::Error::custom(format!("{error:#}")))
+}
+
+/// A memory key: a number of bytes, or a string for [`parse_memory`].
+fn deserialize_memory<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Memory {
+        Bytes(u64),
+        Text(String),
+    }
+    match Memory::deserialize(deserializer)? {
+        Memory::Bytes(bytes) => Ok(bytes),
+        Memory::Text(text) => {
+            parse_memory(&text).map_err(|error| serde::de::Error::custom(format!("{error:#}")))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -246,8 +401,10 @@ mod tests {
 
     fn resolve(file: &str, env: &[(&str, &str)], flags: Flags) -> anyhow::Result<Config> {
         let file: FileConfig = toml::from_str(file)?;
-        let env: Vec<(String, String)> =
-            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let lookup = move |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         let flags = Flags {
             socket: flags.socket.or(Some("/tmp/s.sock".into())),
@@ -263,19 +420,25 @@ mod tests {
         assert_eq!(config.driver, "local-process");
         assert_eq!(config.stop_grace, Duration::from_secs(10));
         assert_eq!(config.runner_command, "stigmer-runner");
-        assert_eq!(config.k8s_namespace, "stigmer-sandboxes");
         assert_eq!(config.access, AccessConfig::default());
     }
 
     #[test]
     fn flags_beat_env_beat_file() {
-        let file = "driver = \"docker\"\nrunner_command = \"/file/runner\"\nbackend_endpoint = \"file:1\"";
-        let env = [("SANDBOX_PROVISIONER_TYPE", "kubernetes"), ("STIGMER_SANDBOX_RUNNER_COMMAND", "/env/runner")];
+        let file =
+            "driver = \"docker\"\nrunner_command = \"/file/runner\"\nbackend_endpoint = \"file:1\"";
+        let env = [
+            ("SANDBOX_PROVISIONER_TYPE", "kubernetes"),
+            ("STIGMER_SANDBOX_RUNNER_COMMAND", "/env/runner"),
+        ];
         let config = resolve(file, &env, Flags::default()).unwrap();
         assert_eq!(config.driver, "kubernetes");
         assert_eq!(config.runner_command, "/env/runner");
         assert_eq!(config.backend_endpoint, "file:1");
-        let flags = Flags { driver: Some("local-process".into()), ..Flags::default() };
+        let flags = Flags {
+            driver: Some("local-process".into()),
+            ..Flags::default()
+        };
         assert_eq!(resolve(file, &env, flags).unwrap().driver, "local-process");
     }
 
@@ -293,7 +456,90 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert!(parse_duration("ten").is_err());
-        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn docker_table_defaults_and_keys() {
+        let config = resolve(
+            "",
+            &[("DOCKER_HOST", "tcp://10.0.0.1:2375")],
+            Flags::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            config.docker.host.as_deref(),
+            Some("tcp://10.0.0.1:2375"),
+            "DOCKER_HOST is the default"
+        );
+        assert_eq!(config.docker.user, "65534:65534");
+        assert_eq!(config.docker.network, "bridge");
+        assert_eq!(config.docker.memory, 2 << 30);
+        assert_eq!(config.docker.cpus, 2.0);
+        assert_eq!(config.docker.pids_limit, 512);
+        assert_eq!(config.docker.connect_ttl, Duration::from_secs(3600));
+        assert_eq!(
+            config.docker.connect_creation_grace,
+            Duration::from_secs(120)
+        );
+        assert_eq!(config.docker.command, None);
+        let defaults = resolve("", &[], Flags::default()).unwrap();
+        assert_eq!(defaults.docker.host.as_deref(), Some(DEFAULT_DOCKER_HOST));
+
+        let file = "[docker]\nhost = \"unix:///run/d.sock\"\ncommand = [\"/runner\", \"--x\"]\n\
+                    memory = \"512m\"\ncpus = 0.5\npids_limit = 64\nconnect_ttl = \"30s\"\n\
+                    connect_creation_grace = \"5s\"\nuser = \"1000:1000\"\nnetwork = \"none\"";
+        let config = resolve(
+            file,
+            &[("DOCKER_HOST", "tcp://ignored:1")],
+            Flags::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            config.docker.host.as_deref(),
+            Some("unix:///run/d.sock"),
+            "the file's host wins"
+        );
+        assert_eq!(
+            config.docker.command,
+            Some(vec!["/runner".to_string(), "--x".to_string()])
+        );
+        assert_eq!(config.docker.memory, 512 << 20);
+        assert_eq!((config.docker.cpus, config.docker.pids_limit), (0.5, 64));
+        assert_eq!(config.docker.connect_ttl, Duration::from_secs(30));
+        assert_eq!(config.docker.connect_creation_grace, Duration::from_secs(5));
+        assert_eq!(
+            (config.docker.user.as_str(), config.docker.network.as_str()),
+            ("1000:1000", "none")
+        );
+        assert_eq!(
+            resolve("[docker]\nmemory = 104857600", &[], Flags::default())
+                .unwrap()
+                .docker
+                .memory,
+            100 << 20
+        );
+
+        let error = toml::from_str::<FileConfig>("[docker]\nmemroy = \"1g\"").unwrap_err();
+        assert!(error.to_string().contains("memroy"), "{error}");
+        let error = toml::from_str::<FileConfig>("[docker]\nmemory = \"2x\"").unwrap_err();
+        assert!(error.to_string().contains("2x"), "{error}");
+        let error = resolve("[docker]\nmemory = \"1k\"", &[], Flags::default()).unwrap_err();
+        assert!(error.to_string().contains("minimum"), "{error}");
+        let error = resolve("[docker]\ncommand = []", &[], Flags::default()).unwrap_err();
+        assert!(error.to_string().contains("command"), "{error}");
+    }
+
+    #[test]
+    fn memory_sizes() {
+        assert_eq!(parse_memory("2g").unwrap(), 2 << 30);
+        assert_eq!(parse_memory("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_memory("512mb").unwrap(), 512 << 20);
+        assert_eq!(parse_memory("1024").unwrap(), 1024);
+        assert!(parse_memory("g").is_err());
+        assert!(parse_memory("1q").is_err());
+        assert!(parse_memory("99999999999t").is_err());
     }
 }

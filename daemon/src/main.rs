@@ -34,7 +34,10 @@ fn main() -> ExitCode {
         }
     };
     init_logging(config.log_level.as_deref());
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("sandboxd: cannot start the async runtime: {error}");
@@ -52,12 +55,17 @@ fn main() -> ExitCode {
 }
 
 /// `RUST_LOG` wins; otherwise the config's `log_level`; otherwise `info`.
+/// tarpc's per-request spans are kept at `warn` unless asked for: at
+/// `info` they repeat trace ids and deadlines on every line.
 fn init_logging(config_level: Option<&str>) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(config_level.unwrap_or("info")));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(format!("tarpc=warn,{}", config_level.unwrap_or("info")))
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 }

@@ -27,7 +27,11 @@ impl SandboxKey {
     pub fn new(scope: Scope, id: impl Into<String>) -> Self {
         let id = id.into();
         let base_name = naming::base_name(scope, &id);
-        SandboxKey { scope, id, base_name }
+        SandboxKey {
+            scope,
+            id,
+            base_name,
+        }
     }
 }
 
@@ -46,7 +50,11 @@ pub trait Driver: Send + Sync + 'static {
     fn health(&self) -> String;
 
     /// Absent → provision; stopped → start; running → fast path.
-    async fn ensure(&self, key: &SandboxKey, env: &SandboxEnv) -> Result<EnsureReport, SandboxError>;
+    async fn ensure(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+    ) -> Result<EnsureReport, SandboxError>;
 
     /// Tear down; missing is success.
     async fn deprovision(
@@ -73,10 +81,15 @@ pub trait Driver: Send + Sync + 'static {
 /// Every driver name, built or not, in the order the error message lists them.
 pub const KNOWN_DRIVERS: [&str; 3] = ["docker", "kubernetes", "local-process"];
 
+/// `'docker', 'kubernetes', 'local-process'`, for the unknown-driver error.
+fn known_drivers() -> String {
+    KNOWN_DRIVERS.map(|name| format!("'{name}'")).join(", ")
+}
+
 /// Why no driver could be built.
 #[derive(Debug, thiserror::Error)]
 pub enum SelectError {
-    #[error("unknown sandbox provisioner type '{0}' — known types: 'docker', 'kubernetes', 'local-process'")]
+    #[error("unknown sandbox provisioner type '{0}' — known types: {known}", known = known_drivers())]
     Unknown(String),
     #[error("sandbox provisioner type '{0}' is not built yet in this version of sandboxd — use 'local-process'")]
     NotBuilt(&'static str),
@@ -97,5 +110,18 @@ pub async fn select(config: &Config) -> Result<Arc<dyn Driver>, SelectError> {
         "docker" => Err(SelectError::NotBuilt("docker")),
         "kubernetes" => Err(SelectError::NotBuilt("kubernetes")),
         other => Err(SelectError::Unknown(other.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_driver_names_every_known_type() {
+        assert_eq!(
+            SelectError::Unknown("lcoal-process".into()).to_string(),
+            "unknown sandbox provisioner type 'lcoal-process' — known types: 'docker', 'kubernetes', 'local-process'"
+        );
     }
 }

@@ -62,14 +62,19 @@ mod tests {
         for id in ["../../etc", "ses_ABC/DEF", "ü ñ 漢字", &"x".repeat(253)] {
             let name = base_name(Scope::Session, id);
             assert_eq!(name.len(), 20, "{name}");
-            assert!(name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
+            assert!(name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
         }
     }
 
     #[test]
     fn labels_carry_the_full_id() {
         let labels = labels(Scope::Workflow, "wfx_123");
-        assert_eq!(labels[0], ("stigmer.ai/managed-by", "stigmer-server".to_string()));
+        assert_eq!(
+            labels[0],
+            ("stigmer.ai/managed-by", "stigmer-server".to_string())
+        );
         assert_eq!(labels[1], ("stigmer.ai/scope", "workflow".to_string()));
         assert_eq!(labels[2], ("stigmer.ai/sandbox-id", "wfx_123".to_string()));
     }

@@ -19,7 +19,11 @@ pub trait Sandboxd {
     async fn protocol_version() -> u32;
 
     /// Idempotent state machine: absent → provision; stopped → start; running → fast path.
-    async fn ensure(scope: Scope, id: String, env: SandboxEnv) -> Result<EnsureReport, SandboxError>;
+    async fn ensure(
+        scope: Scope,
+        id: String,
+        env: SandboxEnv,
+    ) -> Result<EnsureReport, SandboxError>;
 
     /// Tear down; missing is success. `keep_workspace` keeps the workspace for debugging.
     async fn deprovision(

@@ -51,7 +51,9 @@ impl std::str::FromStr for Scope {
         Scope::ALL
             .into_iter()
             .find(|scope| scope.as_str() == s)
-            .ok_or_else(|| format!("unknown scope '{s}' — known scopes: session, workflow, connect"))
+            .ok_or_else(|| {
+                format!("unknown scope '{s}' — known scopes: session, workflow, connect")
+            })
     }
 }
 

@@ -19,7 +19,12 @@ fn invalid(field: &str, why: impl std::fmt::Display) -> SandboxError {
 /// A printable rendering of a rejected value for error messages, bounded
 /// so a hostile 1 MiB id cannot blow up a log line.
 fn shown(value: &str) -> String {
-    let mut shown: String = value.chars().take(64).collect::<String>().escape_debug().collect();
+    let mut shown: String = value
+        .chars()
+        .take(64)
+        .collect::<String>()
+        .escape_debug()
+        .collect();
     if value.chars().count() > 64 {
         shown.push('…');
     }
@@ -41,8 +46,15 @@ fn check_length(field: &str, value: &str, max: usize) -> Result<(), SandboxError
 
 fn check_no_control(field: &str, value: &str) -> Result<(), SandboxError> {
     if let Some(bad) = value.chars().find(|c| c.is_control()) {
-        let what = if bad == '\0' { "a NUL byte".to_string() } else { format!("control character {:?}", bad) };
-        return Err(invalid(field, format_args!("\"{}\" contains {what}", shown(value))));
+        let what = if bad == '\0' {
+            "a NUL byte".to_string()
+        } else {
+            format!("control character {:?}", bad)
+        };
+        return Err(invalid(
+            field,
+            format_args!("\"{}\" contains {what}", shown(value)),
+        ));
     }
     Ok(())
 }
@@ -69,7 +81,11 @@ pub fn caller_class(class: &str) -> Result<(), SandboxError> {
     {
         return Err(invalid(
             "caller_class",
-            format_args!("\"{}\" contains {:?}; allowed are a-z 0-9 _ . -", shown(class), bad),
+            format_args!(
+                "\"{}\" contains {:?}; allowed are a-z 0-9 _ . -",
+                shown(class),
+                bad
+            ),
         ));
     }
     Ok(())
@@ -81,11 +97,17 @@ pub fn token(token: &str) -> Result<(), SandboxError> {
     if token.len() > MAX_TOKEN_LEN {
         return Err(invalid(
             "stigmer_token",
-            format_args!("is {} bytes, longer than the limit of {MAX_TOKEN_LEN}", token.len()),
+            format_args!(
+                "is {} bytes, longer than the limit of {MAX_TOKEN_LEN}",
+                token.len()
+            ),
         ));
     }
     if token.chars().any(|c| c.is_control()) {
-        return Err(invalid("stigmer_token", "contains a control character (value not shown)"));
+        return Err(invalid(
+            "stigmer_token",
+            "contains a control character (value not shown)",
+        ));
     }
     Ok(())
 }
@@ -112,9 +134,14 @@ mod tests {
     #[test]
     fn ids_are_bounded_and_printable() {
         assert!(sandbox_id("session_id", "ses_01HZX").is_ok());
-        assert!(sandbox_id("session_id", "../../x").is_ok(), "path-like ids are fine: paths never use them");
+        assert!(
+            sandbox_id("session_id", "../../x").is_ok(),
+            "path-like ids are fine: paths never use them"
+        );
         assert!(sandbox_id("session_id", &"a".repeat(253)).is_ok());
-        assert!(kind_and_message(sandbox_id("session_id", "")).contains("session_id must not be empty"));
+        assert!(
+            kind_and_message(sandbox_id("session_id", "")).contains("session_id must not be empty")
+        );
         assert!(kind_and_message(sandbox_id("session_id", &"a".repeat(254))).contains("254 bytes"));
         assert!(kind_and_message(sandbox_id("session_id", "a\0b")).contains("NUL"));
         assert!(kind_and_message(sandbox_id("execution_id", "a\nb")).contains("execution_id"));
@@ -122,7 +149,14 @@ mod tests {
 
     #[test]
     fn caller_class_shape() {
-        for ok in ["user", "machine", "runner", "internal", "guest", "ext.lane-2_a"] {
+        for ok in [
+            "user",
+            "machine",
+            "runner",
+            "internal",
+            "guest",
+            "ext.lane-2_a",
+        ] {
             assert!(caller_class(ok).is_ok(), "{ok}");
         }
         assert!(kind_and_message(caller_class("User")).contains("'U'"));
@@ -148,9 +182,15 @@ mod tests {
             caller_class: "user".into(),
         };
         assert!(env(&good).is_ok());
-        let bad_queue = SandboxEnv { task_queue: String::new(), ..good.clone() };
+        let bad_queue = SandboxEnv {
+            task_queue: String::new(),
+            ..good.clone()
+        };
         assert!(kind_and_message(env(&bad_queue)).contains("task_queue"));
-        let bad_class = SandboxEnv { caller_class: "a b".into(), ..good };
+        let bad_class = SandboxEnv {
+            caller_class: "a b".into(),
+            ..good
+        };
         assert!(kind_and_message(env(&bad_class)).contains("caller_class"));
     }
 
@@ -159,7 +199,11 @@ mod tests {
         let token = Token::new("hunter2");
         assert_eq!(format!("{token:?}"), "<redacted>");
         assert_eq!(format!("{token}"), "<redacted>");
-        let env = SandboxEnv { task_queue: "q".into(), stigmer_token: token, caller_class: "user".into() };
+        let env = SandboxEnv {
+            task_queue: "q".into(),
+            stigmer_token: token,
+            caller_class: "user".into(),
+        };
         assert!(!format!("{env:?}").contains("hunter2"));
     }
 }

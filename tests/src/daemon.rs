@@ -64,7 +64,10 @@ impl Default for Options {
 impl Options {
     /// Default options with these runner fixture flags.
     pub fn with_runner_args(args: &[&str]) -> Self {
-        Options { runner_args: args.iter().map(|arg| arg.to_string()).collect(), ..Options::default() }
+        Options {
+            runner_args: args.iter().map(|arg| arg.to_string()).collect(),
+            ..Options::default()
+        }
     }
 }
 
@@ -102,26 +105,54 @@ impl TestDaemon {
         set_mode(&bin, 0o755);
         let fixture = bin.join("runner-fixture");
         copy_executable(&binaries::runner_fixture(), &fixture);
-        let socket = options.socket.clone().unwrap_or_else(|| dir.join("run").join("sandboxd.sock"));
+        let socket = options
+            .socket
+            .clone()
+            .unwrap_or_else(|| dir.join("run").join("sandboxd.sock"));
         let state_dir = dir.join("state");
         let config = dir.join("sandboxd.toml");
         let log = dir.join("daemon.log");
-        let daemon = TestDaemon { dir, socket, state_dir, config, log, fixture, options, child: None };
+        let daemon = TestDaemon {
+            dir,
+            socket,
+            state_dir,
+            config,
+            log,
+            fixture,
+            options,
+            child: None,
+        };
         fs::write(&daemon.config, daemon.config_text()).expect("write config");
         daemon
     }
 
     fn config_text(&self) -> String {
         let options = &self.options;
-        let runner_command =
-            options.runner_command.clone().unwrap_or_else(|| self.fixture.display().to_string());
+        let runner_command = options
+            .runner_command
+            .clone()
+            .unwrap_or_else(|| self.fixture.display().to_string());
         let mut text = String::new();
         writeln!(text, "driver = \"local-process\"").unwrap();
-        writeln!(text, "socket = {}", toml_string(&self.socket.display().to_string())).unwrap();
-        writeln!(text, "state_dir = {}", toml_string(&self.state_dir.display().to_string())).unwrap();
+        writeln!(
+            text,
+            "socket = {}",
+            toml_string(&self.socket.display().to_string())
+        )
+        .unwrap();
+        writeln!(
+            text,
+            "state_dir = {}",
+            toml_string(&self.state_dir.display().to_string())
+        )
+        .unwrap();
         writeln!(text, "stop_grace = {}", toml_string(&options.stop_grace)).unwrap();
         writeln!(text, "runner_command = {}", toml_string(&runner_command)).unwrap();
-        let args: Vec<String> = options.runner_args.iter().map(|arg| toml_string(arg)).collect();
+        let args: Vec<String> = options
+            .runner_args
+            .iter()
+            .map(|arg| toml_string(arg))
+            .collect();
         writeln!(text, "runner_args = [{}]", args.join(", ")).unwrap();
         writeln!(text, "log_level = {}", toml_string(&options.log_level)).unwrap();
         text.push_str(&options.extra_toml);
@@ -136,7 +167,11 @@ impl TestDaemon {
     /// without waiting for it to answer.
     pub fn launch(&mut self) {
         assert!(self.child.is_none(), "the daemon is already running");
-        let log = File::options().create(true).append(true).open(&self.log).expect("open daemon log");
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open daemon log");
         let mut command = Command::new(binaries::sandboxd());
         command
             .arg("--config")
@@ -166,16 +201,28 @@ impl TestDaemon {
         let socket = self.socket.clone();
         let mut exited = None;
         let ready = wait_until(START_TIMEOUT, || {
-            if let Some(status) = self.child.as_mut().and_then(|child| child.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|child| child.try_wait().ok().flatten())
+            {
                 exited = Some(status);
                 return true;
             }
             std::os::unix::net::UnixStream::connect(&socket).is_ok()
         });
         if let Some(status) = exited {
-            panic!("sandboxd exited with {status} before serving; its log:\n{}", self.log_text());
+            panic!(
+                "sandboxd exited with {status} before serving; its log:\n{}",
+                self.log_text()
+            );
         }
-        assert!(ready, "sandboxd did not answer on {} within {START_TIMEOUT:?}; its log:\n{}", socket.display(), self.log_text());
+        assert!(
+            ready,
+            "sandboxd did not answer on {} within {START_TIMEOUT:?}; its log:\n{}",
+            socket.display(),
+            self.log_text()
+        );
     }
 
     /// Waits for the daemon to exit by itself.
@@ -199,15 +246,21 @@ impl TestDaemon {
 
     /// True while the daemon process runs.
     pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
 
     /// Sends SIGTERM and waits (up to 20 s) for the daemon to exit.
     pub fn stop(&mut self) -> ExitStatus {
         let pid = self.pid().expect("the daemon is running");
         procs::signal_pid(pid, Signal::SIGTERM);
-        self.wait_exit(Duration::from_secs(20))
-            .unwrap_or_else(|| panic!("sandboxd did not exit within 20 s of SIGTERM; its log:\n{}", self.log_text()))
+        self.wait_exit(Duration::from_secs(20)).unwrap_or_else(|| {
+            panic!(
+                "sandboxd did not exit within 20 s of SIGTERM; its log:\n{}",
+                self.log_text()
+            )
+        })
     }
 
     /// Sends SIGKILL and reaps the daemon.
@@ -222,13 +275,25 @@ impl TestDaemon {
     pub async fn client(&self) -> SandboxdClient {
         SandboxdClient::connect(&self.socket)
             .await
-            .unwrap_or_else(|error| panic!("cannot connect to {}: {error}; log:\n{}", self.socket.display(), self.log_text()))
+            .unwrap_or_else(|error| {
+                panic!(
+                    "cannot connect to {}: {error}; log:\n{}",
+                    self.socket.display(),
+                    self.log_text()
+                )
+            })
     }
 
     /// Runs `sandboxctl` as root against this daemon, with a 60 s limit.
     pub fn sandboxctl(&self, args: &[&str]) -> Output {
+        self.sandboxctl_with_env(args, &[])
+    }
+
+    /// Runs `sandboxctl` as root with extra environment variables.
+    pub fn sandboxctl_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut command = Command::new(binaries::sandboxctl());
         self.sandboxctl_command(&mut command, args);
+        command.envs(env.iter().copied());
         run_with_timeout(command, Duration::from_secs(60))
     }
 
@@ -281,17 +346,23 @@ impl TestDaemon {
 
     /// `<state_dir>/sandboxes/<base_name>`.
     pub fn workspace(&self, scope: Scope, id: &str) -> PathBuf {
-        self.state_dir.join("sandboxes").join(naming::base_name(scope, id))
+        self.state_dir
+            .join("sandboxes")
+            .join(naming::base_name(scope, id))
     }
 
     /// `<state_dir>/logs/<base_name>.log`.
     pub fn runner_log(&self, scope: Scope, id: &str) -> PathBuf {
-        self.state_dir.join("logs").join(format!("{}.log", naming::base_name(scope, id)))
+        self.state_dir
+            .join("logs")
+            .join(format!("{}.log", naming::base_name(scope, id)))
     }
 
     /// `<state_dir>/ledger/<base_name>.pid`.
     pub fn ledger_file(&self, scope: Scope, id: &str) -> PathBuf {
-        self.state_dir.join("ledger").join(format!("{}.pid", naming::base_name(scope, id)))
+        self.state_dir
+            .join("ledger")
+            .join(format!("{}.pid", naming::base_name(scope, id)))
     }
 
     /// Live processes whose environment points into this test's directory:
@@ -324,12 +395,16 @@ impl TestDaemon {
         }
         for _ in 0..3 {
             for pid in self.leftover_processes() {
-                if let Some(pgid) = procs::process_group(pid).filter(|&pgid| pgid > 1 && pgid == pid) {
+                if let Some(pgid) =
+                    procs::process_group(pid).filter(|&pgid| pgid > 1 && pgid == pid)
+                {
                     procs::signal_group(pgid, Signal::SIGKILL);
                 }
                 procs::signal_pid(pid, Signal::SIGKILL);
             }
-            if wait_until(Duration::from_secs(2), || self.leftover_processes().is_empty()) {
+            if wait_until(Duration::from_secs(2), || {
+                self.leftover_processes().is_empty()
+            }) {
                 break;
             }
         }
@@ -340,7 +415,11 @@ impl Drop for TestDaemon {
     fn drop(&mut self) {
         self.kill_everything();
         if std::thread::panicking() {
-            eprintln!("test failed: keeping {} — daemon log:\n{}", self.dir.display(), self.log_text());
+            eprintln!(
+                "test failed: keeping {} — daemon log:\n{}",
+                self.dir.display(),
+                self.log_text()
+            );
         } else {
             let _ = fs::remove_dir_all(&self.dir);
         }
@@ -350,7 +429,9 @@ impl Drop for TestDaemon {
 /// Runs a command to completion, killing it after `timeout`.
 pub fn run_with_timeout(mut command: Command, timeout: Duration) -> Output {
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let child = command.spawn().unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
+    let child = command
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
     let pid = child.id();
     let (sender, receiver) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -376,13 +457,15 @@ fn set_mode(path: &Path, mode: u32) {
 }
 
 fn copy_executable(from: &Path, to: &Path) {
-    fs::copy(from, to).unwrap_or_else(|error| panic!("copy {} to {}: {error}", from.display(), to.display()));
+    fs::copy(from, to)
+        .unwrap_or_else(|error| panic!("copy {} to {}: {error}", from.display(), to.display()));
     set_mode(to, 0o755);
 }
 
 /// True when every directory from `/` down to `path` lets others traverse it.
 fn others_can_reach(path: &Path) -> bool {
-    path.ancestors().all(|dir| fs::metadata(dir).is_ok_and(|meta| meta.permissions().mode() & 0o001 != 0))
+    path.ancestors()
+        .all(|dir| fs::metadata(dir).is_ok_and(|meta| meta.permissions().mode() & 0o001 != 0))
 }
 
 /// A fresh 0755 directory that `nobody` can reach, with a short path (the
@@ -390,7 +473,11 @@ fn others_can_reach(path: &Path) -> bool {
 pub fn make_test_dir() -> PathBuf {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let temp = std::env::temp_dir();
-    let root = if others_can_reach(&temp) { temp } else { PathBuf::from("/tmp") };
+    let root = if others_can_reach(&temp) {
+        temp
+    } else {
+        PathBuf::from("/tmp")
+    };
     loop {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let dir = root.join(format!("sbxt-{}-{n}", std::process::id()));
@@ -402,7 +489,10 @@ pub fn make_test_dir() -> PathBuf {
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
                 let _ = fs::remove_dir_all(&dir);
             }
-            Err(error) => panic!("cannot create a test directory under {}: {error}", root.display()),
+            Err(error) => panic!(
+                "cannot create a test directory under {}: {error}",
+                root.display()
+            ),
         }
     }
 }

@@ -13,5 +13,7 @@ pub mod runner;
 
 pub use daemon::{make_test_dir, run_with_timeout, Options, TestDaemon, NOBODY};
 pub use procs::{eventually, pid_is_gone, start_time, wait_until};
-pub use raw::{context, sandbox_env, tarpc_client};
-pub use runner::{dir_entries, read_grandchild_pid, read_runner_pid, runner_env, wait_for_runner, RUNNER_TIMEOUT};
+pub use raw::{context, read_response, request_frame, sandbox_env, tarpc_client};
+pub use runner::{
+    dir_entries, read_grandchild_pid, read_runner_pid, runner_env, wait_for_runner, RUNNER_TIMEOUT,
+};

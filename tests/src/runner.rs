@@ -37,14 +37,20 @@ pub fn read_grandchild_pid(workspace: &Path) -> Option<u32> {
 /// The environment the fixture recorded in `workspace/env.json`.
 pub fn runner_env(workspace: &Path) -> BTreeMap<String, String> {
     let path = workspace.join("env.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("read {}: {error}", path.display()));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("read {}: {error}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|error| panic!("parse {}: {error}", path.display()))
 }
 
 /// Names of the entries in a directory (empty when it does not exist).
 pub fn dir_entries(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|entries| entries.flatten().map(|entry| entry.file_name().to_string_lossy().into_owned()).collect())
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     names.sort();
     names

@@ -10,8 +10,8 @@ use nix::sys::signal::Signal;
 use sandboxd_client::{ClientError, ProbeState, SandboxError, Scope};
 use sandboxd_tests::procs::{self, process_group};
 use sandboxd_tests::{
-    eventually, pid_is_gone, read_grandchild_pid, read_runner_pid, runner_env, sandbox_env, start_time, wait_for_runner,
-    wait_until, Options, TestDaemon, NOBODY,
+    eventually, pid_is_gone, read_grandchild_pid, read_runner_pid, runner_env, sandbox_env,
+    start_time, wait_for_runner, wait_until, Options, TestDaemon, NOBODY,
 };
 
 const GONE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -22,25 +22,42 @@ async fn ensure_provisions_once_then_takes_the_fast_path() {
     let client = daemon.client().await;
     let env = sandbox_env("session:fast-1", "tok-fast");
 
-    assert_eq!(client.probe(Scope::Session, "fast-1").await.unwrap(), ProbeState::Absent);
+    assert_eq!(
+        client.probe(Scope::Session, "fast-1").await.unwrap(),
+        ProbeState::Absent
+    );
     let first = client.ensure_session_sandbox("fast-1", &env).await.unwrap();
     assert!(first.created, "{first:?}");
     assert_eq!(first.state, ProbeState::Running);
     assert_eq!(first.generation, 1);
-    let pid = first.pid.expect("the process tier reports the runner's pid");
+    let pid = first
+        .pid
+        .expect("the process tier reports the runner's pid");
     let workspace = daemon.workspace(Scope::Session, "fast-1");
     wait_for_runner(&workspace, pid);
 
     // The runner leads its own process group and runs as nobody.
-    assert_eq!(process_group(pid), Some(pid), "the runner must lead its own process group");
-    assert_eq!(procs::uid_of(pid), Some(NOBODY), "a root daemon runs runners as nobody");
+    assert_eq!(
+        process_group(pid),
+        Some(pid),
+        "the runner must lead its own process group"
+    );
+    assert_eq!(
+        procs::uid_of(pid),
+        Some(NOBODY),
+        "a root daemon runs runners as nobody"
+    );
     let meta = std::fs::metadata(&workspace).unwrap();
     assert_eq!(meta.mode() & 0o777, 0o700, "workspace mode");
     assert_eq!(meta.uid(), NOBODY, "workspace owner");
 
     // The ledger records the runner with its start time.
     let ledger = std::fs::read_to_string(daemon.ledger_file(Scope::Session, "fast-1")).unwrap();
-    assert_eq!(ledger.trim(), format!("{pid} {}", start_time(pid).unwrap()), "ledger record");
+    assert_eq!(
+        ledger.trim(),
+        format!("{pid} {}", start_time(pid).unwrap()),
+        "ledger record"
+    );
 
     // The fast path: same runner, no side effect.
     for _ in 0..3 {
@@ -50,11 +67,17 @@ async fn ensure_provisions_once_then_takes_the_fast_path() {
         assert_eq!(again.generation, 1);
         assert_eq!(again.pid, Some(pid));
     }
-    assert_eq!(client.probe(Scope::Session, "fast-1").await.unwrap(), ProbeState::Running);
+    assert_eq!(
+        client.probe(Scope::Session, "fast-1").await.unwrap(),
+        ProbeState::Running
+    );
     assert!(!pid_is_gone(pid));
 
     let info = client.describe(Scope::Session, "fast-1").await.unwrap();
-    assert_eq!(info.name, sandboxd_protocol::naming::base_name(Scope::Session, "fast-1"));
+    assert_eq!(
+        info.name,
+        sandboxd_protocol::naming::base_name(Scope::Session, "fast-1")
+    );
     assert_eq!((info.scope, info.id.as_str()), (Scope::Session, "fast-1"));
     assert_eq!(info.state, ProbeState::Running);
     assert_eq!(info.pid, Some(pid));
@@ -66,10 +89,20 @@ async fn ensure_provisions_once_then_takes_the_fast_path() {
 
     // Workflow sandboxes follow the same state machine, in their own namespace.
     let wf_env = sandbox_env("wfexec:fast-1", "");
-    let wf = client.ensure_workflow_sandbox("fast-1", &wf_env).await.unwrap();
+    let wf = client
+        .ensure_workflow_sandbox("fast-1", &wf_env)
+        .await
+        .unwrap();
     assert!(wf.created);
-    assert_ne!(wf.pid, Some(pid), "the workflow sandbox with the same id is another runner");
-    let wf_again = client.ensure(Scope::Workflow, "fast-1", &wf_env).await.unwrap();
+    assert_ne!(
+        wf.pid,
+        Some(pid),
+        "the workflow sandbox with the same id is another runner"
+    );
+    let wf_again = client
+        .ensure(Scope::Workflow, "fast-1", &wf_env)
+        .await
+        .unwrap();
     assert_eq!((wf_again.created, wf_again.pid), (false, wf.pid));
     assert_eq!(client.list(Some(Scope::Workflow)).await.unwrap().len(), 1);
     assert_eq!(client.list(None).await.unwrap().len(), 2);
@@ -97,17 +130,39 @@ async fn fifty_concurrent_ensures_of_one_id_start_one_runner() {
         .collect();
 
     let created = reports.iter().filter(|report| report.created).count();
-    assert_eq!(created, 1, "exactly one ensure may start the runner: {reports:?}");
+    assert_eq!(
+        created, 1,
+        "exactly one ensure may start the runner: {reports:?}"
+    );
     let pids: HashSet<_> = reports.iter().map(|report| report.pid).collect();
-    assert_eq!(pids.len(), 1, "every ensure must report the same runner: {pids:?}");
-    assert!(reports.iter().all(|report| report.generation == 1 && report.state == ProbeState::Running));
+    assert_eq!(
+        pids.len(),
+        1,
+        "every ensure must report the same runner: {pids:?}"
+    );
+    assert!(reports
+        .iter()
+        .all(|report| report.generation == 1 && report.state == ProbeState::Running));
 
     let pid = reports[0].pid.unwrap();
     wait_for_runner(&daemon.workspace(Scope::Session, "herd"), pid);
     // Let any double spawn show itself before counting.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(daemon.leftover_processes(), vec![pid], "one runner process and nothing else");
-    assert_eq!(daemon.client().await.describe(Scope::Session, "herd").await.unwrap().generation, 1);
+    assert_eq!(
+        daemon.leftover_processes(),
+        vec![pid],
+        "one runner process and nothing else"
+    );
+    assert_eq!(
+        daemon
+            .client()
+            .await
+            .describe(Scope::Session, "herd")
+            .await
+            .unwrap()
+            .generation,
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,7 +170,10 @@ async fn a_killed_runner_is_absent_and_the_next_ensure_respawns_it() {
     let daemon = TestDaemon::start(Options::default());
     let client = daemon.client().await;
     let env = sandbox_env("session:phoenix", "tok-1");
-    let first = client.ensure_session_sandbox("phoenix", &env).await.unwrap();
+    let first = client
+        .ensure_session_sandbox("phoenix", &env)
+        .await
+        .unwrap();
     let old_pid = first.pid.unwrap();
     let workspace = daemon.workspace(Scope::Session, "phoenix");
     wait_for_runner(&workspace, old_pid);
@@ -123,8 +181,10 @@ async fn a_killed_runner_is_absent_and_the_next_ensure_respawns_it() {
 
     procs::signal_pid(old_pid, Signal::SIGKILL);
     assert!(
-        eventually(GONE_TIMEOUT, || async { client.probe(Scope::Session, "phoenix").await.unwrap() == ProbeState::Absent })
-            .await,
+        eventually(GONE_TIMEOUT, || async {
+            client.probe(Scope::Session, "phoenix").await.unwrap() == ProbeState::Absent
+        })
+        .await,
         "a dead runner must probe absent, not a cached belief"
     );
     assert!(wait_until(GONE_TIMEOUT, || pid_is_gone(old_pid)));
@@ -134,18 +194,34 @@ async fn a_killed_runner_is_absent_and_the_next_ensure_respawns_it() {
     let exit = info.last_exit.expect("the runner's exit is recorded");
     assert_eq!(exit.signal, Some(libc::SIGKILL), "{exit:?}");
 
-    let second = client.ensure_session_sandbox("phoenix", &env).await.unwrap();
+    let second = client
+        .ensure_session_sandbox("phoenix", &env)
+        .await
+        .unwrap();
     assert!(second.created, "{second:?}");
     assert_eq!(second.generation, first.generation + 1);
     let new_pid = second.pid.unwrap();
     assert_ne!(new_pid, old_pid);
     wait_for_runner(&workspace, new_pid);
-    assert_eq!(std::fs::read_to_string(workspace.join("marker")).unwrap(), "kept", "the workspace is kept across respawns");
-    assert_eq!(client.probe(Scope::Session, "phoenix").await.unwrap(), ProbeState::Running);
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("marker")).unwrap(),
+        "kept",
+        "the workspace is kept across respawns"
+    );
+    assert_eq!(
+        client.probe(Scope::Session, "phoenix").await.unwrap(),
+        ProbeState::Running
+    );
     let info = client.describe(Scope::Session, "phoenix").await.unwrap();
-    assert_eq!((info.generation, info.restarts, info.pid), (2, 1, Some(new_pid)));
+    assert_eq!(
+        (info.generation, info.restarts, info.pid),
+        (2, 1, Some(new_pid))
+    );
     let ledger = std::fs::read_to_string(daemon.ledger_file(Scope::Session, "phoenix")).unwrap();
-    assert_eq!(ledger.split_whitespace().next(), Some(new_pid.to_string().as_str()));
+    assert_eq!(
+        ledger.split_whitespace().next(),
+        Some(new_pid.to_string().as_str())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,8 +233,10 @@ async fn a_runner_that_exits_at_once_is_seen_and_recorded() {
     assert!(first.created);
     let workspace = daemon.workspace(Scope::Workflow, "brief");
     assert!(
-        eventually(GONE_TIMEOUT, || async { client.probe(Scope::Workflow, "brief").await.unwrap() == ProbeState::Absent })
-            .await,
+        eventually(GONE_TIMEOUT, || async {
+            client.probe(Scope::Workflow, "brief").await.unwrap() == ProbeState::Absent
+        })
+        .await,
         "a runner that exited must probe absent"
     );
     assert_eq!(read_runner_pid(&workspace), first.pid, "the runner did run");
@@ -166,37 +244,71 @@ async fn a_runner_that_exits_at_once_is_seen_and_recorded() {
     assert_eq!(second.generation, first.generation + 1);
     let exited_with_3 = eventually(GONE_TIMEOUT, || async {
         let info = client.describe(Scope::Workflow, "brief").await.unwrap();
-        info.last_exit.is_some_and(|exit| exit.code == Some(3) && exit.signal.is_none())
+        info.last_exit
+            .is_some_and(|exit| exit.code == Some(3) && exit.signal.is_none())
     })
     .await;
-    assert!(exited_with_3, "describe reports the exit code: {:?}", client.describe(Scope::Workflow, "brief").await);
-    let log = std::fs::read_to_string(daemon.runner_log(Scope::Workflow, "brief")).unwrap_or_default();
-    assert!(log.contains("runner-fixture"), "the runner's stderr goes to its log file: {log:?}");
+    assert!(
+        exited_with_3,
+        "describe reports the exit code: {:?}",
+        client.describe(Scope::Workflow, "brief").await
+    );
+    let log =
+        std::fs::read_to_string(daemon.runner_log(Scope::Workflow, "brief")).unwrap_or_default();
+    assert!(
+        log.contains("runner-fixture"),
+        "the runner's stderr goes to its log file: {log:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deprovision_tears_down_and_is_idempotent() {
     let daemon = TestDaemon::start(Options::with_runner_args(&["--fork-grandchild"]));
     let client = daemon.client().await;
-    let report = client.ensure_session_sandbox("gone-1", &sandbox_env("session:gone-1", "t")).await.unwrap();
+    let report = client
+        .ensure_session_sandbox("gone-1", &sandbox_env("session:gone-1", "t"))
+        .await
+        .unwrap();
     let pid = report.pid.unwrap();
     let workspace = daemon.workspace(Scope::Session, "gone-1");
     wait_for_runner(&workspace, pid);
     let grandchild = read_grandchild_pid(&workspace).unwrap();
-    assert_eq!(process_group(grandchild), Some(pid), "the grandchild shares the runner's group");
+    assert_eq!(
+        process_group(grandchild),
+        Some(pid),
+        "the grandchild shares the runner's group"
+    );
 
     let down = client.deprovision_session_sandbox("gone-1").await.unwrap();
     assert!(down.was_present, "{down:?}");
     assert!(!down.forced, "the fixture exits on SIGTERM: {down:?}");
-    assert!(wait_until(GONE_TIMEOUT, || pid_is_gone(pid)), "runner {pid} still alive");
-    assert!(wait_until(GONE_TIMEOUT, || pid_is_gone(grandchild)), "grandchild {grandchild} still alive");
-    assert!(!workspace.exists(), "a plain deprovision removes the workspace");
-    assert!(!daemon.ledger_file(Scope::Session, "gone-1").exists(), "the ledger record is removed");
-    assert_eq!(client.probe(Scope::Session, "gone-1").await.unwrap(), ProbeState::Absent);
+    assert!(
+        wait_until(GONE_TIMEOUT, || pid_is_gone(pid)),
+        "runner {pid} still alive"
+    );
+    assert!(
+        wait_until(GONE_TIMEOUT, || pid_is_gone(grandchild)),
+        "grandchild {grandchild} still alive"
+    );
+    assert!(
+        !workspace.exists(),
+        "a plain deprovision removes the workspace"
+    );
+    assert!(
+        !daemon.ledger_file(Scope::Session, "gone-1").exists(),
+        "the ledger record is removed"
+    );
+    assert_eq!(
+        client.probe(Scope::Session, "gone-1").await.unwrap(),
+        ProbeState::Absent
+    );
 
     let again = client.deprovision_session_sandbox("gone-1").await.unwrap();
     assert!(!again.was_present && !again.forced, "{again:?}");
-    let never = client.deprovision_workflow_sandbox("never-existed").await.unwrap();
+    let never = client
+        .deprovision_workflow_sandbox("never-existed")
+        .await
+        .unwrap();
     assert!(!never.was_present, "{never:?}");
     assert!(daemon.leftover_processes().is_empty());
 }
@@ -207,21 +319,46 @@ async fn deprovision_forces_a_runner_that_ignores_sigterm_after_the_grace() {
     options.stop_grace = "1s".to_string();
     let daemon = TestDaemon::start(options);
     let client = daemon.client().await;
-    let report = client.ensure_workflow_sandbox("stubborn", &sandbox_env("wfexec:stubborn", "")).await.unwrap();
+    let report = client
+        .ensure_workflow_sandbox("stubborn", &sandbox_env("wfexec:stubborn", ""))
+        .await
+        .unwrap();
     let pid = report.pid.unwrap();
     let workspace = daemon.workspace(Scope::Workflow, "stubborn");
     wait_for_runner(&workspace, pid);
     let grandchild = read_grandchild_pid(&workspace).unwrap();
 
     let started = Instant::now();
-    let down = client.deprovision_workflow_sandbox("stubborn").await.unwrap();
+    let down = client
+        .deprovision_workflow_sandbox("stubborn")
+        .await
+        .unwrap();
     let took = started.elapsed();
-    assert!(down.was_present && down.forced, "a runner that ignores SIGTERM is killed and reported forced: {down:?}");
-    assert!(took >= Duration::from_millis(900), "SIGKILL came before the 1 s grace: after {took:?}");
-    assert!(wait_until(GONE_TIMEOUT, || pid_is_gone(pid)), "runner {pid} still alive");
-    assert!(wait_until(GONE_TIMEOUT, || pid_is_gone(grandchild)), "grandchild {grandchild} still alive");
-    assert!(daemon.leftover_processes().is_empty(), "{:?}", daemon.leftover_processes());
-    assert_eq!(client.probe(Scope::Workflow, "stubborn").await.unwrap(), ProbeState::Absent);
+    assert!(
+        down.was_present && down.forced,
+        "a runner that ignores SIGTERM is killed and reported forced: {down:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(900),
+        "SIGKILL came before the 1 s grace: after {took:?}"
+    );
+    assert!(
+        wait_until(GONE_TIMEOUT, || pid_is_gone(pid)),
+        "runner {pid} still alive"
+    );
+    assert!(
+        wait_until(GONE_TIMEOUT, || pid_is_gone(grandchild)),
+        "grandchild {grandchild} still alive"
+    );
+    assert!(
+        daemon.leftover_processes().is_empty(),
+        "{:?}",
+        daemon.leftover_processes()
+    );
+    assert_eq!(
+        client.probe(Scope::Workflow, "stubborn").await.unwrap(),
+        ProbeState::Absent
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,31 +366,70 @@ async fn keep_workspace_keeps_it_and_a_plain_deprovision_removes_it() {
     let daemon = TestDaemon::start(Options::default());
     let client = daemon.client().await;
     let env = sandbox_env("session:keep", "");
-    let pid = client.ensure(Scope::Session, "keep", &env).await.unwrap().pid.unwrap();
+    let pid = client
+        .ensure(Scope::Session, "keep", &env)
+        .await
+        .unwrap()
+        .pid
+        .unwrap();
     let workspace = daemon.workspace(Scope::Session, "keep");
     wait_for_runner(&workspace, pid);
 
-    let down = client.deprovision(Scope::Session, "keep", true).await.unwrap();
+    let down = client
+        .deprovision(Scope::Session, "keep", true)
+        .await
+        .unwrap();
     assert!(down.was_present);
     assert!(wait_until(GONE_TIMEOUT, || pid_is_gone(pid)));
-    assert!(workspace.join("env.json").is_file(), "--keep-workspace keeps the workspace and its files");
-    assert_eq!(client.probe(Scope::Session, "keep").await.unwrap(), ProbeState::Absent);
+    assert!(
+        workspace.join("env.json").is_file(),
+        "--keep-workspace keeps the workspace and its files"
+    );
+    assert_eq!(
+        client.probe(Scope::Session, "keep").await.unwrap(),
+        ProbeState::Absent
+    );
 
     // A kept workspace is reused by the next runner.
-    let pid = client.ensure(Scope::Session, "keep", &env).await.unwrap().pid.unwrap();
+    let pid = client
+        .ensure(Scope::Session, "keep", &env)
+        .await
+        .unwrap()
+        .pid
+        .unwrap();
     wait_for_runner(&workspace, pid);
-    let down = client.deprovision(Scope::Session, "keep", false).await.unwrap();
+    let down = client
+        .deprovision(Scope::Session, "keep", false)
+        .await
+        .unwrap();
     assert!(down.was_present);
-    assert!(!workspace.exists(), "a plain deprovision removes the workspace");
+    assert!(
+        !workspace.exists(),
+        "a plain deprovision removes the workspace"
+    );
     assert!(wait_until(GONE_TIMEOUT, || pid_is_gone(pid)));
 
     // A workspace kept with no runner left still counts as present, and goes.
-    let pid = client.ensure(Scope::Session, "keep", &env).await.unwrap().pid.unwrap();
+    let pid = client
+        .ensure(Scope::Session, "keep", &env)
+        .await
+        .unwrap()
+        .pid
+        .unwrap();
     wait_for_runner(&workspace, pid);
-    client.deprovision(Scope::Session, "keep", true).await.unwrap();
+    client
+        .deprovision(Scope::Session, "keep", true)
+        .await
+        .unwrap();
     assert!(workspace.exists());
-    let down = client.deprovision(Scope::Session, "keep", false).await.unwrap();
-    assert!(down.was_present, "a kept workspace is something to tear down: {down:?}");
+    let down = client
+        .deprovision(Scope::Session, "keep", false)
+        .await
+        .unwrap();
+    assert!(
+        down.was_present,
+        "a kept workspace is something to tear down: {down:?}"
+    );
     assert!(!workspace.exists());
 }
 
@@ -264,33 +440,116 @@ async fn connect_sandboxes_are_created_once_and_deprovisioned_idempotently() {
     let env = sandbox_env("mcp:req-7", "tok-connect");
     let sandbox_id = client.create_connect_sandbox("req-7", &env).await.unwrap();
     assert!(!sandbox_id.is_empty());
-    assert_eq!(client.probe(Scope::Connect, &sandbox_id).await.unwrap(), ProbeState::Running);
+    assert_eq!(
+        client.probe(Scope::Connect, &sandbox_id).await.unwrap(),
+        ProbeState::Running
+    );
     let info = client.describe(Scope::Connect, &sandbox_id).await.unwrap();
     let pid = info.pid.expect("a running connect sandbox has a pid");
-    let workspace = std::path::PathBuf::from(procs::env_of(pid, "WORKSPACE_ROOT_DIR").expect("the runner's workspace"));
-    assert!(workspace.starts_with(daemon.state_dir().join("sandboxes")), "{}", workspace.display());
+    let workspace = std::path::PathBuf::from(
+        procs::env_of(pid, "WORKSPACE_ROOT_DIR").expect("the runner's workspace"),
+    );
     assert!(
-        workspace.file_name().unwrap().to_string_lossy().starts_with("sbx-mcp-"),
+        workspace.starts_with(daemon.state_dir().join("sandboxes")),
+        "{}",
+        workspace.display()
+    );
+    assert!(
+        workspace
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("sbx-mcp-"),
         "a connect sandbox's workspace is named sbx-mcp-…: {}",
         workspace.display()
     );
     wait_for_runner(&workspace, pid);
-    assert_eq!(runner_env(&workspace).get("STIGMER_TASK_QUEUE").map(String::as_str), Some("mcp:req-7"));
+    assert_eq!(
+        runner_env(&workspace)
+            .get("STIGMER_TASK_QUEUE")
+            .map(String::as_str),
+        Some("mcp:req-7")
+    );
 
     // NOT idempotent: a second create of the same request fails.
     match client.create_connect_sandbox("req-7", &env).await {
         Err(ClientError::Sandbox(SandboxError::FailedPrecondition(message))) => {
-            assert!(message.contains("req-7"), "the error names the request: {message}");
+            assert!(
+                message.contains("req-7"),
+                "the error names the request: {message}"
+            );
         }
-        other => panic!("a second create of the same request must fail with failed precondition, got {other:?}"),
+        other => panic!(
+            "a second create of the same request must fail with failed precondition, got {other:?}"
+        ),
     }
-    assert_eq!(daemon.leftover_processes(), vec![pid], "the failed create started nothing");
+    assert_eq!(
+        daemon.leftover_processes(),
+        vec![pid],
+        "the failed create started nothing"
+    );
 
-    let down = client.deprovision_connect_sandbox(&sandbox_id).await.unwrap();
+    let down = client
+        .deprovision_connect_sandbox(&sandbox_id)
+        .await
+        .unwrap();
     assert!(down.was_present, "{down:?}");
     assert!(wait_until(GONE_TIMEOUT, || pid_is_gone(pid)));
-    assert_eq!(client.probe(Scope::Connect, &sandbox_id).await.unwrap(), ProbeState::Absent);
-    let again = client.deprovision_connect_sandbox(&sandbox_id).await.unwrap();
+    assert_eq!(
+        client.probe(Scope::Connect, &sandbox_id).await.unwrap(),
+        ProbeState::Absent
+    );
+    let again = client
+        .deprovision_connect_sandbox(&sandbox_id)
+        .await
+        .unwrap();
     assert!(!again.was_present, "{again:?}");
     assert!(daemon.leftover_processes().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ensure_racing_a_slow_deprovision_gets_a_runner_that_stays() {
+    // The old runner ignores SIGTERM, so its deprovision takes the whole
+    // grace; its late exit must not remove the replacement from the table.
+    let mut options = Options::with_runner_args(&["--ignore-term"]);
+    options.stop_grace = "1s".to_string();
+    let daemon = TestDaemon::start(options);
+    let client = daemon.client().await;
+    let env = sandbox_env("session:race", "");
+    let old = client.ensure_session_sandbox("race", &env).await.unwrap();
+    let old_pid = old.pid.unwrap();
+    let workspace = daemon.workspace(Scope::Session, "race");
+    wait_for_runner(&workspace, old_pid);
+
+    let deprovision = {
+        let client = client.clone();
+        tokio::spawn(async move { client.deprovision(Scope::Session, "race", true).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let new = client.ensure_session_sandbox("race", &env).await.unwrap();
+    let down = deprovision.await.unwrap().unwrap();
+    assert!(down.was_present && down.forced, "{down:?}");
+    assert!(
+        new.created,
+        "the ensure after the deprovision starts a new runner: {new:?}"
+    );
+    let new_pid = new.pid.unwrap();
+    assert_ne!(new_pid, old_pid);
+    assert!(wait_until(GONE_TIMEOUT, || pid_is_gone(old_pid)));
+    wait_for_runner(&workspace, new_pid);
+
+    // Give a wrongly attributed exit every chance to show.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        client.probe(Scope::Session, "race").await.unwrap(),
+        ProbeState::Running
+    );
+    let again = client.ensure_session_sandbox("race", &env).await.unwrap();
+    assert_eq!(
+        (again.created, again.pid),
+        (false, Some(new_pid)),
+        "the replacement was forgotten"
+    );
+    assert!(!pid_is_gone(new_pid));
+    assert_eq!(daemon.leftover_processes(), vec![new_pid]);
 }

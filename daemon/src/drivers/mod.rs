@@ -1,3 +1,4 @@
 //! The isolation tiers behind [`crate::provisioner::Driver`].
 
+pub mod key_lock;
 pub mod local_process;

@@ -91,7 +91,11 @@ fn admit(
     limits: Limits,
 ) {
     let peer = match stream.peer_cred() {
-        Ok(cred) => Peer { uid: cred.uid(), gid: cred.gid(), pid: cred.pid() },
+        Ok(cred) => Peer {
+            uid: cred.uid(),
+            gid: cred.gid(),
+            pid: cred.pid(),
+        },
         Err(error) => {
             tracing::warn!(%error, "closing a connection whose peer credentials cannot be read");
             return;
@@ -107,7 +111,12 @@ fn admit(
         );
         return;
     };
-    tracing::debug!(uid = peer.uid, gid = peer.gid, pid = peer.pid, "connection accepted");
+    tracing::debug!(
+        uid = peer.uid,
+        gid = peer.gid,
+        pid = peer.pid,
+        "connection accepted"
+    );
     let span = tracing::info_span!("connection", uid = peer.uid, gid = peer.gid, pid = peer.pid);
     let service = ConnectionService::new(peer, daemon.clone());
     let max_requests = limits.max_requests_per_connection;

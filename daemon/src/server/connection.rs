@@ -5,8 +5,8 @@
 //! in flight, and closing the connection cancels all of them.
 //!
 //! Concurrency per connection is capped by tarpc's `max_concurrent_requests`:
-//! a request over the cap is answered at once with a "would block" server
-//! error rather than queued. The stream of requests itself is polled without
+//! a request over the cap is answered at once with tarpc's "server throttled
+//! the request" error rather than queued. The stream of requests itself is polled without
 //! a second cap, because it also writes the responses and expires deadlines:
 //! a `for_each_concurrent` limit would stop polling it exactly when the
 //! handlers wait for their responses to be written.
@@ -18,6 +18,7 @@
 
 use std::error::Error;
 use std::io;
+use std::sync::Arc;
 
 use futures::future::ready;
 use futures::StreamExt;
@@ -64,31 +65,86 @@ fn log_broken(error: &(dyn Error + 'static)) {
     }
 }
 
-/// The error and its sources, `: `-separated (tarpc's wrappers say little
-/// on their own: "could not read from the transport").
+/// The error and its sources on one line, `: `-separated (tarpc's wrappers
+/// say little on their own: "could not read from the transport"; some of
+/// bincode's messages span several lines).
 fn error_chain(error: &(dyn Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+    let mut parts = Vec::new();
+    let mut current = Some(error);
+    while let Some(error) = current {
+        parts.push(
+            error
+                .to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+        current = error.source();
     }
-    text
+    parts.join(": ")
 }
 
+/// True when the error, at any depth, is the peer going away. tarpc wraps
+/// the transport's `io::Error` in an `Arc`, and serde_transport wraps the
+/// socket's in `io::Error::other`, which `source()` does not walk into.
 fn is_hang_up(error: &(dyn Error + 'static)) -> bool {
     let mut current = Some(error);
     while let Some(error) = current {
-        if let Some(io_error) = error.downcast_ref::<io::Error>() {
+        let io_error = error
+            .downcast_ref::<io::Error>()
+            .or_else(|| error.downcast_ref::<Arc<io::Error>>().map(Arc::as_ref));
+        if let Some(io_error) = io_error {
             if matches!(
                 io_error.kind(),
-                io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof
+                io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::UnexpectedEof
             ) {
                 return true;
+            }
+            if let Some(wrapped) = io_error.get_ref() {
+                if is_hang_up(wrapped) {
+                    return true;
+                }
             }
         }
         current = error.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error shaped as a failed read reaches us: the socket's or codec's
+    /// `io::Error`, wrapped by serde_transport, wrapped by tarpc.
+    fn read_error(cause: io::Error) -> tarpc::ChannelError<io::Error> {
+        tarpc::ChannelError::Read(Arc::new(io::Error::other(cause)))
+    }
+
+    #[test]
+    fn error_chains_are_one_line() {
+        let garbage = read_error(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "\nByte 255 is\n  reserved",
+        ));
+        let chain = error_chain(&garbage);
+        assert_eq!(
+            chain,
+            "could not read from the transport: Byte 255 is reserved"
+        );
+    }
+
+    #[test]
+    fn hang_ups_are_told_apart_from_garbage() {
+        assert!(is_hang_up(&read_error(
+            io::ErrorKind::ConnectionReset.into()
+        )));
+        assert!(is_hang_up(&read_error(io::ErrorKind::BrokenPipe.into())));
+        assert!(!is_hang_up(&read_error(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "frame size too big"
+        ))));
+    }
 }

@@ -167,7 +167,10 @@ mod tests {
         ClientMessage::Request(Request {
             context,
             id: 7,
-            message: SandboxdRequest::Probe { scope: Scope::Session, id: "ses_01".to_string() },
+            message: SandboxdRequest::Probe {
+                scope: Scope::Session,
+                id: "ses_01".to_string(),
+            },
         })
     }
 
@@ -191,7 +194,10 @@ mod tests {
     }
 
     fn remaining(request: &Request<SandboxdRequest>) -> Duration {
-        request.context.deadline.saturating_duration_since(Instant::now())
+        request
+            .context
+            .deadline
+            .saturating_duration_since(Instant::now())
     }
 
     #[test]
@@ -212,7 +218,11 @@ mod tests {
         let nanos_len = read_varint(&frame, 1 + secs_len).unwrap().1;
         rewritten.extend_from_slice(&frame[1 + secs_len + nanos_len..]);
         let request = expect_request(decode(&rewritten).unwrap());
-        assert!((41..=42).contains(&remaining(&request).as_secs()), "{:?}", remaining(&request));
+        assert!(
+            (41..=42).contains(&remaining(&request).as_secs()),
+            "{:?}",
+            remaining(&request)
+        );
         assert_eq!(request.id, 7);
     }
 
@@ -224,7 +234,10 @@ mod tests {
         let request = expect_request(decode(&frame).unwrap());
         let left = remaining(&request);
         assert!(left <= Duration::from_secs(MAX_DEADLINE_SECS), "{left:?}");
-        assert!(left >= Duration::from_secs(MAX_DEADLINE_SECS - 5), "{left:?}");
+        assert!(
+            left >= Duration::from_secs(MAX_DEADLINE_SECS - 5),
+            "{left:?}"
+        );
         assert_eq!(request.id, 7);
         assert!(
             matches!(&request.message, SandboxdRequest::Probe { scope: Scope::Session, id } if id == "ses_01"),
@@ -248,7 +261,10 @@ mod tests {
         let unclamped = std::panic::catch_unwind(AssertUnwindSafe(|| {
             Pin::new(&mut plain).deserialize(&hostile)
         }));
-        assert!(unclamped.is_err(), "without the clamp, tarpc's decode panics");
+        assert!(
+            unclamped.is_err(),
+            "without the clamp, tarpc's decode panics"
+        );
 
         let request = expect_request(decode(&hostile).unwrap());
         assert!(remaining(&request) <= Duration::from_secs(MAX_DEADLINE_SECS));
@@ -292,9 +308,17 @@ mod tests {
         let frame = encode(&probe_request(HUNDRED_YEARS));
         for end in 0..frame.len() {
             let _ = clamp_deadline(&frame[..end]);
-            assert!(decode(&frame[..end]).is_err(), "prefix of {end} bytes decoded");
+            assert!(
+                decode(&frame[..end]).is_err(),
+                "prefix of {end} bytes decoded"
+            );
         }
-        for garbage in [&[0xffu8; 16][..], &[0, 254, 1, 2][..], &[0, 253, 1][..], b"GET / HTTP/1.1\r\n"] {
+        for garbage in [
+            &[0xffu8; 16][..],
+            &[0, 254, 1, 2][..],
+            &[0, 253, 1][..],
+            b"GET / HTTP/1.1\r\n",
+        ] {
             let _ = clamp_deadline(garbage);
             assert!(decode(garbage).is_err(), "{garbage:?} decoded");
         }

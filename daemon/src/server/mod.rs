@@ -16,6 +16,10 @@ mod connection;
 mod deadline;
 mod service;
 mod socket;
+#[cfg(test)]
+mod testing;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -59,12 +63,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         socket = %config.socket.display(),
         driver = driver.name(),
         state_dir = %config.state_dir.display(),
+        config_file = ?config.source_file,
         pid = std::process::id(),
         "sandboxd is serving"
     );
 
-    let (signal, connections) =
-        accept::serve_until(listener, daemon, limits, signals.next()).await;
+    let (signal, connections) = accept::serve_until(listener, daemon, limits, signals.next()).await;
     tracing::info!(
         signal = signal.name(),
         "stopping: no longer accepting connections (send the signal again to exit at once)"

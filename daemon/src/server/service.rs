@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sandboxd_protocol::{
-    validate, DaemonStatus, DeprovisionReport, EnsureReport, ProbeState, SandboxCounts,
-    SandboxEnv, SandboxError, SandboxInfo, Sandboxd, Scope, PROTOCOL_VERSION,
+    validate, DaemonStatus, DeprovisionReport, EnsureReport, ProbeState, SandboxCounts, SandboxEnv,
+    SandboxError, SandboxInfo, Sandboxd, Scope, PROTOCOL_VERSION,
 };
 use tarpc::context::Context;
 
@@ -40,7 +40,9 @@ impl ConnectionService {
         ConnectionService { peer, daemon }
     }
 
+    /// Every call starts here: a debug line naming it, then the access check.
     fn authorize(&self, call: Call) -> Result<(), SandboxError> {
+        tracing::debug!(call = call.name(), "call");
         self.daemon.access.authorize(&self.peer, call)
     }
 
@@ -129,6 +131,9 @@ fn count(sandboxes: &[SandboxInfo]) -> SandboxCounts {
 
 impl Sandboxd for ConnectionService {
     async fn protocol_version(self, _: Context) -> u32 {
+        // Open to every peer (see `access`), so a client of any version can
+        // report a mismatch instead of a permission error.
+        tracing::debug!(call = Call::ProtocolVersion.name(), "call");
         PROTOCOL_VERSION
     }
 
@@ -175,15 +180,28 @@ impl Sandboxd for ConnectionService {
         self.authorize(Call::CreateConnect)?;
         let key = key(Scope::Connect, "request_id", request_id)?;
         validate::env(&env)?;
-        let result = self.driver().ensure(&key, &env).await;
-        log_ensure(Call::CreateConnect, &key, &result);
-        if !result?.created {
-            return Err(SandboxError::FailedPrecondition(format!(
-                "connect sandbox for request '{}' already exists ({})",
-                key.id, key.base_name
-            )));
+        let report = self.driver().ensure(&key, &env).await;
+        match &report {
+            // Not idempotent: the request's sandbox must be a new one.
+            Ok(existing) if !existing.created => {
+                tracing::warn!(
+                    call = Call::CreateConnect.name(),
+                    id = %key.id,
+                    name = %key.base_name,
+                    pid = existing.pid,
+                    generation = existing.generation,
+                    "refused: the request's connect sandbox already exists"
+                );
+                Err(SandboxError::FailedPrecondition(format!(
+                    "connect sandbox for request '{}' already exists ({})",
+                    key.id, key.base_name
+                )))
+            }
+            _ => {
+                log_ensure(Call::CreateConnect, &key, &report);
+                report.map(|_| key.id)
+            }
         }
-        Ok(key.id)
     }
 
     async fn deprovision_connect(
@@ -215,7 +233,11 @@ impl Sandboxd for ConnectionService {
         self.driver().describe(&key).await
     }
 
-    async fn list(self, _: Context, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError> {
+    async fn list(
+        self,
+        _: Context,
+        scope: Option<Scope>,
+    ) -> Result<Vec<SandboxInfo>, SandboxError> {
         self.authorize(Call::List)?;
         self.driver().list(scope).await
     }
@@ -239,7 +261,220 @@ impl Sandboxd for ConnectionService {
 
 #[cfg(test)]
 mod tests {
+    use tarpc::context;
+
     use super::*;
+    use crate::config::AccessConfig;
+    use crate::server::testing::{daemon_state, env, FakeDriver};
+
+    const ROOT: Peer = Peer {
+        uid: 0,
+        gid: 0,
+        pid: Some(1),
+    };
+    const READER: Peer = Peer {
+        uid: 1002,
+        gid: 1002,
+        pid: Some(2),
+    };
+    const STRANGER: Peer = Peer {
+        uid: 1234,
+        gid: 1234,
+        pid: Some(3),
+    };
+
+    fn service(peer: Peer) -> (ConnectionService, Arc<FakeDriver>) {
+        let driver = Arc::new(FakeDriver::default());
+        let lists = AccessConfig {
+            read_uids: vec![READER.uid],
+            ..AccessConfig::default()
+        };
+        (
+            ConnectionService::new(peer, daemon_state(driver.clone(), lists)),
+            driver,
+        )
+    }
+
+    fn invalid(result: Result<impl std::fmt::Debug, SandboxError>) -> String {
+        match result {
+            Err(SandboxError::InvalidArgument(message)) => message,
+            other => panic!("expected invalid argument, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn ensure_validates_before_touching_the_driver() {
+        let (service, driver) = service(ROOT);
+        let ctx = context::current();
+        let message = invalid(
+            service
+                .clone()
+                .ensure(ctx, Scope::Session, String::new(), env())
+                .await,
+        );
+        assert!(message.contains("session_id"), "{message}");
+        let message = invalid(
+            service
+                .clone()
+                .ensure(ctx, Scope::Workflow, "a\0b".into(), env())
+                .await,
+        );
+        assert!(message.contains("execution_id"), "{message}");
+        let bad_env = SandboxEnv {
+            caller_class: "Not Valid".into(),
+            ..env()
+        };
+        let message = invalid(
+            service
+                .clone()
+                .ensure(ctx, Scope::Session, "ses_1".into(), bad_env)
+                .await,
+        );
+        assert!(message.contains("caller_class"), "{message}");
+        let message = invalid(
+            service
+                .clone()
+                .ensure(ctx, Scope::Connect, "mcp_1".into(), env())
+                .await,
+        );
+        assert!(message.contains("create_connect"), "{message}");
+        assert_eq!(
+            driver.calls(),
+            Vec::<String>::new(),
+            "no side effect on bad input"
+        );
+
+        let report = service
+            .ensure(ctx, Scope::Session, "ses_1".into(), env())
+            .await
+            .unwrap();
+        assert!(report.created);
+        assert_eq!(driver.calls(), ["ensure session ses_1"]);
+    }
+
+    #[tokio::test]
+    async fn create_connect_is_not_idempotent() {
+        let (service, driver) = service(ROOT);
+        let ctx = context::current();
+        let message = invalid(
+            service
+                .clone()
+                .create_connect(ctx, String::new(), env())
+                .await,
+        );
+        assert!(message.contains("request_id"), "{message}");
+        let id = service
+            .clone()
+            .create_connect(ctx, "req-1".into(), env())
+            .await
+            .unwrap();
+        assert_eq!(id, "req-1");
+        match service
+            .clone()
+            .create_connect(ctx, "req-1".into(), env())
+            .await
+        {
+            Err(SandboxError::FailedPrecondition(message)) => {
+                assert!(
+                    message.starts_with(
+                        "connect sandbox for request 'req-1' already exists (sbx-mcp-"
+                    ),
+                    "{message}"
+                );
+            }
+            other => panic!("expected failed precondition, got {other:?}"),
+        }
+        let report = service
+            .clone()
+            .deprovision_connect(ctx, "req-1".into())
+            .await
+            .unwrap();
+        assert!(report.was_present);
+        let message = invalid(service.deprovision_connect(ctx, "x\ny".into()).await);
+        assert!(message.contains("sandbox_id"), "{message}");
+        assert_eq!(
+            driver.calls(),
+            [
+                "ensure connect req-1",
+                "ensure connect req-1",
+                "deprovision connect req-1"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn access_is_checked_before_anything_else() {
+        let ctx = context::current();
+        let (stranger, driver) = service(STRANGER);
+        assert_eq!(
+            stranger.clone().protocol_version(ctx).await,
+            PROTOCOL_VERSION
+        );
+        let denied = stranger
+            .clone()
+            .ensure(ctx, Scope::Session, String::new(), env())
+            .await;
+        assert!(
+            matches!(denied, Err(SandboxError::PermissionDenied(_))),
+            "{denied:?}"
+        );
+        let denied = stranger.list(ctx, None).await;
+        assert!(
+            matches!(denied, Err(SandboxError::PermissionDenied(_))),
+            "{denied:?}"
+        );
+        assert!(driver.calls().is_empty());
+
+        let (reader, driver) = service(READER);
+        assert_eq!(
+            reader
+                .clone()
+                .probe(ctx, Scope::Session, "ses_1".into())
+                .await,
+            Ok(ProbeState::Absent)
+        );
+        let denied = reader
+            .deprovision(ctx, Scope::Session, "ses_1".into(), false)
+            .await;
+        assert!(
+            matches!(denied, Err(SandboxError::PermissionDenied(_))),
+            "{denied:?}"
+        );
+        assert_eq!(driver.calls(), ["probe session ses_1"]);
+    }
+
+    #[tokio::test]
+    async fn status_reports_the_daemon_and_its_counts() {
+        let (service, _driver) = service(ROOT);
+        let ctx = context::current();
+        service
+            .clone()
+            .ensure(ctx, Scope::Session, "ses_1".into(), env())
+            .await
+            .unwrap();
+        service
+            .clone()
+            .ensure(ctx, Scope::Workflow, "wfx_1".into(), env())
+            .await
+            .unwrap();
+        let status = service.status(ctx).await.unwrap();
+        assert_eq!(status.version, env!("CARGO_PKG_VERSION"));
+        assert_eq!(status.protocol_version, PROTOCOL_VERSION);
+        assert_eq!(status.driver, "fake");
+        assert_eq!(status.driver_health, "always fine");
+        assert_eq!(status.socket_path, "/run/test/sandboxd.sock");
+        assert_eq!(status.state_dir, "/var/lib/test");
+        assert_eq!(
+            status.counts,
+            SandboxCounts {
+                session: 1,
+                workflow: 1,
+                connect: 0,
+                running: 2,
+                stopped: 0
+            }
+        );
+    }
 
     fn info(scope: Scope, state: ProbeState) -> SandboxInfo {
         SandboxInfo {
@@ -268,7 +503,13 @@ mod tests {
         ]);
         assert_eq!(
             counts,
-            SandboxCounts { session: 2, workflow: 1, connect: 1, running: 2, stopped: 1 }
+            SandboxCounts {
+                session: 2,
+                workflow: 1,
+                connect: 1,
+                running: 2,
+                stopped: 1
+            }
         );
     }
 

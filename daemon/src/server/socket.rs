@@ -41,15 +41,28 @@ pub enum SocketError {
     #[error("cannot look up socket_group '{group}': {source}")]
     GroupLookup { group: String, source: Errno },
     #[error("cannot give {} to group {gid}: {source}", .path.display())]
-    Chown { path: PathBuf, gid: Gid, source: Errno },
+    Chown {
+        path: PathBuf,
+        gid: Gid,
+        source: Errno,
+    },
     #[error("socket path {} has no parent directory", .0.display())]
     NoParent(PathBuf),
     #[error("cannot {action} {}: {source}", .path.display())]
-    Io { action: &'static str, path: PathBuf, source: io::Error },
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
 }
 
-fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SocketError + '_ {
-    move |source| SocketError::Io { action, path: path.to_path_buf(), source }
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SocketError {
+    let path = path.to_path_buf();
+    move |source| SocketError::Io {
+        action,
+        path,
+        source,
+    }
 }
 
 /// A listener ready to be handed to tokio, and the socket file to remove
@@ -86,8 +99,13 @@ pub fn bind(path: &Path, group: Option<&str>) -> Result<ObtainedListener, Socket
     if let Some(gid) = gid {
         chown_group(path, gid)?;
     }
-    listener.set_nonblocking(true).map_err(io_error("make non-blocking the socket", path))?;
-    Ok(ObtainedListener { listener, socket_file: Some(socket_file) })
+    listener
+        .set_nonblocking(true)
+        .map_err(io_error("make non-blocking the socket", path))?;
+    Ok(ObtainedListener {
+        listener,
+        socket_file: Some(socket_file),
+    })
 }
 
 /// A group name, or a numeric gid.
@@ -98,7 +116,10 @@ fn resolve_group(group: &str) -> Result<Gid, SocketError> {
     match Group::from_name(group) {
         Ok(Some(found)) => Ok(found.gid),
         Ok(None) => Err(SocketError::UnknownGroup(group.to_string())),
-        Err(source) => Err(SocketError::GroupLookup { group: group.to_string(), source }),
+        Err(source) => Err(SocketError::GroupLookup {
+            group: group.to_string(),
+            source,
+        }),
     }
 }
 
@@ -113,7 +134,10 @@ fn chown_group(path: &Path, gid: Gid) -> Result<(), SocketError> {
 /// Creates the socket's directory when it is missing, mode 0750 and in the
 /// socket's group. A directory that already exists (`/run/user/1000`,
 /// `/tmp`, one made by systemd-tmpfiles) is left exactly as it is: it is
-/// not ours to change.
+/// not ours to change. Missing ancestors get the ordinary mode: only the
+/// socket's own directory is a gate, and a 0750 ancestor would also lock
+/// out everything else below it (a state directory whose runners run as
+/// another user, say).
 fn prepare_directory(path: &Path, gid: Option<Gid>) -> Result<(), SocketError> {
     let parent = path
         .parent()
@@ -122,11 +146,15 @@ fn prepare_directory(path: &Path, gid: Option<Gid>) -> Result<(), SocketError> {
     if parent.is_dir() {
         return Ok(());
     }
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(DIR_MODE)
-        .create(parent)
-        .map_err(io_error("create the socket directory", parent))?;
+    if let Some(ancestor) = parent.parent() {
+        fs::create_dir_all(ancestor).map_err(io_error("create the directory", ancestor))?;
+    }
+    match fs::DirBuilder::new().mode(DIR_MODE).create(parent) {
+        Ok(()) => {}
+        // Another process made it meanwhile: then it is theirs, as above.
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(error) => return Err(io_error("create the socket directory", parent)(error)),
+    }
     // The umask may have taken the group's bits away.
     fs::set_permissions(parent, fs::Permissions::from_mode(DIR_MODE))
         .map_err(io_error("set the mode of", parent))?;
@@ -159,7 +187,10 @@ fn clear_stale(path: &Path) -> Result<(), SocketError> {
         }
         // Removed between our look and our connect: the path is free.
         Err(Errno::ENOENT) => Ok(()),
-        Err(source) => Err(SocketError::Unverifiable { path: path.to_path_buf(), source }),
+        Err(source) => Err(SocketError::Unverifiable {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 
@@ -189,11 +220,11 @@ pub struct SocketFile {
 impl SocketFile {
     fn adopt(path: &Path) -> Result<SocketFile, SocketError> {
         let metadata = fs::symlink_metadata(path).map_err(io_error("inspect", path))?;
-        Ok(SocketFile { path: path.to_path_buf(), device: metadata.dev(), inode: metadata.ino() })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(SocketFile {
+            path: path.to_path_buf(),
+            device: metadata.dev(),
+            inode: metadata.ino(),
+        })
     }
 
     fn is_still_ours(&self) -> bool {
@@ -232,7 +263,8 @@ mod tests {
         fn new() -> TempDir {
             static NEXT: AtomicUsize = AtomicUsize::new(0);
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let path = std::env::temp_dir().join(format!("sandboxd-sock-{}-{n}", std::process::id()));
+            let path =
+                std::env::temp_dir().join(format!("sandboxd-sock-{}-{n}", std::process::id()));
             fs::create_dir_all(&path).unwrap();
             TempDir(path)
         }
@@ -261,6 +293,19 @@ mod tests {
     }
 
     #[test]
+    fn only_the_socket_directory_is_locked_down() {
+        let dir = TempDir::new();
+        let path = dir.0.join("a").join("run").join("s.sock");
+        let _obtained = bind(&path, None).unwrap();
+        assert_eq!(mode(&dir.0.join("a").join("run")), DIR_MODE);
+        assert_ne!(
+            mode(&dir.0.join("a")) & 0o005,
+            0,
+            "an ancestor stays traversable by others"
+        );
+    }
+
+    #[test]
     fn leaves_an_existing_directory_alone() {
         let dir = TempDir::new();
         fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o755)).unwrap();
@@ -275,8 +320,16 @@ mod tests {
         let live = UnixListener::bind(&path).unwrap();
         let error = bind(&path, None).unwrap_err();
         assert!(matches!(error, SocketError::AlreadyServing(_)), "{error:?}");
-        assert!(error.to_string().contains("another sandboxd is already serving on"), "{error}");
-        assert!(error.to_string().contains(&path.display().to_string()), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("another sandboxd is already serving on"),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains(&path.display().to_string()),
+            "{error}"
+        );
         assert!(path.exists(), "a live socket is never removed");
         UnixStream::connect(&path).expect("the first listener still serves");
         drop(live);
@@ -288,7 +341,10 @@ mod tests {
         let path = dir.0.join("s.sock");
         // Dropping a listener closes it but leaves its file behind, as a killed daemon does.
         drop(UnixListener::bind(&path).unwrap());
-        assert!(UnixStream::connect(&path).is_err(), "nothing answers on the stale file");
+        assert!(
+            UnixStream::connect(&path).is_err(),
+            "nothing answers on the stale file"
+        );
         let obtained = bind(&path, None).unwrap();
         UnixStream::connect(&path).expect("the new listener answers");
         drop(obtained);
@@ -301,7 +357,10 @@ mod tests {
         fs::write(&path, "not a socket").unwrap();
         let error = bind(&path, None).unwrap_err();
         assert!(matches!(error, SocketError::NotASocket(_)), "{error:?}");
-        assert!(error.to_string().contains(&path.display().to_string()), "{error}");
+        assert!(
+            error.to_string().contains(&path.display().to_string()),
+            "{error}"
+        );
         assert_eq!(fs::read_to_string(&path).unwrap(), "not a socket");
     }
 

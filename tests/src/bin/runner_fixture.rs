@@ -38,11 +38,17 @@ fn parse_flags() -> Result<Flags, String> {
             "--fork-grandchild" => flags.fork_grandchild = true,
             "--exit-code" => {
                 let value = args.next().ok_or("--exit-code needs a value")?;
-                flags.exit_code = Some(value.parse().map_err(|_| format!("bad exit code '{value}'"))?);
+                flags.exit_code = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("bad exit code '{value}'"))?,
+                );
             }
             "--print-lines" => {
                 let value = args.next().ok_or("--print-lines needs a value")?;
-                flags.print_lines = value.parse().map_err(|_| format!("bad line count '{value}'"))?;
+                flags.print_lines = value
+                    .parse()
+                    .map_err(|_| format!("bad line count '{value}'"))?;
             }
             other => return Err(format!("unknown flag '{other}'")),
         }
@@ -59,7 +65,12 @@ fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> std::io::Result<
 
 fn environment_json() -> Vec<u8> {
     let env: BTreeMap<String, String> = std::env::vars_os()
-        .map(|(key, value)| (key.to_string_lossy().into_owned(), value.to_string_lossy().into_owned()))
+        .map(|(key, value)| {
+            (
+                key.to_string_lossy().into_owned(),
+                value.to_string_lossy().into_owned(),
+            )
+        })
         .collect();
     serde_json::to_vec_pretty(&env).expect("a string map serializes")
 }
@@ -76,7 +87,10 @@ fn main() -> ExitCode {
         eprintln!("runner-fixture: WORKSPACE_ROOT_DIR is not set");
         return ExitCode::from(3);
     };
-    eprintln!("runner-fixture: pid {} starting with {flags:?}", std::process::id());
+    eprintln!(
+        "runner-fixture: pid {} starting with {flags:?}",
+        std::process::id()
+    );
 
     let mut term = SigSet::empty();
     term.add(Signal::SIGTERM);
@@ -91,7 +105,10 @@ fn main() -> ExitCode {
     }
 
     if let Err(error) = write_atomically(&workspace, "env.json", &environment_json()) {
-        eprintln!("runner-fixture: cannot write env.json in {}: {error}", workspace.display());
+        eprintln!(
+            "runner-fixture: cannot write env.json in {}: {error}",
+            workspace.display()
+        );
         return ExitCode::from(4);
     }
 
@@ -107,7 +124,8 @@ fn main() -> ExitCode {
             }
             Ok(ForkResult::Parent { child }) => {
                 let text = format!("{child}\n");
-                if let Err(error) = write_atomically(&workspace, "grandchild.pid", text.as_bytes()) {
+                if let Err(error) = write_atomically(&workspace, "grandchild.pid", text.as_bytes())
+                {
                     eprintln!("runner-fixture: cannot write grandchild.pid: {error}");
                     return ExitCode::from(4);
                 }

@@ -107,7 +107,7 @@ pub enum ConnectCommand {
 /// What the runner is started with.
 #[derive(Debug, Args)]
 pub struct EnvArgs {
-    /// The task queue the runner polls (e.g. session:<id>, wfexec:<id>).
+    /// The task queue the runner polls (e.g. session:ID or wfexec:ID).
     #[arg(long, value_name = "QUEUE")]
     pub task_queue: String,
 

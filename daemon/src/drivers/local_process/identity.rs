@@ -23,7 +23,9 @@ impl RunnerIdentity {
     pub fn resolve(run_as: Option<&str>, allow_root_runners: bool) -> anyhow::Result<Self> {
         let daemon_uid = Uid::effective();
         let identity = match run_as {
-            None if daemon_uid.is_root() => Self::named("nobody", Some(default_nobody_group()?.as_str()))?,
+            None if daemon_uid.is_root() => {
+                Self::named("nobody", Some(default_nobody_group()?.as_str()))?
+            }
             None => RunnerIdentity {
                 uid: daemon_uid,
                 gid: Gid::effective(),
@@ -39,7 +41,10 @@ impl RunnerIdentity {
             }
         };
         if identity.uid.is_root() && !allow_root_runners {
-            bail!("refusing to run runners as root ({}): set allow_root_runners = true to allow it", identity.display);
+            bail!(
+                "refusing to run runners as root ({}): set allow_root_runners = true to allow it",
+                identity.display
+            );
         }
         if !daemon_uid.is_root() {
             if identity.uid != daemon_uid || identity.gid != Gid::effective() {
@@ -49,7 +54,10 @@ impl RunnerIdentity {
                     daemon_uid
                 );
             }
-            return Ok(RunnerIdentity { switch: false, ..identity });
+            return Ok(RunnerIdentity {
+                switch: false,
+                ..identity
+            });
         }
         Ok(identity)
     }
@@ -69,13 +77,20 @@ impl RunnerIdentity {
             None => primary_gid,
             Some(group) => match group.parse::<u32>() {
                 Ok(gid) => Gid::from_raw(gid),
-                Err(_) => Group::from_name(group)?.with_context(|| format!("no such group '{group}'"))?.gid,
+                Err(_) => {
+                    Group::from_name(group)?
+                        .with_context(|| format!("no such group '{group}'"))?
+                        .gid
+                }
             },
         };
         Ok(RunnerIdentity {
             uid,
             gid,
-            display: format!("{user}:{} (uid {uid}, gid {gid})", group.unwrap_or("<primary>")),
+            display: format!(
+                "{user}:{} (uid {uid}, gid {gid})",
+                group.unwrap_or("<primary>")
+            ),
             switch: true,
         })
     }

@@ -47,7 +47,10 @@ impl Ledger {
     /// Notes a runner the moment it exists. Unsynced: a crash that loses the
     /// page cache also loses the runner (the host went down with it).
     pub fn record(&self, base_name: &str, record: LedgerRecord) -> std::io::Result<()> {
-        std::fs::write(self.path(base_name), format!("{} {}\n", record.pid, record.start_time))
+        std::fs::write(
+            self.path(base_name),
+            format!("{} {}\n", record.pid, record.start_time),
+        )
     }
 
     /// Forgets a runner whose whole group is gone.
@@ -68,7 +71,9 @@ impl Ledger {
         let mut killed = 0;
         for entry in entries.flatten() {
             let path = entry.path();
-            let record = std::fs::read_to_string(&path).ok().and_then(|text| LedgerRecord::parse(&text));
+            let record = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|text| LedgerRecord::parse(&text));
             match record {
                 Some(record) if kill_leftover_group(&path, record) => killed += 1,
                 Some(_) => {}
@@ -119,7 +124,13 @@ mod tests {
 
     #[test]
     fn parses_records() {
-        assert_eq!(LedgerRecord::parse("123 456\n"), Some(LedgerRecord { pid: 123, start_time: 456 }));
+        assert_eq!(
+            LedgerRecord::parse("123 456\n"),
+            Some(LedgerRecord {
+                pid: 123,
+                start_time: 456
+            })
+        );
         assert_eq!(LedgerRecord::parse("1 456"), None, "never pid 1");
         assert_eq!(LedgerRecord::parse("-5 456"), None, "never a negative pid");
         assert_eq!(LedgerRecord::parse("garbage"), None);

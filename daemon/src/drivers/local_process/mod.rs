@@ -9,7 +9,6 @@
 //! the [ledger] of anything both missed.
 
 mod identity;
-mod key_lock;
 mod ledger;
 mod proc_stat;
 pub mod reaper;
@@ -30,9 +29,9 @@ use sandboxd_protocol::{
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::drivers::key_lock::KeyLocks;
 use crate::provisioner::{Driver, SandboxKey};
 use identity::RunnerIdentity;
-use key_lock::KeyLocks;
 use ledger::{Ledger, LedgerRecord};
 use reaper::GroupReaper;
 use spawn::RunnerSettings;
@@ -73,22 +72,32 @@ struct Inner {
 }
 
 fn now_unix_ms() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |since| since.as_millis() as u64)
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
 }
 
 impl LocalProcessDriver {
     /// Prepares the state directory, sweeps what an earlier instance left,
     /// and starts the group reaper. Runs before the daemon serves.
     pub async fn start(config: &Config) -> anyhow::Result<LocalProcessDriver> {
-        let identity = RunnerIdentity::resolve(config.run_as.as_deref(), config.allow_root_runners)?;
+        let identity =
+            RunnerIdentity::resolve(config.run_as.as_deref(), config.allow_root_runners)?;
         let dirs = state_dir::StateDirs::prepare(&config.state_dir)?;
         let state_lock = state_dir::lock(&config.state_dir)?;
+        if identity.switch {
+            let (uid, gid) = (identity.uid.as_raw(), identity.gid.as_raw());
+            state_dir::check_reachable(&dirs.sandboxes, uid, gid, &identity.display)?;
+        }
         state_dir::raise_open_file_limit();
         let ledger = Ledger::new(dirs.ledger.clone());
         let swept = tokio::task::spawn_blocking(move || (ledger.sweep(), ledger)).await?;
         let (killed, ledger) = swept;
         if killed > 0 {
-            tracing::warn!(groups = killed, "killed runner groups left by an earlier sandboxd");
+            tracing::warn!(
+                groups = killed,
+                "killed runner groups left by an earlier sandboxd"
+            );
         }
         let reaper = GroupReaper::start()?;
         let settings = RunnerSettings {
@@ -102,8 +111,12 @@ impl LocalProcessDriver {
             logs_dir: dirs.logs,
         };
         match settings.resolve_command() {
-            Ok(program) => tracing::info!(runner = %program.display(), user = %settings.identity.display, "local-process driver ready"),
-            Err(problem) => tracing::error!("{problem}: every ensure will fail until it is installed"),
+            Ok(program) => {
+                tracing::info!(runner = %program.display(), user = %settings.identity.display, "local-process driver ready")
+            }
+            Err(problem) => {
+                tracing::error!("{problem}: every ensure will fail until it is installed")
+            }
         }
         Ok(LocalProcessDriver {
             inner: Arc::new(Inner {
@@ -122,7 +135,9 @@ impl LocalProcessDriver {
 
 impl Inner {
     fn records(&self) -> MutexGuard<'_, HashMap<SandboxKey, Record>> {
-        self.records.lock().unwrap_or_else(|poison| poison.into_inner())
+        self.records
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
     }
 
     /// The running runner's report, if there is one. Touches nothing but the table.
@@ -139,14 +154,24 @@ impl Inner {
 
     /// Spawns and records a runner. No `.await` from spawn to table insert:
     /// a caller's deadline cannot orphan a runner between the two.
-    fn start_runner(self: &Arc<Self>, key: &SandboxKey, env: &SandboxEnv) -> Result<EnsureReport, SandboxError> {
+    fn start_runner(
+        self: &Arc<Self>,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+    ) -> Result<EnsureReport, SandboxError> {
         let spawned = self.settings.spawn(key, env).inspect_err(|error| {
             tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
         })?;
         let pid = spawned.pid;
         let start_time = proc_stat::read(pid as i32).map_or(0, |stat| stat.start_time);
         self.reaper.track(pid as i32);
-        if let Err(error) = self.ledger.record(&key.base_name, LedgerRecord { pid: pid as i32, start_time }) {
+        if let Err(error) = self.ledger.record(
+            &key.base_name,
+            LedgerRecord {
+                pid: pid as i32,
+                start_time,
+            },
+        ) {
             tracing::warn!(%error, pid, "cannot record the runner in the ledger");
         }
         let (gone_tx, gone_rx) = watch::channel(false);
@@ -171,18 +196,35 @@ impl Inner {
             record.generation
         };
         tracing::info!(scope = %key.scope, id = %key.id, pid, generation, "runner started");
-        tokio::spawn(watch_runner(self.clone(), key.clone(), generation, spawned.child, gone_tx));
-        Ok(EnsureReport { state: ProbeState::Running, created: true, generation, pid: Some(pid) })
+        tokio::spawn(watch_runner(
+            self.clone(),
+            key.clone(),
+            generation,
+            spawned.child,
+            gone_tx,
+        ));
+        Ok(EnsureReport {
+            state: ProbeState::Running,
+            created: true,
+            generation,
+            pid: Some(pid),
+        })
     }
 
-    async fn deprovision(&self, key: &SandboxKey, keep_workspace: bool) -> Result<DeprovisionReport, SandboxError> {
+    async fn deprovision(
+        &self,
+        key: &SandboxKey,
+        keep_workspace: bool,
+    ) -> Result<DeprovisionReport, SandboxError> {
         let _key_guard = self.key_locks.lock(key).await;
         let record = self.records().remove(key);
         let workspace = self.settings.workspace(key);
         let had_workspace = tokio::fs::try_exists(&workspace).await.unwrap_or(false);
         let was_present = record.is_some() || had_workspace;
         let forced = match record.and_then(|record| record.running) {
-            Some(running) => stop::stop_runner(key, running.pid, running.gone, self.stop_grace).await?,
+            Some(running) => {
+                stop::stop_runner(key, running.pid, running.gone, self.stop_grace).await?
+            }
             None => false,
         };
         if !keep_workspace {
@@ -191,7 +233,10 @@ impl Inner {
         if was_present {
             tracing::info!(scope = %key.scope, id = %key.id, forced, keep_workspace, "sandbox deprovisioned");
         }
-        Ok(DeprovisionReport { was_present, forced })
+        Ok(DeprovisionReport {
+            was_present,
+            forced,
+        })
     }
 
     async fn remove_workspace(&self, key: &SandboxKey) -> Result<(), SandboxError> {
@@ -200,7 +245,10 @@ impl Inner {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
             Err(error) => {
-                return Err(SandboxError::Internal(format!("cannot remove workspace {}: {error}", workspace.display())))
+                return Err(SandboxError::Internal(format!(
+                    "cannot remove workspace {}: {error}",
+                    workspace.display()
+                )))
             }
         }
         let _ = tokio::fs::remove_file(self.settings.log_file(key)).await;
@@ -214,15 +262,23 @@ impl Inner {
             name: key.base_name.clone(),
             scope: key.scope,
             id: key.id.clone(),
-            state: if running.is_some() { ProbeState::Running } else { ProbeState::Absent },
+            state: if running.is_some() {
+                ProbeState::Running
+            } else {
+                ProbeState::Absent
+            },
             pid: running.map(|running| running.pid),
             container_id: None,
             generation,
             started_at_unix_ms: running.map(|running| running.started_at_unix_ms),
             restarts: generation.saturating_sub(1),
             last_exit: record.and_then(|record| record.last_exit),
-            task_queue: record.map(|record| record.task_queue.clone()).unwrap_or_default(),
-            caller_class: record.map(|record| record.caller_class.clone()).unwrap_or_default(),
+            task_queue: record
+                .map(|record| record.task_queue.clone())
+                .unwrap_or_default(),
+            caller_class: record
+                .map(|record| record.caller_class.clone())
+                .unwrap_or_default(),
         }
     }
 }
@@ -241,7 +297,10 @@ async fn watch_runner(
     let status = child.wait().await;
     let exit = ExitInfo {
         code: status.as_ref().ok().and_then(|status| status.code()),
-        signal: status.as_ref().ok().and_then(std::os::unix::process::ExitStatusExt::signal),
+        signal: status
+            .as_ref()
+            .ok()
+            .and_then(std::os::unix::process::ExitStatusExt::signal),
         at_unix_ms: now_unix_ms(),
     };
     // The leader is gone, so the sandbox is: nothing left in its group may
@@ -254,7 +313,11 @@ async fn watch_runner(
     {
         let mut records = inner.records();
         if let Some(record) = records.get_mut(&key) {
-            if record.running.as_ref().is_some_and(|running| running.generation == generation) {
+            if record
+                .running
+                .as_ref()
+                .is_some_and(|running| running.generation == generation)
+            {
                 record.running = None;
                 record.last_exit = Some(exit);
             }
@@ -275,16 +338,29 @@ impl Driver for LocalProcessDriver {
             Ok(program) => format!("runner {}", program.display()),
             Err(problem) => problem,
         };
-        let reaper = if self.inner.reaper.is_alive() { "group reaper running" } else { "GROUP REAPER DEAD" };
-        format!("{runner}; runs as {}; {reaper}", self.inner.settings.identity.display)
+        let reaper = if self.inner.reaper.is_alive() {
+            "group reaper running"
+        } else {
+            "GROUP REAPER DEAD"
+        };
+        format!(
+            "{runner}; runs as {}; {reaper}",
+            self.inner.settings.identity.display
+        )
     }
 
-    async fn ensure(&self, key: &SandboxKey, env: &SandboxEnv) -> Result<EnsureReport, SandboxError> {
+    async fn ensure(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+    ) -> Result<EnsureReport, SandboxError> {
         if let Some(report) = self.inner.fast_path(key) {
             return Ok(report);
         }
         if self.inner.stopping.load(Ordering::Acquire) {
-            return Err(SandboxError::Unavailable("sandboxd is shutting down".into()));
+            return Err(SandboxError::Unavailable(
+                "sandboxd is shutting down".into(),
+            ));
         }
         let _key_guard = self.inner.key_locks.lock(key).await;
         if let Some(report) = self.inner.fast_path(key) {
@@ -293,7 +369,11 @@ impl Driver for LocalProcessDriver {
         self.inner.start_runner(key, env)
     }
 
-    async fn deprovision(&self, key: &SandboxKey, keep_workspace: bool) -> Result<DeprovisionReport, SandboxError> {
+    async fn deprovision(
+        &self,
+        key: &SandboxKey,
+        keep_workspace: bool,
+    ) -> Result<DeprovisionReport, SandboxError> {
         // In a task of its own: once SIGTERM is sent, the escalation to
         // SIGKILL must happen even if the caller stops waiting.
         let (inner, key) = (self.inner.clone(), key.clone());
@@ -304,9 +384,15 @@ impl Driver for LocalProcessDriver {
 
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {
         let records = self.inner.records();
-        let running = records.get(key).is_some_and(|record| record.running.is_some());
+        let running = records
+            .get(key)
+            .is_some_and(|record| record.running.is_some());
         // A process has no stopped state: an exited runner is absent.
-        Ok(if running { ProbeState::Running } else { ProbeState::Absent })
+        Ok(if running {
+            ProbeState::Running
+        } else {
+            ProbeState::Absent
+        })
     }
 
     async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError> {

@@ -31,7 +31,11 @@ pub fn parse(text: &str) -> Option<ProcStat> {
     let pgid = fields.next()?.parse().ok()?;
     // Fields 6..=21 are skipped; field 22 is the 20th after the command.
     let start_time = fields.nth(22 - 6)?.parse().ok()?;
-    Some(ProcStat { state, pgid, start_time })
+    Some(ProcStat {
+        state,
+        pgid,
+        start_time,
+    })
 }
 
 /// Every live (non-zombie) process whose process group is `pgid`.
@@ -52,9 +56,17 @@ mod tests {
 
     #[test]
     fn parses_a_hostile_command_name() {
-        let line = "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200";
+        let line =
+            "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200";
         let stat = parse(line).unwrap();
-        assert_eq!(stat, ProcStat { state: 'S', pgid: 4242, start_time: 987654 });
+        assert_eq!(
+            stat,
+            ProcStat {
+                state: 'S',
+                pgid: 4242,
+                start_time: 987654
+            }
+        );
     }
 
     #[test]

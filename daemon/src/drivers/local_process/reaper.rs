@@ -31,7 +31,8 @@ pub struct GroupReaper {
 impl GroupReaper {
     /// Starts the reaper process (this same binary).
     pub fn start() -> anyhow::Result<GroupReaper> {
-        let exe = std::env::current_exe().context("cannot find this executable to start the group reaper")?;
+        let exe = std::env::current_exe()
+            .context("cannot find this executable to start the group reaper")?;
         let mut child = Command::new(exe)
             .arg(ARG)
             .stdin(Stdio::piped())
@@ -40,7 +41,10 @@ impl GroupReaper {
             .spawn()
             .context("cannot start the group reaper")?;
         let stdin = child.stdin.take().context("group reaper has no stdin")?;
-        Ok(GroupReaper { stdin: Mutex::new(stdin), child: Mutex::new(child) })
+        Ok(GroupReaper {
+            stdin: Mutex::new(stdin),
+            child: Mutex::new(child),
+        })
     }
 
     /// A runner group now exists.
@@ -57,7 +61,10 @@ impl GroupReaper {
         // One short line per write: atomic on a pipe, and the reaper reads
         // continuously, so this does not block in practice.
         let line = format!("{op}{pgid}\n");
-        let mut stdin = self.stdin.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut stdin = self
+            .stdin
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         if let Err(error) = stdin.write_all(line.as_bytes()) {
             tracing::error!(%error, pgid, "group reaper is gone: runners may outlive a crash of this daemon");
         }
@@ -65,14 +72,22 @@ impl GroupReaper {
 
     /// True while the reaper process runs.
     pub fn is_alive(&self) -> bool {
-        let mut child = self.child.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut child = self
+            .child
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         matches!(child.try_wait(), Ok(None))
     }
 }
 
 /// The reaper process's main.
 pub fn run_reaper_process() -> ExitCode {
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGPIPE] {
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGPIPE,
+    ] {
         // SAFETY: SIG_IGN installs no handler code; this process is single-threaded.
         let _ = unsafe { signal(sig, SigHandler::SigIgn) };
     }

@@ -61,7 +61,10 @@ impl RunnerSettings {
 
     /// The `PATH` runners see, which is also where the command is looked up.
     fn path_var(&self) -> Option<&OsString> {
-        self.inherited_env.iter().find(|(name, _)| *name == "PATH").map(|(_, value)| value)
+        self.inherited_env
+            .iter()
+            .find(|(name, _)| *name == "PATH")
+            .map(|(_, value)| value)
     }
 
     /// The executable to run: the configured path, or the first match in PATH.
@@ -87,15 +90,21 @@ impl RunnerSettings {
     /// cancel it.
     pub fn spawn(&self, key: &SandboxKey, env: &SandboxEnv) -> Result<Spawned, SandboxError> {
         let unavailable = |what: String| {
-            SandboxError::Unavailable(format!("cannot start the runner of {} '{}' ({}): {what}", key.scope, key.id, key.base_name))
+            SandboxError::Unavailable(format!(
+                "cannot start the runner of {} '{}' ({}): {what}",
+                key.scope, key.id, key.base_name
+            ))
         };
         let program = self.resolve_command().map_err(unavailable)?;
         let workspace = self.workspace(key);
         self.prepare_workspace(&workspace)
             .map_err(|error| unavailable(format!("workspace {}: {error}", workspace.display())))?;
         let log_path = self.log_file(key);
-        let log = open_log(&log_path).map_err(|error| unavailable(format!("log file {}: {error}", log_path.display())))?;
-        let log_for_stderr = log.try_clone().map_err(|error| unavailable(format!("log file: {error}")))?;
+        let log = open_log(&log_path)
+            .map_err(|error| unavailable(format!("log file {}: {error}", log_path.display())))?;
+        let log_for_stderr = log
+            .try_clone()
+            .map_err(|error| unavailable(format!("log file: {error}")))?;
 
         let mut command = tokio::process::Command::new(&program);
         command
@@ -121,7 +130,9 @@ impl RunnerSettings {
             command.env("STIGMER_TOKEN", env.stigmer_token.expose());
         }
         if self.identity.switch {
-            command.uid(self.identity.uid.as_raw()).gid(self.identity.gid.as_raw());
+            command
+                .uid(self.identity.uid.as_raw())
+                .gid(self.identity.gid.as_raw());
         }
         let daemon_pid = std::process::id() as libc::pid_t;
         // SAFETY: the closure runs between fork and exec and calls only
@@ -136,7 +147,14 @@ impl RunnerSettings {
                 }
                 // Dies with the spawning thread (a runtime worker, which lives
                 // as long as the daemon). The group reaper covers the rest.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) < 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 // The daemon may have died between fork and prctl.
@@ -146,10 +164,17 @@ impl RunnerSettings {
                 Ok(())
             });
         }
-        let child = command
-            .spawn()
-            .map_err(|error| unavailable(format!("'{}': {error}", program.display())))?;
-        let pid = child.id().ok_or_else(|| unavailable("the runner exited before it could be recorded".into()))?;
+        let child = command.spawn().map_err(|error| {
+            unavailable(format!(
+                "'{}' as {} in {}: {error}",
+                program.display(),
+                self.identity.display,
+                workspace.display()
+            ))
+        })?;
+        let pid = child
+            .id()
+            .ok_or_else(|| unavailable("the runner exited before it could be recorded".into()))?;
         Ok(Spawned { child, pid })
     }
 
@@ -175,10 +200,15 @@ impl RunnerSettings {
 }
 
 fn open_log(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new().create(true).append(true).mode(0o640).open(path)
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        .open(path)
 }
 
 fn is_executable_file(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
+    std::fs::metadata(path)
+        .is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
 }

@@ -24,12 +24,47 @@ pub struct StateDirs {
 impl StateDirs {
     pub fn prepare(root: &Path) -> anyhow::Result<StateDirs> {
         make_dir(root, 0o711)?;
-        let dirs = StateDirs { sandboxes: root.join("sandboxes"), logs: root.join("logs"), ledger: root.join("ledger") };
+        let dirs = StateDirs {
+            sandboxes: root.join("sandboxes"),
+            logs: root.join("logs"),
+            ledger: root.join("ledger"),
+        };
         make_dir(&dirs.sandboxes, 0o711)?;
         make_dir(&dirs.logs, 0o700)?;
         make_dir(&dirs.ledger, 0o700)?;
         Ok(dirs)
     }
+}
+
+/// Fails, naming the directory, when the runner user could not reach its
+/// workspaces under `sandboxes` (every ancestor needs search permission for
+/// it). Caught at start, it is one clear line instead of a cryptic
+/// "permission denied" on every ensure.
+pub fn check_reachable(sandboxes: &Path, uid: u32, gid: u32, who: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    for dir in sandboxes.ancestors() {
+        let metadata =
+            std::fs::metadata(dir).with_context(|| format!("cannot stat {}", dir.display()))?;
+        let mode = metadata.mode();
+        let searchable = if metadata.uid() == uid {
+            mode & 0o100 != 0
+        } else if metadata.gid() == gid {
+            mode & 0o010 != 0
+        } else {
+            mode & 0o001 != 0
+        };
+        if !searchable {
+            bail!(
+                "runners (user {who}) cannot reach their workspaces in {}: {} has mode {:o} and owner {}:{} — choose a state_dir whose parents are searchable by that user",
+                sandboxes.display(),
+                dir.display(),
+                mode & 0o7777,
+                metadata.uid(),
+                metadata.gid()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Creates the directory (and parents) and sets its mode, even if it existed.
@@ -57,7 +92,10 @@ pub fn lock(root: &Path) -> anyhow::Result<Flock<File>> {
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(locked) => Ok(locked),
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-            bail!("state directory {} is in use by another sandboxd", root.display())
+            bail!(
+                "state directory {} is in use by another sandboxd",
+                root.display()
+            )
         }
         Err((_, errno)) => Err(errno).with_context(|| format!("cannot lock {}", path.display())),
     }

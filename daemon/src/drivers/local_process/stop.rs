@@ -30,7 +30,10 @@ pub async fn stop_runner(
     grace: Duration,
 ) -> Result<bool, SandboxError> {
     kill_group(pid as i32, Signal::SIGTERM);
-    if tokio::time::timeout(grace, gone.wait_for(|gone| *gone)).await.is_ok() {
+    if tokio::time::timeout(grace, gone.wait_for(|gone| *gone))
+        .await
+        .is_ok()
+    {
         return Ok(false);
     }
     tracing::warn!(scope = %key.scope, id = %key.id, pid, grace = ?grace, "runner ignored SIGTERM; killing its group");

@@ -24,17 +24,26 @@ pub struct KeyGuard<'a, K: Eq + Hash> {
 
 impl<K: Eq + Hash + Clone> KeyLocks<K> {
     pub fn new() -> Self {
-        KeyLocks { locks: Mutex::new(HashMap::new()) }
+        KeyLocks {
+            locks: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Waits for the key. Cancellation-safe: dropping the future gives up the place in line.
     pub async fn lock(&self, key: &K) -> KeyGuard<'_, K> {
         let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(|poison| poison.into_inner());
+            let mut locks = self
+                .locks
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
             locks.entry(key.clone()).or_default().clone()
         };
         let guard = lock.lock_owned().await;
-        KeyGuard { owner: self, key: key.clone(), guard: Some(guard) }
+        KeyGuard {
+            owner: self,
+            key: key.clone(),
+            guard: Some(guard),
+        }
     }
 
     #[cfg(test)]
@@ -45,10 +54,17 @@ impl<K: Eq + Hash + Clone> KeyLocks<K> {
 
 impl<K: Eq + Hash> Drop for KeyGuard<'_, K> {
     fn drop(&mut self) {
-        let mut locks = self.owner.locks.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut locks = self
+            .owner
+            .locks
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         // Clones are only made under this map lock, so the count is exact:
         // one in the map, one in our guard, and one per waiter.
-        if locks.get(&self.key).is_some_and(|lock| Arc::strong_count(lock) == 2) {
+        if locks
+            .get(&self.key)
+            .is_some_and(|lock| Arc::strong_count(lock) == 2)
+        {
             locks.remove(&self.key);
         }
         self.guard.take();
@@ -67,7 +83,8 @@ mod tests {
         let max_inside = Arc::new(AtomicUsize::new(0));
         let tasks: Vec<_> = (0..20)
             .map(|_| {
-                let (locks, inside, max_inside) = (locks.clone(), inside.clone(), max_inside.clone());
+                let (locks, inside, max_inside) =
+                    (locks.clone(), inside.clone(), max_inside.clone());
                 tokio::spawn(async move {
                     let _guard = locks.lock(&"a".to_string()).await;
                     let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
@@ -88,7 +105,11 @@ mod tests {
     async fn other_keys_do_not_wait() {
         let locks = KeyLocks::new();
         let _a = locks.lock(&"a".to_string()).await;
-        let b = tokio::time::timeout(std::time::Duration::from_secs(1), locks.lock(&"b".to_string())).await;
+        let b = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            locks.lock(&"b".to_string()),
+        )
+        .await;
         assert!(b.is_ok());
     }
 }

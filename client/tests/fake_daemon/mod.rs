@@ -1,0 +1,231 @@
+//! An in-process stand-in for the daemon, shared by the client's tests.
+//!
+//! It speaks the real wire contract (same service, same codecs) but its
+//! answers are canned: what is under test is the client's transport
+//! behaviour and the CLI's output, not sandbox semantics (the end-to-end
+//! suite runs the real daemon).
+
+#![allow(dead_code)] // each test file uses a different part of it
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use sandboxd_client::{
+    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, ProbeState, SandboxEnv, SandboxError,
+    SandboxInfo, Scope, Token, PROTOCOL_VERSION,
+};
+use sandboxd_protocol::{naming, wire, Sandboxd};
+use tarpc::context::Context;
+use tarpc::server::{BaseChannel, Channel};
+use tokio::net::UnixListener;
+use tokio::task::JoinSet;
+use tokio_util::codec::Framed;
+
+/// What the stand-in does; shared by every instance on one path so counts
+/// survive a restart.
+#[derive(Default)]
+pub struct Behaviour {
+    pub version: AtomicU32,
+    pub ensures: AtomicUsize,
+    pub creates: AtomicUsize,
+    /// Calls to ensure/create_connect hang (never answer) while this is set.
+    pub hang: AtomicBool,
+    /// How long `status` takes, in milliseconds.
+    pub status_delay_ms: AtomicU32,
+    /// The token the last ensure or create_connect carried.
+    pub last_token: Mutex<String>,
+}
+
+#[derive(Clone)]
+pub struct FakeDaemon(Arc<Behaviour>);
+
+impl FakeDaemon {
+    async fn maybe_hang(&self) {
+        if self.0.hang.load(Ordering::SeqCst) {
+            futures::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Sandboxd for FakeDaemon {
+    async fn protocol_version(self, _: Context) -> u32 {
+        self.0.version.load(Ordering::SeqCst)
+    }
+
+    async fn ensure(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        env: SandboxEnv,
+    ) -> Result<EnsureReport, SandboxError> {
+        *self.0.last_token.lock().unwrap() = env.stigmer_token.expose().to_string();
+        let call = self.0.ensures.fetch_add(1, Ordering::SeqCst) + 1;
+        self.maybe_hang().await;
+        Ok(EnsureReport {
+            state: ProbeState::Running,
+            created: call == 1,
+            generation: 1,
+            pid: Some(100),
+        })
+    }
+
+    async fn deprovision(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _keep_workspace: bool,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        Ok(DeprovisionReport {
+            was_present: false,
+            forced: false,
+        })
+    }
+
+    async fn create_connect(
+        self,
+        _: Context,
+        request_id: String,
+        env: SandboxEnv,
+    ) -> Result<String, SandboxError> {
+        *self.0.last_token.lock().unwrap() = env.stigmer_token.expose().to_string();
+        self.0.creates.fetch_add(1, Ordering::SeqCst);
+        self.maybe_hang().await;
+        Ok(format!("connect-{request_id}"))
+    }
+
+    async fn deprovision_connect(
+        self,
+        _: Context,
+        _sandbox_id: String,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        Err(SandboxError::Unavailable("engine down".into()))
+    }
+
+    async fn probe(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+    ) -> Result<ProbeState, SandboxError> {
+        Ok(ProbeState::Stopped)
+    }
+
+    async fn describe(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+    ) -> Result<SandboxInfo, SandboxError> {
+        Ok(SandboxInfo {
+            name: naming::base_name(scope, &id),
+            scope,
+            id,
+            state: ProbeState::Running,
+            pid: Some(100),
+            container_id: None,
+            generation: 2,
+            started_at_unix_ms: Some(1_714_566_896_000),
+            restarts: 1,
+            last_exit: Some(ExitInfo {
+                code: Some(3),
+                signal: None,
+                at_unix_ms: 1_714_566_895_000,
+            }),
+            task_queue: "session:abc".into(),
+            caller_class: "user".into(),
+        })
+    }
+
+    async fn list(
+        self,
+        _: Context,
+        _scope: Option<Scope>,
+    ) -> Result<Vec<SandboxInfo>, SandboxError> {
+        Ok(Vec::new())
+    }
+
+    async fn status(self, _: Context) -> Result<DaemonStatus, SandboxError> {
+        let delay = self.0.status_delay_ms.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(u64::from(delay))).await;
+        Ok(DaemonStatus {
+            version: "test".into(),
+            protocol_version: PROTOCOL_VERSION,
+            driver: "stand-in".into(),
+            driver_health: "ok".into(),
+            uptime_secs: 1,
+            counts: Default::default(),
+            socket_path: String::new(),
+            state_dir: String::new(),
+        })
+    }
+}
+
+/// One running instance: stopping it aborts the accept loop and every
+/// connection, closing their sockets as a crashed daemon would.
+pub struct Instance {
+    tasks: JoinSet<()>,
+}
+
+pub fn start(path: &Path, behaviour: &Arc<Behaviour>) -> Instance {
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path).expect("bind the test socket");
+    let daemon = FakeDaemon(behaviour.clone());
+    let mut tasks = JoinSet::new();
+    tasks.spawn(async move {
+        let mut connections = JoinSet::new();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let framed = Framed::new(stream, wire::frame_codec());
+            let transport = tarpc::serde_transport::new(framed, wire::body_codec());
+            let daemon = daemon.clone();
+            connections.spawn(async move {
+                let mut handlers = JoinSet::new();
+                let mut requests =
+                    std::pin::pin!(BaseChannel::with_defaults(transport).execute(daemon.serve()));
+                while let Some(handler) = requests.next().await {
+                    handlers.spawn(handler);
+                }
+            });
+        }
+    });
+    Instance { tasks }
+}
+
+impl Instance {
+    pub async fn stop(mut self) {
+        self.tasks.shutdown().await;
+    }
+}
+
+/// A fresh, short socket path (Unix socket paths are limited to 107 bytes).
+pub fn socket_path() -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "sbxc-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).expect("create the test directory");
+    dir.join("d.sock")
+}
+
+pub fn behaviour() -> Arc<Behaviour> {
+    let behaviour = Behaviour::default();
+    behaviour.version.store(PROTOCOL_VERSION, Ordering::SeqCst);
+    Arc::new(behaviour)
+}
+
+pub fn env() -> SandboxEnv {
+    SandboxEnv {
+        task_queue: "session:abc".into(),
+        stigmer_token: Token::new("s3cr3t"),
+        caller_class: "user".into(),
+    }
+}

@@ -1,0 +1,189 @@
+//! `sandboxctl` as an operator runs it: the real binary against the
+//! in-process stand-in daemon, checking output and exit codes.
+
+mod fake_daemon;
+
+use std::path::Path;
+use std::process::Output;
+
+use fake_daemon::{behaviour, socket_path, start};
+
+const TOKEN: &str = "tok-5ecret-value";
+
+async fn sandboxctl(socket: &Path, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_sandboxctl"))
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .env("SANDBOXCTL_TEST_TOKEN", TOKEN)
+        .env_remove("SANDBOXCTL_TEST_UNSET")
+        .output()
+        .await
+        .expect("run sandboxctl")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn human_and_json_output() {
+    let path = socket_path();
+    let behaviour = behaviour();
+    let instance = start(&path, &behaviour);
+
+    let status = sandboxctl(&path, &["status"]).await;
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    assert!(
+        stdout(&status).contains("driver:    stand-in (ok)\n"),
+        "{}",
+        stdout(&status)
+    );
+
+    let list = sandboxctl(&path, &["--json", "list", "--scope", "session"]).await;
+    assert_eq!(list.status.code(), Some(0));
+    assert_eq!(stdout(&list), "[]\n");
+
+    let probe = sandboxctl(&path, &["probe", "session", "abc"]).await;
+    assert_eq!(stdout(&probe), "stopped\n");
+    let probe = sandboxctl(&path, &["probe", "workflow", "wf", "--json"]).await;
+    let probe: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
+    assert_eq!(
+        probe,
+        serde_json::json!({"scope": "workflow", "id": "wf", "state": "stopped"})
+    );
+
+    let describe = sandboxctl(&path, &["describe", "session", "abc"]).await;
+    let text = stdout(&describe);
+    assert!(
+        text.contains("started:      2024-05-01T12:34:56Z ("),
+        "{text}"
+    );
+    assert!(
+        text.contains("last exit:    code 3 at 2024-05-01T12:34:55Z"),
+        "{text}"
+    );
+    let describe = sandboxctl(&path, &["--json", "describe", "session", "abc"]).await;
+    let info: sandboxd_client::SandboxInfo = serde_json::from_slice(&describe.stdout).unwrap();
+    assert_eq!(info.generation, 2);
+
+    instance.stop().await;
+}
+
+#[tokio::test]
+async fn ensure_passes_the_token_from_the_environment_and_never_prints_it() {
+    let path = socket_path();
+    let behaviour = behaviour();
+    let instance = start(&path, &behaviour);
+
+    let ensure = sandboxctl(
+        &path,
+        &[
+            "ensure",
+            "session",
+            "abc",
+            "--task-queue",
+            "session:abc",
+            "--token-env",
+            "SANDBOXCTL_TEST_TOKEN",
+        ],
+    )
+    .await;
+    assert_eq!(ensure.status.code(), Some(0), "{}", stderr(&ensure));
+    assert_eq!(
+        stdout(&ensure),
+        "session abc: running (created, generation 1, pid 100)\n"
+    );
+    assert_eq!(*behaviour.last_token.lock().unwrap(), TOKEN);
+
+    let ensure = sandboxctl(
+        &path,
+        &[
+            "--json",
+            "ensure",
+            "workflow",
+            "wf",
+            "--task-queue",
+            "wfexec:wf",
+        ],
+    )
+    .await;
+    let report: sandboxd_client::EnsureReport = serde_json::from_slice(&ensure.stdout).unwrap();
+    assert!(!report.created);
+    assert_eq!(
+        *behaviour.last_token.lock().unwrap(),
+        "",
+        "no --token-env, no token"
+    );
+
+    let create = sandboxctl(
+        &path,
+        &[
+            "connect",
+            "create",
+            "r1",
+            "--task-queue",
+            "q",
+            "--token-env",
+            "SANDBOXCTL_TEST_TOKEN",
+        ],
+    )
+    .await;
+    assert_eq!(stdout(&create), "connect-r1\n");
+    for output in [&ensure, &create] {
+        assert!(!stdout(output).contains(TOKEN) && !stderr(output).contains(TOKEN));
+    }
+    instance.stop().await;
+}
+
+#[tokio::test]
+async fn exit_codes() {
+    let path = socket_path();
+    let behaviour = behaviour();
+    let instance = start(&path, &behaviour);
+
+    // A call error: 1, prefixed message on stderr.
+    let failed = sandboxctl(&path, &["connect", "deprovision", "x"]).await;
+    assert_eq!(failed.status.code(), Some(1));
+    assert_eq!(stderr(&failed), "sandboxctl: unavailable: engine down\n");
+
+    // Usage errors: 2, and nothing is sent.
+    let unset = sandboxctl(
+        &path,
+        &[
+            "ensure",
+            "session",
+            "a",
+            "--task-queue",
+            "q",
+            "--token-env",
+            "SANDBOXCTL_TEST_UNSET",
+        ],
+    )
+    .await;
+    assert_eq!(unset.status.code(), Some(2));
+    assert!(stderr(&unset).contains("SANDBOXCTL_TEST_UNSET is not set"));
+    let connect = sandboxctl(&path, &["ensure", "connect", "a", "--task-queue", "q"]).await;
+    assert_eq!(connect.status.code(), Some(2));
+    assert!(stderr(&connect).contains("connect create"));
+    let unknown = sandboxctl(&path, &["frobnicate"]).await;
+    assert_eq!(unknown.status.code(), Some(2));
+    assert_eq!(
+        behaviour.ensures.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+
+    instance.stop().await;
+
+    // No daemon: 1, naming the socket.
+    let down = sandboxctl(&path, &["status"]).await;
+    assert_eq!(down.status.code(), Some(1));
+    assert_eq!(
+        stderr(&down),
+        format!("sandboxctl: daemon not running at {}\n", path.display())
+    );
+}

@@ -1,0 +1,210 @@
+//! Runner exits, learnt from the engine's event stream rather than by polling.
+//!
+//! One task follows `/events` for our containers' `die` and `oom` events,
+//! logs each exit, and keeps the last one per sandbox: describe falls back
+//! to it when the container itself is gone (removed from outside), when
+//! the engine no longer has the facts. The same task is the driver's
+//! reconnect loop: when the stream breaks, the engine is marked down and
+//! the task keeps trying until it answers again, then resubscribes from
+//! where it left off so nothing that died meanwhile goes unrecorded.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use bollard::models::EventMessage;
+use bollard::query_parameters::EventsOptionsBuilder;
+use futures::StreamExt;
+use sandboxd_protocol::naming::{LABEL_MANAGED_BY, LABEL_SANDBOX_ID, LABEL_SCOPE, MANAGED_BY_VALUE};
+use sandboxd_protocol::ExitInfo;
+
+use super::engine::Engine;
+use super::observed::exit_info;
+use crate::provisioner::SandboxKey;
+
+/// First and longest pause between attempts to reach a lost engine.
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// An exit the engine reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordedExit {
+    pub exit: ExitInfo,
+    pub oom_killed: bool,
+    /// The event's time in ns, to drop a replayed duplicate after a resubscribe.
+    time_nano: i64,
+}
+
+/// The last exit of each sandbox, by base name.
+#[derive(Default)]
+pub struct Exits {
+    table: Mutex<HashMap<String, RecordedExit>>,
+    /// Containers whose `oom` event came and whose `die` has not yet.
+    oom_pending: Mutex<HashSet<String>>,
+}
+
+impl Exits {
+    fn table(&self) -> MutexGuard<'_, HashMap<String, RecordedExit>> {
+        self.table.lock().unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    pub fn last(&self, key: &SandboxKey) -> Option<RecordedExit> {
+        self.table().get(&key.base_name).copied()
+    }
+
+    pub fn forget(&self, key: &SandboxKey) {
+        self.table().remove(&key.base_name);
+    }
+
+    /// Takes in one event; true when it was a new exit.
+    fn record(&self, event: &EventMessage) -> bool {
+        let Some(actor) = &event.actor else { return false };
+        let attributes = actor.attributes.clone().unwrap_or_default();
+        let container = actor.id.clone().unwrap_or_default();
+        if attributes.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_VALUE) {
+            return false;
+        }
+        match event.action.as_deref() {
+            Some("oom") => {
+                self.oom_pending.lock().unwrap_or_else(|poison| poison.into_inner()).insert(container.clone());
+                tracing::warn!(
+                    scope = attributes.get(LABEL_SCOPE).map(String::as_str),
+                    id = attributes.get(LABEL_SANDBOX_ID).map(String::as_str),
+                    container = %short(&container),
+                    "runner ran out of memory"
+                );
+                false
+            }
+            Some("die") => {
+                let Some(name) = attributes.get("name") else { return false };
+                let time_nano = event.time_nano.unwrap_or_else(|| event.time.unwrap_or_default() * 1_000_000_000);
+                let code = attributes.get("exitCode").and_then(|code| code.parse().ok()).unwrap_or(-1);
+                let oom_killed =
+                    self.oom_pending.lock().unwrap_or_else(|poison| poison.into_inner()).remove(&container);
+                let recorded = RecordedExit {
+                    exit: exit_info(code, u64::try_from(time_nano / 1_000_000).unwrap_or_default()),
+                    oom_killed,
+                    time_nano,
+                };
+                let mut table = self.table();
+                if table.get(name).is_some_and(|last| last.time_nano >= time_nano) {
+                    return false;
+                }
+                table.insert(name.clone(), recorded);
+                drop(table);
+                tracing::info!(
+                    scope = attributes.get(LABEL_SCOPE).map(String::as_str),
+                    id = attributes.get(LABEL_SANDBOX_ID).map(String::as_str),
+                    container = %short(&container),
+                    exit = %recorded.exit,
+                    oom_killed,
+                    "runner exited"
+                );
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The 12-character form operators see in `docker ps`.
+pub fn short(container: &str) -> &str {
+    container.get(..12).unwrap_or(container)
+}
+
+/// Follows the engine's events for as long as the daemon runs.
+pub async fn watch(engine: Arc<Engine>, exits: Arc<Exits>) {
+    let mut retry = RETRY_FIRST;
+    // Where a resubscription resumes: the end of what the last stream covered.
+    let mut since: Option<SystemTime> = None;
+    loop {
+        let docker = match engine.docker().await {
+            Ok(docker) => docker,
+            Err(_) => {
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(RETRY_MAX);
+                continue;
+            }
+        };
+        retry = RETRY_FIRST;
+        let filters = HashMap::from([
+            ("type", vec!["container".to_string()]),
+            ("event", vec!["die".to_string(), "oom".to_string()]),
+            ("label", vec![format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")]),
+        ]);
+        let mut options = EventsOptionsBuilder::new().filters(&filters);
+        let resume = since.map(unix_seconds);
+        if let Some(resume) = &resume {
+            options = options.since(resume);
+        }
+        tracing::debug!(engine = %engine.address(), since = resume.as_deref(), "following the engine's events");
+        let mut stream = docker.events(Some(options.build()));
+        let ended = loop {
+            match stream.next().await {
+                Some(Ok(event)) => {
+                    exits.record(&event);
+                    since = Some(SystemTime::now());
+                }
+                Some(Err(error)) => break engine.classify(error).to_string(),
+                None => break "the event stream ended".to_string(),
+            }
+        };
+        since = Some(since.unwrap_or_else(SystemTime::now));
+        engine.lost(&ended);
+        tokio::time::sleep(retry).await;
+    }
+}
+
+/// `seconds.nanoseconds` since the epoch, as `/events?since=` takes it.
+fn unix_seconds(time: SystemTime) -> String {
+    let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    format!("{}.{:09}", since.as_secs(), since.subsec_nanos())
+}
+
+#[cfg(test)]
+mod tests {
+    use bollard::models::EventActor;
+
+    use super::*;
+
+    fn event(action: &str, container: &str, exit_code: &str, time_nano: i64) -> EventMessage {
+        let attributes = HashMap::from([
+            ("name".to_string(), "sbx-ses-0123456789ab".to_string()),
+            ("exitCode".to_string(), exit_code.to_string()),
+            (LABEL_MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string()),
+            (LABEL_SCOPE.to_string(), "session".to_string()),
+            (LABEL_SANDBOX_ID.to_string(), "s1".to_string()),
+        ]);
+        EventMessage {
+            action: Some(action.to_string()),
+            actor: Some(EventActor { id: Some(container.to_string()), attributes: Some(attributes) }),
+            time_nano: Some(time_nano),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn die_events_record_the_last_exit_once_and_oom_marks_it() {
+        let exits = Exits::default();
+        let mut key = crate::provisioner::SandboxKey::new(sandboxd_protocol::Scope::Session, "s1");
+        key.base_name = "sbx-ses-0123456789ab".to_string();
+        assert!(exits.record(&event("die", "c1", "3", 5_000_000_000)));
+        assert!(!exits.record(&event("die", "c1", "3", 5_000_000_000)), "a replayed event is not new");
+        let last = exits.last(&key).unwrap();
+        assert_eq!((last.exit.code, last.exit.signal, last.exit.at_unix_ms), (Some(3), None, 5_000));
+        assert!(!last.oom_killed);
+        assert!(!exits.record(&event("oom", "c1", "", 6_000_000_000)));
+        assert!(exits.record(&event("die", "c1", "137", 6_000_000_001)));
+        let last = exits.last(&key).unwrap();
+        assert!(last.oom_killed);
+        assert_eq!(last.exit.signal, Some(9));
+        exits.forget(&key);
+        assert_eq!(exits.last(&key), None);
+    }
+
+    #[test]
+    fn since_format() {
+        let time = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 42);
+        assert_eq!(unix_seconds(time), "1700000000.000000042");
+    }
+}

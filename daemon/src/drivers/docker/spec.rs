@@ -1,0 +1,245 @@
+//! What a runner container looks like: image, command, environment, labels,
+//! workspace mount, limits and security options — all from the daemon's
+//! configuration and the request, nothing from the caller's whims.
+
+use std::collections::HashMap;
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, Mount, MountType, MountVolumeOptions, RestartPolicy, RestartPolicyNameEnum,
+};
+use sandboxd_protocol::{naming, SandboxEnv, Scope, Token};
+use sha2::{Digest, Sha256};
+
+use crate::config::Config;
+use crate::provisioner::SandboxKey;
+
+/// The generation the container was created at (starts after that are
+/// counted in the [generation file](super::generation)).
+pub const LABEL_GENERATION: &str = "stigmer.ai/generation";
+/// SHA-256 of the token the container was created with — never the token.
+/// A stopped container whose digest differs is recreated, so a runner
+/// never restarts with a stale credential.
+pub const LABEL_TOKEN_SHA256: &str = "stigmer.ai/token-sha256";
+/// The task queue baked into the container's environment.
+pub const LABEL_TASK_QUEUE: &str = "stigmer.ai/task-queue";
+/// The class of caller that provisioned it (recorded, not acted on).
+pub const LABEL_CALLER_CLASS: &str = "stigmer.ai/caller-class";
+
+/// Where the workspace is mounted in every runner container.
+pub const WORKSPACE: &str = "/workspace";
+
+/// The runner-shaping part of the configuration, resolved once.
+#[derive(Debug, Clone)]
+pub struct RunnerSpec {
+    pub image: String,
+    pub command: Option<Vec<String>>,
+    pub user: String,
+    pub network: String,
+    pub memory: i64,
+    pub nano_cpus: i64,
+    pub pids_limit: i64,
+    /// The grace `docker stop` from outside gets too, in whole seconds.
+    pub stop_grace_secs: i64,
+    pub backend_endpoint: String,
+    pub temporal_address: String,
+}
+
+impl RunnerSpec {
+    /// Fails with a clear message when no runner image is configured.
+    pub fn from_config(config: &Config) -> Result<RunnerSpec, String> {
+        let image = config.runner_image.clone().filter(|image| !image.is_empty()).ok_or_else(|| {
+            "the docker driver needs a runner image: set runner_image in the config file \
+             or STIGMER_SANDBOX_RUNNER_IMAGE"
+                .to_string()
+        })?;
+        let docker = &config.docker;
+        Ok(RunnerSpec {
+            image,
+            command: docker.command.clone(),
+            user: docker.user.clone(),
+            network: docker.network.clone(),
+            memory: i64::try_from(docker.memory).unwrap_or(i64::MAX),
+            nano_cpus: (docker.cpus * 1e9).round() as i64,
+            pids_limit: docker.pids_limit,
+            stop_grace_secs: config.stop_grace.as_secs_f64().ceil() as i64,
+            backend_endpoint: config.backend_endpoint.clone(),
+            temporal_address: config.temporal_address.clone(),
+        })
+    }
+
+    /// The create request for this sandbox's container at `generation`.
+    pub fn container(&self, key: &SandboxKey, env: &SandboxEnv, generation: u64) -> ContainerCreateBody {
+        let labels = container_labels(key, env, generation);
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            cmd: self.command.clone(),
+            env: Some(self.runner_env(env)),
+            labels: Some(labels),
+            user: Some(self.user.clone()),
+            hostname: Some(key.base_name.clone()),
+            working_dir: Some(WORKSPACE.to_string()),
+            stop_signal: Some("SIGTERM".to_string()),
+            stop_timeout: Some(self.stop_grace_secs),
+            attach_stdin: Some(false),
+            attach_stdout: Some(false),
+            attach_stderr: Some(false),
+            open_stdin: Some(false),
+            tty: Some(false),
+            host_config: Some(self.host_config(key)),
+            ..Default::default()
+        }
+    }
+
+    /// The runner's environment contract (SPEC §5), with the container's own workspace.
+    fn runner_env(&self, env: &SandboxEnv) -> Vec<String> {
+        let mut vars = vec![
+            "MODE=local".to_string(),
+            format!("STIGMER_TASK_QUEUE={}", env.task_queue),
+            format!("WORKSPACE_ROOT_DIR={WORKSPACE}"),
+            format!("HOME={WORKSPACE}"),
+        ];
+        if !self.backend_endpoint.is_empty() {
+            vars.push(format!("STIGMER_BACKEND_ENDPOINT={}", self.backend_endpoint));
+        }
+        if !self.temporal_address.is_empty() {
+            vars.push(format!("TEMPORAL_SERVICE_ADDRESS={}", self.temporal_address));
+        }
+        if !env.stigmer_token.is_empty() {
+            vars.push(format!("STIGMER_TOKEN={}", env.stigmer_token.expose()));
+        }
+        vars
+    }
+
+    fn host_config(&self, key: &SandboxKey) -> HostConfig {
+        HostConfig {
+            // An init as PID 1 reaps the orphans a runner leaves (containerd#5708).
+            init: Some(true),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            memory: Some(self.memory),
+            // No swap beyond the memory limit.
+            memory_swap: Some(self.memory),
+            nano_cpus: Some(self.nano_cpus),
+            pids_limit: Some(self.pids_limit),
+            network_mode: Some(self.network.clone()),
+            // The repair arm is ensure, not the engine: a runner that exits stays exited.
+            restart_policy: Some(RestartPolicy { name: Some(RestartPolicyNameEnum::NO), maximum_retry_count: None }),
+            mounts: Some(vec![workspace_mount(key)]),
+            ..Default::default()
+        }
+    }
+}
+
+/// The workspace volume's name for session and workflow sandboxes;
+/// connect sandboxes have none (their scratch volume is anonymous).
+pub fn workspace_volume(key: &SandboxKey) -> Option<String> {
+    match key.scope {
+        Scope::Session | Scope::Workflow => Some(format!("{}-workspace", key.base_name)),
+        Scope::Connect => None,
+    }
+}
+
+/// `/workspace`: the named volume (created by the engine on first use,
+/// labelled like the container, kept across recreations), or for connect
+/// sandboxes an anonymous one that goes with the container. Either way the
+/// engine copies the image's `/workspace` (its ownership too) into a new
+/// volume, which is how an unprivileged runner gets a writable workspace.
+fn workspace_mount(key: &SandboxKey) -> Mount {
+    Mount {
+        target: Some(WORKSPACE.to_string()),
+        source: workspace_volume(key),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(false),
+        volume_options: Some(MountVolumeOptions {
+            no_copy: Some(false),
+            labels: Some(sandbox_labels(key)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The three labels every runtime object of the sandbox carries.
+pub fn sandbox_labels(key: &SandboxKey) -> HashMap<String, String> {
+    naming::labels(key.scope, &key.id).into_iter().map(|(name, value)| (name.to_string(), value)).collect()
+}
+
+/// The container's labels: the three, plus what ensure compares and describe shows.
+fn container_labels(key: &SandboxKey, env: &SandboxEnv, generation: u64) -> HashMap<String, String> {
+    let mut labels = sandbox_labels(key);
+    labels.insert(LABEL_GENERATION.to_string(), generation.to_string());
+    labels.insert(LABEL_TOKEN_SHA256.to_string(), token_digest(&env.stigmer_token));
+    labels.insert(LABEL_TASK_QUEUE.to_string(), env.task_queue.clone());
+    labels.insert(LABEL_CALLER_CLASS.to_string(), env.caller_class.clone());
+    labels
+}
+
+/// Hex SHA-256 of the token (of the empty string when none was minted).
+pub fn token_digest(token: &Token) -> String {
+    Sha256::digest(token.expose().as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> RunnerSpec {
+        RunnerSpec {
+            image: "runner:1".into(),
+            command: None,
+            user: "65534:65534".into(),
+            network: "bridge".into(),
+            memory: 2 << 30,
+            nano_cpus: 2_000_000_000,
+            pids_limit: 512,
+            stop_grace_secs: 10,
+            backend_endpoint: String::new(),
+            temporal_address: "temporal:7233".into(),
+        }
+    }
+
+    fn env(token: &str) -> SandboxEnv {
+        SandboxEnv { task_queue: "session:s1".into(), stigmer_token: Token::new(token), caller_class: "user".into() }
+    }
+
+    #[test]
+    fn session_container_has_labels_env_mount_and_limits() {
+        let key = SandboxKey::new(Scope::Session, "s1");
+        let body = spec().container(&key, &env("hunter2"), 3);
+        let labels = body.labels.as_ref().unwrap();
+        assert_eq!(labels["stigmer.ai/managed-by"], "stigmer-server");
+        assert_eq!(labels["stigmer.ai/scope"], "session");
+        assert_eq!(labels["stigmer.ai/sandbox-id"], "s1");
+        assert_eq!(labels[LABEL_GENERATION], "3");
+        assert_eq!(labels[LABEL_TOKEN_SHA256].len(), 64);
+        assert!(!labels.values().any(|value| value.contains("hunter2")), "the token is never a label");
+        let vars = body.env.as_ref().unwrap();
+        assert!(vars.contains(&"STIGMER_TOKEN=hunter2".to_string()));
+        assert!(vars.contains(&"WORKSPACE_ROOT_DIR=/workspace".to_string()));
+        assert!(vars.contains(&"TEMPORAL_SERVICE_ADDRESS=temporal:7233".to_string()));
+        assert!(!vars.iter().any(|var| var.starts_with("STIGMER_BACKEND_ENDPOINT=")), "empty means unset");
+        let host = body.host_config.as_ref().unwrap();
+        assert_eq!(host.init, Some(true));
+        assert_eq!(host.cap_drop.as_deref(), Some(&["ALL".to_string()][..]));
+        let mount = &host.mounts.as_ref().unwrap()[0];
+        assert_eq!(mount.source.as_deref(), Some(format!("{}-workspace", key.base_name).as_str()));
+        assert_eq!(mount.target.as_deref(), Some("/workspace"));
+    }
+
+    #[test]
+    fn connect_scratch_is_anonymous_and_tokenless_env_has_no_token() {
+        let key = SandboxKey::new(Scope::Connect, "req-1");
+        let body = spec().container(&key, &env(""), 1);
+        assert!(!body.env.unwrap().iter().any(|var| var.starts_with("STIGMER_TOKEN")));
+        let mount = &body.host_config.unwrap().mounts.unwrap()[0];
+        assert_eq!(mount.source, None);
+        assert_eq!(workspace_volume(&key), None);
+    }
+
+    #[test]
+    fn token_digests_differ_by_token() {
+        // sha256("") is a known vector.
+        assert_eq!(token_digest(&Token::new("")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert_ne!(token_digest(&Token::new("a")), token_digest(&Token::new("b")));
+    }
+}

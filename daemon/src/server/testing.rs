@@ -1,0 +1,165 @@
+//! A recording stand-in driver for the server's in-process tests.
+//!
+//! The real process tier re-executes the current binary as its group
+//! reaper, and inside a test harness that binary is the harness: so these
+//! tests, which are about sockets, framing, limits and access, talk to this
+//! fake. The real daemon binary with the real driver is exercised by the
+//! end-to-end tests in `tests/`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use sandboxd_protocol::{
+    naming, DeprovisionReport, EnsureReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo,
+    Scope,
+};
+use tokio::sync::Semaphore;
+
+use super::service::DaemonState;
+use crate::access::AccessPolicy;
+use crate::config::AccessConfig;
+use crate::provisioner::{Driver, SandboxKey};
+
+/// Keeps a table of "running" sandboxes and a log of every call it got.
+#[derive(Default)]
+pub struct FakeDriver {
+    running: Mutex<HashMap<SandboxKey, u64>>,
+    calls: Mutex<Vec<String>>,
+    /// When set, `probe` waits for a permit: lets a test hold calls in flight.
+    probe_gate: Option<Arc<Semaphore>>,
+}
+
+impl FakeDriver {
+    /// A driver whose `probe` waits for a permit of `gate`.
+    pub fn with_probe_gate(gate: Arc<Semaphore>) -> Self {
+        FakeDriver {
+            probe_gate: Some(gate),
+            ..FakeDriver::default()
+        }
+    }
+
+    /// Every driver call so far, as `verb scope id`.
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn record(&self, verb: &str, key: &SandboxKey) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("{verb} {} {}", key.scope, key.id));
+    }
+}
+
+#[async_trait]
+impl Driver for FakeDriver {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    fn health(&self) -> String {
+        "always fine".to_string()
+    }
+
+    async fn ensure(
+        &self,
+        key: &SandboxKey,
+        _env: &SandboxEnv,
+    ) -> Result<EnsureReport, SandboxError> {
+        self.record("ensure", key);
+        let mut running = self.running.lock().unwrap();
+        let created = !running.contains_key(key);
+        let generation = *running.entry(key.clone()).or_insert(1);
+        Ok(EnsureReport {
+            state: ProbeState::Running,
+            created,
+            generation,
+            pid: Some(4242),
+        })
+    }
+
+    async fn deprovision(
+        &self,
+        key: &SandboxKey,
+        _keep_workspace: bool,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        self.record("deprovision", key);
+        let was_present = self.running.lock().unwrap().remove(key).is_some();
+        Ok(DeprovisionReport {
+            was_present,
+            forced: false,
+        })
+    }
+
+    async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {
+        self.record("probe", key);
+        if let Some(gate) = &self.probe_gate {
+            let _permit = gate.acquire().await.expect("gate open");
+        }
+        let running = self.running.lock().unwrap().contains_key(key);
+        Ok(if running {
+            ProbeState::Running
+        } else {
+            ProbeState::Absent
+        })
+    }
+
+    async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError> {
+        self.record("describe", key);
+        let state = self.probe(key).await?;
+        Ok(info(key.scope, &key.id, state))
+    }
+
+    async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError> {
+        let running = self.running.lock().unwrap();
+        let mut all: Vec<SandboxInfo> = running
+            .keys()
+            .filter(|key| scope.is_none_or(|scope| key.scope == scope))
+            .map(|key| info(key.scope, &key.id, ProbeState::Running))
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    async fn shutdown(&self) {}
+}
+
+fn info(scope: Scope, id: &str, state: ProbeState) -> SandboxInfo {
+    SandboxInfo {
+        name: naming::base_name(scope, id),
+        scope,
+        id: id.to_string(),
+        state,
+        pid: (state == ProbeState::Running).then_some(4242),
+        container_id: None,
+        generation: 1,
+        started_at_unix_ms: None,
+        restarts: 0,
+        last_exit: None,
+        task_queue: "q".to_string(),
+        caller_class: "user".to_string(),
+    }
+}
+
+/// The shared state of a daemon serving `driver`, with these allow-lists
+/// and a daemon uid that no test peer has.
+pub fn daemon_state(driver: Arc<FakeDriver>, lists: AccessConfig) -> Arc<DaemonState> {
+    Arc::new(DaemonState {
+        driver,
+        access: AccessPolicy::new(lists, 990),
+        started: Instant::now(),
+        socket_path: PathBuf::from("/run/test/sandboxd.sock"),
+        state_dir: PathBuf::from("/var/lib/test"),
+    })
+}
+
+pub fn env() -> SandboxEnv {
+    SandboxEnv {
+        task_queue: "session:abc".to_string(),
+        stigmer_token: sandboxd_protocol::Token::new("secret-token"),
+        caller_class: "user".to_string(),
+    }
+}

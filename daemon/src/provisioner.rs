@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sandboxd_protocol::{
-    naming, DeprovisionReport, EnsureReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo,
-    Scope,
+    naming, DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
+    SandboxError, SandboxInfo, Scope,
 };
 
 use crate::config::Config;
@@ -76,6 +76,23 @@ pub trait Driver: Send + Sync + 'static {
     /// The daemon is stopping: tear down what must not outlive it (the
     /// process tier's runners) and leave the rest (containers) running.
     async fn shutdown(&self);
+
+    /// At most `max_bytes` (already clamped to 1..=`MAX_LOG_CHUNK`) of the
+    /// sandbox's output, from `start`. A tier that cannot serve logs says
+    /// so by name rather than returning nothing, so an admin is never left
+    /// staring at an empty follow.
+    async fn logs(
+        &self,
+        key: &SandboxKey,
+        start: LogStart,
+        max_bytes: u32,
+    ) -> Result<LogChunk, SandboxError> {
+        let _ = (key, start, max_bytes);
+        Err(SandboxError::FailedPrecondition(format!(
+            "the {} driver does not serve logs yet",
+            self.name()
+        )))
+    }
 }
 
 /// Every driver name, built or not, in the order the error message lists them.
@@ -107,7 +124,12 @@ pub async fn select(config: &Config) -> Result<Arc<dyn Driver>, SelectError> {
                 .map_err(|error| SelectError::Setup(format!("{error:#}")))?;
             Ok(Arc::new(driver))
         }
-        "docker" => Err(SelectError::NotBuilt("docker")),
+        "docker" => {
+            let driver = crate::drivers::docker::DockerDriver::start(config)
+                .await
+                .map_err(|error| SelectError::Setup(format!("{error:#}")))?;
+            Ok(Arc::new(driver))
+        }
         "kubernetes" => Err(SelectError::NotBuilt("kubernetes")),
         other => Err(SelectError::Unknown(other.to_string())),
     }

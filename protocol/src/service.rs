@@ -3,15 +3,16 @@
 //! bincode encodes a request by the method's position, so `protocol_version`
 //! stays first forever: a client of any version can ask it and get an
 //! answer it can decode, and refuse a mismatch with a clear message instead
-//! of a decode error.
+//! of a decode error. New methods are appended at the end, for the same
+//! reason: the positions of the ones before them never change.
 
 use crate::{
-    DaemonStatus, DeprovisionReport, EnsureReport, ProbeState, SandboxEnv, SandboxError,
-    SandboxInfo, Scope,
+    DaemonStatus, DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
+    SandboxError, SandboxInfo, Scope,
 };
 
 /// Bump on any change to the service or the types it carries.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 #[tarpc::service]
 pub trait Sandboxd {
@@ -50,4 +51,13 @@ pub trait Sandboxd {
 
     /// Facts about the daemon.
     async fn status() -> Result<DaemonStatus, SandboxError>;
+
+    /// A bounded piece of a sandbox's output: at most `max_bytes` (clamped
+    /// to [`crate::MAX_LOG_CHUNK`]) from `start`. Added in protocol 2.
+    async fn logs(
+        scope: Scope,
+        id: String,
+        start: LogStart,
+        max_bytes: u32,
+    ) -> Result<LogChunk, SandboxError>;
 }

@@ -218,3 +218,48 @@ pub struct DaemonStatus {
     pub socket_path: String,
     pub state_dir: String,
 }
+
+/// The most bytes one `logs` call returns. A chunk travels in one frame,
+/// so it stays well below [`crate::wire::MAX_FRAME_LEN`] (1 MiB) whatever
+/// the encoding's overhead.
+pub const MAX_LOG_CHUNK: u32 = 256 * 1024;
+
+/// A position in a sandbox's output, handed back by every [`LogChunk`].
+/// Callers treat it as opaque and pass it to the next call unchanged: its
+/// meaning is the driver's (the process tier counts rotations in `epoch`
+/// and bytes in `offset`; a container tier may use timestamps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LogCursor {
+    /// Which incarnation of the log `offset` counts in; changes whenever
+    /// the log is rotated or replaced, so a stale offset is never misread.
+    pub epoch: u64,
+    pub offset: u64,
+}
+
+/// Where a `logs` call starts reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogStart {
+    /// Everything still kept, oldest first.
+    Beginning,
+    /// The last `lines` lines; 0 starts at the end (follow new output only).
+    Tail { lines: u32 },
+    /// Right after the chunk that returned this cursor.
+    After(LogCursor),
+}
+
+/// One bounded piece of a sandbox's output (stdout and stderr, interleaved
+/// as written).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogChunk {
+    /// The bytes, as the runner wrote them: not necessarily UTF-8, and not
+    /// necessarily ending at a line break.
+    pub data: Vec<u8>,
+    /// Where the next call continues.
+    pub next: LogCursor,
+    /// True when output was lost between the cursor asked for and `data`
+    /// (it was rotated away before it was read): a reader should say so.
+    pub gap: bool,
+    /// True when `data` reaches the end of what is written so far: a
+    /// follower waits before asking again; anyone else stops.
+    pub at_end: bool,
+}

@@ -60,10 +60,21 @@ fn check_no_control(field: &str, value: &str) -> Result<(), SandboxError> {
 }
 
 /// A sandbox id (session id, execution id, connect request id): 1–253 bytes,
-/// no NUL or other control characters.
+/// no NUL or other control characters, no `/`, and not `.` or `..`.
+///
+/// Paths only ever use the hashed base name, so a path-like id could not
+/// escape anyway; refusing one anyway catches a caller that passes a path
+/// where an id belongs, before anything is created.
 pub fn sandbox_id(field: &str, id: &str) -> Result<(), SandboxError> {
     check_length(field, id, MAX_ID_LEN)?;
-    check_no_control(field, id)
+    check_no_control(field, id)?;
+    if id.contains('/') {
+        return Err(invalid(field, format_args!("\"{}\" contains '/': an id is not a path", shown(id))));
+    }
+    if id == "." || id == ".." {
+        return Err(invalid(field, format_args!("\"{id}\" is not an id")));
+    }
+    Ok(())
 }
 
 /// A task queue: 1–512 bytes, no control characters.

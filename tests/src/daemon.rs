@@ -99,6 +99,10 @@ impl TestDaemon {
 
     /// Prepares the directory and the config file without starting anything.
     pub fn prepare(options: Options) -> TestDaemon {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the end-to-end tests run as root, like CI: sandboxd switches runners to nobody:nogroup"
+        );
         let dir = make_test_dir();
         let bin = dir.join("bin");
         fs::create_dir(&bin).expect("create bin dir");

@@ -121,3 +121,22 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// One line per process for failure messages: pid, group, parent, state
+/// and the workspace it belongs to.
+pub fn describe(pids: &[u32]) -> String {
+    pids.iter()
+        .map(|&pid| {
+            let ppid = stat_fields(pid)
+                .and_then(|fields| fields.get(1).cloned())
+                .unwrap_or_default();
+            format!(
+                "pid {pid} pgid {:?} ppid {ppid} state {:?} workspace {:?}",
+                process_group(pid),
+                state(pid),
+                env_of(pid, "WORKSPACE_ROOT_DIR")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

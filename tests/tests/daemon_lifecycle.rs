@@ -97,8 +97,14 @@ async fn sigkill_to_the_daemon_leaves_nothing_within_two_seconds() {
     daemon.kill(); // reap it
     assert!(
         gone,
-        "2 s after SIGKILL of the daemon these runner processes still live: {:?} (all: {pids:?}, after {took:?})",
-        pids.iter().filter(|&&pid| !pid_is_gone(pid)).collect::<Vec<_>>()
+        "{took:?} after SIGKILL of the daemon these runner processes still live:\n{}",
+        procs::describe(
+            &pids
+                .iter()
+                .copied()
+                .filter(|&pid| !pid_is_gone(pid))
+                .collect::<Vec<_>>()
+        )
     );
     assert!(
         daemon.leftover_processes().is_empty(),
@@ -150,10 +156,11 @@ async fn sigkill_in_the_middle_of_a_burst_of_ensures_leaves_nothing() {
     });
     let took = killed_at.elapsed();
     daemon.kill();
+    let survivors = procs::describe(&daemon.leftover_processes());
     assert!(
         gone,
-        "after {took:?} these survived the daemon: {:?}",
-        daemon.leftover_processes()
+        "{took:?} after SIGKILL of the daemon mid-burst these runner processes survive:\n{survivors}\nledger: {:?}",
+        sandboxd_tests::dir_entries(&daemon.state_dir().join("ledger"))
     );
 
     daemon.launch();

@@ -41,13 +41,13 @@ fn expect_invalid<T: std::fmt::Debug>(what: &str, result: Result<T, SandboxError
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nul_control_empty_and_overlong_ids_are_rejected_by_the_daemon_with_nothing_created() {
+async fn path_nul_control_empty_and_overlong_ids_are_rejected_by_the_daemon_with_nothing_created() {
     let daemon = TestDaemon::start(Options::default());
     // The bare tarpc stub skips the client library's own checks, so these reach the daemon.
     let rpc = tarpc_client(daemon.socket()).await;
     let env = sandbox_env("session:x", "tok");
     let long = "a".repeat(254);
-    for id in ["a\0b", "\0", "", "line\nbreak", "tab\there", long.as_str()] {
+    for id in ["../../x", "..", "a\0b", "\0", "", "line\nbreak", "tab\there", long.as_str()] {
         let shown = format!("{id:?}");
         let message = expect_invalid(
             &shown,
@@ -160,27 +160,24 @@ async fn path_like_ids_never_escape_the_state_dir() {
     let daemon = TestDaemon::start(Options::default());
     let client = daemon.client().await;
     let before = dir_entries(daemon.dir());
-    let ids = [
-        "../../x",
-        "../x",
-        "..",
-        ".",
-        "/etc/passwd",
-        "a/../../b",
-        "x/y",
-    ];
+    // Anything path-like is refused before any side effect.
+    for id in ["../../x", "../x", "..", ".", "/etc/passwd", "a/../../b", "x/y"] {
+        match client.ensure_session_sandbox(id, &sandbox_env("session:path", "")).await {
+            Err(ClientError::Sandbox(SandboxError::InvalidArgument(message))) => {
+                assert!(message.contains("session_id"), "{id:?}: {message}");
+                assert!(!daemon.workspace(Scope::Session, id).exists());
+            }
+            other => panic!("ensure {id:?} must be refused, got {other:?}"),
+        }
+    }
+    // Dots that are not a path component are fine, and still only ever
+    // become a hashed base name on disk.
+    let ids = ["..x", "a..b", ".hidden"];
     for id in ids {
         let report = client
             .ensure_session_sandbox(id, &sandbox_env("session:path", ""))
-            .await;
-        let report = match report {
-            // Rejecting is allowed: nothing may then exist for it.
-            Err(ClientError::Sandbox(SandboxError::InvalidArgument(_))) => {
-                assert!(!daemon.workspace(Scope::Session, id).exists());
-                continue;
-            }
-            other => other.unwrap_or_else(|error| panic!("ensure {id:?}: {error}")),
-        };
+            .await
+            .unwrap_or_else(|error| panic!("ensure {id:?}: {error}"));
         let workspace = daemon.workspace(Scope::Session, id);
         wait_for_runner(&workspace, report.pid.unwrap());
         assert_eq!(
@@ -196,7 +193,7 @@ async fn path_like_ids_never_escape_the_state_dir() {
         before,
         "something was created outside the state dir"
     );
-    for escaped in ["x", "b", "etc", "y"] {
+    for escaped in ["x", "b", "etc", "y", "passwd"] {
         assert!(
             !daemon.state_dir().join(escaped).exists(),
             "{escaped} escaped into the state dir"

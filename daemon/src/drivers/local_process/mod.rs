@@ -15,6 +15,7 @@ pub mod reaper;
 mod spawn;
 mod state_dir;
 mod stop;
+mod workspace_scan;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -91,15 +92,17 @@ impl LocalProcessDriver {
         }
         state_dir::raise_open_file_limit();
         let ledger = Ledger::new(dirs.ledger.clone());
-        let swept = tokio::task::spawn_blocking(move || (ledger.sweep(), ledger)).await?;
-        let (killed, ledger) = swept;
-        if killed > 0 {
-            tracing::warn!(
-                groups = killed,
-                "killed runner groups left by an earlier sandboxd"
-            );
+        let sandboxes = dirs.sandboxes.clone();
+        let (killed, strays, ledger) = tokio::task::spawn_blocking(move || {
+            let killed = ledger.sweep();
+            let strays = workspace_scan::kill_processes_in(&sandboxes);
+            (killed, strays, ledger)
+        })
+        .await?;
+        if killed > 0 || strays > 0 {
+            tracing::warn!(groups = killed, strays, "killed runners left by an earlier sandboxd");
         }
-        let reaper = GroupReaper::start()?;
+        let reaper = GroupReaper::start(&state_lock, &dirs.sandboxes)?;
         let settings = RunnerSettings {
             command: config.runner_command.clone(),
             args: config.runner_args.clone(),

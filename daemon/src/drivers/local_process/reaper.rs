@@ -7,11 +7,19 @@
 //! its stdin, and tells it `+<pgid>` when a runner group starts and
 //! `-<pgid>` when it is gone. When the daemon dies for any reason the
 //! kernel closes the pipe; the reaper reads EOF, SIGKILLs every group still
-//! listed, and exits. It ignores SIGINT/SIGTERM/SIGHUP so a terminal's
-//! Ctrl-C, which also reaches it, cannot make it leave before the daemon.
+//! listed, then every process still working inside the sandboxes dir (a
+//! runner forked in the instant before it was listed), and exits. It
+//! ignores SIGINT/SIGTERM/SIGHUP so a terminal's Ctrl-C, which also reaches
+//! it, cannot make it leave before the daemon.
+//!
+//! The reaper holds the state directory's lock (the daemon hands it the
+//! same open file as its stdout), so a restarted daemon cannot take over the
+//! state directory while the old instance's reaper is still killing.
 
 use std::collections::HashSet;
+use std::fs::File;
 use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::Mutex;
 
@@ -29,14 +37,18 @@ pub struct GroupReaper {
 }
 
 impl GroupReaper {
-    /// Starts the reaper process (this same binary).
-    pub fn start() -> anyhow::Result<GroupReaper> {
+    /// Starts the reaper process (this same binary), sharing `state_lock`.
+    pub fn start(state_lock: &File, sandboxes: &Path) -> anyhow::Result<GroupReaper> {
         let exe = std::env::current_exe()
             .context("cannot find this executable to start the group reaper")?;
+        let lock = state_lock
+            .try_clone()
+            .context("cannot share the state directory lock")?;
         let mut child = Command::new(exe)
             .arg(ARG)
+            .arg(sandboxes)
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::from(lock))
             .env_clear()
             .spawn()
             .context("cannot start the group reaper")?;
@@ -91,6 +103,7 @@ pub fn run_reaper_process() -> ExitCode {
         // SAFETY: SIG_IGN installs no handler code; this process is single-threaded.
         let _ = unsafe { signal(sig, SigHandler::SigIgn) };
     }
+    let sandboxes = std::env::args_os().nth(2).map(PathBuf::from);
     let mut groups = HashSet::new();
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
@@ -108,6 +121,9 @@ pub fn run_reaper_process() -> ExitCode {
     // EOF: the daemon is gone. Nothing could ever re-adopt these runners.
     for pgid in groups {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+    if let Some(sandboxes) = sandboxes.filter(|dir| dir.is_absolute()) {
+        super::workspace_scan::kill_processes_in(&sandboxes);
     }
     ExitCode::SUCCESS
 }

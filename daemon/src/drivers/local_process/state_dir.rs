@@ -11,6 +11,7 @@
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use nix::fcntl::{Flock, FlockArg};
@@ -89,17 +90,27 @@ pub fn lock(root: &Path) -> anyhow::Result<Flock<File>> {
         .write(true)
         .open(&path)
         .with_context(|| format!("cannot open {}", path.display()))?;
-    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(locked) => Ok(locked),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-            bail!(
-                "state directory {} is in use by another sandboxd",
-                root.display()
-            )
+    // An earlier instance's group reaper keeps the lock for the moment it
+    // takes to finish killing; a restart waits that out.
+    let deadline = Instant::now() + LOCK_WAIT;
+    let mut file = file;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => return Ok(locked),
+            Err((returned, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                file = returned;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                bail!("state directory {} is in use by another sandboxd (waited {LOCK_WAIT:?})", root.display())
+            }
+            Err((_, errno)) => return Err(errno).with_context(|| format!("cannot lock {}", path.display())),
         }
-        Err((_, errno)) => Err(errno).with_context(|| format!("cannot lock {}", path.display())),
     }
 }
+
+/// How long start-up waits for the state directory's lock.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// Each runner holds a pidfd in the daemon; 1,000 runners need more than
 /// the common soft limit of 1,024 descriptors.

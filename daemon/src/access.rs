@@ -12,6 +12,8 @@
 //!   (mutating implies reading).
 //! - `access.read_uids` / `access.read_gids` may probe, describe, list and
 //!   ask for status.
+//! - `logs` is a read, but of what a runner printed, which may include the
+//!   credential it was handed: it takes the mutate lists.
 //!
 //! The gid is the peer's primary gid as the kernel reports it through
 //! `SO_PEERCRED`; supplementary groups are not available there, and reading
@@ -43,6 +45,7 @@ pub enum Call {
     Describe,
     List,
     Status,
+    Logs,
 }
 
 /// What a call can do, which decides who may make it.
@@ -69,6 +72,7 @@ impl Call {
             Call::Describe => "describe",
             Call::List => "list",
             Call::Status => "status",
+            Call::Logs => "logs",
         }
     }
 
@@ -79,6 +83,10 @@ impl Call {
             Call::Ensure | Call::Deprovision | Call::CreateConnect | Call::DeprovisionConnect => {
                 CallClass::Mutate
             }
+            // A read, but of whatever the runner printed — which may be a
+            // credential it was handed. So it takes the lists that may
+            // start the runner in the first place, not the read lists.
+            Call::Logs => CallClass::Mutate,
         }
     }
 }
@@ -145,7 +153,7 @@ mod tests {
     use super::*;
 
     const DAEMON_UID: u32 = 990;
-    const ALL_CALLS: [Call; 9] = [
+    const ALL_CALLS: [Call; 10] = [
         Call::ProtocolVersion,
         Call::Ensure,
         Call::Deprovision,
@@ -155,6 +163,7 @@ mod tests {
         Call::Describe,
         Call::List,
         Call::Status,
+        Call::Logs,
     ];
 
     fn policy() -> AccessPolicy {
@@ -185,7 +194,7 @@ mod tests {
             .collect()
     }
 
-    const EVERYTHING: [&str; 9] = [
+    const EVERYTHING: [&str; 10] = [
         "protocol_version",
         "ensure",
         "deprovision",
@@ -195,6 +204,7 @@ mod tests {
         "describe",
         "list",
         "status",
+        "logs",
     ];
     const READ_ONLY: [&str; 5] = ["protocol_version", "probe", "describe", "list", "status"];
 

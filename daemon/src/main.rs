@@ -3,9 +3,11 @@
 mod access;
 mod config;
 mod drivers;
+mod logging;
 mod provisioner;
 mod server;
 mod shutdown;
+mod systemd;
 
 use std::process::ExitCode;
 
@@ -25,6 +27,14 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(drivers::local_process::reaper::ARG.as_ref()) {
         return drivers::local_process::reaper::run_reaper_process();
     }
+    // First, while the process has one thread: it edits the environment.
+    let handoff = match systemd::Handoff::take() {
+        Ok(handoff) => handoff,
+        Err(error) => {
+            eprintln!("sandboxd: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let cli = Cli::parse();
     let config = match config::Config::load(&cli.flags) {
         Ok(config) => config,
@@ -33,7 +43,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(config.log_level.as_deref());
+    logging::init(config.log_level.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -44,7 +54,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(server::run(config)) {
+    match runtime.block_on(server::run(config, handoff)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error:#}");
@@ -52,20 +62,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// `RUST_LOG` wins; otherwise the config's `log_level`; otherwise `info`.
-/// tarpc's per-request spans are kept at `warn` unless asked for: at
-/// `info` they repeat trace ids and deadlines on every line.
-fn init_logging(config_level: Option<&str>) {
-    use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(format!("tarpc=warn,{}", config_level.unwrap_or("info")))
-    });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
 }

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sandboxd_protocol::{
-    validate, DaemonStatus, DeprovisionReport, EnsureReport, ProbeState, SandboxCounts, SandboxEnv,
-    SandboxError, SandboxInfo, Sandboxd, Scope, PROTOCOL_VERSION,
+    validate, DaemonStatus, DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState,
+    SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Sandboxd, Scope, MAX_LOG_CHUNK,
+    PROTOCOL_VERSION,
 };
 use tarpc::context::Context;
 
@@ -68,6 +69,15 @@ fn key(scope: Scope, field: &str, id: String) -> Result<SandboxKey, SandboxError
 
 fn log_ensure(call: Call, key: &SandboxKey, result: &Result<EnsureReport, SandboxError>) {
     match result {
+        // The fast path is the common case (every execution ensures): keep
+        // it out of the info log.
+        Ok(report) if !report.created => tracing::debug!(
+            call = call.name(),
+            scope = %key.scope,
+            id = %key.id,
+            generation = report.generation,
+            "sandbox already running"
+        ),
         Ok(report) => tracing::info!(
             call = call.name(),
             scope = %key.scope,
@@ -256,6 +266,26 @@ impl Sandboxd for ConnectionService {
             socket_path: daemon.socket_path.display().to_string(),
             state_dir: daemon.state_dir.display().to_string(),
         })
+    }
+
+    async fn logs(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        start: LogStart,
+        max_bytes: u32,
+    ) -> Result<LogChunk, SandboxError> {
+        self.authorize(Call::Logs)?;
+        let key = key(scope, id_field(scope), id)?;
+        if max_bytes == 0 {
+            return Err(SandboxError::InvalidArgument(
+                "max_bytes must be at least 1".to_string(),
+            ));
+        }
+        // More than one frame can carry is never asked of the driver.
+        let max_bytes = max_bytes.min(MAX_LOG_CHUNK);
+        self.driver().logs(&key, start, max_bytes).await
     }
 }
 

@@ -31,8 +31,16 @@ const BOLLARD_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// The state of the link.
 enum Link {
-    Up { docker: Docker, engine_version: String, api_version: String },
-    Down { error: String, since: Instant, last_attempt: Option<Instant> },
+    Up {
+        docker: Docker,
+        engine_version: String,
+        api_version: String,
+    },
+    Down {
+        error: String,
+        since: Instant,
+        last_attempt: Option<Instant>,
+    },
 }
 
 /// One engine, by address; cheap to share.
@@ -67,10 +75,12 @@ impl CallError {
     /// The error a caller gets, with `what` saying which call on which object failed.
     pub fn into_sandbox_error(self, what: &str) -> SandboxError {
         match self {
-            CallError::Refused { status, message } => {
-                SandboxError::Unavailable(format!("{what}: the engine refused ({status}): {message}"))
+            CallError::Refused { status, message } => SandboxError::Unavailable(format!(
+                "{what}: the engine refused ({status}): {message}"
+            )),
+            CallError::Unreachable(message) => {
+                SandboxError::Unavailable(format!("{what}: {message}"))
             }
-            CallError::Unreachable(message) => SandboxError::Unavailable(format!("{what}: {message}")),
             CallError::Malformed(message) => SandboxError::Internal(format!("{what}: {message}")),
         }
     }
@@ -79,7 +89,9 @@ impl CallError {
 impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CallError::Refused { status, message } => write!(f, "the engine refused ({status}): {message}"),
+            CallError::Refused { status, message } => {
+                write!(f, "the engine refused ({status}): {message}")
+            }
             CallError::Unreachable(message) | CallError::Malformed(message) => f.write_str(message),
         }
     }
@@ -92,7 +104,11 @@ impl Engine {
         Transport::parse(address)?;
         Ok(Engine {
             address: address.to_string(),
-            link: Mutex::new(Link::Down { error: "not connected yet".to_string(), since: Instant::now(), last_attempt: None }),
+            link: Mutex::new(Link::Down {
+                error: "not connected yet".to_string(),
+                since: Instant::now(),
+                last_attempt: None,
+            }),
             connecting: tokio::sync::Mutex::new(()),
         })
     }
@@ -102,14 +118,23 @@ impl Engine {
     }
 
     fn link(&self) -> MutexGuard<'_, Link> {
-        self.link.lock().unwrap_or_else(|poison| poison.into_inner())
+        self.link
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
     }
 
     /// One line for `status`: the engine's version, or why it is unreachable.
     pub fn health(&self) -> String {
         match &*self.link() {
-            Link::Up { engine_version, api_version, .. } => {
-                format!("engine {} reachable (Docker {engine_version}, API {api_version})", self.address)
+            Link::Up {
+                engine_version,
+                api_version,
+                ..
+            } => {
+                format!(
+                    "engine {} reachable (Docker {engine_version}, API {api_version})",
+                    self.address
+                )
             }
             Link::Down { error, since, .. } => format!(
                 "engine {} UNREACHABLE for {}s: {error}",
@@ -137,9 +162,11 @@ impl Engine {
     fn up_or_fail_fast(&self) -> Result<Option<Docker>, CallError> {
         match &*self.link() {
             Link::Up { docker, .. } => Ok(Some(docker.clone())),
-            Link::Down { error, last_attempt: Some(at), .. } if at.elapsed() < RETRY_AFTER => {
-                Err(self.unreachable(error))
-            }
+            Link::Down {
+                error,
+                last_attempt: Some(at),
+                ..
+            } if at.elapsed() < RETRY_AFTER => Err(self.unreachable(error)),
             Link::Down { .. } => Ok(None),
         }
     }
@@ -148,8 +175,13 @@ impl Engine {
     /// negotiated down to the engine's (Docker 20.10 speaks 1.41).
     async fn connect(&self) -> Result<Docker, CallError> {
         let attempt = async {
-            let docker = Transport::parse(&self.address)?.client().map_err(|error| error.to_string())?;
-            let docker = docker.negotiate_version().await.map_err(|error| error.to_string())?;
+            let docker = Transport::parse(&self.address)?
+                .client()
+                .map_err(|error| error.to_string())?;
+            let docker = docker
+                .negotiate_version()
+                .await
+                .map_err(|error| error.to_string())?;
             let version = docker.version().await.map_err(|error| error.to_string())?;
             Ok::<_, String>((docker, version))
         };
@@ -163,11 +195,19 @@ impl Engine {
                 let engine_version = version.version.unwrap_or_else(|| "unknown".to_string());
                 let api_version = version.api_version.unwrap_or_else(|| "unknown".to_string());
                 let was_down_for = match &*link {
-                    Link::Down { since, last_attempt: Some(_), .. } => Some(since.elapsed()),
+                    Link::Down {
+                        since,
+                        last_attempt: Some(_),
+                        ..
+                    } => Some(since.elapsed()),
                     _ => None,
                 };
                 tracing::info!(engine = %self.address, version = %engine_version, api = %api_version, was_down_for = ?was_down_for, "connected to the Docker engine");
-                *link = Link::Up { docker: docker.clone(), engine_version, api_version };
+                *link = Link::Up {
+                    docker: docker.clone(),
+                    engine_version,
+                    api_version,
+                };
                 Ok(docker)
             }
             Err(error) => {
@@ -175,7 +215,11 @@ impl Engine {
                     Link::Down { since, .. } => *since,
                     Link::Up { .. } => Instant::now(),
                 };
-                *link = Link::Down { error: error.clone(), since, last_attempt: Some(Instant::now()) };
+                *link = Link::Down {
+                    error: error.clone(),
+                    since,
+                    last_attempt: Some(Instant::now()),
+                };
                 Err(self.unreachable(&error))
             }
         }
@@ -186,16 +230,19 @@ impl Engine {
         let mut link = self.link();
         if matches!(&*link, Link::Up { .. }) {
             tracing::warn!(engine = %self.address, %error, "lost the Docker engine; will reconnect");
-            *link = Link::Down { error: error.to_string(), since: Instant::now(), last_attempt: None };
+            *link = Link::Down {
+                error: error.to_string(),
+                since: Instant::now(),
+                last_attempt: None,
+            };
         }
     }
 
-    pub fn is_up(&self) -> bool {
-        matches!(&*self.link(), Link::Up { .. })
-    }
-
     fn unreachable(&self, error: &str) -> CallError {
-        CallError::Unreachable(format!("the Docker engine at {} is unreachable: {error}", self.address))
+        CallError::Unreachable(format!(
+            "the Docker engine at {} is unreachable: {error}",
+            self.address
+        ))
     }
 
     /// Runs one request against the engine within `timeout`, sorting its
@@ -221,12 +268,19 @@ impl Engine {
     pub fn classify(&self, error: bollard::errors::Error) -> CallError {
         use bollard::errors::Error;
         match error {
-            Error::DockerResponseServerError { status_code, message } => {
-                CallError::Refused { status: status_code, message }
-            }
-            Error::JsonDataError { .. } | Error::JsonSerdeError { .. } | Error::APIVersionParseError {} => {
-                CallError::Malformed(format!("cannot read the answer of the engine at {}: {error}", self.address))
-            }
+            Error::DockerResponseServerError {
+                status_code,
+                message,
+            } => CallError::Refused {
+                status: status_code,
+                message,
+            },
+            Error::JsonDataError { .. }
+            | Error::JsonSerdeError { .. }
+            | Error::APIVersionParseError {} => CallError::Malformed(format!(
+                "cannot read the answer of the engine at {}: {error}",
+                self.address
+            )),
             other => {
                 let error = other.to_string();
                 self.lost(&error);
@@ -261,10 +315,16 @@ impl<'a> Transport<'a> {
         // The version passed here is the newest bollard speaks; the caller
         // negotiates it down to the engine's.
         let docker = match self {
-            Transport::Unix(path) => Docker::connect_with_unix(path, BOLLARD_TIMEOUT.as_secs(), bollard::API_DEFAULT_VERSION)?,
-            Transport::Http(address) => {
-                Docker::connect_with_http(address, BOLLARD_TIMEOUT.as_secs(), bollard::API_DEFAULT_VERSION)?
-            }
+            Transport::Unix(path) => Docker::connect_with_unix(
+                path,
+                BOLLARD_TIMEOUT.as_secs(),
+                bollard::API_DEFAULT_VERSION,
+            )?,
+            Transport::Http(address) => Docker::connect_with_http(
+                address,
+                BOLLARD_TIMEOUT.as_secs(),
+                bollard::API_DEFAULT_VERSION,
+            )?,
         };
         Ok(docker)
     }
@@ -287,11 +347,23 @@ mod tests {
     async fn a_missing_socket_is_unavailable_at_once_and_named() {
         let engine = Engine::new("unix:///nonexistent/sandboxd-test.sock").unwrap();
         let started = Instant::now();
-        let error = engine.call(READ_TIMEOUT, |docker| async move { docker.ping().await }).await.unwrap_err();
+        let error = engine
+            .call(READ_TIMEOUT, |docker| async move { docker.ping().await })
+            .await
+            .unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(2));
-        let CallError::Unreachable(message) = &error else { panic!("{error:?}") };
-        assert!(message.contains("unix:///nonexistent/sandboxd-test.sock"), "{message}");
-        assert!(engine.health().contains("UNREACHABLE"), "{}", engine.health());
+        let CallError::Unreachable(message) = &error else {
+            panic!("{error:?}")
+        };
+        assert!(
+            message.contains("unix:///nonexistent/sandboxd-test.sock"),
+            "{message}"
+        );
+        assert!(
+            engine.health().contains("UNREACHABLE"),
+            "{}",
+            engine.health()
+        );
         // A second call right away fails fast with the same error.
         let again = engine.docker().await.unwrap_err();
         assert_eq!(again, error);
@@ -300,11 +372,18 @@ mod tests {
     #[tokio::test]
     async fn a_refused_tcp_port_is_unavailable_quickly() {
         // Bind then drop a listener: nothing listens on that port now.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let engine = Engine::new(&format!("tcp://127.0.0.1:{port}")).unwrap();
         let started = Instant::now();
         let error = engine.docker().await.unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(2));
-        assert!(error.to_string().contains(&format!("127.0.0.1:{port}")), "{error}");
+        assert!(
+            error.to_string().contains(&format!("127.0.0.1:{port}")),
+            "{error}"
+        );
     }
 }

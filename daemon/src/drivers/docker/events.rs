@@ -15,7 +15,9 @@ use std::time::{Duration, SystemTime};
 use bollard::models::EventMessage;
 use bollard::query_parameters::EventsOptionsBuilder;
 use futures::StreamExt;
-use sandboxd_protocol::naming::{LABEL_MANAGED_BY, LABEL_SANDBOX_ID, LABEL_SCOPE, MANAGED_BY_VALUE};
+use sandboxd_protocol::naming::{
+    LABEL_MANAGED_BY, LABEL_SANDBOX_ID, LABEL_SCOPE, MANAGED_BY_VALUE,
+};
 use sandboxd_protocol::ExitInfo;
 
 use super::engine::Engine;
@@ -45,7 +47,9 @@ pub struct Exits {
 
 impl Exits {
     fn table(&self) -> MutexGuard<'_, HashMap<String, RecordedExit>> {
-        self.table.lock().unwrap_or_else(|poison| poison.into_inner())
+        self.table
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
     }
 
     pub fn last(&self, key: &SandboxKey) -> Option<RecordedExit> {
@@ -58,7 +62,9 @@ impl Exits {
 
     /// Takes in one event; true when it was a new exit.
     fn record(&self, event: &EventMessage) -> bool {
-        let Some(actor) = &event.actor else { return false };
+        let Some(actor) = &event.actor else {
+            return false;
+        };
         let attributes = actor.attributes.clone().unwrap_or_default();
         let container = actor.id.clone().unwrap_or_default();
         if attributes.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_VALUE) {
@@ -66,7 +72,10 @@ impl Exits {
         }
         match event.action.as_deref() {
             Some("oom") => {
-                self.oom_pending.lock().unwrap_or_else(|poison| poison.into_inner()).insert(container.clone());
+                self.oom_pending
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner())
+                    .insert(container.clone());
                 tracing::warn!(
                     scope = attributes.get(LABEL_SCOPE).map(String::as_str),
                     id = attributes.get(LABEL_SANDBOX_ID).map(String::as_str),
@@ -76,18 +85,34 @@ impl Exits {
                 false
             }
             Some("die") => {
-                let Some(name) = attributes.get("name") else { return false };
-                let time_nano = event.time_nano.unwrap_or_else(|| event.time.unwrap_or_default() * 1_000_000_000);
-                let code = attributes.get("exitCode").and_then(|code| code.parse().ok()).unwrap_or(-1);
-                let oom_killed =
-                    self.oom_pending.lock().unwrap_or_else(|poison| poison.into_inner()).remove(&container);
+                let Some(name) = attributes.get("name") else {
+                    return false;
+                };
+                let time_nano = event
+                    .time_nano
+                    .unwrap_or_else(|| event.time.unwrap_or_default() * 1_000_000_000);
+                let code = attributes
+                    .get("exitCode")
+                    .and_then(|code| code.parse().ok())
+                    .unwrap_or(-1);
+                let oom_killed = self
+                    .oom_pending
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner())
+                    .remove(&container);
                 let recorded = RecordedExit {
-                    exit: exit_info(code, u64::try_from(time_nano / 1_000_000).unwrap_or_default()),
+                    exit: exit_info(
+                        code,
+                        u64::try_from(time_nano / 1_000_000).unwrap_or_default(),
+                    ),
                     oom_killed,
                     time_nano,
                 };
                 let mut table = self.table();
-                if table.get(name).is_some_and(|last| last.time_nano >= time_nano) {
+                if table
+                    .get(name)
+                    .is_some_and(|last| last.time_nano >= time_nano)
+                {
                     return false;
                 }
                 table.insert(name.clone(), recorded);
@@ -130,7 +155,10 @@ pub async fn watch(engine: Arc<Engine>, exits: Arc<Exits>) {
         let filters = HashMap::from([
             ("type", vec!["container".to_string()]),
             ("event", vec!["die".to_string(), "oom".to_string()]),
-            ("label", vec![format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")]),
+            (
+                "label",
+                vec![format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")],
+            ),
         ]);
         let mut options = EventsOptionsBuilder::new().filters(&filters);
         let resume = since.map(unix_seconds);
@@ -157,7 +185,9 @@ pub async fn watch(engine: Arc<Engine>, exits: Arc<Exits>) {
 
 /// `seconds.nanoseconds` since the epoch, as `/events?since=` takes it.
 fn unix_seconds(time: SystemTime) -> String {
-    let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let since = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
     format!("{}.{:09}", since.as_secs(), since.subsec_nanos())
 }
 
@@ -177,7 +207,10 @@ mod tests {
         ]);
         EventMessage {
             action: Some(action.to_string()),
-            actor: Some(EventActor { id: Some(container.to_string()), attributes: Some(attributes) }),
+            actor: Some(EventActor {
+                id: Some(container.to_string()),
+                attributes: Some(attributes),
+            }),
             time_nano: Some(time_nano),
             ..Default::default()
         }
@@ -189,9 +222,15 @@ mod tests {
         let mut key = crate::provisioner::SandboxKey::new(sandboxd_protocol::Scope::Session, "s1");
         key.base_name = "sbx-ses-0123456789ab".to_string();
         assert!(exits.record(&event("die", "c1", "3", 5_000_000_000)));
-        assert!(!exits.record(&event("die", "c1", "3", 5_000_000_000)), "a replayed event is not new");
+        assert!(
+            !exits.record(&event("die", "c1", "3", 5_000_000_000)),
+            "a replayed event is not new"
+        );
         let last = exits.last(&key).unwrap();
-        assert_eq!((last.exit.code, last.exit.signal, last.exit.at_unix_ms), (Some(3), None, 5_000));
+        assert_eq!(
+            (last.exit.code, last.exit.signal, last.exit.at_unix_ms),
+            (Some(3), None, 5_000)
+        );
         assert!(!last.oom_killed);
         assert!(!exits.record(&event("oom", "c1", "", 6_000_000_000)));
         assert!(exits.record(&event("die", "c1", "137", 6_000_000_001)));

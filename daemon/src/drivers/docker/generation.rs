@@ -36,7 +36,10 @@ impl Generations {
 
     /// The last generation handed out for this sandbox; 0 if none.
     pub fn read(&self, key: &SandboxKey) -> u64 {
-        fs::read_to_string(self.file(key)).ok().and_then(|text| text.trim().parse().ok()).unwrap_or(0)
+        fs::read_to_string(self.file(key))
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// Records `generation` as handed out (through a rename, so a reader
@@ -52,7 +55,9 @@ impl Generations {
         match fs::remove_file(self.file(key)) {
             Ok(()) => {}
             Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => tracing::warn!(scope = %key.scope, id = %key.id, %error, "cannot remove the generation file"),
+            Err(error) => {
+                tracing::warn!(scope = %key.scope, id = %key.id, %error, "cannot remove the generation file")
+            }
         }
     }
 }
@@ -64,13 +69,20 @@ mod tests {
 
     #[test]
     fn records_reads_and_forgets() {
-        let state = std::env::temp_dir().join(format!("sandboxd-generations-{}", std::process::id()));
+        let state =
+            std::env::temp_dir().join(format!("sandboxd-generations-{}", std::process::id()));
         let generations = Generations::prepare(&state).unwrap();
         let key = SandboxKey::new(Scope::Session, "../../etc/passwd");
         assert_eq!(generations.read(&key), 0);
         generations.record(&key, 3).unwrap();
         assert_eq!(generations.read(&key), 3);
-        assert!(state.join("docker/generations").join(&key.base_name).is_file(), "named by the base name only");
+        assert!(
+            state
+                .join("docker/generations")
+                .join(&key.base_name)
+                .is_file(),
+            "named by the base name only"
+        );
         generations.forget(&key);
         generations.forget(&key);
         assert_eq!(generations.read(&key), 0);

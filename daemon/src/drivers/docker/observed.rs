@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 
 use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum};
-use sandboxd_protocol::naming::{LABEL_MANAGED_BY, LABEL_SANDBOX_ID, LABEL_SCOPE, MANAGED_BY_VALUE};
+use sandboxd_protocol::naming::{
+    LABEL_MANAGED_BY, LABEL_SANDBOX_ID, LABEL_SCOPE, MANAGED_BY_VALUE,
+};
 use sandboxd_protocol::{ExitInfo, ProbeState, SandboxInfo};
 
 use super::spec::{LABEL_CALLER_CLASS, LABEL_GENERATION, LABEL_TASK_QUEUE, LABEL_TOKEN_SHA256};
@@ -34,12 +36,16 @@ impl Phase {
         match status {
             Some(ContainerStateStatusEnum::RUNNING) => Phase::Running,
             Some(ContainerStateStatusEnum::PAUSED) => Phase::Paused,
-            Some(ContainerStateStatusEnum::CREATED | ContainerStateStatusEnum::EXITED) => Phase::Stopped,
+            Some(ContainerStateStatusEnum::CREATED | ContainerStateStatusEnum::EXITED) => {
+                Phase::Stopped
+            }
             Some(ContainerStateStatusEnum::RESTARTING) => Phase::Restarting,
             // Docker 28's "stopping" is still a live runner, on its way to exited.
             Some(ContainerStateStatusEnum::STOPPING) => Phase::Running,
             Some(ContainerStateStatusEnum::REMOVING) => Phase::Removing,
-            Some(ContainerStateStatusEnum::DEAD | ContainerStateStatusEnum::EMPTY) | None => Phase::Dead,
+            Some(ContainerStateStatusEnum::DEAD | ContainerStateStatusEnum::EMPTY) | None => {
+                Phase::Dead
+            }
         }
     }
 
@@ -69,7 +75,9 @@ impl Phase {
 pub enum Lookup {
     Absent,
     /// A container by that name without our labels for this sandbox.
-    Foreign { id: String },
+    Foreign {
+        id: String,
+    },
     Ours(Observed),
 }
 
@@ -83,7 +91,6 @@ pub struct Observed {
     pub started_at_unix_ms: Option<u64>,
     pub finished_at_unix_ms: Option<u64>,
     pub exit_code: Option<i64>,
-    pub oom_killed: bool,
 }
 
 /// True when `labels` mark a container of this sandbox.
@@ -102,7 +109,9 @@ pub fn key_of(labels: &HashMap<String, String>, names: &[String]) -> Option<Sand
     }
     let scope = labels.get(LABEL_SCOPE)?.parse().ok()?;
     let key = SandboxKey::new(scope, labels.get(LABEL_SANDBOX_ID)?.clone());
-    let named = names.iter().any(|name| name.trim_start_matches('/') == key.base_name);
+    let named = names
+        .iter()
+        .any(|name| name.trim_start_matches('/') == key.base_name);
     named.then_some(key)
 }
 
@@ -125,7 +134,6 @@ impl Lookup {
             finished_at_unix_ms,
             // The engine reports 0 for a container that never ran; only a finish gives a code meaning.
             exit_code: finished_at_unix_ms.and(state.exit_code),
-            oom_killed: state.oom_killed.unwrap_or(false),
         })
     }
 
@@ -144,7 +152,9 @@ impl Observed {
 
     /// The generation the container was created at (0 if unlabelled).
     pub fn created_generation(&self) -> u64 {
-        self.label(LABEL_GENERATION).and_then(|value| value.parse().ok()).unwrap_or(0)
+        self.label(LABEL_GENERATION)
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(0)
     }
 
     pub fn token_digest(&self) -> Option<&str> {
@@ -176,7 +186,11 @@ impl Observed {
             pid: None,
             container_id: Some(self.id.clone()),
             generation,
-            started_at_unix_ms: if state == ProbeState::Running { self.started_at_unix_ms } else { None },
+            started_at_unix_ms: if state == ProbeState::Running {
+                self.started_at_unix_ms
+            } else {
+                None
+            },
             restarts: generation.saturating_sub(1),
             last_exit: self.last_exit(),
             task_queue: self.task_queue().to_string(),
@@ -190,7 +204,11 @@ impl Observed {
 pub fn exit_info(code: i64, at_unix_ms: u64) -> ExitInfo {
     let code = i32::try_from(code).unwrap_or(i32::MAX);
     let signal = (129..=128 + 64).contains(&code).then(|| code - 128);
-    ExitInfo { code: Some(code), signal, at_unix_ms }
+    ExitInfo {
+        code: Some(code),
+        signal,
+        at_unix_ms,
+    }
 }
 
 /// The engine's RFC 3339 timestamps in ms since the epoch; the zero time
@@ -208,11 +226,19 @@ mod tests {
 
     use super::*;
 
-    fn inspect(labels: &[(&str, &str)], status: ContainerStateStatusEnum) -> ContainerInspectResponse {
+    fn inspect(
+        labels: &[(&str, &str)],
+        status: ContainerStateStatusEnum,
+    ) -> ContainerInspectResponse {
         ContainerInspectResponse {
             id: Some("c0ffee".into()),
             config: Some(ContainerConfig {
-                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
                 image: Some("runner:1".into()),
                 ..Default::default()
             }),
@@ -237,7 +263,8 @@ mod tests {
     #[test]
     fn only_our_labels_make_it_ours() {
         let key = SandboxKey::new(Scope::Session, "s1");
-        let Lookup::Ours(observed) = Lookup::from_inspect(&key, inspect(&OURS, ContainerStateStatusEnum::RUNNING))
+        let Lookup::Ours(observed) =
+            Lookup::from_inspect(&key, inspect(&OURS, ContainerStateStatusEnum::RUNNING))
         else {
             panic!("ours")
         };
@@ -246,14 +273,23 @@ mod tests {
         assert_eq!(observed.started_at_unix_ms, Some(1_714_557_600_123));
         assert_eq!(observed.last_exit(), None, "never finished");
         let other = SandboxKey::new(Scope::Session, "s2");
-        assert!(matches!(Lookup::from_inspect(&other, inspect(&OURS, ContainerStateStatusEnum::RUNNING)), Lookup::Foreign { .. }));
+        assert!(matches!(
+            Lookup::from_inspect(&other, inspect(&OURS, ContainerStateStatusEnum::RUNNING)),
+            Lookup::Foreign { .. }
+        ));
         let unlabelled = inspect(&[], ContainerStateStatusEnum::RUNNING);
-        assert_eq!(Lookup::from_inspect(&key, unlabelled).probe_state(), ProbeState::Absent);
+        assert_eq!(
+            Lookup::from_inspect(&key, unlabelled).probe_state(),
+            ProbeState::Absent
+        );
     }
 
     #[test]
     fn listed_containers_map_back_to_keys() {
-        let labels: HashMap<String, String> = OURS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let labels: HashMap<String, String> = OURS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let key = SandboxKey::new(Scope::Session, "s1");
         assert_eq!(key_of(&labels, &[format!("/{}", key.base_name)]), Some(key));
         assert_eq!(key_of(&labels, &["/renamed".to_string()]), None);
@@ -273,7 +309,11 @@ mod tests {
             (ContainerStateStatusEnum::DEAD, ProbeState::Absent),
             (ContainerStateStatusEnum::REMOVING, ProbeState::Absent),
         ] {
-            assert_eq!(Lookup::from_inspect(&key, inspect(&OURS, status)).probe_state(), probe, "{status}");
+            assert_eq!(
+                Lookup::from_inspect(&key, inspect(&OURS, status)).probe_state(),
+                probe,
+                "{status}"
+            );
         }
     }
 

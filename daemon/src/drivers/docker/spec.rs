@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, HostConfig, Mount, MountType, MountVolumeOptions, RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, HostConfig, Mount, MountType, MountVolumeOptions, RestartPolicy,
+    RestartPolicyNameEnum,
 };
 use sandboxd_protocol::{naming, SandboxEnv, Scope, Token};
 use sha2::{Digest, Sha256};
@@ -47,11 +48,15 @@ pub struct RunnerSpec {
 impl RunnerSpec {
     /// Fails with a clear message when no runner image is configured.
     pub fn from_config(config: &Config) -> Result<RunnerSpec, String> {
-        let image = config.runner_image.clone().filter(|image| !image.is_empty()).ok_or_else(|| {
-            "the docker driver needs a runner image: set runner_image in the config file \
+        let image = config
+            .runner_image
+            .clone()
+            .filter(|image| !image.is_empty())
+            .ok_or_else(|| {
+                "the docker driver needs a runner image: set runner_image in the config file \
              or STIGMER_SANDBOX_RUNNER_IMAGE"
-                .to_string()
-        })?;
+                    .to_string()
+            })?;
         let docker = &config.docker;
         Ok(RunnerSpec {
             image,
@@ -68,7 +73,12 @@ impl RunnerSpec {
     }
 
     /// The create request for this sandbox's container at `generation`.
-    pub fn container(&self, key: &SandboxKey, env: &SandboxEnv, generation: u64) -> ContainerCreateBody {
+    pub fn container(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+        generation: u64,
+    ) -> ContainerCreateBody {
         let labels = container_labels(key, env, generation);
         ContainerCreateBody {
             image: Some(self.image.clone()),
@@ -99,10 +109,16 @@ impl RunnerSpec {
             format!("HOME={WORKSPACE}"),
         ];
         if !self.backend_endpoint.is_empty() {
-            vars.push(format!("STIGMER_BACKEND_ENDPOINT={}", self.backend_endpoint));
+            vars.push(format!(
+                "STIGMER_BACKEND_ENDPOINT={}",
+                self.backend_endpoint
+            ));
         }
         if !self.temporal_address.is_empty() {
-            vars.push(format!("TEMPORAL_SERVICE_ADDRESS={}", self.temporal_address));
+            vars.push(format!(
+                "TEMPORAL_SERVICE_ADDRESS={}",
+                self.temporal_address
+            ));
         }
         if !env.stigmer_token.is_empty() {
             vars.push(format!("STIGMER_TOKEN={}", env.stigmer_token.expose()));
@@ -123,7 +139,10 @@ impl RunnerSpec {
             pids_limit: Some(self.pids_limit),
             network_mode: Some(self.network.clone()),
             // The repair arm is ensure, not the engine: a runner that exits stays exited.
-            restart_policy: Some(RestartPolicy { name: Some(RestartPolicyNameEnum::NO), maximum_retry_count: None }),
+            restart_policy: Some(RestartPolicy {
+                name: Some(RestartPolicyNameEnum::NO),
+                maximum_retry_count: None,
+            }),
             mounts: Some(vec![workspace_mount(key)]),
             ..Default::default()
         }
@@ -161,14 +180,24 @@ fn workspace_mount(key: &SandboxKey) -> Mount {
 
 /// The three labels every runtime object of the sandbox carries.
 pub fn sandbox_labels(key: &SandboxKey) -> HashMap<String, String> {
-    naming::labels(key.scope, &key.id).into_iter().map(|(name, value)| (name.to_string(), value)).collect()
+    naming::labels(key.scope, &key.id)
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value))
+        .collect()
 }
 
 /// The container's labels: the three, plus what ensure compares and describe shows.
-fn container_labels(key: &SandboxKey, env: &SandboxEnv, generation: u64) -> HashMap<String, String> {
+fn container_labels(
+    key: &SandboxKey,
+    env: &SandboxEnv,
+    generation: u64,
+) -> HashMap<String, String> {
     let mut labels = sandbox_labels(key);
     labels.insert(LABEL_GENERATION.to_string(), generation.to_string());
-    labels.insert(LABEL_TOKEN_SHA256.to_string(), token_digest(&env.stigmer_token));
+    labels.insert(
+        LABEL_TOKEN_SHA256.to_string(),
+        token_digest(&env.stigmer_token),
+    );
     labels.insert(LABEL_TASK_QUEUE.to_string(), env.task_queue.clone());
     labels.insert(LABEL_CALLER_CLASS.to_string(), env.caller_class.clone());
     labels
@@ -176,7 +205,10 @@ fn container_labels(key: &SandboxKey, env: &SandboxEnv, generation: u64) -> Hash
 
 /// Hex SHA-256 of the token (of the empty string when none was minted).
 pub fn token_digest(token: &Token) -> String {
-    Sha256::digest(token.expose().as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
+    Sha256::digest(token.expose().as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -199,7 +231,11 @@ mod tests {
     }
 
     fn env(token: &str) -> SandboxEnv {
-        SandboxEnv { task_queue: "session:s1".into(), stigmer_token: Token::new(token), caller_class: "user".into() }
+        SandboxEnv {
+            task_queue: "session:s1".into(),
+            stigmer_token: Token::new(token),
+            caller_class: "user".into(),
+        }
     }
 
     #[test]
@@ -212,17 +248,28 @@ mod tests {
         assert_eq!(labels["stigmer.ai/sandbox-id"], "s1");
         assert_eq!(labels[LABEL_GENERATION], "3");
         assert_eq!(labels[LABEL_TOKEN_SHA256].len(), 64);
-        assert!(!labels.values().any(|value| value.contains("hunter2")), "the token is never a label");
+        assert!(
+            !labels.values().any(|value| value.contains("hunter2")),
+            "the token is never a label"
+        );
         let vars = body.env.as_ref().unwrap();
         assert!(vars.contains(&"STIGMER_TOKEN=hunter2".to_string()));
         assert!(vars.contains(&"WORKSPACE_ROOT_DIR=/workspace".to_string()));
         assert!(vars.contains(&"TEMPORAL_SERVICE_ADDRESS=temporal:7233".to_string()));
-        assert!(!vars.iter().any(|var| var.starts_with("STIGMER_BACKEND_ENDPOINT=")), "empty means unset");
+        assert!(
+            !vars
+                .iter()
+                .any(|var| var.starts_with("STIGMER_BACKEND_ENDPOINT=")),
+            "empty means unset"
+        );
         let host = body.host_config.as_ref().unwrap();
         assert_eq!(host.init, Some(true));
         assert_eq!(host.cap_drop.as_deref(), Some(&["ALL".to_string()][..]));
         let mount = &host.mounts.as_ref().unwrap()[0];
-        assert_eq!(mount.source.as_deref(), Some(format!("{}-workspace", key.base_name).as_str()));
+        assert_eq!(
+            mount.source.as_deref(),
+            Some(format!("{}-workspace", key.base_name).as_str())
+        );
         assert_eq!(mount.target.as_deref(), Some("/workspace"));
     }
 
@@ -230,7 +277,11 @@ mod tests {
     fn connect_scratch_is_anonymous_and_tokenless_env_has_no_token() {
         let key = SandboxKey::new(Scope::Connect, "req-1");
         let body = spec().container(&key, &env(""), 1);
-        assert!(!body.env.unwrap().iter().any(|var| var.starts_with("STIGMER_TOKEN")));
+        assert!(!body
+            .env
+            .unwrap()
+            .iter()
+            .any(|var| var.starts_with("STIGMER_TOKEN")));
         let mount = &body.host_config.unwrap().mounts.unwrap()[0];
         assert_eq!(mount.source, None);
         assert_eq!(workspace_volume(&key), None);
@@ -239,7 +290,13 @@ mod tests {
     #[test]
     fn token_digests_differ_by_token() {
         // sha256("") is a known vector.
-        assert_eq!(token_digest(&Token::new("")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-        assert_ne!(token_digest(&Token::new("a")), token_digest(&Token::new("b")));
+        assert_eq!(
+            token_digest(&Token::new("")),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_ne!(
+            token_digest(&Token::new("a")),
+            token_digest(&Token::new("b"))
+        );
     }
 }

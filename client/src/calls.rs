@@ -7,8 +7,8 @@
 //! plane code reads like the contract it implements.
 
 use sandboxd_protocol::{
-    validate, DaemonStatus, DeprovisionReport, EnsureReport, ProbeState, SandboxEnv, SandboxError,
-    SandboxInfo, Scope,
+    validate, DaemonStatus, DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState,
+    SandboxEnv, SandboxError, SandboxInfo, Scope,
 };
 
 use crate::client::Resend;
@@ -128,6 +128,26 @@ impl SandboxdClient {
             Resend::Once,
             |rpc, ctx| async move { rpc.status(ctx).await },
         )
+        .await
+    }
+
+    /// A bounded piece of a sandbox's output: at most `max_bytes` (the
+    /// daemon caps it at [`crate::MAX_LOG_CHUNK`]) from `start`. To read on,
+    /// or to follow, pass each chunk's `next` back as [`LogStart::After`]
+    /// until `at_end`; the daemon carries the cursor across rotations and
+    /// flags output lost to them as a `gap`.
+    pub async fn logs(
+        &self,
+        scope: Scope,
+        id: &str,
+        start: LogStart,
+        max_bytes: u32,
+    ) -> Result<LogChunk, ClientError> {
+        validate::sandbox_id(ID, id)?;
+        self.call(Resend::Once, |rpc, ctx| {
+            let id = id.to_string();
+            async move { rpc.logs(ctx, scope, id, start, max_bytes).await }
+        })
         .await
     }
 

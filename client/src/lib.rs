@@ -38,6 +38,7 @@ pub use error::ClientError;
 pub use socket_path::{default_socket_path, SOCKET_ENV, SYSTEM_SOCKET, USER_SOCKET_SUFFIX};
 
 pub use sandboxd_protocol::{
-    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, ProbeState, SandboxCounts, SandboxEnv,
-    SandboxError, SandboxInfo, Scope, Token, PROTOCOL_VERSION,
+    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, LogChunk, LogCursor, LogStart,
+    ProbeState, SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Scope, Token, MAX_LOG_CHUNK,
+    PROTOCOL_VERSION,
 };

@@ -187,3 +187,38 @@ async fn exit_codes() {
         format!("sandboxctl: daemon not running at {}\n", path.display())
     );
 }
+
+#[tokio::test]
+async fn logs_follow_the_cursor_to_the_end_and_pass_bytes_through() {
+    let path = socket_path();
+    let instance = start(&path, &behaviour());
+
+    // Three calls, one line each: the command follows `next` until `at_end`.
+    // Into a pipe the bytes are unchanged, escape sequences included.
+    let all = sandboxctl(&path, &["logs", "session", "abc"]).await;
+    assert_eq!(all.status.code(), Some(0), "{}", stderr(&all));
+    assert_eq!(stdout(&all), fake_daemon::LOG_LINES.concat());
+
+    let tail = sandboxctl(&path, &["logs", "session", "abc", "--tail", "1"]).await;
+    assert_eq!(stdout(&tail), "third\n");
+
+    let json = sandboxctl(&path, &["logs", "workflow", "wf", "--json"]).await;
+    let chunks: Vec<serde_json::Value> = stdout(&json)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(chunks.len(), 3, "{}", stdout(&json));
+    assert_eq!(
+        chunks[0],
+        serde_json::json!({"data": "first line\n", "gap": false})
+    );
+
+    let gone = sandboxctl(&path, &["logs", "session", "gone", "--follow"]).await;
+    assert_eq!(gone.status.code(), Some(1));
+    assert_eq!(
+        stderr(&gone),
+        "sandboxctl: failed precondition: session 'gone' has no output to show\n"
+    );
+
+    instance.stop().await;
+}

@@ -51,6 +51,11 @@ pub struct AccessConfig {
     pub read_gids: Vec<u32>,
 }
 
+/// The default cap on one runner's output file (16 MiB).
+pub const DEFAULT_RUNNER_LOG_MAX_SIZE: u64 = 16 * 1024 * 1024;
+/// The smallest cap allowed: below a few lines, rotation would be constant.
+pub const MIN_RUNNER_LOG_MAX_SIZE: u64 = 1024;
+
 /// Where the docker tier finds the engine when neither `[docker] host` nor
 /// `DOCKER_HOST` says.
 pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
@@ -161,6 +166,8 @@ struct FileConfig {
     max_connections: Option<usize>,
     max_requests_per_connection: Option<usize>,
     log_level: Option<String>,
+    #[serde(default, deserialize_with = "deserialize_optional_memory")]
+    runner_log_max_size: Option<u64>,
     access: Option<AccessConfig>,
     docker: Option<DockerConfig>,
 }
@@ -187,6 +194,9 @@ pub struct Config {
     pub max_connections: usize,
     pub max_requests_per_connection: usize,
     pub log_level: Option<String>,
+    /// The process tier's cap on one runner's output file, in bytes; one
+    /// rotated file of at most the same size is kept beside it.
+    pub runner_log_max_size: u64,
     pub access: AccessConfig,
     /// The docker tier's settings; `host` is always set once resolved.
     pub docker: DockerConfig,
@@ -265,6 +275,9 @@ impl Config {
             max_connections: file.max_connections.unwrap_or(256),
             max_requests_per_connection: file.max_requests_per_connection.unwrap_or(64),
             log_level: file.log_level,
+            runner_log_max_size: file
+                .runner_log_max_size
+                .unwrap_or(DEFAULT_RUNNER_LOG_MAX_SIZE),
             access: file.access.unwrap_or_default(),
             docker,
         };
@@ -287,6 +300,12 @@ impl Config {
         }
         if self.max_requests_per_connection == 0 {
             bail!("max_requests_per_connection must be at least 1");
+        }
+        if self.runner_log_max_size < MIN_RUNNER_LOG_MAX_SIZE {
+            bail!(
+                "runner_log_max_size {} bytes is below the minimum of {MIN_RUNNER_LOG_MAX_SIZE}",
+                self.runner_log_max_size
+            );
         }
         if self.stop_grace > Duration::from_secs(3600) {
             bail!(
@@ -377,6 +396,13 @@ fn deserialize_duration<'de, D: serde::Deserializer<'de>>(
 ) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     parse_duration(&text).map_err(|error| serde::de::Error::custom(format!("{error:#}")))
+}
+
+/// An optional size key (`runner_log_max_size`), written as for [`deserialize_memory`].
+fn deserialize_optional_memory<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    deserialize_memory(deserializer).map(Some)
 }
 
 /// A memory key: a number of bytes, or a string for [`parse_memory`].
@@ -530,6 +556,86 @@ mod tests {
         assert!(error.to_string().contains("minimum"), "{error}");
         let error = resolve("[docker]\ncommand = []", &[], Flags::default()).unwrap_err();
         assert!(error.to_string().contains("command"), "{error}");
+    }
+
+    #[test]
+    fn runner_log_max_size_defaults_parses_and_has_a_floor() {
+        let config = resolve("", &[], Flags::default()).unwrap();
+        assert_eq!(config.runner_log_max_size, 16 << 20);
+        let config = resolve("runner_log_max_size = \"4k\"", &[], Flags::default()).unwrap();
+        assert_eq!(config.runner_log_max_size, 4096);
+        let config = resolve("runner_log_max_size = 2048", &[], Flags::default()).unwrap();
+        assert_eq!(config.runner_log_max_size, 2048);
+        let error = resolve("runner_log_max_size = 100", &[], Flags::default()).unwrap_err();
+        assert!(
+            error.to_string().contains("runner_log_max_size 100"),
+            "{error}"
+        );
+    }
+
+    /// The keys serde knows for a table, read from its unknown-field error
+    /// ("unknown field `x`, expected one of `a`, `b`, …"), so this test
+    /// follows every key added later without being edited.
+    fn known_keys(table: &str) -> Vec<String> {
+        let probe = if table.is_empty() {
+            "zz_not_a_key = 1".to_string()
+        } else {
+            format!("[{table}]\nzz_not_a_key = 1")
+        };
+        let error = toml::from_str::<FileConfig>(&probe)
+            .unwrap_err()
+            .to_string();
+        let expected = error
+            .split("expected one of ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no key list in: {error}"));
+        let list = expected.lines().next().unwrap();
+        list.split(", ")
+            .map(|key| key.trim_matches('`').to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_example_config_parses_and_shows_every_key() {
+        let text = include_str!("../../systemd/sandboxd.toml");
+        let file: FileConfig = toml::from_str(text).expect("the example parses");
+        let config = Config::resolve(file, None, |_| None, &Flags::default()).unwrap();
+        assert_eq!(
+            config.run_as.as_deref(),
+            Some("stigmer-sandbox:stigmer-sandbox")
+        );
+        assert_eq!(config.socket_group.as_deref(), Some("stigmer"));
+        assert_eq!(config.runner_log_max_size, DEFAULT_RUNNER_LOG_MAX_SIZE);
+
+        let shown = |table: &str, key: &str| {
+            let mut current = String::new();
+            text.lines().any(|line| {
+                if let Some(name) = line.strip_prefix('[') {
+                    current = name.trim_end_matches(']').to_string();
+                }
+                let line = line.trim_start_matches("# ");
+                current == table && line.starts_with(&format!("{key} = "))
+            })
+        };
+        let top = known_keys("");
+        assert!(top.contains(&"driver".to_string()), "{top:?}");
+        for key in &top {
+            if key == "access" || key == "docker" {
+                assert!(text.contains(&format!("\n[{key}]\n")), "no [{key}] table");
+                continue;
+            }
+            assert!(shown("", key), "the example config does not show `{key}`");
+        }
+        for table in ["access", "docker"] {
+            let keys = known_keys(table);
+            assert!(keys.len() >= 4, "[{table}]: {keys:?}");
+            for key in keys {
+                assert!(
+                    shown(table, &key),
+                    "the example config does not show [{table}] `{key}`"
+                );
+            }
+        }
     }
 
     #[test]

@@ -69,7 +69,10 @@ pub fn sandbox_id(field: &str, id: &str) -> Result<(), SandboxError> {
     check_length(field, id, MAX_ID_LEN)?;
     check_no_control(field, id)?;
     if id.contains('/') {
-        return Err(invalid(field, format_args!("\"{}\" contains '/': an id is not a path", shown(id))));
+        return Err(invalid(
+            field,
+            format_args!("\"{}\" contains '/': an id is not a path", shown(id)),
+        ));
     }
     if id == "." || id == ".." {
         return Err(invalid(field, format_args!("\"{id}\" is not an id")));

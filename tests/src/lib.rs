@@ -17,3 +17,5 @@ pub use raw::{context, read_response, request_frame, sandbox_env, tarpc_client};
 pub use runner::{
     dir_entries, read_grandchild_pid, read_runner_pid, runner_env, wait_for_runner, RUNNER_TIMEOUT,
 };
+pub mod activation;
+pub mod docker_image;

@@ -47,7 +47,16 @@ async fn path_nul_control_empty_and_overlong_ids_are_rejected_by_the_daemon_with
     let rpc = tarpc_client(daemon.socket()).await;
     let env = sandbox_env("session:x", "tok");
     let long = "a".repeat(254);
-    for id in ["../../x", "..", "a\0b", "\0", "", "line\nbreak", "tab\there", long.as_str()] {
+    for id in [
+        "../../x",
+        "..",
+        "a\0b",
+        "\0",
+        "",
+        "line\nbreak",
+        "tab\there",
+        long.as_str(),
+    ] {
         let shown = format!("{id:?}");
         let message = expect_invalid(
             &shown,
@@ -161,8 +170,19 @@ async fn path_like_ids_never_escape_the_state_dir() {
     let client = daemon.client().await;
     let before = dir_entries(daemon.dir());
     // Anything path-like is refused before any side effect.
-    for id in ["../../x", "../x", "..", ".", "/etc/passwd", "a/../../b", "x/y"] {
-        match client.ensure_session_sandbox(id, &sandbox_env("session:path", "")).await {
+    for id in [
+        "../../x",
+        "../x",
+        "..",
+        ".",
+        "/etc/passwd",
+        "a/../../b",
+        "x/y",
+    ] {
+        match client
+            .ensure_session_sandbox(id, &sandbox_env("session:path", ""))
+            .await
+        {
             Err(ClientError::Sandbox(SandboxError::InvalidArgument(message))) => {
                 assert!(message.contains("session_id"), "{id:?}: {message}");
                 assert!(!daemon.workspace(Scope::Session, id).exists());

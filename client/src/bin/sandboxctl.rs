@@ -9,6 +9,8 @@
 // `mod` paths from its own directory, hence the explicit paths.
 #[path = "sandboxctl/cli.rs"]
 mod cli;
+#[path = "sandboxctl/logs.rs"]
+mod logs;
 #[path = "sandboxctl/render.rs"]
 mod render;
 #[path = "sandboxctl/time.rs"]
@@ -133,6 +135,16 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 .await?;
             let answer = serde_json::json!({ "request_id": request_id, "sandbox_id": sandbox_id });
             emit(json, &answer, |_| format!("{sandbox_id}\n"))
+        }
+        Command::Logs {
+            scope,
+            id,
+            tail,
+            follow,
+        } => {
+            // Streamed as it arrives rather than returned: it may not end.
+            logs::print(&connect().await?, scope, &id, tail, follow, json).await?;
+            Ok(String::new())
         }
         Command::Connect(ConnectCommand::Deprovision { sandbox_id }) => {
             let report = connect()

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use sandboxd_client::{
-    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, ProbeState, SandboxEnv, SandboxError,
-    SandboxInfo, Scope, Token, PROTOCOL_VERSION,
+    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, LogChunk, LogCursor, LogStart,
+    ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, Token, PROTOCOL_VERSION,
 };
 use sandboxd_protocol::{naming, wire, Sandboxd};
 use tarpc::context::Context;
@@ -163,7 +163,63 @@ impl Sandboxd for FakeDaemon {
             state_dir: String::new(),
         })
     }
+
+    /// A fixed output, [`LOG_LINES`], served one line per call so a reader
+    /// must follow the cursor; the id `gone` has none.
+    async fn logs(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        start: LogStart,
+        _max_bytes: u32,
+    ) -> Result<LogChunk, SandboxError> {
+        if id == "gone" {
+            return Err(SandboxError::FailedPrecondition(format!(
+                "{scope} 'gone' has no output to show"
+            )));
+        }
+        let line = |index: usize| {
+            let offset = LOG_LINES[..index]
+                .iter()
+                .map(|line| line.len())
+                .sum::<usize>() as u64;
+            (offset, LOG_LINES.get(index).copied())
+        };
+        let index = match start {
+            LogStart::Beginning => 0,
+            LogStart::Tail { lines } => LOG_LINES.len().saturating_sub(lines as usize),
+            LogStart::After(cursor) => (0..=LOG_LINES.len())
+                .find(|&index| line(index).0 >= cursor.offset)
+                .unwrap_or(LOG_LINES.len()),
+        };
+        if let LogStart::Tail { .. } = start {
+            let data = LOG_LINES[index..].concat().into_bytes();
+            let offset = line(LOG_LINES.len()).0;
+            return Ok(LogChunk {
+                data,
+                next: LogCursor { epoch: 1, offset },
+                gap: false,
+                at_end: true,
+            });
+        }
+        let (offset, text) = line(index);
+        let data = text.unwrap_or_default().as_bytes().to_vec();
+        let next = offset + data.len() as u64;
+        Ok(LogChunk {
+            data,
+            next: LogCursor {
+                epoch: 1,
+                offset: next,
+            },
+            gap: false,
+            at_end: index + 1 >= LOG_LINES.len(),
+        })
+    }
 }
+
+/// What the stand-in's `logs` serves, a line per call.
+pub const LOG_LINES: [&str; 3] = ["first line\n", "second \u{1b}[31mred\u{1b}[0m\n", "third\n"];
 
 /// One running instance: stopping it aborts the accept loop and every
 /// connection, closing their sockets as a crashed daemon would.

@@ -1,21 +1,25 @@
 //! The daemon's life: socket → driver → serve → orderly stop.
 //!
-//! The order is the point. The socket is obtained first, so a second daemon
-//! that would share this one's socket refuses before its driver touches
-//! anything (the process tier's start-up sweeps leftover runners). The
-//! driver starts next. Serving runs until SIGTERM or SIGINT; then accepting
-//! stops, open connections close, the driver tears down what must not
-//! outlive the daemon, and the socket file goes.
+//! The order is the point. The socket is obtained first (passed by systemd,
+//! or bound here), so a second daemon that would share this one's socket
+//! refuses before its driver touches anything (the process tier's start-up
+//! sweeps leftover runners). The driver starts next. Serving runs until
+//! SIGTERM or SIGINT, with systemd told READY=1 once it does; then systemd
+//! hears STOPPING=1, accepting stops, open connections close, the driver
+//! tears down what must not outlive the daemon, and a socket file this
+//! daemon bound goes (one systemd passed stays: it is the socket unit's).
 //!
 //! Rooms: `socket` (where the listener comes from), `accept` (the loop and
 //! the connection cap), `connection` (one peer's transport and calls),
-//! `deadline` (the request-deadline clamp), `service` (the calls).
+//! `deadline` (the request-deadline clamp), `service` (the calls),
+//! `supervision` (what systemd is told, and when).
 
 mod accept;
 mod connection;
 mod deadline;
 mod service;
 mod socket;
+mod supervision;
 #[cfg(test)]
 mod testing;
 #[cfg(test)]
@@ -30,17 +34,21 @@ use crate::access::AccessPolicy;
 use crate::config::Config;
 use crate::provisioner;
 use crate::shutdown::StopSignals;
+use crate::systemd::Handoff;
 
 use self::accept::Limits;
 use self::service::DaemonState;
+use self::supervision::Supervision;
 
 /// Runs the daemon until a stop signal, then stops it in order.
-pub async fn run(config: Config) -> anyhow::Result<()> {
+pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
     let mut signals = StopSignals::install().context("cannot install the signal handlers")?;
+    let supervision = Supervision::new(handoff.notifier, handoff.watchdog);
 
-    let obtained = socket::obtain_listener(&config)?;
+    let obtained = socket::obtain_listener(&config, handoff.listener)?;
+    let socket_path = obtained.path;
     let listener = tokio::net::UnixListener::from_std(obtained.listener)
-        .with_context(|| format!("cannot serve on {}", config.socket.display()))?;
+        .with_context(|| format!("cannot serve on {}", socket_path.display()))?;
     // Kept until the end: dropping it removes the socket file we created,
     // on the error paths below as well.
     let socket_file = obtained.socket_file;
@@ -50,25 +58,30 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         driver: driver.clone(),
         access: AccessPolicy::new(config.access.clone(), nix::unistd::geteuid().as_raw()),
         started: Instant::now(),
-        socket_path: config.socket.clone(),
+        socket_path: socket_path.clone(),
         state_dir: config.state_dir.clone(),
     });
     let limits = Limits {
         max_connections: config.max_connections,
         max_requests_per_connection: config.max_requests_per_connection,
     };
-    // The socket accepts and the driver is ready: this is where a systemd
-    // READY=1 notification belongs.
     tracing::info!(
-        socket = %config.socket.display(),
+        socket = %socket_path.display(),
         driver = driver.name(),
         state_dir = %config.state_dir.display(),
-        config_file = ?config.source_file,
+        config_file = %config
+            .source_file
+            .as_deref()
+            .map_or_else(|| "-".to_string(), |path| path.display().to_string()),
         pid = std::process::id(),
         "sandboxd is serving"
     );
 
-    let (signal, connections) = accept::serve_until(listener, daemon, limits, signals.next()).await;
+    // The socket accepts and the driver is ready: the main loop, polled by
+    // the accept loop, tells systemd READY=1 on its first poll.
+    let main_loop = supervision.main_loop(daemon.clone(), signals.next());
+    let (signal, connections) = accept::serve_until(listener, daemon, limits, main_loop).await;
+    supervision.stopping(signal.name());
     tracing::info!(
         signal = signal.name(),
         "stopping: no longer accepting connections (send the signal again to exit at once)"

@@ -254,15 +254,24 @@ impl Sandboxd for ConnectionService {
 
     async fn status(self, _: Context) -> Result<DaemonStatus, SandboxError> {
         self.authorize(Call::Status)?;
-        let sandboxes = self.driver().list(None).await?;
         let daemon = &self.daemon;
+        let mut driver_health = daemon.driver.health();
+        // The daemon's own facts are worth having exactly when the runtime
+        // is down: a failed count is reported in the health line instead.
+        let counts = match self.driver().list(None).await {
+            Ok(sandboxes) => count(&sandboxes),
+            Err(error) => {
+                driver_health.push_str(&format!("; cannot count sandboxes: {error}"));
+                SandboxCounts::default()
+            }
+        };
         Ok(DaemonStatus {
             version: env!("CARGO_PKG_VERSION").to_string(),
             protocol_version: PROTOCOL_VERSION,
             driver: daemon.driver.name().to_string(),
-            driver_health: daemon.driver.health(),
+            driver_health,
             uptime_secs: daemon.started.elapsed().as_secs(),
-            counts: count(&sandboxes),
+            counts,
             socket_path: daemon.socket_path.display().to_string(),
             state_dir: daemon.state_dir.display().to_string(),
         })
@@ -503,6 +512,47 @@ mod tests {
                 running: 2,
                 stopped: 0
             }
+        );
+    }
+
+    #[tokio::test]
+    async fn logs_are_validated_authorized_and_bounded_before_the_driver() {
+        let ctx = context::current();
+        let (root, _driver) = service(ROOT);
+        let message = invalid(
+            root.clone()
+                .logs(ctx, Scope::Workflow, String::new(), LogStart::Beginning, 10)
+                .await,
+        );
+        assert!(message.contains("execution_id"), "{message}");
+        let message = invalid(
+            root.clone()
+                .logs(ctx, Scope::Session, "s".into(), LogStart::Beginning, 0)
+                .await,
+        );
+        assert!(message.contains("max_bytes"), "{message}");
+        // A driver without logs says so by name.
+        assert_eq!(
+            root.logs(
+                ctx,
+                Scope::Session,
+                "s".into(),
+                LogStart::Tail { lines: 5 },
+                u32::MAX
+            )
+            .await,
+            Err(SandboxError::FailedPrecondition(
+                "the fake driver does not serve logs yet".into()
+            ))
+        );
+        // Runner output may hold secrets: readers may not see it.
+        let (reader, _driver) = service(READER);
+        let denied = reader
+            .logs(ctx, Scope::Session, "s".into(), LogStart::Beginning, 10)
+            .await;
+        assert!(
+            matches!(denied, Err(SandboxError::PermissionDenied(_))),
+            "{denied:?}"
         );
     }
 

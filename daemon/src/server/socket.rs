@@ -1,6 +1,10 @@
 //! The listening socket: where it lives, who may reach it, and never
 //! stealing it from a daemon that is still serving.
 //!
+//! Under systemd the socket unit binds it and passes it in (see
+//! `crate::systemd::activation`): then it is served as given, and nothing
+//! here touches the path. Otherwise the daemon binds it itself, as below.
+//!
 //! The socket is the trust boundary (mode 0660, a dedicated group), so it
 //! is bound before anything else happens: a second daemon pointed at the
 //! same socket refuses here, before its driver can touch the state of the
@@ -21,6 +25,7 @@ use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
 use nix::unistd::{Gid, Group};
 
 use crate::config::Config;
+use crate::systemd::Inherited;
 
 /// The mode of a socket directory we create: the group may traverse it.
 const DIR_MODE: u32 = 0o750;
@@ -73,15 +78,58 @@ pub struct ObtainedListener {
     pub listener: UnixListener,
     /// `None` when the socket is not ours to remove (an inherited one).
     pub socket_file: Option<SocketFile>,
+    /// Where callers reach it, for logs and `status`.
+    pub path: PathBuf,
 }
 
-/// Obtains the listening socket the configuration names.
+/// Obtains the listening socket: the one systemd passed, when it passed
+/// one, else one bound at the configured path.
 ///
-/// This is the one place that decides where the listener comes from: today
-/// it is always bound here; systemd socket activation would hand over an
-/// inherited one instead (with `socket_file: None`, since systemd owns it).
-pub fn obtain_listener(config: &Config) -> Result<ObtainedListener, SocketError> {
-    bind(&config.socket, config.socket_group.as_deref())
+/// This is the one place that decides where the listener comes from.
+pub fn obtain_listener(
+    config: &Config,
+    inherited: Option<Inherited>,
+) -> Result<ObtainedListener, SocketError> {
+    match inherited {
+        Some(inherited) => Ok(adopt(config, inherited)),
+        None => bind(&config.socket, config.socket_group.as_deref()),
+    }
+}
+
+/// Serves a socket systemd passed. Its path, mode and group are the socket
+/// unit's business; where they differ from the configuration, the
+/// configuration is the one that is not in force, and a warning says so.
+fn adopt(config: &Config, inherited: Inherited) -> ObtainedListener {
+    let path = inherited.path.unwrap_or_else(|| config.socket.clone());
+    tracing::info!(
+        socket = %path.display(),
+        name = inherited.name.as_deref().unwrap_or("-"),
+        "serving the socket systemd passed (socket activation)"
+    );
+    if path != config.socket {
+        tracing::warn!(
+            socket = %path.display(),
+            configured = %config.socket.display(),
+            "the socket systemd passed is not the configured one; serving the one passed"
+        );
+    }
+    if let Some(group) = config.socket_group.as_deref() {
+        let actual = fs::metadata(&path).map(|metadata| metadata.gid()).ok();
+        let wanted = resolve_group(group).ok().map(Gid::as_raw);
+        if actual.is_some() && wanted.is_some() && actual != wanted {
+            tracing::warn!(
+                socket = %path.display(),
+                socket_group = group,
+                actual_gid = actual,
+                "the passed socket's group is not socket_group: set SocketGroup= in sandboxd.socket"
+            );
+        }
+    }
+    ObtainedListener {
+        listener: inherited.listener,
+        socket_file: None,
+        path,
+    }
 }
 
 /// Binds `path`: creates its directory if missing, replaces a stale socket,
@@ -105,6 +153,7 @@ pub fn bind(path: &Path, group: Option<&str>) -> Result<ObtainedListener, Socket
     Ok(ObtainedListener {
         listener,
         socket_file: Some(socket_file),
+        path: path.to_path_buf(),
     })
 }
 

@@ -85,6 +85,21 @@ pub enum Command {
     /// Request-scoped connect sandboxes.
     #[command(subcommand)]
     Connect(ConnectCommand),
+
+    /// Print a sandbox's output (its runner's stdout and stderr).
+    Logs {
+        /// session, workflow or connect.
+        #[arg(value_parser = any_scope())]
+        scope: Scope,
+        /// The session id, execution id or connect sandbox id.
+        id: String,
+        /// Only the last N lines [default: everything still kept].
+        #[arg(long, value_name = "N")]
+        tail: Option<u32>,
+        /// Keep printing new output as it is written, until interrupted.
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -268,6 +283,31 @@ mod tests {
             "A=B",
         ])
         .unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+    }
+
+    #[test]
+    fn logs_takes_tail_and_follow() {
+        let cli = parse(&["logs", "workflow", "wf-1", "--tail", "20", "-f"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Logs {
+                scope: Scope::Workflow,
+                tail: Some(20),
+                follow: true,
+                ..
+            }
+        ));
+        let cli = parse(&["logs", "session", "s"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Logs {
+                tail: None,
+                follow: false,
+                ..
+            }
+        ));
+        let error = parse(&["logs", "session", "s", "--tail", "-1"]).unwrap_err();
         assert_eq!(error.exit_code(), 2);
     }
 

@@ -2,8 +2,9 @@
 //! and the not-found handling every caller wants.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
-use bollard::models::{ContainerCreateBody, ContainerSummary};
+use bollard::models::{ContainerCreateBody, ContainerInspectResponse, ContainerSummary};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptionsBuilder,
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
@@ -15,19 +16,35 @@ use super::engine::{CallError, Engine, READ_TIMEOUT, WRITE_TIMEOUT};
 use super::observed::Lookup;
 use crate::provisioner::SandboxKey;
 
+/// How long a removal under way may take before we report it.
+const REMOVAL_WAIT: Duration = Duration::from_secs(30);
+/// How often to look while waiting for one.
+const REMOVAL_POLL: Duration = Duration::from_millis(100);
+
 /// The container that has this sandbox's name, if any, in our terms.
 pub async fn inspect(engine: &Engine, key: &SandboxKey) -> Result<Lookup, CallError> {
-    let name = key.base_name.clone();
+    Ok(match inspect_raw(engine, &key.base_name).await? {
+        Some(inspect) => Lookup::from_inspect(key, inspect),
+        None => Lookup::Absent,
+    })
+}
+
+/// The engine's inspect of a container by name or id; `None` when there is none.
+async fn inspect_raw(
+    engine: &Engine,
+    container: &str,
+) -> Result<Option<ContainerInspectResponse>, CallError> {
+    let container = container.to_string();
     let result = engine
         .call(READ_TIMEOUT, |docker| async move {
             docker
-                .inspect_container(&name, None::<InspectContainerOptions>)
+                .inspect_container(&container, None::<InspectContainerOptions>)
                 .await
         })
         .await;
     match result {
-        Ok(inspect) => Ok(Lookup::from_inspect(key, inspect)),
-        Err(error) if error.is_not_found() => Ok(Lookup::Absent),
+        Ok(inspect) => Ok(Some(inspect)),
+        Err(error) if error.is_not_found() => Ok(None),
         Err(error) => Err(error),
     }
 }
@@ -86,24 +103,44 @@ pub async fn kill(engine: &Engine, container: &str, signal: &str) -> Result<(), 
 }
 
 /// Removes the container and its anonymous (scratch) volumes, whatever its
-/// state. Gone already is success.
+/// state. Gone already is success; so is a removal already under way, once
+/// it has finished.
 pub async fn remove(engine: &Engine, container: &str) -> Result<(), CallError> {
-    let (container, options) = (
-        container.to_string(),
-        RemoveContainerOptionsBuilder::new()
-            .force(true)
-            .v(true)
-            .build(),
-    );
+    let options = RemoveContainerOptionsBuilder::new()
+        .force(true)
+        .v(true)
+        .build();
+    let id = container.to_string();
     match engine
         .call(WRITE_TIMEOUT, |docker| async move {
-            docker.remove_container(&container, Some(options)).await
+            docker.remove_container(&id, Some(options)).await
         })
         .await
     {
         Err(error) if error.is_not_found() => Ok(()),
+        // 409: "removal already in progress" — someone else's; wait it out.
+        Err(error) if error.is_conflict() => {
+            if wait_removed(engine, container).await? {
+                Ok(())
+            } else {
+                Err(error)
+            }
+        }
         other => other,
     }
+}
+
+/// Waits until a container the engine is removing is gone; false when it
+/// is still there after [`REMOVAL_WAIT`].
+pub async fn wait_removed(engine: &Engine, container: &str) -> Result<bool, CallError> {
+    let deadline = Instant::now() + REMOVAL_WAIT;
+    while inspect_raw(engine, container).await?.is_some() {
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(REMOVAL_POLL).await;
+    }
+    Ok(true)
 }
 
 /// Removes a named volume; `false` when there was none.

@@ -76,7 +76,7 @@ impl CallError {
     pub fn into_sandbox_error(self, what: &str) -> SandboxError {
         match self {
             CallError::Refused { status, message } => SandboxError::Unavailable(format!(
-                "{what}: the engine refused ({status}): {message}"
+                "{what}: the engine answered {status}: {message}"
             )),
             CallError::Unreachable(message) => {
                 SandboxError::Unavailable(format!("{what}: {message}"))
@@ -90,7 +90,7 @@ impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CallError::Refused { status, message } => {
-                write!(f, "the engine refused ({status}): {message}")
+                write!(f, "the engine answered {status}: {message}")
             }
             CallError::Unreachable(message) | CallError::Malformed(message) => f.write_str(message),
         }

@@ -88,6 +88,7 @@ pub struct Observed {
     pub phase: Phase,
     pub image: String,
     labels: HashMap<String, String>,
+    pub created_at_unix_ms: Option<u64>,
     pub started_at_unix_ms: Option<u64>,
     pub finished_at_unix_ms: Option<u64>,
     pub exit_code: Option<i64>,
@@ -130,6 +131,7 @@ impl Lookup {
             phase: Phase::from_status(state.status),
             image: config.image.unwrap_or_default(),
             labels,
+            created_at_unix_ms: inspect.created.as_deref().and_then(unix_ms),
             started_at_unix_ms: state.started_at.as_deref().and_then(unix_ms),
             finished_at_unix_ms,
             // The engine reports 0 for a container that never ran; only a finish gives a code meaning.

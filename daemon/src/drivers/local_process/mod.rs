@@ -10,6 +10,7 @@
 
 mod identity;
 mod ledger;
+mod logs;
 mod proc_stat;
 pub mod reaper;
 mod spawn;
@@ -24,8 +25,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use sandboxd_protocol::{
-    DeprovisionReport, EnsureReport, ExitInfo, ProbeState, SandboxEnv, SandboxError, SandboxInfo,
-    Scope,
+    DeprovisionReport, EnsureReport, ExitInfo, LogChunk, LogStart, ProbeState, SandboxEnv,
+    SandboxError, SandboxInfo, Scope,
 };
 use tokio::sync::watch;
 
@@ -67,6 +68,8 @@ struct Inner {
     key_locks: KeyLocks<SandboxKey>,
     ledger: Ledger,
     reaper: GroupReaper,
+    /// The runners' output files: their size cap and reading them back.
+    logs: Arc<logs::RunnerLogs>,
     stopping: AtomicBool,
     /// Held for the daemon's life: one daemon per state directory.
     _state_lock: nix::fcntl::Flock<std::fs::File>,
@@ -100,9 +103,17 @@ impl LocalProcessDriver {
         })
         .await?;
         if killed > 0 || strays > 0 {
-            tracing::warn!(groups = killed, strays, "killed runners left by an earlier sandboxd");
+            tracing::warn!(
+                groups = killed,
+                strays,
+                "killed runners left by an earlier sandboxd"
+            );
         }
         let reaper = GroupReaper::start(&state_lock, &dirs.sandboxes)?;
+        let runner_logs = Arc::new(logs::RunnerLogs::new(
+            dirs.logs.clone(),
+            config.runner_log_max_size,
+        ));
         let settings = RunnerSettings {
             command: config.runner_command.clone(),
             args: config.runner_args.clone(),
@@ -121,18 +132,24 @@ impl LocalProcessDriver {
                 tracing::error!("{problem}: every ensure will fail until it is installed")
             }
         }
-        Ok(LocalProcessDriver {
-            inner: Arc::new(Inner {
-                settings,
-                stop_grace: config.stop_grace,
-                records: Mutex::new(HashMap::new()),
-                key_locks: KeyLocks::new(),
-                ledger,
-                reaper,
-                stopping: AtomicBool::new(false),
-                _state_lock: state_lock,
-            }),
-        })
+        let inner = Arc::new(Inner {
+            settings,
+            stop_grace: config.stop_grace,
+            records: Mutex::new(HashMap::new()),
+            key_locks: KeyLocks::new(),
+            ledger,
+            reaper,
+            logs: runner_logs.clone(),
+            stopping: AtomicBool::new(false),
+            _state_lock: state_lock,
+        });
+        // Checks the running sandboxes' output files against the cap until
+        // the driver is dropped.
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(logs::keep_capped(runner_logs, move || {
+            Some(weak.upgrade()?.running_base_names())
+        }));
+        Ok(LocalProcessDriver { inner })
     }
 }
 
@@ -254,8 +271,18 @@ impl Inner {
                 )))
             }
         }
-        let _ = tokio::fs::remove_file(self.settings.log_file(key)).await;
+        let (logs, base) = (self.logs.clone(), key.base_name.clone());
+        let _ = tokio::task::spawn_blocking(move || logs.remove(&base)).await;
         Ok(())
+    }
+
+    /// The base names of the sandboxes whose runner is running now.
+    fn running_base_names(&self) -> Vec<String> {
+        self.records()
+            .iter()
+            .filter(|(_, record)| record.running.is_some())
+            .map(|(key, _)| key.base_name.clone())
+            .collect()
     }
 
     fn info(&self, key: &SandboxKey, record: Option<&Record>) -> SandboxInfo {
@@ -414,6 +441,30 @@ impl Driver for LocalProcessDriver {
         };
         infos.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
         Ok(infos)
+    }
+
+    async fn logs(
+        &self,
+        key: &SandboxKey,
+        start: LogStart,
+        max_bytes: u32,
+    ) -> Result<LogChunk, SandboxError> {
+        let (logs, base) = (self.inner.logs.clone(), key.base_name.clone());
+        let read = tokio::task::spawn_blocking(move || logs.read(&base, start, max_bytes))
+            .await
+            .map_err(|error| SandboxError::Internal(format!("log read task failed: {error}")))?;
+        read.map_err(|error| match error {
+            logs::LogError::NoOutput(path) => SandboxError::FailedPrecondition(format!(
+                "{} '{}' has no output to show ({}): its runner has not run since its workspace was last removed",
+                key.scope,
+                key.id,
+                path.display()
+            )),
+            other => SandboxError::Internal(format!(
+                "cannot read the output of {} '{}': {other}",
+                key.scope, key.id
+            )),
+        })
     }
 
     async fn shutdown(&self) {

@@ -56,7 +56,7 @@ impl RunnerSettings {
     }
 
     pub fn log_file(&self, key: &SandboxKey) -> PathBuf {
-        self.logs_dir.join(format!("{}.log", key.base_name))
+        super::logs::file_path(&self.logs_dir, &key.base_name)
     }
 
     /// The `PATH` runners see, which is also where the command is looked up.

@@ -102,9 +102,14 @@ pub fn lock(root: &Path) -> anyhow::Result<Flock<File>> {
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                bail!("state directory {} is in use by another sandboxd (waited {LOCK_WAIT:?})", root.display())
+                bail!(
+                    "state directory {} is in use by another sandboxd (waited {LOCK_WAIT:?})",
+                    root.display()
+                )
             }
-            Err((_, errno)) => return Err(errno).with_context(|| format!("cannot lock {}", path.display())),
+            Err((_, errno)) => {
+                return Err(errno).with_context(|| format!("cannot lock {}", path.display()))
+            }
         }
     }
 }

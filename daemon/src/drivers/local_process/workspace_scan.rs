@@ -40,7 +40,8 @@ fn processes_in(sandboxes: &Path) -> Vec<(i32, i32)> {
     entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(sandboxes))
+            std::fs::read_link(format!("/proc/{pid}/cwd"))
+                .is_ok_and(|cwd| cwd.starts_with(sandboxes))
         })
         .filter_map(|pid| {
             let stat = proc_stat::read(pid)?;
@@ -67,11 +68,16 @@ mod tests {
             .unwrap();
         let pid = child.id() as i32;
         let sandboxes = dir.join("sandboxes");
-        assert!(processes_in(&sandboxes).iter().any(|&(found, _)| found == pid));
+        assert!(processes_in(&sandboxes)
+            .iter()
+            .any(|&(found, _)| found == pid));
         assert!(processes_in(&dir.join("elsewhere")).is_empty());
         assert!(kill_processes_in(&sandboxes) >= 1);
         let status = child.wait().unwrap();
-        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,0 +1,217 @@
+//! `sandboxctl logs`: a sandbox's output, read through the daemon one
+//! bounded chunk at a time.
+//!
+//! Each call returns at most [`MAX_LOG_CHUNK`] bytes and a cursor; the
+//! command asks again from that cursor until the daemon says it is at the
+//! end, and with `--follow` keeps asking every [`FOLLOW_POLL`]. The daemon
+//! carries the cursor across rotations; output that was rotated away before
+//! it could be read is reported on stderr as a gap, never skipped silently.
+//!
+//! Runner output is untrusted. On a terminal, control characters other than
+//! newline, tab and carriage return are shown escaped, so an escape
+//! sequence in it cannot drive the admin's terminal; into a pipe or file it
+//! passes byte for byte.
+
+use std::io::{self, IsTerminal, Write};
+use std::time::Duration;
+
+use sandboxd_client::{LogStart, SandboxdClient, Scope, MAX_LOG_CHUNK};
+
+use crate::Failure;
+
+/// How often `--follow` asks for new output.
+pub const FOLLOW_POLL: Duration = Duration::from_millis(500);
+
+/// Prints the output from `--tail` lines back (or from the beginning),
+/// then follows it when asked. Ends quietly when stdout is closed.
+pub async fn print(
+    client: &SandboxdClient,
+    scope: Scope,
+    id: &str,
+    tail: Option<u32>,
+    follow: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let stdout = io::stdout();
+    let mut out = Output::new(stdout.is_terminal(), json);
+    let mut start = match tail {
+        Some(lines) => LogStart::Tail { lines },
+        None => LogStart::Beginning,
+    };
+    loop {
+        let chunk = client.logs(scope, id, start, MAX_LOG_CHUNK).await?;
+        if chunk.gap {
+            eprintln!(
+                "sandboxctl: some output of {scope} {id} was rotated away before it was read"
+            );
+        }
+        let written = out
+            .write(&mut stdout.lock(), &chunk.data, chunk.gap)
+            .and_then(|()| stdout.lock().flush());
+        match written {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(error) => return Err(Failure::Output(format!("cannot write the output: {error}"))),
+        }
+        start = LogStart::After(chunk.next);
+        if chunk.at_end {
+            if !follow {
+                break;
+            }
+            tokio::time::sleep(FOLLOW_POLL).await;
+        }
+    }
+    out.finish(&mut stdout.lock())
+        .and_then(|()| stdout.lock().flush())
+        .or_else(|error| match error.kind() {
+            io::ErrorKind::BrokenPipe => Ok(()),
+            _ => Err(Failure::Output(format!("cannot write the output: {error}"))),
+        })
+}
+
+/// How chunks reach stdout: raw bytes, escaped text for a terminal, or one
+/// JSON object per chunk.
+struct Output {
+    terminal: bool,
+    json: bool,
+    /// The start of a UTF-8 character cut by a chunk boundary, kept for the
+    /// next chunk so it is not shown as two replacement characters.
+    pending: Vec<u8>,
+}
+
+impl Output {
+    fn new(terminal: bool, json: bool) -> Self {
+        Output {
+            terminal,
+            json,
+            pending: Vec::new(),
+        }
+    }
+
+    fn write(&mut self, out: &mut impl Write, data: &[u8], gap: bool) -> io::Result<()> {
+        if !self.terminal && !self.json {
+            return out.write_all(data);
+        }
+        self.pending.extend_from_slice(data);
+        let complete = complete_utf8_prefix(&self.pending);
+        let text = String::from_utf8_lossy(&self.pending[..complete]).into_owned();
+        self.pending.drain(..complete);
+        self.emit(out, &text, gap)
+    }
+
+    /// Writes what is left of a cut character, as it is.
+    fn finish(&mut self, out: &mut impl Write) -> io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        self.emit(out, &text, false)
+    }
+
+    fn emit(&self, out: &mut impl Write, text: &str, gap: bool) -> io::Result<()> {
+        if self.json {
+            if text.is_empty() && !gap {
+                return Ok(());
+            }
+            let line = serde_json::json!({ "data": text, "gap": gap });
+            return writeln!(out, "{line}");
+        }
+        out.write_all(terminal_safe(text).as_bytes())
+    }
+}
+
+/// The length of the longest prefix that does not end inside a UTF-8
+/// character (invalid bytes count as complete: they will never become valid).
+fn complete_utf8_prefix(bytes: &[u8]) -> usize {
+    match std::str::from_utf8(bytes) {
+        Ok(_) => bytes.len(),
+        Err(error) if error.error_len().is_none() => error.valid_up_to(),
+        Err(_) => {
+            // An invalid byte somewhere: only a cut character at the very
+            // end is worth waiting for (at most 3 bytes of one).
+            let tail_start = bytes.len().saturating_sub(3);
+            (tail_start..bytes.len())
+                .find(|&at| {
+                    std::str::from_utf8(&bytes[at..])
+                        .err()
+                        .is_some_and(|error| {
+                            error.valid_up_to() == 0 && error.error_len().is_none()
+                        })
+                })
+                .unwrap_or(bytes.len())
+        }
+    }
+}
+
+/// `text` with every control character but newline, tab and carriage
+/// return escaped (`\u{1b}` for ESC), so it cannot drive a terminal.
+fn terminal_safe(text: &str) -> String {
+    let mut safe = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && !matches!(c, '\n' | '\t' | '\r') {
+            safe.extend(c.escape_default());
+        } else {
+            safe.push(c);
+        }
+    }
+    safe
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(terminal: bool, json: bool, chunks: &[&[u8]]) -> String {
+        let mut output = Output::new(terminal, json);
+        let mut out = Vec::new();
+        for chunk in chunks {
+            output.write(&mut out, chunk, false).unwrap();
+        }
+        output.finish(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn pipes_get_the_bytes_unchanged() {
+        let mut out = Vec::new();
+        let mut output = Output::new(false, false);
+        output.write(&mut out, b"a\x1b[2Jb\xff\n", false).unwrap();
+        assert_eq!(out, b"a\x1b[2Jb\xff\n");
+    }
+
+    #[test]
+    fn terminals_get_escape_sequences_escaped() {
+        assert_eq!(
+            written(true, false, &[b"red \x1b[31mtext\x07\n\tok\r\n"]),
+            "red \\u{1b}[31mtext\\u{7}\n\tok\r\n"
+        );
+    }
+
+    #[test]
+    fn a_character_cut_by_a_chunk_boundary_is_joined() {
+        let text = "naïve ✓\n".as_bytes();
+        let cut = text.len() - 3; // inside the three bytes of ✓
+        assert_eq!(
+            written(true, false, &[&text[..cut], &text[cut..]]),
+            "naïve ✓\n"
+        );
+        assert_eq!(written(true, false, &[b"x\xe2\x9c"]), "x\u{fffd}");
+    }
+
+    #[test]
+    fn json_is_one_object_per_chunk() {
+        let text = written(false, true, &[b"one\n", b"", b"two\n"]);
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                serde_json::json!({"data": "one\n", "gap": false}),
+                serde_json::json!({"data": "two\n", "gap": false})
+            ]
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! The ensure state machine, driven by the container's real state.
+//!
+//! | engine says            | ensure does                                   |
+//! |------------------------|-----------------------------------------------|
+//! | running                | nothing (fast path, no write call)            |
+//! | paused                 | unpause                                       |
+//! | created, exited        | start — or recreate, when the token changed   |
+//! | dead, half-removed     | remove, then create (the volume is kept)      |
+//! | no such container      | create, then start                            |
+//!
+//! Every write is followed by a fresh look rather than an assumption: a
+//! 409 name conflict on create means another creator won the race (it
+//! exists — go on with it, once the engine shows it: the name is reserved
+//! a moment before the container can be inspected), and a failed create is
+//! re-inspected because the engine may have made the container anyway
+//! (Nomad PR #6762).
+
+use std::time::{Duration, Instant};
+
+use sandboxd_protocol::{EnsureReport, ProbeState, SandboxEnv, SandboxError, Scope};
+
+use super::containers;
+use super::engine::CallError;
+use super::events::short;
+use super::observed::{Lookup, Observed, Phase};
+use super::spec::{token_digest, RunnerSpec};
+use super::teardown;
+use super::Inner;
+use crate::provisioner::SandboxKey;
+
+/// How many looks at the container one ensure takes before giving up on a
+/// container that keeps changing under it.
+const MAX_STEPS: usize = 8;
+/// How long to wait for another creator's container to appear after its
+/// name blocked our create, and how often to look meanwhile.
+const NAME_TAKEN_WAIT: Duration = Duration::from_secs(10);
+const NAME_TAKEN_POLL: Duration = Duration::from_millis(50);
+
+/// Brings the sandbox to running. The caller holds the key's lock.
+pub async fn ensure(
+    inner: &Inner,
+    key: &SandboxKey,
+    env: &SandboxEnv,
+) -> Result<EnsureReport, SandboxError> {
+    let mut failed_create: Option<SandboxError> = None;
+    let mut name_taken_since: Option<Instant> = None;
+    let mut steps = 0;
+    while steps < MAX_STEPS {
+        steps += 1;
+        let lookup = containers::inspect(&inner.engine, key)
+            .await
+            .map_err(|error| failure(key, "inspect", error))?;
+        let observed = match lookup {
+            Lookup::Absent => {
+                if let Some(error) = failed_create {
+                    return Err(error);
+                }
+                match create_and_start(inner, key, env).await {
+                    Ok(report) => return Ok(report),
+                    // Someone else is creating it: look at what they made,
+                    // as soon as the engine shows it. Waiting on them is
+                    // not a change of state, so it takes no step.
+                    Err(CreateError::NameTaken) => {
+                        let since = *name_taken_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= NAME_TAKEN_WAIT {
+                            return Err(SandboxError::Unavailable(format!(
+                                "the name {} of {} '{}' has been taken for {NAME_TAKEN_WAIT:?} \
+                                 by a container the engine does not show",
+                                key.base_name, key.scope, key.id
+                            )));
+                        }
+                        steps -= 1;
+                        tokio::time::sleep(NAME_TAKEN_POLL).await;
+                        continue;
+                    }
+                    Err(CreateError::Uncertain(error)) => {
+                        failed_create = Some(error);
+                        continue;
+                    }
+                    Err(CreateError::Final(error)) => return Err(error),
+                }
+            }
+            Lookup::Foreign { id } => {
+                return Err(SandboxError::FailedPrecondition(format!(
+                    "a container named {} ({}) exists without sandboxd's labels for {} '{}': \
+                     sandboxd will not touch it; remove or rename it",
+                    key.base_name,
+                    short(&id),
+                    key.scope,
+                    key.id
+                )))
+            }
+            Lookup::Ours(observed) => observed,
+        };
+        if let Some(report) = step(inner, key, env, &observed).await? {
+            return Ok(report);
+        }
+    }
+    Err(SandboxError::Unavailable(format!(
+        "the container of {} '{}' ({}) kept changing state while ensuring it; try again",
+        key.scope, key.id, key.base_name
+    )))
+}
+
+/// One transition from an existing container; `None` means look again.
+async fn step(
+    inner: &Inner,
+    key: &SandboxKey,
+    env: &SandboxEnv,
+    observed: &Observed,
+) -> Result<Option<EnsureReport>, SandboxError> {
+    let generation = inner.generation(key, Some(observed));
+    let unchanged = |state| EnsureReport {
+        state,
+        created: false,
+        generation,
+        pid: None,
+    };
+    let log = |action: &str| tracing::info!(scope = %key.scope, id = %key.id, container = %short(&observed.id), phase = observed.phase.as_str(), action, "ensuring");
+    // A connect sandbox is request-scoped: one that exists in any usable
+    // state is reported as it is, and create_connect refuses it.
+    if key.scope == Scope::Connect && !matches!(observed.phase, Phase::Dead | Phase::Removing) {
+        return Ok(Some(unchanged(observed.phase.probe_state())));
+    }
+    match observed.phase {
+        Phase::Running | Phase::Restarting => Ok(Some(unchanged(ProbeState::Running))),
+        Phase::Paused => {
+            log("unpause");
+            match containers::unpause(&inner.engine, &observed.id).await {
+                Ok(()) => Ok(Some(unchanged(ProbeState::Running))),
+                // No longer paused: look again.
+                Err(error) if error.is_conflict() => Ok(None),
+                Err(error) => Err(failure(key, "unpause", error)),
+            }
+        }
+        Phase::Stopped => {
+            if let Some(reason) = stale(observed, env, &inner.spec) {
+                tracing::info!(scope = %key.scope, id = %key.id, container = %short(&observed.id), reason, "recreating the stopped container; the workspace is kept");
+                teardown::remove_container(inner, key, observed).await?;
+                return Ok(None);
+            }
+            log("start");
+            let generation = inner.next_generation(key, observed);
+            match containers::start(&inner.engine, &observed.id).await {
+                Ok(()) => Ok(Some(EnsureReport {
+                    state: ProbeState::Running,
+                    created: true,
+                    generation,
+                    pid: None,
+                })),
+                Err(error) if error.is_not_found() => Ok(None),
+                Err(error) => Err(failure(key, "start", error)),
+            }
+        }
+        Phase::Dead => {
+            log("remove and recreate");
+            containers::remove(&inner.engine, &observed.id)
+                .await
+                .map_err(|error| failure(key, "remove", error))?;
+            Ok(None)
+        }
+        Phase::Removing => {
+            log("wait for the removal under way");
+            match containers::wait_removed(&inner.engine, &observed.id).await {
+                Ok(true) => Ok(None),
+                Ok(false) => Err(SandboxError::Unavailable(format!(
+                    "container {} of {} '{}' is still being removed; try again",
+                    short(&observed.id),
+                    key.scope,
+                    key.id
+                ))),
+                Err(error) => Err(failure(key, "wait for the removal of", error)),
+            }
+        }
+    }
+}
+
+/// Why a stopped container must not simply be started again, if it must not.
+fn stale(observed: &Observed, env: &SandboxEnv, spec: &RunnerSpec) -> Option<&'static str> {
+    if observed.token_digest() != Some(token_digest(&env.stigmer_token).as_str()) {
+        Some("the token changed")
+    } else if observed.task_queue() != env.task_queue {
+        Some("the task queue changed")
+    } else if observed.image != spec.image {
+        Some("the runner image changed")
+    } else {
+        None
+    }
+}
+
+enum CreateError {
+    /// 409: another creator holds the name.
+    NameTaken,
+    /// The create call failed, yet the engine may have made the container:
+    /// look before reporting.
+    Uncertain(SandboxError),
+    /// Nothing to look for (no image), or it was made and would not start.
+    Final(SandboxError),
+}
+
+async fn create_and_start(
+    inner: &Inner,
+    key: &SandboxKey,
+    env: &SandboxEnv,
+) -> Result<EnsureReport, CreateError> {
+    // Recorded only once the container exists: until then its label is
+    // the record, and a create lost to another creator takes no number.
+    let generation = inner.generation(key, None) + 1;
+    let body = inner.spec.container(key, env, generation);
+    let container = match containers::create(&inner.engine, key, body).await {
+        Ok(container) => container,
+        Err(error) if error.is_conflict() => {
+            tracing::info!(scope = %key.scope, id = %key.id, "another creator made this container first; using it");
+            return Err(CreateError::NameTaken);
+        }
+        Err(error) if error.is_not_found() => {
+            return Err(CreateError::Final(SandboxError::FailedPrecondition(format!(
+                "cannot create the container of {} '{}': runner image '{}' is not on the engine at {} \
+                 (sandboxd never pulls; load or pull it there): {error}",
+                key.scope,
+                key.id,
+                inner.spec.image,
+                inner.engine.address()
+            ))))
+        }
+        Err(error) => return Err(CreateError::Uncertain(failure(key, "create", error))),
+    };
+    tracing::info!(scope = %key.scope, id = %key.id, container = %short(&container), generation, "container created");
+    inner.record_generation(key, generation);
+    match containers::start(&inner.engine, &container).await {
+        Ok(()) => Ok(EnsureReport {
+            state: ProbeState::Running,
+            created: true,
+            generation,
+            pid: None,
+        }),
+        Err(error) => Err(CreateError::Final(failure(key, "start", error))),
+    }
+}
+
+fn failure(key: &SandboxKey, verb: &str, error: CallError) -> SandboxError {
+    error.into_sandbox_error(&format!(
+        "cannot {verb} the container of {} '{}' ({})",
+        key.scope, key.id, key.base_name
+    ))
+}

@@ -1,0 +1,328 @@
+//! The `docker` tier: one container per sandbox, through the Engine API.
+//!
+//! The engine is the state. A sandbox's container is found by its name
+//! (the base name) and proven ours by its labels, so nothing needs to be
+//! remembered across restarts: containers outlive the daemon, and a new
+//! daemon serves them as they are (it re-adopts them by listing the
+//! managed-by label). Only two things live beside the engine: the count of
+//! runners per sandbox ([generation]) and the last exits seen on the
+//! engine's event stream ([events]).
+//!
+//! Rooms: `engine` (the connection and getting it back), `spec` (what a
+//! container looks like), `observed` (what inspect says, in our terms),
+//! `containers` (the engine calls), `ensure` (the state machine),
+//! `teardown` (stop and remove), `events` (exits and the reconnect loop),
+//! `reaper` (leaked connect sandboxes), `generation` (runner counts).
+
+mod containers;
+mod engine;
+mod ensure;
+mod events;
+mod generation;
+mod observed;
+mod reaper;
+mod spec;
+mod teardown;
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use async_trait::async_trait;
+use futures::StreamExt;
+use sandboxd_protocol::{
+    DeprovisionReport, EnsureReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope,
+};
+use tokio::task::JoinHandle;
+
+use crate::config::{Config, DEFAULT_DOCKER_HOST};
+use crate::drivers::key_lock::KeyLocks;
+use crate::provisioner::{Driver, SandboxKey};
+use engine::{CallError, Engine, READ_TIMEOUT};
+use events::Exits;
+use generation::Generations;
+use observed::{key_of, Lookup, Observed};
+use reaper::ReaperSettings;
+use spec::RunnerSpec;
+
+/// How many containers `list` inspects at once.
+const LIST_CONCURRENCY: usize = 8;
+
+pub struct DockerDriver {
+    inner: Arc<Inner>,
+    /// The events watcher and the reaper; stopped with the driver.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// What every operation shares.
+struct Inner {
+    engine: Arc<Engine>,
+    spec: RunnerSpec,
+    stop_grace: std::time::Duration,
+    generations: Generations,
+    exits: Arc<Exits>,
+    key_locks: KeyLocks<SandboxKey>,
+}
+
+impl Inner {
+    /// The sandbox's current generation: the larger of what was handed out
+    /// (the file) and what created its container (the label).
+    fn generation(&self, key: &SandboxKey, observed: Option<&Observed>) -> u64 {
+        self.generations
+            .read(key)
+            .max(observed.map_or(0, Observed::created_generation))
+    }
+
+    /// Hands out the next generation for a start of an existing container,
+    /// recording it before the start it counts (the container's label
+    /// cannot change, so the file is the only record).
+    fn next_generation(&self, key: &SandboxKey, observed: &Observed) -> u64 {
+        let next = self.generation(key, Some(observed)) + 1;
+        self.record_generation(key, next);
+        next
+    }
+
+    fn record_generation(&self, key: &SandboxKey, generation: u64) {
+        if let Err(error) = self.generations.record(key, generation) {
+            tracing::warn!(scope = %key.scope, id = %key.id, generation, %error, "cannot record the generation");
+        }
+    }
+
+    async fn inspect(&self, key: &SandboxKey) -> Result<Lookup, SandboxError> {
+        containers::inspect(&self.engine, key)
+            .await
+            .map_err(|error| {
+                error.into_sandbox_error(&format!(
+                    "cannot inspect the container of {} '{}' ({})",
+                    key.scope, key.id, key.base_name
+                ))
+            })
+    }
+
+    /// describe's answer from one inspect; the last exit falls back to the
+    /// event stream's when the engine no longer has it.
+    fn info(&self, key: &SandboxKey, lookup: &Lookup) -> SandboxInfo {
+        let recorded = self.exits.last(key).map(|recorded| recorded.exit);
+        match lookup {
+            Lookup::Ours(observed) => {
+                let mut info = observed.info(key, self.generation(key, Some(observed)));
+                info.last_exit = info.last_exit.or(recorded);
+                info
+            }
+            Lookup::Absent | Lookup::Foreign { .. } => {
+                let generation = self.generation(key, None);
+                SandboxInfo {
+                    name: key.base_name.clone(),
+                    scope: key.scope,
+                    id: key.id.clone(),
+                    state: ProbeState::Absent,
+                    pid: None,
+                    container_id: None,
+                    generation,
+                    started_at_unix_ms: None,
+                    restarts: generation.saturating_sub(1),
+                    last_exit: recorded,
+                    task_queue: String::new(),
+                    caller_class: String::new(),
+                }
+            }
+        }
+    }
+}
+
+impl DockerDriver {
+    /// Checks the configuration, makes first contact with the engine (the
+    /// daemon starts whether or not it answers), and starts the events
+    /// watcher and the connect reaper.
+    pub async fn start(config: &Config) -> anyhow::Result<DockerDriver> {
+        let spec = RunnerSpec::from_config(config).map_err(anyhow::Error::msg)?;
+        let host = config
+            .docker
+            .host
+            .clone()
+            .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string());
+        let engine = Arc::new(Engine::new(&host).map_err(anyhow::Error::msg)?);
+        let generations = Generations::prepare(&config.state_dir)
+            .with_context(|| format!("cannot prepare {}/docker", config.state_dir.display()))?;
+        let inner = Arc::new(Inner {
+            engine,
+            spec,
+            stop_grace: config.stop_grace,
+            generations,
+            exits: Arc::new(Exits::default()),
+            key_locks: KeyLocks::new(),
+        });
+        first_contact(&inner).await;
+        let reaper = ReaperSettings {
+            ttl: config.docker.connect_ttl,
+            creation_grace: config.docker.connect_creation_grace,
+        };
+        let tasks = vec![
+            tokio::spawn(events::watch(inner.engine.clone(), inner.exits.clone())),
+            tokio::spawn(reaper::run(inner.clone(), reaper)),
+        ];
+        Ok(DockerDriver {
+            inner,
+            tasks: Mutex::new(tasks),
+        })
+    }
+}
+
+/// Logs what the engine looks like at start: reachable or not, the runner
+/// image present or not, and the containers an earlier daemon left (which
+/// this one now serves). Never fails: the daemon serves either way.
+async fn first_contact(inner: &Inner) {
+    let engine = &inner.engine;
+    let image = inner.spec.image.clone();
+    match engine
+        .call(READ_TIMEOUT, |docker| async move {
+            docker.inspect_image(&image).await
+        })
+        .await
+    {
+        Ok(_) => {}
+        Err(error) if error.is_not_found() => tracing::error!(
+            image = %inner.spec.image,
+            engine = %engine.address(),
+            "the runner image is not on the engine: every ensure will fail until it is loaded there (sandboxd never pulls)"
+        ),
+        Err(error @ CallError::Unreachable(_)) => {
+            tracing::warn!(engine = %engine.address(), %error, "serving anyway: calls fail as unavailable until the engine answers; reconnecting in the background");
+            return;
+        }
+        Err(error) => {
+            tracing::warn!(image = %inner.spec.image, %error, "cannot inspect the runner image")
+        }
+    }
+    match containers::list(engine, None).await {
+        Ok(listed) => {
+            let running = listed
+                .iter()
+                .filter(|summary| {
+                    summary.state == Some(bollard::models::ContainerSummaryStateEnum::RUNNING)
+                })
+                .count();
+            tracing::info!(
+                engine = %engine.address(),
+                image = %inner.spec.image,
+                containers = listed.len(),
+                running,
+                "docker driver ready; re-adopted the sandboxes' containers found on the engine"
+            );
+        }
+        Err(error) => {
+            tracing::warn!(engine = %engine.address(), %error, "cannot list the sandboxes' containers")
+        }
+    }
+}
+
+#[async_trait]
+impl Driver for DockerDriver {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    fn health(&self) -> String {
+        format!(
+            "{}; runner image {}",
+            self.inner.engine.health(),
+            self.inner.spec.image
+        )
+    }
+
+    async fn ensure(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+    ) -> Result<EnsureReport, SandboxError> {
+        // The fast path: one read, no lock, no write.
+        if let Lookup::Ours(observed) = self.inner.inspect(key).await? {
+            if observed.phase == observed::Phase::Running {
+                let generation = self.inner.generation(key, Some(&observed));
+                return Ok(EnsureReport {
+                    state: ProbeState::Running,
+                    created: false,
+                    generation,
+                    pid: None,
+                });
+            }
+        }
+        // In a task of its own: a caller that stops waiting must not leave
+        // a container created but never started, or a generation recorded
+        // for a start that was never made.
+        let (inner, key, env) = (self.inner.clone(), key.clone(), env.clone());
+        tokio::spawn(async move {
+            let _guard = inner.key_locks.lock(&key).await;
+            ensure::ensure(&inner, &key, &env).await
+        })
+        .await
+        .map_err(|error| SandboxError::Internal(format!("ensure task failed: {error}")))?
+    }
+
+    async fn deprovision(
+        &self,
+        key: &SandboxKey,
+        keep_workspace: bool,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        // In a task of its own: once SIGTERM is sent, the escalation to
+        // SIGKILL and the removal must happen even if the caller stops waiting.
+        let (inner, key) = (self.inner.clone(), key.clone());
+        tokio::spawn(async move {
+            let _guard = inner.key_locks.lock(&key).await;
+            teardown::deprovision(&inner, &key, keep_workspace).await
+        })
+        .await
+        .map_err(|error| SandboxError::Internal(format!("deprovision task failed: {error}")))?
+    }
+
+    async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {
+        Ok(self.inner.inspect(key).await?.probe_state())
+    }
+
+    async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError> {
+        let lookup = self.inner.inspect(key).await?;
+        Ok(self.inner.info(key, &lookup))
+    }
+
+    async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError> {
+        let listed = containers::list(&self.inner.engine, scope)
+            .await
+            .map_err(|error| error.into_sandbox_error("cannot list the sandboxes' containers"))?;
+        let keys: Vec<SandboxKey> = listed
+            .iter()
+            .filter_map(|summary| {
+                key_of(
+                    &summary.labels.clone().unwrap_or_default(),
+                    summary.names.as_deref().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let inner = &self.inner;
+        let looked: Vec<Result<(SandboxKey, Lookup), SandboxError>> = futures::stream::iter(keys)
+            .map(|key| async move { inner.inspect(&key).await.map(|lookup| (key, lookup)) })
+            .buffer_unordered(LIST_CONCURRENCY)
+            .collect()
+            .await;
+        let mut infos = Vec::with_capacity(looked.len());
+        for result in looked {
+            let (key, lookup) = result?;
+            // Removed since the listing: not a sandbox any more.
+            if matches!(lookup, Lookup::Ours(_)) {
+                infos.push(inner.info(&key, &lookup));
+            }
+        }
+        infos.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
+        Ok(infos)
+    }
+
+    async fn shutdown(&self) {
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
+        tracing::info!(engine = %self.inner.engine.address(), "leaving the containers running: the next sandboxd re-adopts them");
+    }
+}

@@ -1,0 +1,521 @@
+//! `bench`: how close sandboxd comes to the machine's own limits, measured
+//! in one run (issue 3).
+//!
+//! ```text
+//! cargo build --release --workspace --bins && cargo run --release -p sandboxd-tests --bin bench
+//! ```
+//!
+//! It starts the release `sandboxd` (local-process driver) on a temporary
+//! socket and state directory with a tiny runner (`bench-runner`: waits for
+//! SIGTERM, exits 0), and measures each row of the issue's table next to a
+//! baseline this same process measures in the same run, with no daemon in
+//! between (see `bench/raw.rs` for exactly what each baseline does). It
+//! prints a table, then ONE line of JSON. No figure is asserted: the
+//! machines are noisy, and the point is the ratio to the baseline.
+//!
+//! `--quick` runs the same code with small counts (seconds), so CI can
+//! check the benchmark still runs. `--keep` keeps the temporary directory
+//! (daemon log included). `--burst-connections N` spreads row (d)'s 64
+//! tasks over N client connections (default 1: one shared client, as the
+//! client library is meant to be used).
+
+#[path = "bench/machine.rs"]
+mod machine;
+#[path = "bench/raw.rs"]
+mod raw;
+#[path = "bench/report.rs"]
+mod report;
+#[path = "bench/rows.rs"]
+mod rows;
+#[path = "bench/setup.rs"]
+mod setup;
+#[path = "bench/stats.rs"]
+mod stats;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::json;
+
+use report::{Goal, Row};
+use rows::connect;
+use setup::{BenchDir, Binaries, Daemon};
+
+/// How many of each operation a run does.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    /// (a) probes and their ping-pong baseline.
+    probes: usize,
+    /// (b) fast-path ensures.
+    fast: usize,
+    /// (c)/(e) new sandboxes one at a time, then their deprovisions.
+    serial: usize,
+    /// (d)/(f)/(g) the burst of distinct ensures.
+    burst: usize,
+    /// (d) concurrent client tasks.
+    tasks: usize,
+    /// Calls made before recording, for (a) and (b).
+    warmup: usize,
+}
+
+const FULL: Counts = Counts {
+    probes: 10_000,
+    fast: 10_000,
+    serial: 500,
+    burst: 1_000,
+    tasks: 64,
+    warmup: 1_000,
+};
+
+const QUICK: Counts = Counts {
+    probes: 1_000,
+    fast: 1_000,
+    serial: 40,
+    burst: 100,
+    tasks: 64,
+    warmup: 100,
+};
+
+#[derive(Debug)]
+struct Options {
+    quick: bool,
+    keep: bool,
+    burst_connections: usize,
+}
+
+fn parse_args() -> Result<Options, String> {
+    let mut options = Options {
+        quick: false,
+        keep: false,
+        burst_connections: 1,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => options.quick = true,
+            "--keep" => options.keep = true,
+            "--burst-connections" => {
+                let value = args.next().ok_or("--burst-connections needs a value")?;
+                options.burst_connections = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=64).contains(n))
+                    .ok_or_else(|| format!("--burst-connections '{value}': 1 to 64"))?;
+            }
+            "-h" | "--help" => {
+                println!(
+                    "usage: bench [--quick] [--keep] [--burst-connections N]\n\n\
+                     Runs the release sandboxd against its baselines and prints a table and one \
+                     JSON line.\nBuild first: cargo build --release --workspace --bins"
+                );
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument '{other}' (try --help)")),
+        }
+    }
+    Ok(options)
+}
+
+fn main() -> ExitCode {
+    let options = match parse_args() {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("bench: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "bench: warning: this is a debug build of the bench (the client side of every \
+             figure is slower); use `cargo run --release -p sandboxd-tests --bin bench`"
+        );
+    }
+    setup::raise_open_file_limit();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("bench: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("bench: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs a step to stderr, with the time since the start.
+fn step(started: Instant, what: &str) {
+    eprintln!("bench: [{:6.1}s] {what}", started.elapsed().as_secs_f64());
+}
+
+async fn run(options: &Options) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let counts = if options.quick { QUICK } else { FULL };
+    let machine = machine::Machine::read();
+    let load_start = machine::load_average();
+    let date = machine::utc_now();
+    let binaries = Binaries::locate()?;
+    let identity = setup::runner_identity()?;
+    let dir = BenchDir::create(options.keep)?;
+    let runner = setup::runner_copy(dir.path(), &binaries)?;
+    let spawner = raw::RawSpawner::new(
+        runner.clone(),
+        identity.as_ref().map(|(uid, gid, _)| (*uid, *gid)),
+        dir.path().join("raw"),
+    )?;
+    let runner_user = identity
+        .as_ref()
+        .map_or_else(|| format!("{} (no switch)", machine.user), |i| i.2.clone());
+    eprintln!(
+        "bench: {} mode; {} × {}; kernel {}; load {:.2}; daemon as {}, runners as {}",
+        if options.quick { "quick" } else { "full" },
+        machine.nproc,
+        machine.cpu_model,
+        machine.kernel,
+        load_start[0],
+        machine.user,
+        runner_user
+    );
+
+    step(started, "starting sandboxd");
+    let mut daemon = Daemon::start(dir.path(), &binaries)?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_idle = daemon.rss_kib().context("cannot read the daemon's VmRSS")?;
+    let client = connect(&daemon.socket).await?;
+    let hot = "bench-hot";
+    let report = client
+        .ensure_session_sandbox(hot, &rows::sandbox_env(hot))
+        .await?;
+    if !report.created {
+        bail!("the hot sandbox already existed");
+    }
+    let (request_bytes, response_bytes) =
+        rows::probe_frame_sizes(&daemon.socket, dir.path(), hot).await?;
+
+    // (a) probe round trip vs raw ping-pong of the same frame sizes.
+    step(started, "(a) raw ping-pong baseline");
+    let ping_pong = {
+        let dir = dir.path().to_path_buf();
+        let (count, warmup) = (counts.probes, counts.warmup);
+        tokio::task::spawn_blocking(move || {
+            raw::ping_pong(&dir, request_bytes, response_bytes, count, warmup)
+        })
+        .await??
+    };
+    step(started, "(a) probe round trips");
+    let probes = rows::probe_serial(&client, hot, counts.probes, counts.warmup).await?;
+
+    // (b) fast-path ensure vs probe.
+    step(started, "(b) fast-path ensures");
+    let fast = rows::ensure_fast_serial(&client, hot, counts.fast, counts.warmup).await?;
+
+    // (c) + (e) one at a time: raw first, then the daemon.
+    step(started, "(c)/(e) raw spawn + stop baseline");
+    let (raw_spawns, raw_stops) = {
+        let (spawner, count) = (spawner.clone(), counts.serial);
+        tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let (spawns, children) = raw::spawn_serial(&spawner, count)?;
+            let stops = raw::stop_serial(children)?;
+            spawner.clean();
+            Ok((spawns, stops))
+        })
+        .await??
+    };
+    step(started, "(c) new sandboxes one at a time");
+    let new_serial = rows::ensure_new_serial(&client, "bench-serial", counts.serial).await?;
+    step(started, "(e) deprovisions one at a time");
+    let deprovisions = rows::deprovision_serial(&client, "bench-serial", counts.serial).await?;
+
+    // (d) raw spawn throughput from 2 threads.
+    step(started, "(d) raw spawn throughput baseline (2 threads)");
+    let raw_burst = {
+        let (spawner, count) = (spawner.clone(), counts.burst);
+        tokio::task::spawn_blocking(move || -> anyhow::Result<Duration> {
+            let (elapsed, children) = raw::spawn_parallel(&spawner, count, 2)?;
+            raw::stop_all(children)?;
+            spawner.clean();
+            Ok(elapsed)
+        })
+        .await??
+    };
+
+    // (d) + (g): the burst, with a prober on a connection of its own.
+    let rss_warm = daemon.rss_kib().context("cannot read the daemon's VmRSS")?;
+    step(
+        started,
+        &format!(
+            "(d)/(g) {} distinct ensures from {} tasks over {} connection(s), probing alongside",
+            counts.burst, counts.tasks, options.burst_connections
+        ),
+    );
+    let mut burst_clients = Vec::new();
+    for _ in 0..options.burst_connections {
+        burst_clients.push(connect(&daemon.socket).await?);
+    }
+    let prober = rows::Prober::start(daemon.socket.clone(), hot.to_string())?;
+    prober.begin();
+    let burst = rows::burst(
+        &burst_clients,
+        "bench-burst",
+        counts.burst,
+        counts.tasks,
+        false,
+    )
+    .await;
+    let during = prober.finish()?;
+    let (burst_elapsed, burst_latencies) = burst?;
+
+    // (f) memory with the burst's sandboxes all running.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = client.status().await?;
+    let running = status.counts.running as usize;
+    if running != counts.burst + 1 {
+        bail!(
+            "expected {} running sandboxes, status says {running}",
+            counts.burst + 1
+        );
+    }
+    let rss_loaded = daemon.rss_kib().context("cannot read the daemon's VmRSS")?;
+    let reaper_rss = daemon.reaper_rss_kib();
+
+    step(started, "deprovisioning the burst");
+    let (teardown_elapsed, _) = rows::burst(
+        &burst_clients,
+        "bench-burst",
+        counts.burst,
+        counts.tasks,
+        true,
+    )
+    .await?;
+    client.deprovision_session_sandbox(hot).await?;
+    drop((client, burst_clients));
+    step(started, "stopping sandboxd");
+    daemon.stop()?;
+    let load_end = machine::load_average();
+    step(started, "done");
+
+    let per_sec = |count: usize, elapsed: Duration| count as f64 / elapsed.as_secs_f64();
+    let burst_rate = per_sec(counts.burst, burst_elapsed);
+    let raw_rate = per_sec(counts.burst, raw_burst);
+    let loaded_what = format!("daemon VmRSS with {} running", counts.burst + 1);
+    let per_sandbox = (rss_loaded as f64 - rss_warm as f64) / counts.burst as f64;
+    let full_scale = counts.burst >= 1_000;
+    let pp = "raw ping-pong";
+    let rows = vec![
+        Row {
+            row: "a",
+            what: "probe p50".into(),
+            unit: "µs",
+            value: probes.p50(),
+            baseline_what: format!("{pp} p50"),
+            baseline: Some(ping_pong.p50()),
+            goal: Goal::RatioAtMost(2.5),
+        },
+        Row {
+            row: "a",
+            what: "probe p99".into(),
+            unit: "µs",
+            value: probes.p99(),
+            baseline_what: format!("{pp} p99"),
+            baseline: Some(ping_pong.p99()),
+            goal: Goal::RatioAtMost(5.0),
+        },
+        Row {
+            row: "b",
+            what: "ensure fast path p50".into(),
+            unit: "µs",
+            value: fast.p50(),
+            baseline_what: "probe p50 (a)".into(),
+            baseline: Some(probes.p50()),
+            goal: Goal::RatioAtMost(1.1),
+        },
+        Row {
+            row: "b",
+            what: "ensure fast path p99".into(),
+            unit: "µs",
+            value: fast.p99(),
+            baseline_what: "probe p99 (a)".into(),
+            baseline: Some(probes.p99()),
+            goal: Goal::RatioAtMost(1.1),
+        },
+        Row {
+            row: "c",
+            what: "ensure new sandbox p50".into(),
+            unit: "µs",
+            value: new_serial.p50(),
+            baseline_what: "raw mkdir+spawn p50".into(),
+            baseline: Some(raw_spawns.p50()),
+            goal: Goal::RatioAtMost(1.5),
+        },
+        Row {
+            row: "c",
+            what: "ensure new sandbox p99".into(),
+            unit: "µs",
+            value: new_serial.p99(),
+            baseline_what: "raw mkdir+spawn p99".into(),
+            baseline: Some(raw_spawns.p99()),
+            goal: Goal::Info,
+        },
+        Row {
+            row: "d",
+            what: format!("{} ensures, {} tasks", counts.burst, counts.tasks),
+            unit: "/s",
+            value: burst_rate,
+            baseline_what: "raw spawns, 2 threads".into(),
+            baseline: Some(raw_rate),
+            goal: Goal::RatioAtLeast(0.7),
+        },
+        Row {
+            row: "d",
+            what: "burst ensure latency p99".into(),
+            unit: "µs",
+            value: burst_latencies.p99(),
+            baseline_what: "—".into(),
+            baseline: None,
+            goal: Goal::Info,
+        },
+        Row {
+            row: "e",
+            what: "deprovision p50".into(),
+            unit: "µs",
+            value: deprovisions.p50(),
+            baseline_what: "raw SIGTERM+wait p50".into(),
+            baseline: Some(raw_stops.p50()),
+            goal: Goal::RatioAtMost(3.0),
+        },
+        Row {
+            row: "e",
+            what: "deprovision p99".into(),
+            unit: "µs",
+            value: deprovisions.p99(),
+            baseline_what: "raw SIGTERM+wait p99".into(),
+            baseline: Some(raw_stops.p99()),
+            goal: Goal::Info,
+        },
+        Row {
+            row: "f",
+            what: "daemon VmRSS idle".into(),
+            unit: "KiB",
+            value: rss_idle as f64,
+            baseline_what: "—".into(),
+            baseline: None,
+            goal: Goal::Info,
+        },
+        Row {
+            row: "f",
+            what: loaded_what,
+            unit: "KiB",
+            value: rss_loaded as f64,
+            baseline_what: "—".into(),
+            baseline: None,
+            goal: if full_scale {
+                Goal::AtMost(25.0 * 1024.0, "≤ 25600 KiB")
+            } else {
+                Goal::Info
+            },
+        },
+        Row {
+            row: "f",
+            what: "VmRSS per running sandbox".into(),
+            unit: "KiB",
+            value: per_sandbox,
+            baseline_what: "—".into(),
+            baseline: None,
+            goal: Goal::AtMost(16.0, "≤ 16 KiB"),
+        },
+        Row {
+            row: "g",
+            what: "probe p99 during (d)".into(),
+            unit: "µs",
+            value: during.p99(),
+            baseline_what: format!("{pp} p99 (a)"),
+            baseline: Some(ping_pong.p99()),
+            goal: Goal::RatioAtMost(20.0),
+        },
+        Row {
+            row: "g",
+            what: "probe max during (d)".into(),
+            unit: "µs",
+            value: during.max_us(),
+            baseline_what: "—".into(),
+            baseline: None,
+            goal: Goal::Info,
+        },
+    ];
+
+    println!(
+        "sandboxd bench ({} mode) — {date}\nmachine: {} × {}, kernel {}, {} MiB; load average {:.2} at start, {:.2} at end\n\
+         daemon runs as {}; runners run as {runner_user}; probe frames: request {request_bytes} B, response {response_bytes} B\n",
+        if options.quick { "quick" } else { "full" },
+        machine.nproc,
+        machine.cpu_model,
+        machine.kernel,
+        machine.mem_total_mib,
+        load_start[0],
+        load_end[0],
+        machine.user,
+    );
+    print!("{}", report::table(&rows));
+    println!(
+        "\ninfo: (d) burst over {} connection(s); (g) {} probes during the burst; \
+         daemon warm VmRSS before the burst {rss_warm} KiB; group reaper VmRSS {} KiB; \
+         burst teardown {:.0} deprovisions/s",
+        options.burst_connections,
+        during.len(),
+        reaper_rss.map_or_else(|| "n/a".to_string(), |kib| kib.to_string()),
+        per_sec(counts.burst, teardown_elapsed),
+    );
+    let passed = rows.iter().filter(|row| row.pass() == Some(true)).count();
+    let missed: Vec<String> = rows
+        .iter()
+        .filter(|row| row.pass() == Some(false))
+        .map(|row| format!("{} {}", row.row, row.what))
+        .collect();
+    println!(
+        "goals: {passed} pass, {} miss{}",
+        missed.len(),
+        if missed.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", missed.join("; "))
+        }
+    );
+    let line = json!({
+        "bench": "sandboxd",
+        "mode": if options.quick { "quick" } else { "full" },
+        "date": date,
+        "machine": {
+            "nproc": machine.nproc,
+            "cpu_model": machine.cpu_model,
+            "kernel": machine.kernel,
+            "mem_total_mib": machine.mem_total_mib,
+            "load_avg_1m_start": load_start[0],
+            "load_avg_1m_end": load_end[0],
+        },
+        "daemon_user": machine.user,
+        "runner_user": runner_user,
+        "driver": "local-process",
+        "counts": {
+            "probes": counts.probes,
+            "fast_path": counts.fast,
+            "serial": counts.serial,
+            "burst": counts.burst,
+            "burst_tasks": counts.tasks,
+            "burst_connections": options.burst_connections,
+            "probes_during_burst": during.len(),
+        },
+        "probe_frame_bytes": { "request": request_bytes, "response": response_bytes },
+        "docker": "not measured: the docker driver is not selectable in this build",
+        "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+    });
+    println!("{line}");
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! What the figures were measured on: the machine, the date, the load.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The facts printed with every run.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    pub nproc: usize,
+    pub cpu_model: String,
+    pub kernel: String,
+    pub mem_total_mib: u64,
+    pub user: String,
+}
+
+impl Machine {
+    pub fn read() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                (key.trim() == "model name").then(|| value.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".to_string());
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|text| text.trim().to_string())
+            .unwrap_or_else(|_| "unknown".to_string());
+        let mem_total_mib = proc_kib("/proc/meminfo", "MemTotal:").unwrap_or(0) / 1024;
+        let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(euid))
+            .ok()
+            .flatten()
+            .map_or_else(|| format!("uid {euid}"), |user| user.name);
+        Machine {
+            nproc,
+            cpu_model,
+            kernel,
+            mem_total_mib,
+            user,
+        }
+    }
+}
+
+/// The 1-, 5- and 15-minute load averages.
+pub fn load_average() -> [f64; 3] {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut words = text
+        .split_whitespace()
+        .map(|word| word.parse().unwrap_or(f64::NAN));
+    [(); 3].map(|_| words.next().unwrap_or(f64::NAN))
+}
+
+/// A `Key:   1234 kB` line of a /proc file, in KiB.
+pub fn proc_kib(path: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|line| line.starts_with(key))?;
+    line[key.len()..].split_whitespace().next()?.parse().ok()
+}
+
+/// A process's resident set size (`VmRSS`), in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    proc_kib(&format!("/proc/{pid}/status"), "VmRSS:")
+}
+
+/// Now, as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn utc_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days as i64);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+        assert_eq!(civil_from_days(20_454), (2026, 1, 1));
+    }
+}

@@ -1,0 +1,257 @@
+//! The baselines: what the machine itself can do, measured by this process
+//! in the same run, with no daemon in between.
+//!
+//! - ping-pong: two threads of this process exchange frames of exactly the
+//!   sizes a real probe request and response have, over a Unix stream
+//!   socket (listener + connect, blocking I/O, one `write` per frame, reads
+//!   into a buffer until the frame is complete).
+//! - spawn: `mkdir` (0700) of a fresh directory, `chown` of it to the
+//!   runner user when running as root, then `std::process::Command` of the
+//!   runner by absolute path, with a cleared environment of the same
+//!   variables the daemon gives a runner, that directory as cwd, stdio to
+//!   /dev/null, its own process group, and — as root — `uid`/`gid` of
+//!   `nobody`, which is what the daemon does too (std then takes its
+//!   fork+exec path, as the daemon's `pre_exec` does; without a user switch
+//!   std uses `posix_spawn`). Timed until `spawn()` returns, i.e. until the
+//!   child has exec'd.
+//! - stop: `killpg(SIGTERM)` of the runner's group, then `waitpid` for it.
+
+use std::fs::DirBuilder;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+use crate::stats::Samples;
+
+/// One frame of `total` bytes: a 4-byte big-endian length, then the body.
+fn frame(total: usize) -> Vec<u8> {
+    let body = total.saturating_sub(4);
+    let mut frame = (body as u32).to_be_bytes().to_vec();
+    frame.resize(total.max(4), 0xa5);
+    frame
+}
+
+/// Reads one length-delimited frame into `buf`; false on a clean EOF.
+fn read_frame(stream: &mut UnixStream, buf: &mut [u8]) -> io::Result<bool> {
+    let mut have = 0;
+    loop {
+        if have >= 4 {
+            let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+            if have >= 4 + len {
+                return Ok(true);
+            }
+        }
+        let read = stream.read(&mut buf[have..])?;
+        if read == 0 {
+            if have == 0 {
+                return Ok(false);
+            }
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        have += read;
+    }
+}
+
+/// Round trips of a `request`-byte frame answered by a `response`-byte
+/// frame between two threads; the first `warmup` are not recorded.
+pub fn ping_pong(
+    dir: &Path,
+    request: usize,
+    response: usize,
+    count: usize,
+    warmup: usize,
+) -> anyhow::Result<Samples> {
+    let path = dir.join("pingpong.sock");
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path)?;
+    let server = std::thread::spawn(move || -> io::Result<()> {
+        let (mut stream, _) = listener.accept()?;
+        let answer = frame(response);
+        let mut buf = vec![0u8; 64 * 1024];
+        while read_frame(&mut stream, &mut buf)? {
+            stream.write_all(&answer)?;
+        }
+        Ok(())
+    });
+    let mut client = UnixStream::connect(&path)?;
+    let ask = frame(request);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut samples = Samples::with_capacity(count);
+    for i in 0..warmup + count {
+        let start = Instant::now();
+        client.write_all(&ask)?;
+        if !read_frame(&mut client, &mut buf)? {
+            anyhow::bail!("ping-pong server closed early");
+        }
+        if i >= warmup {
+            samples.push(start.elapsed());
+        }
+    }
+    drop(client);
+    server
+        .join()
+        .map_err(|_| anyhow::anyhow!("ping-pong server panicked"))??;
+    let _ = std::fs::remove_file(&path);
+    Ok(samples)
+}
+
+/// Starts runners the way a minimal launcher would (see the module doc).
+#[derive(Debug, Clone)]
+pub struct RawSpawner {
+    pub runner: PathBuf,
+    /// `(uid, gid)` to switch to, when running as root.
+    pub identity: Option<(u32, u32)>,
+    /// Where the per-runner directories go.
+    pub root: PathBuf,
+    pub path_env: String,
+}
+
+impl RawSpawner {
+    pub fn new(runner: PathBuf, identity: Option<(u32, u32)>, root: PathBuf) -> io::Result<Self> {
+        std::fs::create_dir_all(&root)?;
+        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o711))?;
+        Ok(RawSpawner {
+            runner,
+            identity,
+            root,
+            path_env: std::env::var("PATH")
+                .unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_string()),
+        })
+    }
+
+    /// mkdir (+ chown) + spawn of runner `name`.
+    pub fn spawn(&self, name: &str) -> io::Result<Child> {
+        let workspace = self.root.join(name);
+        DirBuilder::new().mode(0o700).create(&workspace)?;
+        if let Some((uid, gid)) = self.identity {
+            std::os::unix::fs::chown(&workspace, Some(uid), Some(gid))?;
+        }
+        let mut command = Command::new(&self.runner);
+        command
+            .env_clear()
+            .env("PATH", &self.path_env)
+            .env("HOME", &workspace)
+            .env("MODE", "local")
+            .env("STIGMER_TASK_QUEUE", format!("session:{name}"))
+            .env("WORKSPACE_ROOT_DIR", &workspace)
+            .current_dir(&workspace)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0);
+        if let Some((uid, gid)) = self.identity {
+            command.uid(uid).gid(gid);
+        }
+        command.spawn()
+    }
+
+    /// Removes every runner directory.
+    pub fn clean(&self) {
+        if let Ok(entries) = std::fs::read_dir(&self.root) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+}
+
+/// Runners this process started; any still here on drop are SIGKILLed and reaped.
+#[derive(Default)]
+pub struct Children(pub Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+        }
+        for child in &mut self.0 {
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `count` runners started one at a time; each sample is mkdir + spawn.
+pub fn spawn_serial(spawner: &RawSpawner, count: usize) -> anyhow::Result<(Samples, Children)> {
+    let mut samples = Samples::with_capacity(count);
+    let mut children = Children::default();
+    for i in 0..count {
+        let start = Instant::now();
+        let child = spawner.spawn(&format!("serial-{i}"))?;
+        samples.push(start.elapsed());
+        children.0.push(child);
+    }
+    Ok((samples, children))
+}
+
+/// Stops runners one at a time; each sample is killpg(SIGTERM) + waitpid.
+pub fn stop_serial(mut children: Children) -> anyhow::Result<Samples> {
+    let mut samples = Samples::with_capacity(children.0.len());
+    for mut child in children.0.drain(..) {
+        let start = Instant::now();
+        killpg(Pid::from_raw(child.id() as i32), Signal::SIGTERM)?;
+        let status = child.wait()?;
+        samples.push(start.elapsed());
+        if !status.success() {
+            anyhow::bail!("a raw runner ended with {status} on SIGTERM");
+        }
+    }
+    Ok(samples)
+}
+
+/// `count` runners started by `threads` threads at once: the wall time from
+/// the common start until the last `spawn()` returned.
+pub fn spawn_parallel(
+    spawner: &RawSpawner,
+    count: usize,
+    threads: usize,
+) -> anyhow::Result<(Duration, Children)> {
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|thread| {
+            let (spawner, barrier) = (spawner.clone(), barrier.clone());
+            std::thread::spawn(move || -> io::Result<Vec<Child>> {
+                let mut children = Vec::new();
+                barrier.wait();
+                for i in (thread..count).step_by(threads) {
+                    children.push(spawner.spawn(&format!("burst-{i}"))?);
+                }
+                Ok(children)
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    let mut children = Children::default();
+    let mut failure = None;
+    for worker in workers {
+        match worker.join() {
+            Ok(Ok(started)) => children.0.extend(started),
+            Ok(Err(error)) => failure = Some(anyhow::Error::from(error)),
+            Err(_) => failure = Some(anyhow::anyhow!("a spawning thread panicked")),
+        }
+    }
+    let elapsed = start.elapsed();
+    match failure {
+        Some(error) => Err(error),
+        None => Ok((elapsed, children)),
+    }
+}
+
+/// SIGTERM to every runner, then reap them all (untimed clean-up).
+pub fn stop_all(mut children: Children) -> anyhow::Result<()> {
+    for child in &children.0 {
+        killpg(Pid::from_raw(child.id() as i32), Signal::SIGTERM)?;
+    }
+    for mut child in children.0.drain(..) {
+        child.wait()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,924 @@
+//! The docker tier against the real engine on this machine: the real
+//! `sandboxd --driver docker`, a runner image built from the runner fixture
+//! (`.ci/build-test-image.sh`, from local files only), and the docker CLI
+//! to look at — and to break — containers from outside.
+//!
+//! Without an engine every test prints a loud SKIPPED line and passes;
+//! with `SANDBOXD_REQUIRE_DOCKER=1` (as `.ci/run` sets) a missing engine
+//! fails instead. Every test uses ids of its own and removes what it made,
+//! by label, even when it fails.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use sandboxd_client::{
+    ClientError, EnsureReport, ProbeState, SandboxEnv, SandboxError, SandboxdClient, Scope,
+};
+use sandboxd_protocol::naming::base_name;
+use sandboxd_tests::docker_image::{
+    container_events, container_status, containers_of, docker_ok, docker_options, engine_ready,
+    inspect, unique_id, volume_dir, volumes_of, Cleanup, EngineProxy, TEST_IMAGE,
+};
+use sandboxd_tests::{
+    eventually, make_test_dir, procs, runner_env, sandbox_env, wait_until, TestDaemon,
+};
+use serde_json::Value;
+
+/// How long a runner gets to write its files after a (re)start.
+const RUNNER_WRITES: Duration = Duration::from_secs(20);
+
+/// Held by the tests that make connect sandboxes: the reaper test's daemon
+/// has a TTL of seconds and would remove another test's connect sandbox.
+static CONNECT_SANDBOXES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn workspace_volume(scope: Scope, id: &str) -> String {
+    format!("{}-workspace", base_name(scope, id))
+}
+
+/// Waits until the runner (re)started in this workspace has written its
+/// `pid` file, removed beforehand by the caller when a restart is awaited.
+fn wait_for_runner_files(workspace: &Path) {
+    assert!(
+        wait_until(RUNNER_WRITES, || workspace.join("pid").is_file()),
+        "the runner wrote no pid file in {} within {RUNNER_WRITES:?}",
+        workspace.display()
+    );
+}
+
+/// The container's full id, or a panic naming the sandbox.
+fn container_id(name: &str) -> String {
+    let value = inspect("container", name).unwrap_or_else(|| panic!("no container {name}"));
+    value["Id"]
+        .as_str()
+        .expect("a container has an id")
+        .to_string()
+}
+
+fn labels(container: &Value) -> &serde_json::Map<String, Value> {
+    container["Config"]["Labels"].as_object().expect("labels")
+}
+
+fn env_list(container: &Value) -> Vec<String> {
+    container["Config"]["Env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|var| var.as_str().expect("env entries are strings").to_string())
+        .collect()
+}
+
+async fn wait_for_probe(client: &SandboxdClient, scope: Scope, id: &str, want: ProbeState) {
+    let mut last = None;
+    let reached = eventually(Duration::from_secs(15), || {
+        let client = client.clone();
+        let id = id.to_string();
+        async move { client.probe(scope, &id).await.ok() == Some(want) }
+    })
+    .await;
+    if !reached {
+        last = client.probe(scope, id).await.ok();
+    }
+    assert!(
+        reached,
+        "{scope} '{id}' did not become {want} (last probe: {last:?})"
+    );
+}
+
+fn unavailable_message(result: Result<impl std::fmt::Debug, ClientError>) -> String {
+    match result {
+        Err(ClientError::Sandbox(SandboxError::Unavailable(message))) => message,
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+}
+
+/// A line of `/proc/<pid>/status`, such as `NoNewPrivs` or `CapEff`.
+fn proc_status(pid: u32, field: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status
+        .lines()
+        .find(|line| line.starts_with(&format!("{field}:")))?;
+    Some(line[field.len() + 1..].trim().to_string())
+}
+
+/// One daemon and one sandbox it has just started: the setup of the tests
+/// that then break the sandbox from outside. Fields drop in order: the
+/// daemon first, then everything on the engine labelled with the id.
+struct Started {
+    daemon: TestDaemon,
+    client: SandboxdClient,
+    scope: Scope,
+    id: String,
+    env: SandboxEnv,
+    /// The container's name (the base name) and id.
+    name: String,
+    container: String,
+    _cleanup: Cleanup,
+}
+
+/// `None` (after a loud SKIPPED line) when no engine answers.
+async fn start_one(test: &str, scope: Scope, token: &str) -> Option<Started> {
+    if !engine_ready(test) {
+        return None;
+    }
+    let id = unique_id(test);
+    let cleanup = Cleanup::new(&[&id]);
+    let daemon = TestDaemon::start(docker_options(""));
+    let client = daemon.client().await;
+    let env = sandbox_env(&format!("{}:{id}", scope.as_str()), token);
+    let report = client.ensure(scope, &id, &env).await.unwrap();
+    assert!(report.created && report.generation == 1, "{report:?}");
+    let name = base_name(scope, &id);
+    let container = container_id(&name);
+    Some(Started {
+        daemon,
+        client,
+        scope,
+        id,
+        env,
+        name,
+        container,
+        _cleanup: cleanup,
+    })
+}
+
+impl Started {
+    async fn ensure(&self) -> EnsureReport {
+        self.client
+            .ensure(self.scope, &self.id, &self.env)
+            .await
+            .unwrap()
+    }
+
+    async fn probe(&self) -> ProbeState {
+        self.client.probe(self.scope, &self.id).await.unwrap()
+    }
+
+    /// The workspace volume's directory on this host.
+    fn workspace(&self) -> PathBuf {
+        volume_dir(&workspace_volume(self.scope, &self.id))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_sandbox_has_the_contract_labels_env_limits_and_workspace() {
+    if !engine_ready("a_new_sandbox_has_the_contract_labels_env_limits_and_workspace") {
+        return;
+    }
+    let _connect = CONNECT_SANDBOXES.lock().await;
+    let (id, request) = (unique_id("new"), unique_id("new-mcp"));
+    let _cleanup = Cleanup::new(&[&id, &request]);
+    let mut options = docker_options("memory = \"256m\"\ncpus = 0.5\npids_limit = 100");
+    options.extra_toml = format!(
+        "backend_endpoint = \"http://backend:8080\"\ntemporal_address = \"temporal:7233\"\n{}",
+        options.extra_toml
+    );
+    let daemon = TestDaemon::start(options);
+    let client = daemon.client().await;
+    let token = format!("tok-new-{id}");
+    let env = sandbox_env(&format!("session:{id}"), &token);
+
+    let report = client.ensure_session_sandbox(&id, &env).await.unwrap();
+    assert!(report.created, "{report:?}");
+    assert_eq!((report.state, report.generation), (ProbeState::Running, 1));
+
+    let name = base_name(Scope::Session, &id);
+    let container = inspect("container", &name).expect("the container is named by the base name");
+    let labels = labels(&container);
+    assert_eq!(labels["stigmer.ai/managed-by"], "stigmer-server");
+    assert_eq!(labels["stigmer.ai/scope"], "session");
+    assert_eq!(labels["stigmer.ai/sandbox-id"], id.as_str());
+    assert_eq!(labels["stigmer.ai/generation"], "1");
+    let digest = labels["stigmer.ai/token-sha256"].as_str().unwrap();
+    assert!(
+        digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{digest}"
+    );
+    assert!(
+        !labels
+            .values()
+            .any(|value| value.as_str().unwrap().contains(&token)),
+        "no label holds the token"
+    );
+
+    let env_vars = env_list(&container);
+    for expected in [
+        "MODE=local".to_string(),
+        format!("STIGMER_TASK_QUEUE=session:{id}"),
+        "WORKSPACE_ROOT_DIR=/workspace".to_string(),
+        format!("STIGMER_TOKEN={token}"),
+        "STIGMER_BACKEND_ENDPOINT=http://backend:8080".to_string(),
+        "TEMPORAL_SERVICE_ADDRESS=temporal:7233".to_string(),
+    ] {
+        assert!(
+            env_vars.contains(&expected),
+            "{expected} missing from {env_vars:?}"
+        );
+    }
+    assert_eq!(container["Config"]["Image"], TEST_IMAGE);
+    assert_eq!(container["Config"]["User"], "65534:65534");
+
+    let host = &container["HostConfig"];
+    assert_eq!(host["Init"], true, "an init reaps zombies");
+    assert_eq!(host["CapDrop"], serde_json::json!(["ALL"]));
+    assert!(host["SecurityOpt"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|opt| opt == "no-new-privileges"));
+    assert_eq!(host["Memory"], 256 << 20);
+    assert_eq!(host["NanoCpus"], 500_000_000);
+    assert_eq!(host["PidsLimit"], 100);
+    assert_eq!(
+        host["RestartPolicy"]["Name"], "no",
+        "the repair arm is ensure, not the engine"
+    );
+    assert_eq!(host["NetworkMode"], "bridge");
+
+    let mounts = container["Mounts"].as_array().unwrap();
+    assert_eq!(mounts.len(), 1, "{mounts:?}");
+    let volume = workspace_volume(Scope::Session, &id);
+    assert_eq!(mounts[0]["Type"], "volume");
+    assert_eq!(mounts[0]["Name"], volume.as_str());
+    assert_eq!(mounts[0]["Destination"], "/workspace");
+    assert_eq!(mounts[0]["RW"], true);
+    let volume_labels = inspect("volume", &volume).unwrap()["Labels"].clone();
+    assert_eq!(volume_labels["stigmer.ai/managed-by"], "stigmer-server");
+    assert_eq!(volume_labels["stigmer.ai/sandbox-id"], id.as_str());
+
+    // The runner, unprivileged and without capabilities, could write its workspace.
+    let workspace = volume_dir(&volume);
+    wait_for_runner_files(&workspace);
+    let recorded = runner_env(&workspace);
+    assert_eq!(recorded["WORKSPACE_ROOT_DIR"], "/workspace");
+    assert_eq!(recorded["STIGMER_TOKEN"], token);
+    let init_pid = container["State"]["Pid"].as_u64().unwrap() as u32;
+    assert_eq!(procs::uid_of(init_pid), Some(65534));
+    assert_eq!(proc_status(init_pid, "NoNewPrivs").as_deref(), Some("1"));
+    assert_eq!(
+        proc_status(init_pid, "CapEff").as_deref(),
+        Some("0000000000000000")
+    );
+
+    let info = client.describe(Scope::Session, &id).await.unwrap();
+    assert_eq!(info.container_id.as_deref(), container["Id"].as_str());
+    assert_eq!(
+        (info.state, info.generation, info.restarts),
+        (ProbeState::Running, 1, 0)
+    );
+    assert_eq!(
+        (info.task_queue.as_str(), info.caller_class.as_str()),
+        (env.task_queue.as_str(), "user")
+    );
+    assert!(info.started_at_unix_ms.is_some());
+    assert!(
+        !daemon.log_text().contains(&token),
+        "the token never reaches the log"
+    );
+
+    // A connect sandbox gets a scratch workspace that goes with it.
+    let connect_env = sandbox_env(&format!("mcp:{request}"), "");
+    assert_eq!(
+        client
+            .create_connect_sandbox(&request, &connect_env)
+            .await
+            .unwrap(),
+        request
+    );
+    let connect = inspect("container", &base_name(Scope::Connect, &request)).unwrap();
+    let scratch = &connect["Mounts"][0];
+    assert_eq!(
+        (scratch["Type"].as_str(), scratch["Destination"].as_str()),
+        (Some("volume"), Some("/workspace"))
+    );
+    assert_ne!(
+        scratch["Name"],
+        workspace_volume(Scope::Connect, &request).as_str(),
+        "scratch is anonymous"
+    );
+    assert!(
+        !env_list(&connect)
+            .iter()
+            .any(|var| var.starts_with("STIGMER_TOKEN=")),
+        "tokenless: no variable"
+    );
+    assert_eq!(
+        volumes_of(&request).len(),
+        1,
+        "the scratch volume carries the labels"
+    );
+    match client.create_connect_sandbox(&request, &connect_env).await {
+        Err(ClientError::Sandbox(SandboxError::FailedPrecondition(_))) => {}
+        other => panic!("a second create of one connect request must fail, got {other:?}"),
+    }
+    let report = client.deprovision_connect_sandbox(&request).await.unwrap();
+    assert!(report.was_present);
+    assert!(
+        containers_of(&request).is_empty() && volumes_of(&request).is_empty(),
+        "scratch goes with it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_sandbox_takes_the_fast_path_with_no_engine_write() {
+    let before = SystemTime::now() - Duration::from_secs(1);
+    let test = "a_running_sandbox_takes_the_fast_path_with_no_engine_write";
+    let Some(sandbox) = start_one(test, Scope::Session, "tok-fast").await else {
+        return;
+    };
+    let started_at = inspect("container", &sandbox.name).unwrap()["State"]["StartedAt"].clone();
+    for _ in 0..5 {
+        let again = sandbox.ensure().await;
+        assert!(!again.created, "{again:?}");
+        assert_eq!((again.state, again.generation), (ProbeState::Running, 1));
+    }
+    assert_eq!(
+        inspect("container", &sandbox.name).unwrap()["State"]["StartedAt"],
+        started_at
+    );
+    let events = container_events(&sandbox.container, before);
+    assert_eq!(
+        events,
+        ["create", "start"],
+        "the container's whole life: one create, one start"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_stopped_from_outside_is_probed_stopped_and_started_again() {
+    let test = "a_container_stopped_from_outside_is_probed_stopped_and_started_again";
+    let Some(sandbox) = start_one(test, Scope::Workflow, "tok-stop").await else {
+        return;
+    };
+    let workspace = sandbox.workspace();
+    wait_for_runner_files(&workspace);
+
+    std::fs::remove_file(workspace.join("pid")).unwrap();
+    docker_ok(&["stop", "-t", "10", &sandbox.name]);
+    assert_eq!(sandbox.probe().await, ProbeState::Stopped);
+    let info = sandbox
+        .client
+        .describe(sandbox.scope, &sandbox.id)
+        .await
+        .unwrap();
+    assert_eq!(info.state, ProbeState::Stopped);
+    let exit = info.last_exit.expect("the exit is known");
+    assert_eq!(
+        (exit.code, exit.signal),
+        (Some(0), None),
+        "the fixture exits 0 on SIGTERM"
+    );
+
+    let report = sandbox.ensure().await;
+    assert!(report.created, "{report:?}");
+    assert_eq!((report.state, report.generation), (ProbeState::Running, 2));
+    assert_eq!(
+        container_id(&sandbox.name),
+        sandbox.container,
+        "started, not recreated"
+    );
+    assert_eq!(container_status(&sandbox.name).as_deref(), Some("running"));
+    wait_for_runner_files(&workspace);
+    let info = sandbox
+        .client
+        .describe(sandbox.scope, &sandbox.id)
+        .await
+        .unwrap();
+    assert_eq!(info.restarts, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_container_is_restarted_by_the_next_ensure() {
+    let test = "a_killed_container_is_restarted_by_the_next_ensure";
+    let Some(sandbox) = start_one(test, Scope::Session, "tok-kill").await else {
+        return;
+    };
+
+    docker_ok(&["kill", &sandbox.name]);
+    wait_for_probe(
+        &sandbox.client,
+        sandbox.scope,
+        &sandbox.id,
+        ProbeState::Stopped,
+    )
+    .await;
+    let info = sandbox
+        .client
+        .describe(sandbox.scope, &sandbox.id)
+        .await
+        .unwrap();
+    let exit = info.last_exit.expect("the exit is recorded");
+    assert_eq!((exit.code, exit.signal), (Some(137), Some(9)), "{exit:?}");
+
+    let report = sandbox.ensure().await;
+    assert!(report.created && report.generation == 2, "{report:?}");
+    assert_eq!(container_id(&sandbox.name), sandbox.container);
+    assert_eq!(container_status(&sandbox.name).as_deref(), Some("running"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_container_is_recreated_and_its_workspace_kept() {
+    let test = "a_removed_container_is_recreated_and_its_workspace_kept";
+    let Some(sandbox) = start_one(test, Scope::Session, "tok-rm").await else {
+        return;
+    };
+    let workspace = sandbox.workspace();
+    wait_for_runner_files(&workspace);
+
+    // Written through the container, into its /workspace.
+    let marker = sandbox.daemon.dir().join("marker.txt");
+    std::fs::write(&marker, "kept across recreation\n").unwrap();
+    let destination = format!("{}:/workspace/marker.txt", sandbox.name);
+    docker_ok(&["cp", marker.to_str().unwrap(), &destination]);
+    std::fs::remove_file(workspace.join("pid")).unwrap();
+
+    docker_ok(&["rm", "-f", &sandbox.name]);
+    assert_eq!(sandbox.probe().await, ProbeState::Absent);
+    let report = sandbox.ensure().await;
+    assert!(report.created, "{report:?}");
+    assert_eq!(
+        report.generation, 2,
+        "the count of runners goes on across the recreation"
+    );
+    let second = container_id(&sandbox.name);
+    assert_ne!(second, sandbox.container, "a new container");
+    assert_eq!(containers_of(&sandbox.id), [second]);
+    wait_for_runner_files(&workspace);
+    let kept = std::fs::read_to_string(workspace.join("marker.txt")).unwrap();
+    assert_eq!(kept, "kept across recreation\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_container_is_probed_stopped_and_unpaused_by_ensure() {
+    let test = "a_paused_container_is_probed_stopped_and_unpaused_by_ensure";
+    let Some(sandbox) = start_one(test, Scope::Session, "tok-pause").await else {
+        return;
+    };
+
+    docker_ok(&["pause", &sandbox.name]);
+    assert_eq!(sandbox.probe().await, ProbeState::Stopped);
+    let report = sandbox.ensure().await;
+    assert_eq!(report.state, ProbeState::Running);
+    assert_eq!(
+        (report.created, report.generation),
+        (false, 1),
+        "the same runner, resumed"
+    );
+    assert_eq!(container_status(&sandbox.name).as_deref(), Some("running"));
+    assert_eq!(container_id(&sandbox.name), sandbox.container);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_concurrent_ensures_of_one_id_make_one_container() {
+    if !engine_ready("twenty_concurrent_ensures_of_one_id_make_one_container") {
+        return;
+    }
+    let id = unique_id("race");
+    let _cleanup = Cleanup::new(&[&id]);
+    let daemon = TestDaemon::start(docker_options(""));
+    let env = sandbox_env(&format!("session:{id}"), "tok-race");
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(daemon.client().await);
+    }
+    let before = SystemTime::now() - Duration::from_secs(1);
+    let ensures = (0..20).map(|n| clients[n % clients.len()].ensure_session_sandbox(&id, &env));
+    let reports: Vec<_> = futures::future::join_all(ensures)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+
+    assert_eq!(
+        reports.iter().filter(|report| report.created).count(),
+        1,
+        "{reports:?}"
+    );
+    assert!(reports
+        .iter()
+        .all(|report| report.generation == 1 && report.state == ProbeState::Running));
+    let containers = containers_of(&id);
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    assert_eq!(
+        container_events(&containers[0], before),
+        ["create", "start"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_outlive_a_killed_daemon_and_the_next_one_serves_them() {
+    if !engine_ready("containers_outlive_a_killed_daemon_and_the_next_one_serves_them") {
+        return;
+    }
+    let (session, workflow) = (unique_id("adopt-s"), unique_id("adopt-w"));
+    let _cleanup = Cleanup::new(&[&session, &workflow]);
+    let mut daemon = TestDaemon::start(docker_options(""));
+    let client = daemon.client().await;
+    let session_env = sandbox_env(&format!("session:{session}"), "tok-adopt");
+    let workflow_env = sandbox_env(&format!("wfexec:{workflow}"), "tok-adopt");
+    client
+        .ensure_session_sandbox(&session, &session_env)
+        .await
+        .unwrap();
+    client
+        .ensure_workflow_sandbox(&workflow, &workflow_env)
+        .await
+        .unwrap();
+    // One restart before the daemon dies, so its generation is 2.
+    let session_name = base_name(Scope::Session, &session);
+    docker_ok(&["stop", &session_name]);
+    assert_eq!(
+        client
+            .ensure_session_sandbox(&session, &session_env)
+            .await
+            .unwrap()
+            .generation,
+        2
+    );
+    let session_container = container_id(&session_name);
+    let workflow_container = container_id(&base_name(Scope::Workflow, &workflow));
+    drop(client);
+
+    daemon.kill();
+    assert_eq!(
+        container_status(&session_container).as_deref(),
+        Some("running"),
+        "containers outlive the daemon"
+    );
+    assert_eq!(
+        container_status(&workflow_container).as_deref(),
+        Some("running")
+    );
+
+    daemon.launch();
+    daemon.wait_ready();
+    let client = daemon.client().await;
+    assert_eq!(
+        client.probe(Scope::Session, &session).await.unwrap(),
+        ProbeState::Running
+    );
+    assert_eq!(
+        client.probe(Scope::Workflow, &workflow).await.unwrap(),
+        ProbeState::Running
+    );
+    let again = client
+        .ensure_session_sandbox(&session, &session_env)
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.created, again.generation),
+        (false, 2),
+        "fast path, generation continued"
+    );
+    let again = client
+        .ensure_workflow_sandbox(&workflow, &workflow_env)
+        .await
+        .unwrap();
+    assert_eq!((again.created, again.generation), (false, 1));
+
+    let listed = client.list(None).await.unwrap();
+    let ours: Vec<_> = listed
+        .iter()
+        .filter(|info| info.id == session || info.id == workflow)
+        .collect();
+    assert_eq!(ours.len(), 2, "{listed:?}");
+    for info in ours {
+        assert_eq!(info.state, ProbeState::Running);
+        let expected = if info.scope == Scope::Session {
+            &session_container
+        } else {
+            &workflow_container
+        };
+        assert_eq!(info.container_id.as_ref(), Some(expected));
+    }
+    assert_eq!(containers_of(&session), [session_container], "no duplicate");
+    assert_eq!(
+        containers_of(&workflow),
+        [workflow_container],
+        "no duplicate"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deprovision_is_idempotent_and_removes_container_and_volume() {
+    if !engine_ready("deprovision_is_idempotent_and_removes_container_and_volume") {
+        return;
+    }
+    let (id, kept) = (unique_id("deprov"), unique_id("deprov-keep"));
+    let _cleanup = Cleanup::new(&[&id, &kept]);
+    // The runner ignores SIGTERM: every stop runs out the 1 s grace.
+    let mut options = docker_options("command = [\"--ignore-term\"]");
+    options.stop_grace = "1s".to_string();
+    let daemon = TestDaemon::start(options);
+    let client = daemon.client().await;
+    let env = sandbox_env(&format!("session:{id}"), "tok-deprov");
+    client.ensure_session_sandbox(&id, &env).await.unwrap();
+    wait_for_runner_files(&volume_dir(&workspace_volume(Scope::Session, &id)));
+
+    let started = Instant::now();
+    let report = client.deprovision_session_sandbox(&id).await.unwrap();
+    assert!(report.was_present && report.forced, "{report:?}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "SIGKILL only after the grace"
+    );
+    assert!(containers_of(&id).is_empty(), "container gone");
+    assert!(volumes_of(&id).is_empty(), "volume gone");
+    let again = client.deprovision_session_sandbox(&id).await.unwrap();
+    assert!(!again.was_present && !again.forced, "{again:?}");
+    assert_eq!(
+        client.probe(Scope::Session, &id).await.unwrap(),
+        ProbeState::Absent
+    );
+
+    // --keep-workspace keeps the volume, and the next runner finds its files.
+    let kept_env = sandbox_env(&format!("wfexec:{kept}"), "");
+    client
+        .ensure_workflow_sandbox(&kept, &kept_env)
+        .await
+        .unwrap();
+    let volume = workspace_volume(Scope::Workflow, &kept);
+    let workspace = volume_dir(&volume);
+    wait_for_runner_files(&workspace);
+    assert!(
+        client
+            .deprovision(Scope::Workflow, &kept, true)
+            .await
+            .unwrap()
+            .was_present
+    );
+    assert!(containers_of(&kept).is_empty());
+    assert_eq!(volumes_of(&kept), std::slice::from_ref(&volume));
+    assert!(workspace.join("env.json").is_file());
+    assert!(
+        client
+            .deprovision(Scope::Workflow, &kept, false)
+            .await
+            .unwrap()
+            .was_present
+    );
+    assert!(volumes_of(&kept).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_engine_is_unavailable_quickly_and_the_driver_reconnects() {
+    if !engine_ready("an_unreachable_engine_is_unavailable_quickly_and_the_driver_reconnects") {
+        return;
+    }
+    let id = unique_id("away");
+    let _cleanup = Cleanup::new(&[&id]);
+    let engine_dir = make_test_dir();
+    let engine_socket: PathBuf = engine_dir.join("engine.sock");
+    let address = format!("unix://{}", engine_socket.display());
+    let daemon = TestDaemon::start(docker_options(&format!("host = \"{address}\"")));
+    let client = daemon.client().await;
+    let env = sandbox_env(&format!("session:{id}"), "tok-away");
+
+    // Nothing at the address: the daemon serves, the engine's calls fail fast.
+    let started = Instant::now();
+    let message = unavailable_message(client.ensure_session_sandbox(&id, &env).await);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(message.contains(&address), "{message}");
+    let started = Instant::now();
+    assert!(unavailable_message(client.probe(Scope::Session, &id).await).contains(&address));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let status = client
+        .status()
+        .await
+        .expect("the daemon's own facts are served without the engine");
+    assert!(
+        status.driver_health.contains("UNREACHABLE") && status.driver_health.contains(&address),
+        "{}",
+        status.driver_health
+    );
+
+    // The engine comes back: the driver reconnects by itself.
+    let proxy = EngineProxy::start(&engine_socket);
+    let reconnected = eventually(Duration::from_secs(15), || {
+        let (client, id, env) = (client.clone(), id.clone(), env.clone());
+        async move { client.ensure_session_sandbox(&id, &env).await.is_ok() }
+    })
+    .await;
+    assert!(
+        reconnected,
+        "no ensure succeeded after the engine came back; log:\n{}",
+        daemon.log_text()
+    );
+    assert_eq!(
+        client.probe(Scope::Session, &id).await.unwrap(),
+        ProbeState::Running
+    );
+
+    // And goes away again.
+    drop(proxy);
+    let started = Instant::now();
+    assert!(unavailable_message(client.probe(Scope::Session, &id).await).contains(&address));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let _ = std::fs::remove_dir_all(&engine_dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_change_recreates_a_stopped_container_and_keeps_the_workspace() {
+    let test = "a_token_change_recreates_a_stopped_container_and_keeps_the_workspace";
+    let old_token = format!("tok-old-{}", std::process::id());
+    let Some(sandbox) = start_one(test, Scope::Session, &old_token).await else {
+        return;
+    };
+    let new_token = format!("tok-new-{}", sandbox.id);
+    let new_env = sandbox_env(&sandbox.env.task_queue, &new_token);
+    let ensure_new = || sandbox.client.ensure(sandbox.scope, &sandbox.id, &new_env);
+    let workspace = sandbox.workspace();
+    wait_for_runner_files(&workspace);
+    std::fs::write(workspace.join("marker.txt"), "work in progress\n").unwrap();
+
+    // Running: the runner keeps its credential until it next starts.
+    let report = ensure_new().await.unwrap();
+    assert_eq!((report.created, report.generation), (false, 1));
+    assert_eq!(container_id(&sandbox.name), sandbox.container);
+    assert_eq!(runner_env(&workspace)["STIGMER_TOKEN"], old_token);
+
+    // Stopped: recreated with the new token, workspace kept.
+    docker_ok(&["stop", &sandbox.name]);
+    std::fs::remove_file(workspace.join("pid")).unwrap();
+    let report = ensure_new().await.unwrap();
+    assert_eq!((report.created, report.generation), (true, 2), "{report:?}");
+    let second = container_id(&sandbox.name);
+    assert_ne!(
+        second, sandbox.container,
+        "recreated, not restarted with a stale token"
+    );
+    let container = inspect("container", &sandbox.name).unwrap();
+    assert!(env_list(&container).contains(&format!("STIGMER_TOKEN={new_token}")));
+    wait_for_runner_files(&workspace);
+    assert_eq!(runner_env(&workspace)["STIGMER_TOKEN"], new_token);
+    let kept = std::fs::read_to_string(workspace.join("marker.txt")).unwrap();
+    assert_eq!(kept, "work in progress\n");
+
+    // Stopped with the same token: a plain start of the same container.
+    docker_ok(&["stop", &sandbox.name]);
+    let report = ensure_new().await.unwrap();
+    assert_eq!((report.created, report.generation), (true, 3));
+    assert_eq!(container_id(&sandbox.name), second);
+    let log = sandbox.daemon.log_text();
+    assert!(
+        !log.contains(&old_token) && !log.contains(&new_token),
+        "tokens never reach the log"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaked_connect_sandbox_is_reaped_after_its_ttl() {
+    if !engine_ready("a_leaked_connect_sandbox_is_reaped_after_its_ttl") {
+        return;
+    }
+    let _connect = CONNECT_SANDBOXES.lock().await;
+    let (request, session) = (unique_id("leak"), unique_id("leak-s"));
+    let _cleanup = Cleanup::new(&[&request, &session]);
+    let daemon = TestDaemon::start(docker_options(
+        "connect_ttl = \"2s\"\nconnect_creation_grace = \"1s\"",
+    ));
+    let client = daemon.client().await;
+    client
+        .ensure_session_sandbox(&session, &sandbox_env(&format!("session:{session}"), ""))
+        .await
+        .unwrap();
+    let created = Instant::now();
+    client
+        .create_connect_sandbox(&request, &sandbox_env(&format!("mcp:{request}"), ""))
+        .await
+        .unwrap();
+    assert_eq!(
+        client.probe(Scope::Connect, &request).await.unwrap(),
+        ProbeState::Running
+    );
+
+    let reaped = wait_until(Duration::from_secs(20), || {
+        containers_of(&request).is_empty()
+    });
+    assert!(
+        reaped,
+        "the leaked connect sandbox is still there; log:\n{}",
+        daemon.log_text()
+    );
+    assert!(
+        created.elapsed() >= Duration::from_secs(2),
+        "reaped before its TTL"
+    );
+    assert!(
+        volumes_of(&request).is_empty(),
+        "its scratch volume went with it"
+    );
+    let log = daemon.log_text();
+    let line = log
+        .lines()
+        .find(|line| line.contains("removed a leaked connect sandbox"));
+    assert!(
+        line.is_some_and(|line| line.contains(&request)),
+        "a log line names it:\n{log}"
+    );
+    assert_eq!(
+        client.probe(Scope::Connect, &request).await.unwrap(),
+        ProbeState::Absent
+    );
+    assert_eq!(
+        client.probe(Scope::Session, &session).await.unwrap(),
+        ProbeState::Running,
+        "only connect sandboxes expire"
+    );
+}
+
+#[test]
+fn start_up_fails_clearly_without_a_runner_image() {
+    // No engine needed: the configuration is refused before it is contacted.
+    let mut options = docker_options("");
+    options.extra_toml = options
+        .extra_toml
+        .replace(&format!("runner_image = \"{TEST_IMAGE}\"\n"), "");
+    let mut daemon = TestDaemon::prepare(options);
+    daemon.launch();
+    let status = daemon
+        .wait_exit(Duration::from_secs(20))
+        .expect("sandboxd exits");
+    assert!(!status.success(), "{status}");
+    let log = daemon.log_text();
+    assert!(
+        log.contains("runner image") && log.contains("STIGMER_SANDBOX_RUNNER_IMAGE"),
+        "the error names what to set:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_daemons_racing_on_one_engine_make_one_container() {
+    if !engine_ready("two_daemons_racing_on_one_engine_make_one_container") {
+        return;
+    }
+    // Per-key locks serialize one daemon; across daemons the engine's 409
+    // name conflict is the arbiter, and the loser goes on with the winner's.
+    let id = unique_id("duel");
+    let _cleanup = Cleanup::new(&[&id]);
+    let (first, second) = (
+        TestDaemon::start(docker_options("")),
+        TestDaemon::start(docker_options("")),
+    );
+    let (a, b) = (first.client().await, second.client().await);
+    let env = sandbox_env(&format!("session:{id}"), "tok-duel");
+    let ensures = (0..10)
+        .map(|n| if n % 2 == 0 { &a } else { &b })
+        .map(|client| client.ensure_session_sandbox(&id, &env));
+    for result in futures::future::join_all(ensures).await {
+        let report = result.expect("every racing ensure succeeds");
+        assert_eq!(report.state, ProbeState::Running);
+    }
+    assert_eq!(containers_of(&id).len(), 1, "one container, whoever won");
+    assert_eq!(
+        container_status(&base_name(Scope::Session, &id)).as_deref(),
+        Some("running")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_that_is_not_ours_is_never_touched() {
+    if !engine_ready("a_container_that_is_not_ours_is_never_touched") {
+        return;
+    }
+    let id = unique_id("foreign");
+    let name = base_name(Scope::Session, &id);
+    let _cleanup = Cleanup::new(&[&id]);
+    // Someone else's container under the name this sandbox would take.
+    let foreign = docker_ok(&[
+        "create",
+        "--name",
+        &name,
+        "--label",
+        &format!("stigmer.ai/sandbox-id={id}"),
+        TEST_IMAGE,
+    ]);
+    let daemon = TestDaemon::start(docker_options(""));
+    let client = daemon.client().await;
+
+    match client
+        .ensure_session_sandbox(&id, &sandbox_env(&format!("session:{id}"), ""))
+        .await
+    {
+        Err(ClientError::Sandbox(SandboxError::FailedPrecondition(message))) => {
+            assert!(message.contains(&name), "{message}")
+        }
+        other => panic!("ensure must refuse a container it does not own, got {other:?}"),
+    }
+    assert_eq!(
+        client.probe(Scope::Session, &id).await.unwrap(),
+        ProbeState::Absent
+    );
+    assert!(
+        !client
+            .deprovision_session_sandbox(&id)
+            .await
+            .unwrap()
+            .was_present
+    );
+    assert_eq!(container_id(&name), foreign, "still there, untouched");
+    assert_eq!(container_status(&name).as_deref(), Some("created"));
+}

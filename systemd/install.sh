@@ -63,7 +63,7 @@ if [ "$action" = uninstall ]; then
     fi
     for file in "$bindir/sandboxd" "$bindir/sandboxctl" "$unitdir/sandboxd.service" \
         "$unitdir/sandboxd.socket" "$sysusersdir/sandboxd.conf" "$tmpfilesdir/sandboxd.conf" \
-        "$docdir/README-install.md" "$docdir/sandboxd.toml.example"; do
+        "$docdir/README.md" "$docdir/sandboxd.toml.example"; do
         rm -f "$destdir$file"
     done
     rmdir "$destdir$docdir" 2>/dev/null || true
@@ -102,7 +102,7 @@ for unit in sandboxd.service sandboxd.socket; do
 done
 install -m 0644 "$here/sysusers.conf" "$destdir$sysusersdir/sandboxd.conf"
 install -m 0644 "$here/tmpfiles.conf" "$destdir$tmpfilesdir/sandboxd.conf"
-install -m 0644 "$here/README-install.md" "$destdir$docdir/README-install.md"
+install -m 0644 "$here/../README.md" "$destdir$docdir/README.md"
 install -m 0644 "$here/sandboxd.toml" "$destdir$docdir/sandboxd.toml.example"
 if [ -e "$destdir$confdir/sandboxd.toml" ]; then
     say "keeping the existing $confdir/sandboxd.toml (the new example is $docdir/sandboxd.toml.example)"

@@ -168,6 +168,7 @@ struct FileConfig {
     log_level: Option<String>,
     #[serde(default, deserialize_with = "deserialize_optional_memory")]
     runner_log_max_size: Option<u64>,
+    runner_oom_score_adj: Option<i32>,
     access: Option<AccessConfig>,
     docker: Option<DockerConfig>,
 }
@@ -197,6 +198,9 @@ pub struct Config {
     /// The process tier's cap on one runner's output file, in bytes; one
     /// rotated file of at most the same size is kept beside it.
     pub runner_log_max_size: u64,
+    /// The process tier's runners get this `oom_score_adj`, so a daemon
+    /// shielded from the OOM killer does not pass the shield on.
+    pub runner_oom_score_adj: i32,
     pub access: AccessConfig,
     /// The docker tier's settings; `host` is always set once resolved.
     pub docker: DockerConfig,
@@ -278,6 +282,7 @@ impl Config {
             runner_log_max_size: file
                 .runner_log_max_size
                 .unwrap_or(DEFAULT_RUNNER_LOG_MAX_SIZE),
+            runner_oom_score_adj: file.runner_oom_score_adj.unwrap_or(0),
             access: file.access.unwrap_or_default(),
             docker,
         };
@@ -305,6 +310,12 @@ impl Config {
             bail!(
                 "runner_log_max_size {} bytes is below the minimum of {MIN_RUNNER_LOG_MAX_SIZE}",
                 self.runner_log_max_size
+            );
+        }
+        if !(-1000..=1000).contains(&self.runner_oom_score_adj) {
+            bail!(
+                "runner_oom_score_adj {} is outside the kernel's range -1000..=1000",
+                self.runner_oom_score_adj
             );
         }
         if self.stop_grace > Duration::from_secs(3600) {

@@ -6,6 +6,7 @@
 //! test speaks the Engine API through bollard, and a check through another
 //! path cannot share its mistakes.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -36,7 +37,10 @@ pub fn engine_ready(test: &str) -> bool {
             panic!("{REQUIRE_DOCKER_ENV}=1 but no Docker engine answers: {reason}")
         }
         Err(reason) => {
-            eprintln!(
+            // Straight to the file descriptor: libtest hides what `eprintln!`
+            // prints in a passing test, and a skip must not pass unseen.
+            let _ = writeln!(
+                std::io::stderr(),
                 "\n*** SKIPPED {test}: no Docker engine answers ({reason}).\n\
                  *** Start one, or set {REQUIRE_DOCKER_ENV}=1 to make this a failure.\n"
             );

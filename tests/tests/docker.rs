@@ -590,12 +590,36 @@ async fn containers_outlive_a_killed_daemon_and_the_next_one_serves_them() {
         };
         assert_eq!(info.container_id.as_ref(), Some(expected));
     }
-    assert_eq!(containers_of(&session), [session_container], "no duplicate");
     assert_eq!(
-        containers_of(&workflow),
-        [workflow_container],
+        containers_of(&session),
+        std::slice::from_ref(&session_container),
         "no duplicate"
     );
+    assert_eq!(
+        containers_of(&workflow),
+        std::slice::from_ref(&workflow_container),
+        "no duplicate"
+    );
+
+    // A clean stop (SIGTERM) leaves them running too.
+    drop(client);
+    assert!(daemon.stop().success(), "log:\n{}", daemon.log_text());
+    assert_eq!(
+        container_status(&session_container).as_deref(),
+        Some("running")
+    );
+    assert_eq!(
+        container_status(&workflow_container).as_deref(),
+        Some("running")
+    );
+    daemon.launch();
+    daemon.wait_ready();
+    let client = daemon.client().await;
+    let again = client
+        .ensure_session_sandbox(&session, &session_env)
+        .await
+        .unwrap();
+    assert_eq!((again.created, again.generation), (false, 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -177,3 +177,27 @@ async fn runner_output_goes_to_its_log_file() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("runner-fixture line 1\n"), "{text}");
 }
+
+/// A daemon shielded from the OOM killer (systemd's `OOMScoreAdjust=-500`)
+/// must not pass the shield on: runners get `runner_oom_score_adj`. (This
+/// machine cannot lower a score, so the test raises it; the daemon writes
+/// the value the same way either way.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_get_the_configured_oom_score_adj() {
+    let daemon = TestDaemon::start(Options {
+        extra_toml: "runner_oom_score_adj = 300\n".into(),
+        ..Options::default()
+    });
+    let client = daemon.client().await;
+    let report = client
+        .ensure_session_sandbox("oom", &sandbox_env("session:oom", ""))
+        .await
+        .unwrap();
+    let pid = report.pid.unwrap();
+    wait_for_runner(&daemon.workspace(Scope::Session, "oom"), pid);
+    let runner_adj = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap();
+    assert_eq!(runner_adj.trim(), "300");
+    let daemon_adj =
+        std::fs::read_to_string(format!("/proc/{}/oom_score_adj", daemon.pid().unwrap())).unwrap();
+    assert_eq!(daemon_adj.trim(), "0", "only the runner changed");
+}

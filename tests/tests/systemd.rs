@@ -465,7 +465,7 @@ fn install_into_a_destdir_puts_every_file_with_its_mode() {
         ("/usr/local/lib/systemd/system/sandboxd.socket", 0o644),
         ("/usr/local/lib/sysusers.d/sandboxd.conf", 0o644),
         ("/usr/local/lib/tmpfiles.d/sandboxd.conf", 0o644),
-        ("/usr/local/share/doc/sandboxd/README-install.md", 0o644),
+        ("/usr/local/share/doc/sandboxd/README.md", 0o644),
         ("/usr/local/share/doc/sandboxd/sandboxd.toml.example", 0o644),
     ]
     .iter()

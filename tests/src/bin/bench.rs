@@ -212,6 +212,9 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     };
     step(started, "(a) probe round trips");
     let probes = rows::probe_serial(&client, hot, counts.probes, counts.warmup).await?;
+    step(started, "(a) tarpc floor: bare stub");
+    let (bare_version, bare_probe) =
+        rows::bare_stub_serial(&daemon.socket, hot, counts.probes / 2, counts.warmup).await?;
 
     // (b) fast-path ensure vs probe.
     step(started, "(b) fast-path ensures");
@@ -327,6 +330,24 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             baseline_what: format!("{pp} p99"),
             baseline: Some(ping_pong.p99()),
             goal: Goal::RatioAtMost(5.0),
+        },
+        Row {
+            row: "a",
+            what: "protocol_version p50, bare tarpc stub".into(),
+            unit: "µs",
+            value: bare_version.p50(),
+            baseline_what: format!("{pp} p50"),
+            baseline: Some(ping_pong.p50()),
+            goal: Goal::Info,
+        },
+        Row {
+            row: "a",
+            what: "probe p50, bare tarpc stub".into(),
+            unit: "µs",
+            value: bare_probe.p50(),
+            baseline_what: format!("{pp} p50"),
+            baseline: Some(ping_pong.p50()),
+            goal: Goal::Info,
         },
         Row {
             row: "b",

@@ -121,6 +121,7 @@ impl LocalProcessDriver {
             backend_endpoint: config.backend_endpoint.clone(),
             temporal_address: config.temporal_address.clone(),
             inherited_env: spawn::inherited_env(),
+            oom_score_adj: config.runner_oom_score_adj,
             sandboxes_dir: dirs.sandboxes,
             logs_dir: dirs.logs,
         };

@@ -25,6 +25,10 @@ pub struct RunnerSettings {
     pub inherited_env: Vec<(&'static str, OsString)>,
     pub sandboxes_dir: PathBuf,
     pub logs_dir: PathBuf,
+    /// Written to each runner's `oom_score_adj`: a daemon shielded from the
+    /// OOM killer (systemd's `OOMScoreAdjust=-500`) must not pass the shield
+    /// on, or under memory pressure the kernel would kill the daemon first.
+    pub oom_score_adj: i32,
 }
 
 /// The variables a runner may inherit. Nothing else of the daemon's
@@ -175,6 +179,12 @@ impl RunnerSettings {
         let pid = child
             .id()
             .ok_or_else(|| unavailable("the runner exited before it could be recorded".into()))?;
+        // Set from outside: after setuid the runner could no longer write its
+        // own. Raising the score needs no privilege.
+        let adj = self.oom_score_adj.to_string();
+        if let Err(error) = std::fs::write(format!("/proc/{pid}/oom_score_adj"), adj) {
+            tracing::warn!(pid, %error, "cannot set the runner's oom_score_adj");
+        }
         Ok(Spawned { child, pid })
     }
 

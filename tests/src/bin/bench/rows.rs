@@ -119,6 +119,46 @@ pub async fn probe_serial(
     Ok(samples)
 }
 
+/// The same probe, and the protocol-version call (no daemon work at all),
+/// through a bare tarpc stub on a connection of its own: what tarpc and
+/// tokio cost on both ends, without the client library's wrapper.
+pub async fn bare_stub_serial(
+    socket: &Path,
+    id: &str,
+    count: usize,
+    warmup: usize,
+) -> anyhow::Result<(Samples, Samples)> {
+    let stub = sandboxd_tests::tarpc_client(socket).await;
+    let mut version = Samples::with_capacity(count);
+    let mut probe = Samples::with_capacity(count);
+    for i in 0..warmup + count {
+        let start = Instant::now();
+        stub.protocol_version(sandboxd_tests::context(Duration::from_secs(10)))
+            .await?;
+        let elapsed = start.elapsed();
+        if i >= warmup {
+            version.push(elapsed);
+        }
+        let start = Instant::now();
+        let state = stub
+            .probe(
+                sandboxd_tests::context(Duration::from_secs(10)),
+                Scope::Session,
+                id.to_string(),
+            )
+            .await?
+            .map_err(|error| anyhow::anyhow!("bare probe failed: {error}"))?;
+        let elapsed = start.elapsed();
+        if state != ProbeState::Running {
+            bail!("probe of a running sandbox said {state}");
+        }
+        if i >= warmup {
+            probe.push(elapsed);
+        }
+    }
+    Ok((version, probe))
+}
+
 /// Sequential ensures of one running sandbox: the fast path.
 pub async fn ensure_fast_serial(
     client: &SandboxdClient,

@@ -10,11 +10,11 @@
 //! stderr.
 //!
 //! The level: `RUST_LOG` wins (full `EnvFilter` syntax), then the config's
-//! `log_level`, then `info`. Some libraries stay at `warn` unless `RUST_LOG`
-//! names them: tarpc's per-request spans repeat trace ids and deadlines on
-//! every line, and the HTTP stack under the docker tier (bollard, hyper)
-//! logs whole request and response bodies at `debug` — container
-//! definitions with the runner's `STIGMER_TOKEN` in them.
+//! `log_level`, then `info`. tarpc stays at `warn` unless `RUST_LOG` names
+//! it: its per-request spans repeat trace ids and deadlines on every line.
+//! The HTTP stack under the docker tier (bollard, hyper) stays at `warn`
+//! whatever `RUST_LOG` says: at `debug` it logs whole request bodies —
+//! container definitions with the runner's `STIGMER_TOKEN` in them.
 
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
@@ -27,18 +27,29 @@ use tracing_subscriber::EnvFilter;
 /// Libraries held at `warn` whatever `log_level` says (see above).
 const QUIET_LIBRARIES: &str = "tarpc=warn,bollard=warn,hyper=warn,hyper_util=warn,h2=warn";
 
+/// Libraries held at `warn` even when `RUST_LOG` asks for more: they log
+/// request bodies, and container definitions carry `STIGMER_TOKEN`.
+const SECRET_BEARING_LIBRARIES: [&str; 4] =
+    ["bollard=warn", "hyper=warn", "hyper_util=warn", "h2=warn"];
+
 /// The journal's `SYSLOG_IDENTIFIER`, whatever the binary was renamed to.
 const IDENTIFIER: &str = "sandboxd";
 
 /// Installs the global subscriber. Call once, before the runtime starts.
 pub fn init(config_level: Option<&str>) {
     let filter = || {
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
             EnvFilter::new(format!(
                 "{QUIET_LIBRARIES},{}",
                 config_level.unwrap_or("info")
             ))
-        })
+        });
+        // Even `RUST_LOG=debug` must not log a token: the HTTP stack stays quiet.
+        SECRET_BEARING_LIBRARIES
+            .iter()
+            .fold(filter, |filter, directive| {
+                filter.add_directive(directive.parse().expect("a valid directive"))
+            })
     };
     if stderr_is_the_journal() {
         match tracing_journald::layer() {

@@ -159,15 +159,21 @@ pub struct ExitInfo {
     pub signal: Option<i32>,
     /// When the exit was observed, in milliseconds since the Unix epoch.
     pub at_unix_ms: u64,
+    /// True when the kernel's OOM killer ended it (container tiers report it).
+    pub oom_killed: bool,
 }
 
 impl fmt::Display for ExitInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.code, self.signal) {
-            (_, Some(signal)) => write!(f, "signal {signal}"),
-            (Some(code), None) => write!(f, "code {code}"),
-            (None, None) => f.write_str("unknown"),
+            (_, Some(signal)) => write!(f, "signal {signal}")?,
+            (Some(code), None) => write!(f, "code {code}")?,
+            (None, None) => f.write_str("unknown")?,
         }
+        if self.oom_killed {
+            f.write_str(" (OOM-killed)")?;
+        }
+        Ok(())
     }
 }
 
@@ -183,6 +189,8 @@ pub struct SandboxInfo {
     pub pid: Option<u32>,
     /// The container id (container tiers).
     pub container_id: Option<String>,
+    /// The image the container runs (container tiers).
+    pub image: Option<String>,
     pub generation: u64,
     /// When the current runner started, in milliseconds since the Unix epoch.
     pub started_at_unix_ms: Option<u64>,
@@ -191,6 +199,33 @@ pub struct SandboxInfo {
     pub last_exit: Option<ExitInfo>,
     pub task_queue: String,
     pub caller_class: String,
+}
+
+impl SandboxInfo {
+    /// A sandbox the runtime has no trace of, with what the daemon remembers
+    /// of its history (generation and last exit).
+    pub fn absent(
+        scope: Scope,
+        id: &str,
+        generation: u64,
+        last_exit: Option<ExitInfo>,
+    ) -> SandboxInfo {
+        SandboxInfo {
+            name: crate::naming::base_name(scope, id),
+            scope,
+            id: id.to_string(),
+            state: ProbeState::Absent,
+            pid: None,
+            container_id: None,
+            image: None,
+            generation,
+            started_at_unix_ms: None,
+            restarts: generation.saturating_sub(1),
+            last_exit,
+            task_queue: String::new(),
+            caller_class: String::new(),
+        }
+    }
 }
 
 /// Sandbox counts by scope and state.

@@ -261,6 +261,7 @@ async fn a_new_sandbox_has_the_contract_labels_env_limits_and_workspace() {
 
     let info = client.describe(Scope::Session, &id).await.unwrap();
     assert_eq!(info.container_id.as_deref(), container["Id"].as_str());
+    assert_eq!(info.image.as_deref(), container["Config"]["Image"].as_str());
     assert_eq!(
         (info.state, info.generation, info.restarts),
         (ProbeState::Running, 1, 0)
@@ -408,6 +409,7 @@ async fn a_killed_container_is_restarted_by_the_next_ensure() {
         .unwrap();
     let exit = info.last_exit.expect("the exit is recorded");
     assert_eq!((exit.code, exit.signal), (Some(137), Some(9)), "{exit:?}");
+    assert!(!exit.oom_killed, "a docker kill is not an OOM kill");
 
     let report = sandbox.ensure().await;
     assert!(report.created && report.generation == 2, "{report:?}");

@@ -558,18 +558,8 @@ mod tests {
 
     fn info(scope: Scope, state: ProbeState) -> SandboxInfo {
         SandboxInfo {
-            name: "sbx-ses-000000000000".to_string(),
-            scope,
-            id: "x".to_string(),
             state,
-            pid: None,
-            container_id: None,
-            generation: 1,
-            started_at_unix_ms: None,
-            restarts: 0,
-            last_exit: None,
-            task_queue: "q".to_string(),
-            caller_class: "user".to_string(),
+            ..SandboxInfo::absent(scope, "x", 1, None)
         }
     }
 

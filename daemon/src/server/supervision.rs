@@ -122,18 +122,8 @@ mod tests {
 
     fn info(state: ProbeState) -> SandboxInfo {
         SandboxInfo {
-            name: "sbx-ses-000000000000".into(),
-            scope: Scope::Session,
-            id: "x".into(),
             state,
-            pid: None,
-            container_id: None,
-            generation: 1,
-            started_at_unix_ms: None,
-            restarts: 0,
-            last_exit: None,
-            task_queue: "q".into(),
-            caller_class: "user".into(),
+            ..SandboxInfo::absent(Scope::Session, "x", 1, None)
         }
     }
 

@@ -13,8 +13,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use sandboxd_protocol::{
-    naming, DeprovisionReport, EnsureReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo,
-    Scope,
+    DeprovisionReport, EnsureReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope,
 };
 use tokio::sync::Semaphore;
 
@@ -129,18 +128,11 @@ impl Driver for FakeDriver {
 
 fn info(scope: Scope, id: &str, state: ProbeState) -> SandboxInfo {
     SandboxInfo {
-        name: naming::base_name(scope, id),
-        scope,
-        id: id.to_string(),
         state,
         pid: (state == ProbeState::Running).then_some(4242),
-        container_id: None,
-        generation: 1,
-        started_at_unix_ms: None,
-        restarts: 0,
-        last_exit: None,
         task_queue: "q".to_string(),
         caller_class: "user".to_string(),
+        ..SandboxInfo::absent(scope, id, 1, None)
     }
 }
 

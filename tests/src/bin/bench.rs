@@ -217,6 +217,12 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         rows::bare_stub_serial(&daemon.socket, hot, counts.probes / 2, counts.warmup).await?;
 
     // (b) fast-path ensure vs probe.
+    let daemon_side = {
+        let (socket, count, warmup) = (daemon.socket.clone(), counts.probes / 2, counts.warmup);
+        tokio::task::spawn_blocking(move || raw::probe_from_raw_socket(&socket, hot, count, warmup))
+            .await??
+    };
+
     step(started, "(b) fast-path ensures");
     let fast = rows::ensure_fast_serial(&client, hot, counts.fast, counts.warmup).await?;
 
@@ -345,6 +351,15 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             what: "probe p50, bare tarpc stub".into(),
             unit: "µs",
             value: bare_probe.p50(),
+            baseline_what: format!("{pp} p50"),
+            baseline: Some(ping_pong.p50()),
+            goal: Goal::Info,
+        },
+        Row {
+            row: "a",
+            what: "probe p50, raw-socket client".into(),
+            unit: "µs",
+            value: daemon_side.p50(),
             baseline_what: format!("{pp} p50"),
             baseline: Some(ping_pong.p50()),
             goal: Goal::Info,

@@ -87,6 +87,9 @@ pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
     if let Some(container) = &info.container_id {
         lines.push(("container id", shown(container)));
     }
+    if let Some(image) = &info.image {
+        lines.push(("image", shown(image)));
+    }
     lines.extend([
         ("generation", info.generation.to_string()),
         (
@@ -225,6 +228,7 @@ mod tests {
             state: ProbeState::Running,
             pid: Some(4242),
             container_id: None,
+            image: None,
             generation: 3,
             started_at_unix_ms: Some(NOW - 300_000),
             restarts: 2,
@@ -232,6 +236,7 @@ mod tests {
                 code: None,
                 signal: Some(9),
                 at_unix_ms: NOW - 301_000,
+                oom_killed: false,
             }),
             task_queue: "session:abc".into(),
             caller_class: "user".into(),

@@ -104,6 +104,7 @@ impl Exits {
                     exit: exit_info(
                         code,
                         u64::try_from(time_nano / 1_000_000).unwrap_or_default(),
+                        oom_killed,
                     ),
                     oom_killed,
                     time_nano,

@@ -110,20 +110,7 @@ impl Inner {
             }
             Lookup::Absent | Lookup::Foreign { .. } => {
                 let generation = self.generation(key, None);
-                SandboxInfo {
-                    name: key.base_name.clone(),
-                    scope: key.scope,
-                    id: key.id.clone(),
-                    state: ProbeState::Absent,
-                    pid: None,
-                    container_id: None,
-                    generation,
-                    started_at_unix_ms: None,
-                    restarts: generation.saturating_sub(1),
-                    last_exit: recorded,
-                    task_queue: String::new(),
-                    caller_class: String::new(),
-                }
+                SandboxInfo::absent(key.scope, &key.id, generation, recorded)
             }
         }
     }

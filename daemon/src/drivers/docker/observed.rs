@@ -92,6 +92,7 @@ pub struct Observed {
     pub started_at_unix_ms: Option<u64>,
     pub finished_at_unix_ms: Option<u64>,
     pub exit_code: Option<i64>,
+    pub oom_killed: bool,
 }
 
 /// True when `labels` mark a container of this sandbox.
@@ -136,6 +137,7 @@ impl Lookup {
             finished_at_unix_ms,
             // The engine reports 0 for a container that never ran; only a finish gives a code meaning.
             exit_code: finished_at_unix_ms.and(state.exit_code),
+            oom_killed: state.oom_killed.unwrap_or(false),
         })
     }
 
@@ -174,7 +176,11 @@ impl Observed {
     /// How the runner last ended, when it has ended at least once.
     pub fn last_exit(&self) -> Option<ExitInfo> {
         let at_unix_ms = self.finished_at_unix_ms?;
-        Some(exit_info(self.exit_code.unwrap_or_default(), at_unix_ms))
+        Some(exit_info(
+            self.exit_code.unwrap_or_default(),
+            at_unix_ms,
+            self.oom_killed,
+        ))
     }
 
     /// describe's facts. `generation` is the sandbox's, not only the container's.
@@ -187,6 +193,7 @@ impl Observed {
             state,
             pid: None,
             container_id: Some(self.id.clone()),
+            image: Some(self.image.clone()).filter(|image| !image.is_empty()),
             generation,
             started_at_unix_ms: if state == ProbeState::Running {
                 self.started_at_unix_ms
@@ -203,13 +210,14 @@ impl Observed {
 
 /// An exit code as the engine reports it: above 128 (up to 128 + the last
 /// real-time signal) means the runner's init died of signal `code - 128`.
-pub fn exit_info(code: i64, at_unix_ms: u64) -> ExitInfo {
+pub fn exit_info(code: i64, at_unix_ms: u64, oom_killed: bool) -> ExitInfo {
     let code = i32::try_from(code).unwrap_or(i32::MAX);
     let signal = (129..=128 + 64).contains(&code).then(|| code - 128);
     ExitInfo {
         code: Some(code),
         signal,
         at_unix_ms,
+        oom_killed,
     }
 }
 
@@ -321,10 +329,10 @@ mod tests {
 
     #[test]
     fn exit_codes_above_128_are_signals() {
-        assert_eq!(exit_info(137, 5).signal, Some(9));
-        assert_eq!(exit_info(143, 5).signal, Some(15));
-        assert_eq!(exit_info(1, 5).signal, None);
-        assert_eq!(exit_info(0, 5).code, Some(0));
+        assert_eq!(exit_info(137, 5, false).signal, Some(9));
+        assert_eq!(exit_info(143, 5, false).signal, Some(15));
+        assert_eq!(exit_info(1, 5, false).signal, None);
+        assert_eq!(exit_info(0, 5, false).code, Some(0));
     }
 
     #[test]

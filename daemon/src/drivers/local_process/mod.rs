@@ -14,6 +14,7 @@ mod logs;
 mod proc_stat;
 pub mod reaper;
 mod spawn;
+mod spawner;
 mod state_dir;
 mod stop;
 mod workspace_scan;
@@ -37,6 +38,7 @@ use identity::RunnerIdentity;
 use ledger::{Ledger, LedgerRecord};
 use reaper::GroupReaper;
 use spawn::RunnerSettings;
+use spawner::Spawner;
 
 /// What the daemon knows of one sandbox. Never holds the token.
 struct Record {
@@ -68,6 +70,8 @@ struct Inner {
     key_locks: KeyLocks<SandboxKey>,
     ledger: Ledger,
     reaper: GroupReaper,
+    /// The threads runners are forked on (see [`spawner`]).
+    spawner: Spawner,
     /// The runners' output files: their size cap and reading them back.
     logs: Arc<logs::RunnerLogs>,
     stopping: AtomicBool,
@@ -140,6 +144,7 @@ impl LocalProcessDriver {
             key_locks: KeyLocks::new(),
             ledger,
             reaper,
+            spawner: Spawner::start()?,
             logs: runner_logs.clone(),
             stopping: AtomicBool::new(false),
             _state_lock: state_lock,
@@ -239,8 +244,8 @@ impl Inner {
     ) -> Result<DeprovisionReport, SandboxError> {
         let _key_guard = self.key_locks.lock(key).await;
         let record = self.records().remove(key);
-        let workspace = self.settings.workspace(key);
-        let had_workspace = tokio::fs::try_exists(&workspace).await.unwrap_or(false);
+        // One stat, inline: a trip through the blocking pool costs more.
+        let had_workspace = std::fs::exists(self.settings.workspace(key)).unwrap_or(false);
         let was_present = record.is_some() || had_workspace;
         let forced = match record.and_then(|record| record.running) {
             Some(running) => {
@@ -260,21 +265,31 @@ impl Inner {
         })
     }
 
+    /// Removes the workspace, then the output files: one trip through the
+    /// blocking pool for both (a workspace can be a large tree).
     async fn remove_workspace(&self, key: &SandboxKey) -> Result<(), SandboxError> {
         let workspace = self.settings.workspace(key);
-        match tokio::fs::remove_dir_all(&workspace).await {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => {
-                return Err(SandboxError::Internal(format!(
-                    "cannot remove workspace {}: {error}",
-                    workspace.display()
-                )))
-            }
-        }
         let (logs, base) = (self.logs.clone(), key.base_name.clone());
-        let _ = tokio::task::spawn_blocking(move || logs.remove(&base)).await;
-        Ok(())
+        let removed = tokio::task::spawn_blocking(move || {
+            match std::fs::remove_dir_all(&workspace) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    return Err(SandboxError::Internal(format!(
+                        "cannot remove workspace {}: {error}",
+                        workspace.display()
+                    )))
+                }
+            }
+            logs.remove(&base);
+            Ok(())
+        })
+        .await;
+        removed.unwrap_or_else(|error| {
+            Err(SandboxError::Internal(format!(
+                "workspace removal task failed: {error}"
+            )))
+        })
     }
 
     /// The base names of the sandboxes whose runner is running now.
@@ -287,8 +302,10 @@ impl Inner {
     }
 
     fn info(&self, key: &SandboxKey, record: Option<&Record>) -> SandboxInfo {
-        let running = record.and_then(|record| record.running.as_ref());
-        let generation = record.map_or(0, |record| record.generation);
+        let Some(record) = record else {
+            return SandboxInfo::absent(key.scope, &key.id, 0, None);
+        };
+        let running = record.running.as_ref();
         SandboxInfo {
             name: key.base_name.clone(),
             scope: key.scope,
@@ -300,16 +317,13 @@ impl Inner {
             },
             pid: running.map(|running| running.pid),
             container_id: None,
-            generation,
+            image: None,
+            generation: record.generation,
             started_at_unix_ms: running.map(|running| running.started_at_unix_ms),
-            restarts: generation.saturating_sub(1),
-            last_exit: record.and_then(|record| record.last_exit),
-            task_queue: record
-                .map(|record| record.task_queue.clone())
-                .unwrap_or_default(),
-            caller_class: record
-                .map(|record| record.caller_class.clone())
-                .unwrap_or_default(),
+            restarts: record.generation.saturating_sub(1),
+            last_exit: record.last_exit,
+            task_queue: record.task_queue.clone(),
+            caller_class: record.caller_class.clone(),
         }
     }
 }
@@ -333,6 +347,7 @@ async fn watch_runner(
             .ok()
             .and_then(std::os::unix::process::ExitStatusExt::signal),
         at_unix_ms: now_unix_ms(),
+        oom_killed: false,
     };
     // The leader is gone, so the sandbox is: nothing left in its group may
     // linger. (Its pid cannot be reused while group members hold the id.)
@@ -393,11 +408,46 @@ impl Driver for LocalProcessDriver {
                 "sandboxd is shutting down".into(),
             ));
         }
-        let _key_guard = self.inner.key_locks.lock(key).await;
-        if let Some(report) = self.inner.fast_path(key) {
-            return Ok(report);
-        }
-        self.inner.start_runner(key, env)
+        // The slow path runs in a task of its own, and the spawn itself on a
+        // spawner thread, so this connection's other calls and the runtime's
+        // workers never wait on a fork. A caller that gives up while waiting
+        // for the key gives up its place in line and starts nothing; once a
+        // spawn has begun it is finished and recorded under the key lock,
+        // whoever still waits.
+        let (inner, key, env) = (self.inner.clone(), key.clone(), env.clone());
+        let (mut reply, answer) = tokio::sync::oneshot::channel();
+        let span = tracing::Span::current();
+        tokio::spawn(async move {
+            let _key_guard = tokio::select! {
+                guard = inner.key_locks.lock(&key) => guard,
+                () = reply.closed() => return,
+            };
+            let result = match inner.fast_path(&key) {
+                Some(report) => Ok(report),
+                None if inner.stopping.load(Ordering::Acquire) => Err(SandboxError::Unavailable(
+                    "sandboxd is shutting down".into(),
+                )),
+                None => {
+                    let starter = inner.clone();
+                    inner
+                        .spawner
+                        .run(move || span.in_scope(|| starter.start_runner(&key, &env)))
+                        .await
+                        .unwrap_or_else(|| {
+                            Err(SandboxError::Internal(
+                                "the runner spawn failed unexpectedly (see the daemon's log)"
+                                    .into(),
+                            ))
+                        })
+                }
+            };
+            let _ = reply.send(result);
+        });
+        answer.await.unwrap_or_else(|_| {
+            Err(SandboxError::Internal(
+                "the ensure task ended without an answer".into(),
+            ))
+        })
     }
 
     async fn deprovision(

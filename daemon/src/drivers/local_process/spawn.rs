@@ -149,7 +149,7 @@ impl RunnerSettings {
                 if libc::setsid() < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                // Dies with the spawning thread (a runtime worker, which lives
+                // Dies with the spawning thread (a spawner thread, which lives
                 // as long as the daemon). The group reaper covers the rest.
                 if libc::prctl(
                     libc::PR_SET_PDEATHSIG,

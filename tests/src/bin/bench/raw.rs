@@ -103,6 +103,45 @@ pub fn ping_pong(
     Ok(samples)
 }
 
+/// Probes of `id` sent as pre-encoded tarpc frames from a plain blocking
+/// socket (no tokio, no tarpc on this end): the daemon's side of a probe
+/// round trip alone.
+pub fn probe_from_raw_socket(
+    socket: &Path,
+    id: &str,
+    count: usize,
+    warmup: usize,
+) -> anyhow::Result<Samples> {
+    use sandboxd_protocol::service::SandboxdRequest;
+    use sandboxd_protocol::Scope;
+    let frames: Vec<Vec<u8>> = (0..warmup + count)
+        .map(|i| {
+            sandboxd_tests::request_frame(
+                i as u64 + 1,
+                10,
+                SandboxdRequest::Probe {
+                    scope: Scope::Session,
+                    id: id.to_string(),
+                },
+            )
+        })
+        .collect();
+    let mut stream = UnixStream::connect(socket)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut samples = Samples::with_capacity(count);
+    for (i, frame) in frames.iter().enumerate() {
+        let start = Instant::now();
+        stream.write_all(frame)?;
+        if !read_frame(&mut stream, &mut buf)? {
+            anyhow::bail!("the daemon closed the raw connection");
+        }
+        if i >= warmup {
+            samples.push(start.elapsed());
+        }
+    }
+    Ok(samples)
+}
+
 /// Starts runners the way a minimal launcher would (see the module doc).
 #[derive(Debug, Clone)]
 pub struct RawSpawner {

@@ -78,21 +78,16 @@ pub trait Driver: Send + Sync + 'static {
     async fn shutdown(&self);
 
     /// At most `max_bytes` (already clamped to 1..=`MAX_LOG_CHUNK`) of the
-    /// sandbox's output, from `start`. A tier that cannot serve logs says
-    /// so by name rather than returning nothing, so an admin is never left
-    /// staring at an empty follow.
+    /// sandbox's output, from `start`. The cursor in the chunk is the
+    /// driver's own; a sandbox with no output to read is a failed
+    /// precondition that says why, never an empty answer, so an admin is
+    /// never left staring at an empty follow.
     async fn logs(
         &self,
         key: &SandboxKey,
         start: LogStart,
         max_bytes: u32,
-    ) -> Result<LogChunk, SandboxError> {
-        let _ = (key, start, max_bytes);
-        Err(SandboxError::FailedPrecondition(format!(
-            "the {} driver does not serve logs yet",
-            self.name()
-        )))
-    }
+    ) -> Result<LogChunk, SandboxError>;
 }
 
 /// Every driver name, built or not, in the order the error message lists them.

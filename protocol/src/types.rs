@@ -292,7 +292,8 @@ pub struct LogChunk {
     /// Where the next call continues.
     pub next: LogCursor,
     /// True when output was lost between the cursor asked for and `data`
-    /// (it was rotated away before it was read): a reader should say so.
+    /// (it was rotated away, or went with a removed container, before it
+    /// was read): a reader should say so.
     pub gap: bool,
     /// True when `data` reaches the end of what is written so far: a
     /// follower waits before asking again; anyone else stops.

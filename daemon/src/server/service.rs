@@ -518,7 +518,7 @@ mod tests {
     #[tokio::test]
     async fn logs_are_validated_authorized_and_bounded_before_the_driver() {
         let ctx = context::current();
-        let (root, _driver) = service(ROOT);
+        let (root, driver) = service(ROOT);
         let message = invalid(
             root.clone()
                 .logs(ctx, Scope::Workflow, String::new(), LogStart::Beginning, 10)
@@ -531,19 +531,22 @@ mod tests {
                 .await,
         );
         assert!(message.contains("max_bytes"), "{message}");
-        // A driver without logs says so by name.
-        assert_eq!(
-            root.logs(
+        // The driver is never asked for more than one frame carries.
+        let chunk = root
+            .logs(
                 ctx,
                 Scope::Session,
                 "s".into(),
                 LogStart::Tail { lines: 5 },
-                u32::MAX
+                u32::MAX,
             )
-            .await,
-            Err(SandboxError::FailedPrecondition(
-                "the fake driver does not serve logs yet".into()
-            ))
+            .await
+            .unwrap();
+        assert_eq!(chunk.data.len(), MAX_LOG_CHUNK as usize);
+        assert_eq!(
+            driver.calls(),
+            [format!("logs {MAX_LOG_CHUNK} session s")],
+            "invalid calls never reach the driver"
         );
         // Runner output may hold secrets: readers may not see it.
         let (reader, _driver) = service(READER);

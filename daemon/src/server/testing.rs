@@ -13,7 +13,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use sandboxd_protocol::{
-    DeprovisionReport, EnsureReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope,
+    DeprovisionReport, EnsureReport, LogChunk, LogCursor, LogStart, ProbeState, SandboxEnv,
+    SandboxError, SandboxInfo, Scope,
 };
 use tokio::sync::Semaphore;
 
@@ -121,6 +122,25 @@ impl Driver for FakeDriver {
             .collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(all)
+    }
+
+    /// Records the size asked of it, and answers that many bytes of `x`.
+    async fn logs(
+        &self,
+        key: &SandboxKey,
+        _start: LogStart,
+        max_bytes: u32,
+    ) -> Result<LogChunk, SandboxError> {
+        self.record(&format!("logs {max_bytes}"), key);
+        Ok(LogChunk {
+            data: vec![b'x'; max_bytes as usize],
+            next: LogCursor {
+                epoch: 1,
+                offset: u64::from(max_bytes),
+            },
+            gap: false,
+            at_end: true,
+        })
     }
 
     async fn shutdown(&self) {}

@@ -12,6 +12,13 @@
 //!   records its pid in `grandchild.pid`, and sleeps forever.
 //! - `--exit-code N`: exit with N right after writing the files.
 //! - `--print-lines N`: print N numbered lines to stdout, then go on.
+//! - `--allocate-mib N`: allocate N MiB and write to every page of it (so
+//!   it is resident, not merely reserved), then go on holding it; `pid` is
+//!   written only once it is all touched. Under a smaller memory limit the
+//!   kernel's OOM killer ends the runner on the way.
+//! - `--allocate-when NAME`: with `--allocate-mib`, write `pid` first and
+//!   allocate only once `$WORKSPACE_ROOT_DIR/NAME` exists (looked for every
+//!   10 ms; a SIGTERM meanwhile waits until then), so a test decides when.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -27,6 +34,8 @@ struct Flags {
     fork_grandchild: bool,
     exit_code: Option<u8>,
     print_lines: u32,
+    allocate_mib: usize,
+    allocate_when: Option<String>,
 }
 
 fn parse_flags() -> Result<Flags, String> {
@@ -50,10 +59,35 @@ fn parse_flags() -> Result<Flags, String> {
                     .parse()
                     .map_err(|_| format!("bad line count '{value}'"))?;
             }
+            "--allocate-mib" => {
+                let value = args.next().ok_or("--allocate-mib needs a value")?;
+                flags.allocate_mib = value
+                    .parse()
+                    .map_err(|_| format!("bad size in MiB '{value}'"))?;
+            }
+            "--allocate-when" => {
+                let value = args.next().ok_or("--allocate-when needs a file name")?;
+                flags.allocate_when = Some(value);
+            }
             other => return Err(format!("unknown flag '{other}'")),
         }
     }
     Ok(flags)
+}
+
+/// `mib` MiB, every page of it written, so it counts against the memory
+/// limit (an untouched allocation is only address space). `None` for 0.
+fn allocate_resident(mib: usize) -> Option<Vec<u8>> {
+    const PAGE: usize = 4096;
+    if mib == 0 {
+        return None;
+    }
+    let mut memory = vec![0u8; mib << 20];
+    for page in memory.chunks_mut(PAGE) {
+        page[0] = 1;
+    }
+    eprintln!("runner-fixture: holding {mib} MiB");
+    Some(std::hint::black_box(memory))
 }
 
 /// Writes `contents` to `dir/name` through a temporary name and a rename.
@@ -145,10 +179,24 @@ fn main() -> ExitCode {
         let _ = stdout.flush();
     }
 
+    // Held until the process ends.
+    let mut _memory = None;
+    if flags.allocate_when.is_none() {
+        _memory = allocate_resident(flags.allocate_mib);
+    }
+
     let pid_text = format!("{}\n", std::process::id());
     if let Err(error) = write_atomically(&workspace, "pid", pid_text.as_bytes()) {
         eprintln!("runner-fixture: cannot write pid: {error}");
         return ExitCode::from(4);
+    }
+
+    if let Some(name) = &flags.allocate_when {
+        let trigger = workspace.join(name);
+        while !trigger.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        _memory = allocate_resident(flags.allocate_mib);
     }
 
     if let Some(code) = flags.exit_code {

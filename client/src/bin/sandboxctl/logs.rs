@@ -4,8 +4,9 @@
 //! Each call returns at most [`MAX_LOG_CHUNK`] bytes and a cursor; the
 //! command asks again from that cursor until the daemon says it is at the
 //! end, and with `--follow` keeps asking every [`FOLLOW_POLL`]. The daemon
-//! carries the cursor across rotations; output that was rotated away before
-//! it could be read is reported on stderr as a gap, never skipped silently.
+//! carries the cursor across rotations and container restarts; output lost
+//! before it could be read (rotated away, or gone with a removed container)
+//! is reported on stderr as a gap, never skipped silently.
 //!
 //! Runner output is untrusted. On a terminal, control characters other than
 //! newline, tab and carriage return are shown escaped, so an escape
@@ -42,7 +43,7 @@ pub async fn print(
         let chunk = client.logs(scope, id, start, MAX_LOG_CHUNK).await?;
         if chunk.gap {
             eprintln!(
-                "sandboxctl: some output of {scope} {id} was rotated away before it was read"
+                "sandboxctl: some output of {scope} {id} was lost before it was read (rotated away, or gone with a removed container)"
             );
         }
         let written = out

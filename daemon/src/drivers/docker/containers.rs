@@ -2,13 +2,16 @@
 //! and the not-found handling every caller wants.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use bollard::models::{ContainerCreateBody, ContainerInspectResponse, ContainerSummary};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptionsBuilder,
-    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
+    ListContainersOptionsBuilder, LogsOptions, RemoveContainerOptionsBuilder,
+    RemoveVolumeOptionsBuilder,
 };
+use futures::StreamExt;
 use sandboxd_protocol::naming::{LABEL_MANAGED_BY, LABEL_SCOPE, MANAGED_BY_VALUE};
 use sandboxd_protocol::Scope;
 
@@ -159,6 +162,29 @@ pub async fn remove_volume(engine: &Engine, volume: &str) -> Result<bool, CallEr
         Err(error) if error.is_not_found() => Ok(false),
         Err(error) => Err(error),
     }
+}
+
+/// Reads the container's log as it is now (never following it): hands each
+/// entry's bytes to `entry` until it says stop or the log ends. Dropping the
+/// stream early closes the request, so stopping is cheap.
+pub async fn logs(
+    engine: &Engine,
+    container: &str,
+    options: LogsOptions,
+    mut entry: impl FnMut(&[u8]) -> ControlFlow<()> + Send,
+) -> Result<(), CallError> {
+    let container = container.to_string();
+    engine
+        .call(READ_TIMEOUT, |docker| async move {
+            let mut stream = std::pin::pin!(docker.logs(&container, Some(options)));
+            while let Some(output) = stream.next().await {
+                if entry(output?.as_ref()).is_break() {
+                    break;
+                }
+            }
+            Ok(())
+        })
+        .await
 }
 
 /// Every container with our managed-by label (optionally of one scope), in any state.

@@ -12,13 +12,15 @@
 //! container looks like), `observed` (what inspect says, in our terms),
 //! `containers` (the engine calls), `ensure` (the state machine),
 //! `teardown` (stop and remove), `events` (exits and the reconnect loop),
-//! `reaper` (leaked connect sandboxes), `generation` (runner counts).
+//! `reaper` (leaked connect sandboxes), `generation` (runner counts),
+//! `logs` (runner output, from the engine's log of the container).
 
 mod containers;
 mod engine;
 mod ensure;
 mod events;
 mod generation;
+mod logs;
 mod observed;
 mod reaper;
 mod spec;
@@ -30,7 +32,8 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use futures::StreamExt;
 use sandboxd_protocol::{
-    DeprovisionReport, EnsureReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope,
+    DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv, SandboxError,
+    SandboxInfo, Scope,
 };
 use tokio::task::JoinHandle;
 
@@ -299,6 +302,15 @@ impl Driver for DockerDriver {
         }
         infos.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
         Ok(infos)
+    }
+
+    async fn logs(
+        &self,
+        key: &SandboxKey,
+        start: LogStart,
+        max_bytes: u32,
+    ) -> Result<LogChunk, SandboxError> {
+        logs::read(&self.inner, key, start, max_bytes).await
     }
 
     async fn shutdown(&self) {

@@ -92,6 +92,10 @@ pub struct Observed {
     pub started_at_unix_ms: Option<u64>,
     pub finished_at_unix_ms: Option<u64>,
     pub exit_code: Option<i64>,
+    /// The engine's `State.OOMKilled`. False is not proof: containerd's
+    /// runc shim (before containerd#12405) watches the cgroup for OOM kills
+    /// only once the runner has started, so one killed in its first
+    /// milliseconds is reported as a plain exit 137.
     pub oom_killed: bool,
 }
 

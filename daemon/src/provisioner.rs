@@ -70,7 +70,7 @@ pub trait Driver: Send + Sync + 'static {
     /// reported `absent` with generation 0, not as an error.
     async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError>;
 
-    /// Every sandbox the driver owns, optionally of one scope, sorted by name.
+    /// Every sandbox the driver owns, optionally of one scope, in any order.
     async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError>;
 
     /// The daemon is stopping: tear down what must not outlive it (the

@@ -249,7 +249,10 @@ impl Sandboxd for ConnectionService {
         scope: Option<Scope>,
     ) -> Result<Vec<SandboxInfo>, SandboxError> {
         self.authorize(Call::List)?;
-        self.driver().list(scope).await
+        let mut sandboxes = self.driver().list(scope).await?;
+        // One order whatever the tier: by name, then id.
+        sandboxes.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
+        Ok(sandboxes)
     }
 
     async fn status(self, _: Context) -> Result<DaemonStatus, SandboxError> {

@@ -300,7 +300,6 @@ impl Driver for DockerDriver {
                 infos.push(inner.info(&key, &lookup));
             }
         }
-        infos.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
         Ok(infos)
     }
 

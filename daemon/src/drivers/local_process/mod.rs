@@ -482,16 +482,12 @@ impl Driver for LocalProcessDriver {
     }
 
     async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError> {
-        let mut infos: Vec<SandboxInfo> = {
-            let records = self.inner.records();
-            records
-                .iter()
-                .filter(|(key, _)| scope.is_none_or(|scope| key.scope == scope))
-                .map(|(key, record)| self.inner.info(key, Some(record)))
-                .collect()
-        };
-        infos.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
-        Ok(infos)
+        let records = self.inner.records();
+        Ok(records
+            .iter()
+            .filter(|(key, _)| scope.is_none_or(|scope| key.scope == scope))
+            .map(|(key, record)| self.inner.info(key, Some(record)))
+            .collect())
     }
 
     async fn logs(

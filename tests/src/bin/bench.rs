@@ -13,12 +13,29 @@
 //! prints a table, then ONE line of JSON. No figure is asserted: the
 //! machines are noisy, and the point is the ratio to the baseline.
 //!
+//! The order: raw ping-pong, then (a) probes and their diagnostics (a
+//! current-thread client, a bare tarpc stub, pre-encoded frames from a
+//! plain socket), (b) fast-path ensures, (c)/(e) raw spawns and stops then
+//! the daemon's, (d) raw spawns from two threads, then the daemon's burst
+//! of distinct ensures from 64 tasks on one connection, (f) VmRSS with the
+//! burst running, (g) a second burst with a paced prober on a connection
+//! of its own (and one on the burst's own connection), and, when an engine
+//! and the test image are here, the docker row. The state directory lives
+//! under `$TMPDIR` (else /tmp); its file system shows in the output, since
+//! a new sandbox creates three inodes there.
+//!
 //! `--quick` runs the same code with small counts (seconds), so CI can
-//! check the benchmark still runs. `--keep` keeps the temporary directory
+//! check the benchmark still runs; without a release build it falls back
+//! to the binaries next to itself (a debug build), figures meaningless. `--keep` keeps the temporary directory
 //! (daemon log included). `--burst-connections N` spreads row (d)'s 64
 //! tasks over N client connections (default 1: one shared client, as the
-//! client library is meant to be used).
+//! client library is meant to be used). `--daemon PATH` measures another
+//! `sandboxd` binary (a build from before a change, say) in its place;
+//! `--no-docker` skips the docker row (which otherwise runs when an engine
+//! answers and the test image is built).
 
+#[path = "bench/docker.rs"]
+mod docker;
 #[path = "bench/machine.rs"]
 mod machine;
 #[path = "bench/raw.rs"]
@@ -41,6 +58,7 @@ use serde_json::json;
 use report::{Goal, Row};
 use rows::connect;
 use setup::{BenchDir, Binaries, Daemon};
+use stats::Samples;
 
 /// How many of each operation a run does.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +75,8 @@ struct Counts {
     tasks: usize,
     /// Calls made before recording, for (a) and (b).
     warmup: usize,
+    /// Docker row: new containers each way.
+    containers: usize,
 }
 
 const FULL: Counts = Counts {
@@ -66,6 +86,7 @@ const FULL: Counts = Counts {
     burst: 1_000,
     tasks: 64,
     warmup: 1_000,
+    containers: 20,
 };
 
 const QUICK: Counts = Counts {
@@ -75,6 +96,7 @@ const QUICK: Counts = Counts {
     burst: 100,
     tasks: 64,
     warmup: 100,
+    containers: 2,
 };
 
 #[derive(Debug)]
@@ -82,6 +104,10 @@ struct Options {
     quick: bool,
     keep: bool,
     burst_connections: usize,
+    /// Another `sandboxd` binary to measure (for before/after comparisons).
+    daemon: Option<std::path::PathBuf>,
+    /// Skip the docker row.
+    no_docker: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -89,12 +115,15 @@ fn parse_args() -> Result<Options, String> {
         quick: false,
         keep: false,
         burst_connections: 1,
+        daemon: None,
+        no_docker: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => options.quick = true,
             "--keep" => options.keep = true,
+            "--no-docker" => options.no_docker = true,
             "--burst-connections" => {
                 let value = args.next().ok_or("--burst-connections needs a value")?;
                 options.burst_connections = value
@@ -103,9 +132,13 @@ fn parse_args() -> Result<Options, String> {
                     .filter(|n| (1..=64).contains(n))
                     .ok_or_else(|| format!("--burst-connections '{value}': 1 to 64"))?;
             }
+            "--daemon" => {
+                let value = args.next().ok_or("--daemon needs a path")?;
+                options.daemon = Some(value.into());
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench [--quick] [--keep] [--burst-connections N]\n\n\
+                    "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--no-docker]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -162,7 +195,10 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     let machine = machine::Machine::read();
     let load_start = machine::load_average();
     let date = machine::utc_now();
-    let binaries = Binaries::locate()?;
+    let mut binaries = Binaries::locate(options.quick)?;
+    if let Some(daemon) = &options.daemon {
+        binaries.sandboxd = daemon.clone();
+    }
     let identity = setup::runner_identity()?;
     let dir = BenchDir::create(options.keep)?;
     let runner = setup::runner_copy(dir.path(), &binaries)?;
@@ -185,6 +221,8 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         runner_user
     );
 
+    let fs_type = raw::fs_type(dir.path());
+    let (file_creates, dir_creates) = raw::inode_costs(dir.path())?;
     step(started, "starting sandboxd");
     let mut daemon = Daemon::start(dir.path(), &binaries)?;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -212,6 +250,13 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     };
     step(started, "(a) probe round trips");
     let probes = rows::probe_serial(&client, hot, counts.probes, counts.warmup).await?;
+    let probes_current_thread = {
+        let (socket, count, warmup) = (daemon.socket.clone(), counts.probes / 2, counts.warmup);
+        tokio::task::spawn_blocking(move || {
+            rows::probe_serial_current_thread(socket, hot.to_string(), count, warmup)
+        })
+        .await??
+    };
     step(started, "(a) tarpc floor: bare stub");
     let (bare_version, bare_probe) =
         rows::bare_stub_serial(&daemon.socket, hot, counts.probes / 2, counts.warmup).await?;
@@ -238,30 +283,56 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         })
         .await??
     };
+    // Inodes cost more once the file system has seen deletions (ext4
+    // without a journal scans for recently deleted ones): look again.
+    let (file_creates_later, _) = raw::inode_costs(dir.path())?;
     step(started, "(c) new sandboxes one at a time");
     let new_serial = rows::ensure_new_serial(&client, "bench-serial", counts.serial).await?;
     step(started, "(e) deprovisions one at a time");
     let deprovisions = rows::deprovision_serial(&client, "bench-serial", counts.serial).await?;
 
-    // (d) raw spawn throughput from 2 threads.
+    // (d) raw spawn throughput from 2 threads; then the same burst again
+    // with a paced raw ping-pong alongside, the raw analogue of row (g).
     step(started, "(d) raw spawn throughput baseline (2 threads)");
-    let raw_burst = {
-        let (spawner, count) = (spawner.clone(), counts.burst);
-        tokio::task::spawn_blocking(move || -> anyhow::Result<Duration> {
+    let (raw_burst, raw_burst_cpu, raw_during) = {
+        let (spawner, count, dir) = (spawner.clone(), counts.burst, dir.path().to_path_buf());
+        tokio::task::spawn_blocking(move || -> anyhow::Result<(Duration, f64, Samples)> {
+            let cpu_before = machine::own_cpu_us();
             let (elapsed, children) = raw::spawn_parallel(&spawner, count, 2)?;
+            let cpu = machine::own_cpu_us() - cpu_before;
             raw::stop_all(children)?;
             spawner.clean();
-            Ok(elapsed)
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let (burst, paced) = std::thread::scope(|scope| {
+                let paced = scope.spawn(|| {
+                    raw::ping_pong_paced(
+                        &dir,
+                        request_bytes,
+                        response_bytes,
+                        rows::PROBE_INTERVAL,
+                        &stop,
+                    )
+                });
+                std::thread::sleep(Duration::from_millis(20));
+                let burst = raw::spawn_parallel(&spawner, count, 2);
+                stop.store(true, std::sync::atomic::Ordering::Release);
+                (burst, paced.join())
+            });
+            let (_, children) = burst?;
+            raw::stop_all(children)?;
+            spawner.clean();
+            let paced = paced.map_err(|_| anyhow::anyhow!("the paced ping-pong panicked"))??;
+            Ok((elapsed, cpu, paced))
         })
         .await??
     };
 
-    // (d) + (g): the burst, with a prober on a connection of its own.
+    // (d) the burst alone; (f) memory with all of it running.
     let rss_warm = daemon.rss_kib().context("cannot read the daemon's VmRSS")?;
     step(
         started,
         &format!(
-            "(d)/(g) {} distinct ensures from {} tasks over {} connection(s), probing alongside",
+            "(d) {} distinct ensures from {} tasks over {} connection(s)",
             counts.burst, counts.tasks, options.burst_connections
         ),
     );
@@ -269,20 +340,16 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     for _ in 0..options.burst_connections {
         burst_clients.push(connect(&daemon.socket).await?);
     }
-    let prober = rows::Prober::start(daemon.socket.clone(), hot.to_string())?;
-    prober.begin();
-    let burst = rows::burst(
+    let daemon_cpu_before = machine::cpu_us(daemon.pid).unwrap_or(f64::NAN);
+    let (burst_elapsed, burst_latencies) = rows::burst(
         &burst_clients,
         "bench-burst",
         counts.burst,
         counts.tasks,
         false,
     )
-    .await;
-    let during = prober.finish()?;
-    let (burst_elapsed, burst_latencies) = burst?;
-
-    // (f) memory with the burst's sandboxes all running.
+    .await?;
+    let daemon_burst_cpu = machine::cpu_us(daemon.pid).unwrap_or(f64::NAN) - daemon_cpu_before;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let status = client.status().await?;
     let running = status.counts.running as usize;
@@ -294,7 +361,6 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     }
     let rss_loaded = daemon.rss_kib().context("cannot read the daemon's VmRSS")?;
     let reaper_rss = daemon.reaper_rss_kib();
-
     step(started, "deprovisioning the burst");
     let (teardown_elapsed, _) = rows::burst(
         &burst_clients,
@@ -304,10 +370,69 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         true,
     )
     .await?;
+
+    // (g) the same burst again, with a paced prober on a connection of its own.
+    step(started, "(g) probes during a second burst");
+    let prober = rows::Prober::start(daemon.socket.clone(), hot.to_string())?;
+    let stop_shared = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let shared_prober = tokio::spawn(rows::probe_paced(
+        burst_clients[0].clone(),
+        hot.to_string(),
+        stop_shared.clone(),
+    ));
+    prober.begin();
+    // One task fewer, so the shared prober keeps the connection within the
+    // daemon's 64 calls in flight per connection.
+    let second = rows::burst(
+        &burst_clients,
+        "bench-again",
+        counts.burst,
+        counts.tasks - 1,
+        false,
+    )
+    .await;
+    let during = prober.finish()?;
+    stop_shared.store(true, std::sync::atomic::Ordering::Release);
+    let during_shared = shared_prober.await??;
+    let (second_elapsed, _) = second?;
+    rows::burst(
+        &burst_clients,
+        "bench-again",
+        counts.burst,
+        counts.tasks,
+        true,
+    )
+    .await?;
     client.deprovision_session_sandbox(hot).await?;
     drop((client, burst_clients));
     step(started, "stopping sandboxd");
     daemon.stop()?;
+
+    // The docker row, when an engine and the test image are here.
+    let docker_check = if options.no_docker {
+        Some("skipped (--no-docker)".to_string())
+    } else {
+        docker::unavailable().await
+    };
+    let docker_figures = match docker_check {
+        Some(reason) => {
+            eprintln!("bench: docker row skipped: {reason}");
+            Err(reason)
+        }
+        None => {
+            step(
+                started,
+                &format!(
+                    "docker: {} new containers through sandboxd, the Engine API and docker run",
+                    counts.containers
+                ),
+            );
+            match docker::measure(dir.path(), &binaries, counts.containers).await {
+                Ok(figures) => Ok(figures),
+                Err(error) => bail!("the docker row failed: {error:#}"),
+            }
+        }
+    };
     let load_end = machine::load_average();
     step(started, "done");
 
@@ -318,7 +443,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     let per_sandbox = (rss_loaded as f64 - rss_warm as f64) / counts.burst as f64;
     let full_scale = counts.burst >= 1_000;
     let pp = "raw ping-pong";
-    let rows = vec![
+    let mut rows = vec![
         Row {
             row: "a",
             what: "probe p50".into(),
@@ -336,6 +461,15 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             baseline_what: format!("{pp} p99"),
             baseline: Some(ping_pong.p99()),
             goal: Goal::RatioAtMost(5.0),
+        },
+        Row {
+            row: "a",
+            what: "probe p50, client on a current-thread runtime".into(),
+            unit: "µs",
+            value: probes_current_thread.p50(),
+            baseline_what: format!("{pp} p50"),
+            baseline: Some(ping_pong.p50()),
+            goal: Goal::Info,
         },
         Row {
             row: "a",
@@ -411,6 +545,15 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         },
         Row {
             row: "d",
+            what: "daemon CPU per ensure in the burst".into(),
+            unit: "µs",
+            value: daemon_burst_cpu / counts.burst as f64,
+            baseline_what: "bench CPU per raw spawn".into(),
+            baseline: Some(raw_burst_cpu / counts.burst as f64),
+            goal: Goal::Info,
+        },
+        Row {
+            row: "d",
             what: "burst ensure latency p99".into(),
             unit: "µs",
             value: burst_latencies.p99(),
@@ -478,6 +621,24 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         },
         Row {
             row: "g",
+            what: "raw ping-pong p99 during raw burst".into(),
+            unit: "µs",
+            value: raw_during.p99(),
+            baseline_what: format!("{pp} p99 (a)"),
+            baseline: Some(ping_pong.p99()),
+            goal: Goal::Info,
+        },
+        Row {
+            row: "g",
+            what: "probe p99 on the burst's own connection".into(),
+            unit: "µs",
+            value: during_shared.p99(),
+            baseline_what: format!("{pp} p99 (a)"),
+            baseline: Some(ping_pong.p99()),
+            goal: Goal::Info,
+        },
+        Row {
+            row: "g",
             what: "probe max during (d)".into(),
             unit: "µs",
             value: during.max_us(),
@@ -486,6 +647,44 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             goal: Goal::Info,
         },
     ];
+    let docker_note = match &docker_figures {
+        Ok(figures) => {
+            rows.extend([
+                Row {
+                    row: "docker",
+                    what: "ensure new container p50".into(),
+                    unit: "ms",
+                    value: figures.sandboxd.p50() / 1e3,
+                    baseline_what: "Engine API create+start p50".into(),
+                    baseline: Some(figures.api.p50() / 1e3),
+                    goal: Goal::RatioAtMost(1.1),
+                },
+                Row {
+                    row: "docker",
+                    what: "ensure new container p50".into(),
+                    unit: "ms",
+                    value: figures.sandboxd.p50() / 1e3,
+                    baseline_what: "docker run -d p50".into(),
+                    baseline: Some(figures.cli.p50() / 1e3),
+                    goal: Goal::RatioAtMost(1.0),
+                },
+                Row {
+                    row: "docker",
+                    what: "ensure new container p99".into(),
+                    unit: "ms",
+                    value: figures.sandboxd.p99() / 1e3,
+                    baseline_what: "Engine API create+start p99".into(),
+                    baseline: Some(figures.api.p99() / 1e3),
+                    goal: Goal::Info,
+                },
+            ]);
+            format!(
+                "measured: {} new containers each way",
+                figures.sandboxd.len()
+            )
+        }
+        Err(reason) => format!("not measured: {reason}"),
+    };
 
     println!(
         "sandboxd bench ({} mode) — {date}\nmachine: {} × {}, kernel {}, {} MiB; load average {:.2} at start, {:.2} at end\n\
@@ -499,13 +698,24 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         load_end[0],
         machine.user,
     );
+    println!(
+        "state dir {} on {fs_type}: creating a file there costs {:.0} µs (p50; {:.0} µs before (c)), \
+         a directory {:.0} µs — a new sandbox costs the daemon three such inodes, the spawn \
+         baseline one\n",
+        dir.path().display(),
+        file_creates.p50(),
+        file_creates_later.p50(),
+        dir_creates.p50(),
+    );
     print!("{}", report::table(&rows));
     println!(
-        "\ninfo: (d) burst over {} connection(s); (g) {} probes during the burst; \
-         daemon warm VmRSS before the burst {rss_warm} KiB; group reaper VmRSS {} KiB; \
-         burst teardown {:.0} deprovisions/s",
+        "\ninfo: (d) burst over {} connection(s); (g) {} probes (one per {:?}) during a second \
+         burst ({:.0} ensures/s); daemon warm VmRSS before the burst {rss_warm} KiB; group \
+         reaper VmRSS {} KiB; burst teardown {:.0} deprovisions/s",
         options.burst_connections,
         during.len(),
+        rows::PROBE_INTERVAL,
+        per_sec(counts.burst, second_elapsed),
         reaper_rss.map_or_else(|| "n/a".to_string(), |kib| kib.to_string()),
         per_sec(counts.burst, teardown_elapsed),
     );
@@ -547,9 +757,11 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             "burst_tasks": counts.tasks,
             "burst_connections": options.burst_connections,
             "probes_during_burst": during.len(),
+            "probe_interval_us": rows::PROBE_INTERVAL.as_micros() as u64,
         },
         "probe_frame_bytes": { "request": request_bytes, "response": response_bytes },
-        "docker": "not measured: the docker driver is not selectable in this build",
+        "state_dir_fs": { "type": fs_type, "file_create_p50_us": file_creates.p50(), "file_create_before_c_p50_us": file_creates_later.p50(), "mkdir_p50_us": dir_creates.p50() },
+        "docker": docker_note,
         "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
     });
     println!("{line}");

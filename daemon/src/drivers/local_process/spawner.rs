@@ -6,7 +6,12 @@
 //! waited, since a connection's calls are polled in its one task — and a
 //! runtime worker, so a burst of ensures on one connection spawned one at a
 //! time and stalled probes on other connections. Here the work runs on a
-//! few dedicated threads instead, as many as there are CPUs (2 to 8).
+//! few dedicated threads instead: one fewer than there are CPUs (1 to 8),
+//! so a burst of spawns always leaves a CPU to the runtime's readers.
+//! More would not spawn faster: a fork copies the daemon's page tables
+//! under its memory-map lock, and every thread that writes memory while a
+//! child has not yet exec'd pays a copy-on-write fault, so parallel forks
+//! of one process contend with each other and with the readers.
 //!
 //! They are plain threads that live as long as the daemon, on purpose:
 //! `PR_SET_PDEATHSIG` fires when the *thread* that forked a runner exits,
@@ -29,7 +34,8 @@ pub struct Spawner {
 impl Spawner {
     /// Starts the threads. Call from within the runtime.
     pub fn start() -> std::io::Result<Spawner> {
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let threads = cpus.saturating_sub(1).clamp(1, 8);
         let (jobs, queue) = channel::<Job>();
         let queue = Arc::new(Mutex::new(queue));
         let runtime = tokio::runtime::Handle::current();

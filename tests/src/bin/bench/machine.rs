@@ -64,6 +64,28 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     proc_kib(&format!("/proc/{pid}/status"), "VmRSS:")
 }
 
+/// CPU time (user + system, every thread, living or not) a process has
+/// used so far, in microseconds; clock-tick resolution (usually 10 ms).
+pub fn cpu_us(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = text[text.rfind(')')? + 1..].split_whitespace();
+    // utime and stime are fields 14 and 15; field 3 is the first here.
+    let utime: f64 = fields.nth(11)?.parse().ok()?;
+    let stime: f64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some((utime + stime) * 1e6 / ticks)
+}
+
+/// CPU time this process has used so far, in microseconds.
+pub fn own_cpu_us() -> f64 {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF);
+    usage.map_or(f64::NAN, |usage| {
+        let us = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 * 1e6 + tv.tv_usec() as f64;
+        us(usage.user_time()) + us(usage.system_time())
+    })
+}
+
 /// Now, as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn utc_now() -> String {
     let secs = SystemTime::now()

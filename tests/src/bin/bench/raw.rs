@@ -23,6 +23,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -60,16 +61,14 @@ fn read_frame(stream: &mut UnixStream, buf: &mut [u8]) -> io::Result<bool> {
     }
 }
 
-/// Round trips of a `request`-byte frame answered by a `response`-byte
-/// frame between two threads; the first `warmup` are not recorded.
-pub fn ping_pong(
+/// A connected client end whose peer, a thread of this process, answers
+/// every frame with a `response`-byte frame until the client hangs up.
+fn ping_pong_pair(
     dir: &Path,
-    request: usize,
+    name: &str,
     response: usize,
-    count: usize,
-    warmup: usize,
-) -> anyhow::Result<Samples> {
-    let path = dir.join("pingpong.sock");
+) -> anyhow::Result<(UnixStream, std::thread::JoinHandle<io::Result<()>>)> {
+    let path = dir.join(name);
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
     let server = std::thread::spawn(move || -> io::Result<()> {
@@ -81,25 +80,76 @@ pub fn ping_pong(
         }
         Ok(())
     });
-    let mut client = UnixStream::connect(&path)?;
-    let ask = frame(request);
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut samples = Samples::with_capacity(count);
-    for i in 0..warmup + count {
-        let start = Instant::now();
-        client.write_all(&ask)?;
-        if !read_frame(&mut client, &mut buf)? {
-            anyhow::bail!("ping-pong server closed early");
-        }
-        if i >= warmup {
-            samples.push(start.elapsed());
-        }
+    let client = UnixStream::connect(&path)?;
+    let _ = std::fs::remove_file(&path);
+    Ok((client, server))
+}
+
+fn round_trip(client: &mut UnixStream, ask: &[u8], buf: &mut [u8]) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    client.write_all(ask)?;
+    if !read_frame(client, buf)? {
+        anyhow::bail!("ping-pong server closed early");
     }
+    Ok(start.elapsed())
+}
+
+fn join_server(
+    client: UnixStream,
+    server: std::thread::JoinHandle<io::Result<()>>,
+) -> anyhow::Result<()> {
     drop(client);
     server
         .join()
         .map_err(|_| anyhow::anyhow!("ping-pong server panicked"))??;
-    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+/// Round trips of a `request`-byte frame answered by a `response`-byte
+/// frame between two threads; the first `warmup` are not recorded.
+pub fn ping_pong(
+    dir: &Path,
+    request: usize,
+    response: usize,
+    count: usize,
+    warmup: usize,
+) -> anyhow::Result<Samples> {
+    let (mut client, server) = ping_pong_pair(dir, "pingpong.sock", response)?;
+    let ask = frame(request);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut samples = Samples::with_capacity(count);
+    for i in 0..warmup + count {
+        let elapsed = round_trip(&mut client, &ask, &mut buf)?;
+        if i >= warmup {
+            samples.push(elapsed);
+        }
+    }
+    join_server(client, server)?;
+    Ok(samples)
+}
+
+/// Paced round trips (one per `interval`) until `stop` is set: the raw
+/// analogue of row (g)'s prober, run while this process spawns a burst.
+pub fn ping_pong_paced(
+    dir: &Path,
+    request: usize,
+    response: usize,
+    interval: Duration,
+    stop: &AtomicBool,
+) -> anyhow::Result<Samples> {
+    let (mut client, server) = ping_pong_pair(dir, "paced.sock", response)?;
+    let ask = frame(request);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut samples = Samples::default();
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        next += interval;
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        samples.push(round_trip(&mut client, &ask, &mut buf)?);
+    }
+    join_server(client, server)?;
     Ok(samples)
 }
 
@@ -140,6 +190,43 @@ pub fn probe_from_raw_socket(
         }
     }
     Ok(samples)
+}
+
+/// What creating an inode costs where the bench's state lives: p50 of a
+/// file create (`open(O_CREAT)`) and of a `mkdir`, 50 each, removed after.
+/// Each new sandbox costs the daemon three of these (workspace, output
+/// file, ledger record) and the spawn baseline one (its directory).
+pub fn inode_costs(dir: &Path) -> anyhow::Result<(Samples, Samples)> {
+    let scratch = dir.join("inode-costs");
+    std::fs::create_dir_all(&scratch)?;
+    let (mut files, mut dirs) = (Samples::default(), Samples::default());
+    for i in 0..50 {
+        let start = Instant::now();
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(scratch.join(format!("f{i}")))?;
+        files.push(start.elapsed());
+        let start = Instant::now();
+        DirBuilder::new()
+            .mode(0o700)
+            .create(scratch.join(format!("d{i}")))?;
+        dirs.push(start.elapsed());
+    }
+    std::fs::remove_dir_all(&scratch)?;
+    Ok((files, dirs))
+}
+
+/// The file system type of `path`, by its magic number.
+pub fn fs_type(path: &Path) -> String {
+    use nix::sys::statfs::{statfs, EXT4_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC};
+    match statfs(path) {
+        Ok(stat) if stat.filesystem_type() == EXT4_SUPER_MAGIC => "ext2/3/4".into(),
+        Ok(stat) if stat.filesystem_type() == TMPFS_MAGIC => "tmpfs".into(),
+        Ok(stat) if stat.filesystem_type() == XFS_SUPER_MAGIC => "xfs".into(),
+        Ok(stat) => format!("magic {:#x}", stat.filesystem_type().0),
+        Err(error) => format!("unknown ({error})"),
+    }
 }
 
 /// Starts runners the way a minimal launcher would (see the module doc).

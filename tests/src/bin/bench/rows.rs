@@ -24,9 +24,16 @@ pub fn sandbox_env(id: &str) -> SandboxEnv {
 }
 
 pub async fn connect(socket: &Path) -> anyhow::Result<SandboxdClient> {
-    SandboxdClient::connect(socket)
-        .await
-        .with_context(|| format!("connect to {}", socket.display()))
+    SandboxdClient::connect(socket).await.map_err(|error| {
+        let hint = match error {
+            sandboxd_client::ClientError::ProtocolMismatch { .. } => {
+                " — the sandboxd binary is stale: rebuild it with \
+                 `cargo build --release --workspace --bins`"
+            }
+            _ => "",
+        };
+        anyhow::anyhow!("connect to {}: {error}{hint}", socket.display())
+    })
 }
 
 /// The sizes, in bytes with the 4-byte length header, of the frames a real
@@ -117,6 +124,28 @@ pub async fn probe_serial(
         }
     }
     Ok(samples)
+}
+
+/// [`probe_serial`] from a client on a current-thread runtime of its own
+/// thread: no hand-offs between the caller's task, the client's dispatch
+/// task and the I/O driver across threads.
+pub fn probe_serial_current_thread(
+    socket: PathBuf,
+    id: String,
+    count: usize,
+    warmup: usize,
+) -> anyhow::Result<Samples> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(async move {
+                let client = connect(&socket).await?;
+                probe_serial(&client, &id, count, warmup).await
+            })
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the current-thread prober panicked"))?
 }
 
 /// The same probe, and the protocol-version call (no daemon work at all),
@@ -271,7 +300,33 @@ pub async fn burst(
     Ok((start.elapsed(), samples))
 }
 
-/// Probes on a connection of its own, from a thread and runtime of its own
+/// Paced probes (one per [`PROBE_INTERVAL`]) through `client` until `stop`
+/// is set, as a task of this runtime: with the burst's own client, what a
+/// caller sharing one connection for spawns and reads sees.
+pub async fn probe_paced(
+    client: SandboxdClient,
+    id: String,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Samples> {
+    let mut samples = Samples::default();
+    let mut next = tokio::time::Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        next += PROBE_INTERVAL;
+        tokio::time::sleep_until(next).await;
+        let start = Instant::now();
+        let state = client.probe(Scope::Session, &id).await?;
+        samples.push(start.elapsed());
+        if state != ProbeState::Running {
+            bail!("probe of a running sandbox said {state}");
+        }
+    }
+    Ok(samples)
+}
+
+/// How often the prober of row (g) probes.
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(1);
+
+/// Paced probes (one per [`PROBE_INTERVAL`]) on a connection of its own, from a thread and runtime of its own
 /// (so the client side of the burst cannot delay it), recorded only while
 /// `measuring` is set.
 pub struct Prober {
@@ -297,7 +352,12 @@ impl Prober {
                     probe_serial(&client, &id, 0, 100).await?;
                     let _ = ready_tx.send(());
                     let mut samples = Samples::default();
+                    let mut next = tokio::time::Instant::now();
                     while !stop.load(Ordering::Acquire) {
+                        // Paced, as a reader polling state would be, so the
+                        // prober does not itself load the daemon.
+                        next += PROBE_INTERVAL;
+                        tokio::time::sleep_until(next).await;
                         let start = Instant::now();
                         let state = client.probe(Scope::Session, &id).await?;
                         let elapsed = start.elapsed();

@@ -70,7 +70,11 @@ pub struct Binaries {
 impl Binaries {
     /// `target/release/sandboxd` and `target/release/bench-runner`, found
     /// from this executable's own location (`target/<profile>/bench`).
-    pub fn locate() -> anyhow::Result<Binaries> {
+    /// With `quick_fallback`, when the release binaries are not built, the
+    /// ones next to this executable (a debug build, say) are used instead,
+    /// with a warning: CI's `--quick` run checks that the bench runs, not
+    /// its figures, and need not build everything twice.
+    pub fn locate(quick_fallback: bool) -> anyhow::Result<Binaries> {
         let exe = std::env::current_exe().context("cannot find the bench executable")?;
         let profile_dir = exe
             .parent()
@@ -78,22 +82,34 @@ impl Binaries {
         let target_dir = profile_dir
             .parent()
             .context("the bench executable is not under target/<profile>")?;
-        let release = target_dir.join("release");
-        let binaries = Binaries {
-            sandboxd: release.join("sandboxd"),
-            runner: release.join("bench-runner"),
+        let in_dir = |dir: &Path| Binaries {
+            sandboxd: dir.join("sandboxd"),
+            runner: dir.join("bench-runner"),
         };
-        for path in [&binaries.sandboxd, &binaries.runner] {
-            if !path.is_file() {
-                bail!(
-                    "{} not found: the benchmark runs the release binaries — run \
-                     `cargo build --release --workspace --bins` first, then \
-                     `cargo run --release -p sandboxd-tests --bin bench`",
-                    path.display()
-                );
-            }
+        let built = |binaries: &Binaries| binaries.sandboxd.is_file() && binaries.runner.is_file();
+        let release = in_dir(&target_dir.join("release"));
+        if built(&release) {
+            return Ok(release);
         }
-        Ok(binaries)
+        let own = in_dir(profile_dir);
+        if quick_fallback && built(&own) {
+            eprintln!(
+                "bench: warning: no release build; using {} (its figures mean nothing — \
+                 this run only checks that the bench works)",
+                own.sandboxd.display()
+            );
+            return Ok(own);
+        }
+        let missing = [&release.sandboxd, &release.runner]
+            .into_iter()
+            .find(|path| !path.is_file())
+            .unwrap_or(&release.sandboxd);
+        bail!(
+            "{} not found: the benchmark runs the release binaries — run \
+             `cargo build --release --workspace --bins` first, then \
+             `cargo run --release -p sandboxd-tests --bin bench`",
+            missing.display()
+        )
     }
 }
 
@@ -128,9 +144,8 @@ pub fn raise_open_file_limit() {
     }
 }
 
-/// A real `sandboxd` (local-process driver) in the bench directory.
-/// Dropping it SIGKILLs the daemon; its group reaper then kills every
-/// runner it still had.
+/// A real `sandboxd` in the bench directory. Dropping it SIGKILLs the
+/// daemon; its group reaper then kills every runner it still had.
 pub struct Daemon {
     child: Option<Child>,
     pub pid: u32,
@@ -139,16 +154,28 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Copies the runner where `nobody` can run it, writes the config and
-    /// starts the daemon, waiting until its socket accepts connections.
+    /// The local-process daemon: copies the runner where `nobody` can run
+    /// it, writes the config and starts the daemon, waiting until its
+    /// socket accepts connections.
     pub fn start(dir: &Path, binaries: &Binaries) -> anyhow::Result<Daemon> {
+        Self::start_with(dir, "", binaries, "driver = \"local-process\"\n")
+    }
+
+    /// A daemon whose files are named `<prefix>…` in `dir`, with `driver_toml`
+    /// (the driver and its settings) at the top of its config.
+    pub fn start_with(
+        dir: &Path,
+        prefix: &str,
+        binaries: &Binaries,
+        driver_toml: &str,
+    ) -> anyhow::Result<Daemon> {
         let runner = install_runner(dir, binaries)?;
-        let socket = dir.join("run").join("sandboxd.sock");
-        let state_dir = dir.join("state");
-        let log = dir.join("daemon.log");
-        let config = dir.join("sandboxd.toml");
+        let socket = dir.join(format!("{prefix}run")).join("sandboxd.sock");
+        let state_dir = dir.join(format!("{prefix}state"));
+        let log = dir.join(format!("{prefix}daemon.log"));
+        let config = dir.join(format!("{prefix}sandboxd.toml"));
         let text = format!(
-            "driver = \"local-process\"\n\
+            "{driver_toml}\
              socket = {}\n\
              state_dir = {}\n\
              runner_command = {}\n\
@@ -171,6 +198,7 @@ impl Daemon {
             "RUST_LOG",
             "SANDBOX_PROVISIONER_TYPE",
             "STIGMER_SANDBOX_RUNNER_COMMAND",
+            "STIGMER_SANDBOX_RUNNER_IMAGE",
             "STIGMER_SANDBOX_BACKEND_ENDPOINT",
             "STIGMER_SANDBOX_TEMPORAL_ADDRESS",
         ] {

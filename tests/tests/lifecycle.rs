@@ -553,3 +553,35 @@ async fn an_ensure_racing_a_slow_deprovision_gets_a_runner_that_stays() {
     assert!(!pid_is_gone(new_pid));
     assert_eq!(daemon.leftover_processes(), vec![new_pid]);
 }
+
+/// `PR_SET_PDEATHSIG` fires when the *thread* that forked a runner exits,
+/// and tokio retires idle blocking-pool threads after 10 s. A runner must
+/// outlive every thread the daemon may retire: it is still running after
+/// the daemon has been idle well past that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_outlives_the_daemons_idle_threads() {
+    let daemon = TestDaemon::start(Options::default());
+    let client = daemon.client().await;
+    let report = client
+        .ensure_session_sandbox("idle", &sandbox_env("session:idle", ""))
+        .await
+        .unwrap();
+    let pid = report.pid.unwrap();
+    wait_for_runner(&daemon.workspace(Scope::Session, "idle"), pid);
+    // Make the daemon use its blocking pool (a deprovision's workspace
+    // removal runs there), then leave it idle past the pool's 10 s keep-alive.
+    client
+        .ensure_workflow_sandbox("idle-other", &sandbox_env("wfexec:idle-other", ""))
+        .await
+        .unwrap();
+    client
+        .deprovision_workflow_sandbox("idle-other")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(13)).await;
+    assert!(!pid_is_gone(pid), "the runner died with an idle thread");
+    assert_eq!(
+        client.probe(Scope::Session, "idle").await.unwrap(),
+        ProbeState::Running
+    );
+}

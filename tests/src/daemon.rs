@@ -196,7 +196,7 @@ impl TestDaemon {
             command.env_remove(name);
         }
         command.envs(self.options.env.iter().map(|(key, value)| (key, value)));
-        self.child = Some(command.spawn().expect("spawn sandboxd"));
+        self.child = Some(procs::spawn(&mut command).expect("spawn sandboxd"));
     }
 
     /// Waits until the socket accepts connections; panics (with the log)
@@ -433,8 +433,7 @@ impl Drop for TestDaemon {
 /// Runs a command to completion, killing it after `timeout`.
 pub fn run_with_timeout(mut command: Command, timeout: Duration) -> Output {
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let child = command
-        .spawn()
+    let child = procs::spawn(&mut command)
         .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
     let pid = child.id();
     let (sender, receiver) = std::sync::mpsc::channel();

@@ -19,3 +19,4 @@ pub use runner::{
 };
 pub mod activation;
 pub mod docker_image;
+pub mod logs;

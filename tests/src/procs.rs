@@ -140,3 +140,22 @@ pub fn describe(pids: &[u32]) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// `command.spawn()`, retried while the executable is "busy".
+///
+/// The harness copies binaries into each test's directory. While one test
+/// writes its copy, another test's thread may fork: the child holds the
+/// write descriptor until it execs, and an exec of the copy in that instant
+/// fails with ETXTBSY. The window is microseconds; a few retries close it.
+pub fn spawn(command: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match command.spawn() {
+            Err(error) if error.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}

@@ -181,16 +181,17 @@ async fn sigkill_in_the_middle_of_a_burst_of_ensures_leaves_nothing() {
 /// process group, a grandchild, SIGTERM ignored.
 fn start_orphan_group(fixture: &Path, workspace: &Path) -> (Child, u32, u32) {
     std::fs::create_dir_all(workspace).unwrap();
-    let child = Command::new(fixture)
-        .args(["--ignore-term", "--fork-grandchild"])
-        .env_clear()
-        .env("WORKSPACE_ROOT_DIR", workspace)
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the fixture");
+    let child = procs::spawn(
+        Command::new(fixture)
+            .args(["--ignore-term", "--fork-grandchild"])
+            .env_clear()
+            .env("WORKSPACE_ROOT_DIR", workspace)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+    .expect("start the fixture");
     let pid = child.id();
     assert!(
         wait_until(RUNNER_TIMEOUT, || read_runner_pid(workspace) == Some(pid)),

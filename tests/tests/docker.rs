@@ -22,6 +22,7 @@ use sandboxd_tests::docker_image::{
     container_events, container_status, containers_of, docker_ok, docker_options, engine_ready,
     inspect, unique_id, volume_dir, volumes_of, Cleanup, EngineProxy, TEST_IMAGE,
 };
+use sandboxd_tests::logs::{fixture_line_numbers, read_all_logs};
 use sandboxd_tests::{
     binaries, eventually, make_test_dir, procs, runner_env, sandbox_env, wait_until, TestDaemon,
 };
@@ -1152,29 +1153,13 @@ async fn a_long_container_log_comes_in_bounded_chunks_in_order() {
 
     // Each chunk after the first starts from a cursor far behind the
     // newest entries, so it is read past the engine's recent ones.
-    let mut start = LogStart::Beginning;
-    let (mut data, mut chunks) = (Vec::new(), 0);
-    loop {
-        let chunk = client
-            .logs(Scope::Workflow, &id, start, u32::MAX)
-            .await
-            .unwrap();
-        assert!(chunk.data.len() <= MAX_LOG_CHUNK as usize);
-        assert!(!chunk.gap);
-        data.extend_from_slice(&chunk.data);
-        chunks += 1;
-        start = LogStart::After(chunk.next);
-        if chunk.at_end {
-            break;
-        }
-    }
+    let (data, chunks) = read_all_logs(&client, Scope::Workflow, &id).await;
     assert!(chunks >= 3, "{chunks} chunks");
     let text = String::from_utf8(data).unwrap();
-    let numbers: Vec<u32> = text
-        .lines()
-        .filter_map(|line| line.strip_prefix("runner-fixture line ")?.parse().ok())
-        .collect();
-    assert_eq!(numbers, (1..=lines).collect::<Vec<u32>>());
+    assert_eq!(
+        fixture_line_numbers(&text),
+        (1..=lines).collect::<Vec<u32>>()
+    );
     assert_eq!(
         stdout(&daemon.sandboxctl(&["logs", "workflow", &id])),
         text,

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandboxd_client::{LogStart, Scope, MAX_LOG_CHUNK};
+use sandboxd_client::{Scope, MAX_LOG_CHUNK};
+use sandboxd_tests::logs::{fixture_line_numbers, read_all_logs};
 use sandboxd_tests::{
     binaries, sandbox_env, wait_for_runner, wait_until, Options, TestDaemon, RUNNER_TIMEOUT,
 };
@@ -89,30 +90,13 @@ async fn a_large_log_comes_in_bounded_chunks_in_order() {
     assert!(size(&daemon.runner_log(Scope::Workflow, "big")) > 2 * u64::from(MAX_LOG_CHUNK));
 
     // Through the library: every chunk within the bound, several of them.
-    let mut start = LogStart::Beginning;
-    let mut data = Vec::new();
-    let mut chunks = 0;
-    loop {
-        let chunk = client
-            .logs(Scope::Workflow, "big", start, u32::MAX)
-            .await
-            .unwrap();
-        assert!(chunk.data.len() <= MAX_LOG_CHUNK as usize);
-        assert!(!chunk.gap);
-        data.extend_from_slice(&chunk.data);
-        chunks += 1;
-        start = LogStart::After(chunk.next);
-        if chunk.at_end {
-            break;
-        }
-    }
+    let (data, chunks) = read_all_logs(&client, Scope::Workflow, "big").await;
     assert!(chunks >= 3, "{chunks} chunks");
     let text = String::from_utf8(data).unwrap();
-    let numbers: Vec<u32> = text
-        .lines()
-        .filter_map(|line| line.strip_prefix("runner-fixture line ")?.parse().ok())
-        .collect();
-    assert_eq!(numbers, (1..=lines).collect::<Vec<u32>>());
+    assert_eq!(
+        fixture_line_numbers(&text),
+        (1..=lines).collect::<Vec<u32>>()
+    );
 
     // Through sandboxctl: the same, and a tail within one chunk.
     let all = daemon.sandboxctl(&["logs", "workflow", "big"]);

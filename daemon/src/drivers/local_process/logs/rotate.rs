@@ -34,10 +34,11 @@ pub fn copy_truncate(current: &Path, rotated: &Path, max_size: u64) -> io::Resul
         .mode(0o640)
         .open(&temporary)?;
     file.seek(SeekFrom::Start(start))?;
-    // To the end as it is now, including what was appended since `len`
-    // was read, but never more than twice the cap: a runner writing faster
-    // than this copies must not keep it going.
-    let copied = io::copy(&mut (&mut file).take(2 * max_size), &mut copy)?;
+    // At most the cap, so the rotated file keeps its bound: what the runner
+    // appends past that while this copies is lost with the truncation below,
+    // as is anything between the copy and the truncation (the copytruncate
+    // trade-off). A runner writing faster than this copies cannot keep it going.
+    let copied = io::copy(&mut (&mut file).take(max_size), &mut copy)?;
     // Right after the copy: what lands between the two is lost.
     file.set_len(0)?;
     copy.flush()?;

@@ -353,13 +353,19 @@ fn default_state_dir(is_root: bool) -> anyhow::Result<PathBuf> {
     Ok(data.join("stigmer").join("sandboxd"))
 }
 
-/// `10s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
-pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
+/// The trimmed text, its leading digits, and the unit after them.
+fn split_number(text: &str) -> (&str, &str, &str) {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
+    (text, number, unit)
+}
+
+/// `10s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
+    let (text, number, unit) = split_number(text);
     let value: u64 = number
         .parse()
         .with_context(|| format!("'{text}' is not a duration like 10s, 500ms or 2m"))?;
@@ -375,11 +381,7 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
 /// `2g`, `512m`, `1024k`, `1gb`, `2GiB` (binary multiples) or a bare number
 /// of bytes, as the docker CLI writes memory sizes.
 pub fn parse_memory(text: &str) -> anyhow::Result<u64> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
+    let (text, number, unit) = split_number(text);
     let value: u64 = number
         .parse()
         .with_context(|| format!("'{text}' is not a memory size like 2g, 512m or 1073741824"))?;

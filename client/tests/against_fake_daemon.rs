@@ -4,10 +4,13 @@
 
 mod fake_daemon;
 
-use std::sync::atomic::Ordering;
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fake_daemon::{behaviour, env, socket_path, start};
+use fake_daemon::{behaviour, env, socket_path, start, Behaviour, Instance};
 use sandboxd_client::{
     ClientError, ProbeState, SandboxEnv, SandboxError, SandboxdClient, Scope, PROTOCOL_VERSION,
 };
@@ -199,27 +202,50 @@ async fn idle_connections_are_replaced_after_a_restart() {
     instance.stop().await;
 }
 
+/// Makes `call` on a fresh connection to a stand-in that hangs it, waits
+/// until `received` shows the daemon got it, then "crashes" the daemon with
+/// the call in flight and brings it back. Returns the restarted instance,
+/// the client and the call's outcome, so each test can judge the resend
+/// rule for its kind of call.
+async fn call_lost_in_a_crash<T, Call, Outcome>(
+    path: &Path,
+    behaviour: &Arc<Behaviour>,
+    received: fn(&Behaviour) -> &AtomicUsize,
+    call: Call,
+) -> (Instance, SandboxdClient, T)
+where
+    Call: FnOnce(SandboxdClient) -> Outcome,
+    Outcome: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    behaviour.hang.store(true, Ordering::SeqCst);
+    let instance = start(path, behaviour);
+    let client = SandboxdClient::connect(path).await.unwrap();
+
+    let call = tokio::spawn(call(client.clone()));
+    while received(behaviour).load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    behaviour.hang.store(false, Ordering::SeqCst);
+    instance.stop().await;
+    let instance = start(path, behaviour);
+
+    (instance, client, call.await.unwrap())
+}
+
 #[tokio::test]
 async fn an_idempotent_call_lost_in_flight_is_resent_once() {
     let path = socket_path();
     let behaviour = behaviour();
-    behaviour.hang.store(true, Ordering::SeqCst);
-    let instance = start(&path, &behaviour);
-    let client = SandboxdClient::connect(&path).await.unwrap();
+    let (instance, _client, result) = call_lost_in_a_crash(
+        &path,
+        &behaviour,
+        |behaviour| &behaviour.ensures,
+        |client| async move { client.ensure_session_sandbox("abc", &env()).await },
+    )
+    .await;
 
-    let call = tokio::spawn({
-        let client = client.clone();
-        async move { client.ensure_session_sandbox("abc", &env()).await }
-    });
-    while behaviour.ensures.load(Ordering::SeqCst) == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    // The daemon "crashes" with the call in flight and comes back.
-    behaviour.hang.store(false, Ordering::SeqCst);
-    instance.stop().await;
-    let instance = start(&path, &behaviour);
-
-    let report = call.await.unwrap().unwrap();
+    let report = result.unwrap();
     assert_eq!(report.state, ProbeState::Running);
     assert_eq!(
         behaviour.ensures.load(Ordering::SeqCst),
@@ -233,22 +259,15 @@ async fn an_idempotent_call_lost_in_flight_is_resent_once() {
 async fn create_connect_lost_in_flight_is_never_resent() {
     let path = socket_path();
     let behaviour = behaviour();
-    behaviour.hang.store(true, Ordering::SeqCst);
-    let instance = start(&path, &behaviour);
-    let client = SandboxdClient::connect(&path).await.unwrap();
+    let (instance, client, result) = call_lost_in_a_crash(
+        &path,
+        &behaviour,
+        |behaviour| &behaviour.creates,
+        |client| async move { client.create_connect_sandbox("r3", &env()).await },
+    )
+    .await;
 
-    let call = tokio::spawn({
-        let client = client.clone();
-        async move { client.create_connect_sandbox("r3", &env()).await }
-    });
-    while behaviour.creates.load(Ordering::SeqCst) == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    behaviour.hang.store(false, Ordering::SeqCst);
-    instance.stop().await;
-    let instance = start(&path, &behaviour);
-
-    let error = call.await.unwrap().unwrap_err();
+    let error = result.unwrap_err();
     assert!(matches!(error, ClientError::Transport(_)), "{error:?}");
     assert_eq!(behaviour.creates.load(Ordering::SeqCst), 1, "never resent");
     // The next call reconnects on its own.

@@ -301,6 +301,19 @@ impl TestDaemon {
         run_with_timeout(command, Duration::from_secs(60))
     }
 
+    /// Starts `sandboxctl` as root against this daemon without waiting for
+    /// it, stdout and stderr piped: for commands that run until stopped
+    /// (`logs --follow`). The caller kills and reaps it.
+    pub fn spawn_sandboxctl(&self, args: &[&str]) -> Child {
+        let mut command = Command::new(binaries::sandboxctl());
+        self.sandboxctl_command(&mut command, args);
+        command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|error| panic!("run sandboxctl {args:?}: {error}"))
+    }
+
     /// Runs a copy of `sandboxctl` as `nobody:nogroup` against this daemon.
     pub fn sandboxctl_as_nobody(&self, args: &[&str]) -> Output {
         let copy = self.dir.join("bin").join("sandboxctl");

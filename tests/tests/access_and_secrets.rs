@@ -39,6 +39,15 @@ fn assert_refused(output: &Output, what: &str) {
     );
 }
 
+/// Runs each `sandboxctl` call (its arguments, and what to call it in a
+/// failure) as nobody, in order, and asserts the daemon refuses every one.
+#[track_caller]
+fn assert_refused_as_nobody(daemon: &TestDaemon, calls: &[(&[&str], &str)]) {
+    for (args, what) in calls {
+        assert_refused(&daemon.sandboxctl_as_nobody(args), what);
+    }
+}
+
 #[track_caller]
 fn assert_ok(output: &Output, what: &str) -> String {
     let (stdout, stderr) = text(output);
@@ -61,17 +70,16 @@ fn nogroup_socket(access: Option<&str>) -> Options {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_uid_outside_the_allow_lists_is_refused() {
     let daemon = TestDaemon::start(nogroup_socket(None));
-    assert_refused(
-        &daemon.sandboxctl_as_nobody(&["status"]),
-        "status as nobody",
-    );
-    assert_refused(
-        &daemon.sandboxctl_as_nobody(&["probe", "session", "s1"]),
-        "probe as nobody",
-    );
-    assert_refused(
-        &daemon.sandboxctl_as_nobody(&["ensure", "session", "s1", "--task-queue", "session:s1"]),
-        "ensure as nobody",
+    assert_refused_as_nobody(
+        &daemon,
+        &[
+            (&["status"], "status as nobody"),
+            (&["probe", "session", "s1"], "probe as nobody"),
+            (
+                &["ensure", "session", "s1", "--task-queue", "session:s1"],
+                "ensure as nobody",
+            ),
+        ],
     );
     assert!(
         dir_entries(&daemon.state_dir().join("sandboxes")).is_empty(),
@@ -115,21 +123,23 @@ async fn read_access_allows_probing_but_not_mutating() {
         "describe",
     );
 
-    assert_refused(
-        &daemon.sandboxctl_as_nobody(&["ensure", "session", "s2", "--task-queue", "session:s2"]),
-        "ensure with read access",
-    );
-    assert_refused(
-        &daemon.sandboxctl_as_nobody(&["deprovision", "session", "s1"]),
-        "deprovision with read access",
-    );
-    assert_refused(
-        &daemon.sandboxctl_as_nobody(&["connect", "create", "r1", "--task-queue", "mcp:r1"]),
-        "connect create with read access",
-    );
-    assert_refused(
-        &daemon.sandboxctl_as_nobody(&["connect", "deprovision", "r1"]),
-        "connect deprovision",
+    assert_refused_as_nobody(
+        &daemon,
+        &[
+            (
+                &["ensure", "session", "s2", "--task-queue", "session:s2"],
+                "ensure with read access",
+            ),
+            (
+                &["deprovision", "session", "s1"],
+                "deprovision with read access",
+            ),
+            (
+                &["connect", "create", "r1", "--task-queue", "mcp:r1"],
+                "connect create with read access",
+            ),
+            (&["connect", "deprovision", "r1"], "connect deprovision"),
+        ],
     );
     assert_eq!(
         dir_entries(&daemon.state_dir().join("sandboxes")).len(),

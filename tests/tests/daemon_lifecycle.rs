@@ -51,9 +51,11 @@ fn all_gone(pids: &[u32]) -> bool {
     pids.iter().all(|&pid| pid_is_gone(pid))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_to_the_daemon_stops_every_runner() {
-    let mut daemon = TestDaemon::start(Options::with_runner_args(&["--fork-grandchild"]));
+/// Starts a daemon with `options` and three runners under it, stops it with
+/// SIGTERM and asserts that it exits 0 and takes every runner process with
+/// it. Returns the stopped daemon for any further checks.
+async fn stop_cleanly_with_three_runners(options: Options) -> TestDaemon {
+    let mut daemon = TestDaemon::start(options);
     let pids = start_three_runners(&daemon).await;
     let status = daemon.stop();
     assert!(status.success(), "a clean stop exits 0, got {status}");
@@ -62,6 +64,13 @@ async fn sigterm_to_the_daemon_stops_every_runner() {
         "runners survived the daemon's clean stop: {:?}",
         daemon.leftover_processes()
     );
+    daemon
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_the_daemon_stops_every_runner() {
+    let daemon =
+        stop_cleanly_with_three_runners(Options::with_runner_args(&["--fork-grandchild"])).await;
     assert!(
         daemon.leftover_processes().is_empty(),
         "{:?}",
@@ -73,15 +82,7 @@ async fn sigterm_to_the_daemon_stops_every_runner() {
 async fn sigterm_to_the_daemon_forces_runners_that_ignore_sigterm() {
     let mut options = Options::with_runner_args(&["--ignore-term", "--fork-grandchild"]);
     options.stop_grace = "1s".into();
-    let mut daemon = TestDaemon::start(options);
-    let pids = start_three_runners(&daemon).await;
-    let status = daemon.stop();
-    assert!(status.success(), "a clean stop exits 0, got {status}");
-    assert!(
-        all_gone(&pids),
-        "runners survived the daemon's clean stop: {:?}",
-        daemon.leftover_processes()
-    );
+    stop_cleanly_with_three_runners(options).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,12 +10,11 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use sandboxd_client::{
     ClientError, EnsureReport, LogCursor, LogStart, ProbeState, SandboxEnv, SandboxError,
-    SandboxdClient, Scope, MAX_LOG_CHUNK,
+    SandboxInfo, SandboxdClient, Scope, MAX_LOG_CHUNK,
 };
 use sandboxd_protocol::naming::base_name;
 use sandboxd_tests::docker_image::{
@@ -24,7 +23,7 @@ use sandboxd_tests::docker_image::{
 };
 use sandboxd_tests::logs::{fixture_line_numbers, read_all_logs};
 use sandboxd_tests::{
-    binaries, eventually, make_test_dir, procs, runner_env, sandbox_env, wait_until, TestDaemon,
+    eventually, make_test_dir, procs, runner_env, sandbox_env, wait_until, TestDaemon,
 };
 use serde_json::Value;
 
@@ -104,6 +103,21 @@ fn proc_status(pid: u32, field: &str) -> Option<String> {
     Some(line[field.len() + 1..].trim().to_string())
 }
 
+/// `None` (after a loud SKIPPED line) when no engine answers; else a fresh
+/// sandbox id for each prefix, with the guard that removes whatever the
+/// engine holds for them when the test ends, however it ends.
+fn engine_and_fresh_ids<const N: usize>(
+    test: &str,
+    prefixes: [&str; N],
+) -> Option<([String; N], Cleanup)> {
+    if !engine_ready(test) {
+        return None;
+    }
+    let ids = prefixes.map(unique_id);
+    let cleanup = Cleanup::new(&ids.each_ref().map(String::as_str));
+    Some((ids, cleanup))
+}
+
 /// One daemon and one sandbox it has just started: the setup of the tests
 /// that then break the sandbox from outside. Fields drop in order: the
 /// daemon first, then everything on the engine labelled with the id.
@@ -121,11 +135,7 @@ struct Started {
 
 /// `None` (after a loud SKIPPED line) when no engine answers.
 async fn start_one(test: &str, scope: Scope, token: &str) -> Option<Started> {
-    if !engine_ready(test) {
-        return None;
-    }
-    let id = unique_id(test);
-    let cleanup = Cleanup::new(&[&id]);
+    let ([id], cleanup) = engine_and_fresh_ids(test, [test])?;
     let daemon = TestDaemon::start(docker_options(""));
     let client = daemon.client().await;
     let env = sandbox_env(&format!("{}:{id}", scope.as_str()), token);
@@ -157,6 +167,10 @@ impl Started {
         self.client.probe(self.scope, &self.id).await.unwrap()
     }
 
+    async fn describe(&self) -> SandboxInfo {
+        self.client.describe(self.scope, &self.id).await.unwrap()
+    }
+
     /// The workspace volume's directory on this host.
     fn workspace(&self) -> PathBuf {
         volume_dir(&workspace_volume(self.scope, &self.id))
@@ -165,12 +179,12 @@ impl Started {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_sandbox_has_the_contract_labels_env_limits_and_workspace() {
-    if !engine_ready("a_new_sandbox_has_the_contract_labels_env_limits_and_workspace") {
-        return;
-    }
+    let test = "a_new_sandbox_has_the_contract_labels_env_limits_and_workspace";
+    // Taken first so that it is released last, after the cleanup.
     let _connect = CONNECT_SANDBOXES.lock().await;
-    let (id, request) = (unique_id("new"), unique_id("new-mcp"));
-    let _cleanup = Cleanup::new(&[&id, &request]);
+    let Some(([id, request], _cleanup)) = engine_and_fresh_ids(test, ["new", "new-mcp"]) else {
+        return;
+    };
     let mut options = docker_options("memory = \"256m\"\ncpus = 0.5\npids_limit = 100");
     options.extra_toml = format!(
         "backend_endpoint = \"http://backend:8080\"\ntemporal_address = \"temporal:7233\"\n{}",
@@ -360,11 +374,7 @@ async fn a_container_stopped_from_outside_is_probed_stopped_and_started_again() 
     std::fs::remove_file(workspace.join("pid")).unwrap();
     docker_ok(&["stop", "-t", "10", &sandbox.name]);
     assert_eq!(sandbox.probe().await, ProbeState::Stopped);
-    let info = sandbox
-        .client
-        .describe(sandbox.scope, &sandbox.id)
-        .await
-        .unwrap();
+    let info = sandbox.describe().await;
     assert_eq!(info.state, ProbeState::Stopped);
     let exit = info.last_exit.expect("the exit is known");
     assert_eq!(
@@ -383,11 +393,7 @@ async fn a_container_stopped_from_outside_is_probed_stopped_and_started_again() 
     );
     assert_eq!(container_status(&sandbox.name).as_deref(), Some("running"));
     wait_for_runner_files(&workspace);
-    let info = sandbox
-        .client
-        .describe(sandbox.scope, &sandbox.id)
-        .await
-        .unwrap();
+    let info = sandbox.describe().await;
     assert_eq!(info.restarts, 1);
 }
 
@@ -406,11 +412,7 @@ async fn a_killed_container_is_restarted_by_the_next_ensure() {
         ProbeState::Stopped,
     )
     .await;
-    let info = sandbox
-        .client
-        .describe(sandbox.scope, &sandbox.id)
-        .await
-        .unwrap();
+    let info = sandbox.describe().await;
     let exit = info.last_exit.expect("the exit is recorded");
     assert_eq!((exit.code, exit.signal), (Some(137), Some(9)), "{exit:?}");
     assert!(!exit.oom_killed, "a docker kill is not an OOM kill");
@@ -475,11 +477,10 @@ async fn a_paused_container_is_probed_stopped_and_unpaused_by_ensure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_concurrent_ensures_of_one_id_make_one_container() {
-    if !engine_ready("twenty_concurrent_ensures_of_one_id_make_one_container") {
+    let test = "twenty_concurrent_ensures_of_one_id_make_one_container";
+    let Some(([id], _cleanup)) = engine_and_fresh_ids(test, ["race"]) else {
         return;
-    }
-    let id = unique_id("race");
-    let _cleanup = Cleanup::new(&[&id]);
+    };
     let daemon = TestDaemon::start(docker_options(""));
     let env = sandbox_env(&format!("session:{id}"), "tok-race");
     let mut clients = Vec::new();
@@ -512,11 +513,11 @@ async fn twenty_concurrent_ensures_of_one_id_make_one_container() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containers_outlive_a_killed_daemon_and_the_next_one_serves_them() {
-    if !engine_ready("containers_outlive_a_killed_daemon_and_the_next_one_serves_them") {
+    let test = "containers_outlive_a_killed_daemon_and_the_next_one_serves_them";
+    let Some(([session, workflow], _cleanup)) = engine_and_fresh_ids(test, ["adopt-s", "adopt-w"])
+    else {
         return;
-    }
-    let (session, workflow) = (unique_id("adopt-s"), unique_id("adopt-w"));
-    let _cleanup = Cleanup::new(&[&session, &workflow]);
+    };
     let mut daemon = TestDaemon::start(docker_options(""));
     let client = daemon.client().await;
     let session_env = sandbox_env(&format!("session:{session}"), "tok-adopt");
@@ -630,11 +631,10 @@ async fn containers_outlive_a_killed_daemon_and_the_next_one_serves_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deprovision_is_idempotent_and_removes_container_and_volume() {
-    if !engine_ready("deprovision_is_idempotent_and_removes_container_and_volume") {
+    let test = "deprovision_is_idempotent_and_removes_container_and_volume";
+    let Some(([id, kept], _cleanup)) = engine_and_fresh_ids(test, ["deprov", "deprov-keep"]) else {
         return;
-    }
-    let (id, kept) = (unique_id("deprov"), unique_id("deprov-keep"));
-    let _cleanup = Cleanup::new(&[&id, &kept]);
+    };
     // The runner ignores SIGTERM: every stop runs out the 1 s grace.
     let mut options = docker_options("command = [\"--ignore-term\"]");
     options.stop_grace = "1s".to_string();
@@ -691,11 +691,10 @@ async fn deprovision_is_idempotent_and_removes_container_and_volume() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_engine_is_unavailable_quickly_and_the_driver_reconnects() {
-    if !engine_ready("an_unreachable_engine_is_unavailable_quickly_and_the_driver_reconnects") {
+    let test = "an_unreachable_engine_is_unavailable_quickly_and_the_driver_reconnects";
+    let Some(([id], _cleanup)) = engine_and_fresh_ids(test, ["away"]) else {
         return;
-    }
-    let id = unique_id("away");
-    let _cleanup = Cleanup::new(&[&id]);
+    };
     let engine_dir = make_test_dir();
     let engine_socket: PathBuf = engine_dir.join("engine.sock");
     let address = format!("unix://{}", engine_socket.display());
@@ -806,12 +805,13 @@ async fn a_token_change_recreates_a_stopped_container_and_keeps_the_workspace() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaked_connect_sandbox_is_reaped_after_its_ttl() {
-    if !engine_ready("a_leaked_connect_sandbox_is_reaped_after_its_ttl") {
-        return;
-    }
+    let test = "a_leaked_connect_sandbox_is_reaped_after_its_ttl";
+    // Taken first so that it is released last, after the cleanup.
     let _connect = CONNECT_SANDBOXES.lock().await;
-    let (request, session) = (unique_id("leak"), unique_id("leak-s"));
-    let _cleanup = Cleanup::new(&[&request, &session]);
+    let Some(([request, session], _cleanup)) = engine_and_fresh_ids(test, ["leak", "leak-s"])
+    else {
+        return;
+    };
     let daemon = TestDaemon::start(docker_options(
         "connect_ttl = \"2s\"\nconnect_creation_grace = \"1s\"",
     ));
@@ -887,13 +887,12 @@ fn start_up_fails_clearly_without_a_runner_image() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_daemons_racing_on_one_engine_make_one_container() {
-    if !engine_ready("two_daemons_racing_on_one_engine_make_one_container") {
+    let test = "two_daemons_racing_on_one_engine_make_one_container";
+    let Some(([id], _cleanup)) = engine_and_fresh_ids(test, ["duel"]) else {
         return;
-    }
+    };
     // Per-key locks serialize one daemon; across daemons the engine's 409
     // name conflict is the arbiter, and the loser goes on with the winner's.
-    let id = unique_id("duel");
-    let _cleanup = Cleanup::new(&[&id]);
     let (first, second) = (
         TestDaemon::start(docker_options("")),
         TestDaemon::start(docker_options("")),
@@ -916,12 +915,11 @@ async fn two_daemons_racing_on_one_engine_make_one_container() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_that_is_not_ours_is_never_touched() {
-    if !engine_ready("a_container_that_is_not_ours_is_never_touched") {
+    let test = "a_container_that_is_not_ours_is_never_touched";
+    let Some(([id], _cleanup)) = engine_and_fresh_ids(test, ["foreign"]) else {
         return;
-    }
-    let id = unique_id("foreign");
+    };
     let name = base_name(Scope::Session, &id);
-    let _cleanup = Cleanup::new(&[&id]);
     // Someone else's container under the name this sandbox would take.
     let foreign = docker_ok(&[
         "create",
@@ -1025,13 +1023,12 @@ fn assert_one_run(text: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn container_output_is_read_from_the_engine_with_tail_and_a_cursor_across_restarts() {
-    if !engine_ready(
-        "container_output_is_read_from_the_engine_with_tail_and_a_cursor_across_restarts",
-    ) {
+    let test = "container_output_is_read_from_the_engine_with_tail_and_a_cursor_across_restarts";
+    let Some(([id], _cleanup)) = engine_and_fresh_ids(test, ["logs"]) else {
         return;
-    }
-    let (id, never) = (unique_id("logs"), unique_id("logs-never"));
-    let _cleanup = Cleanup::new(&[&id]);
+    };
+    // Never ensured, so nothing on the engine to clean up.
+    let never = unique_id("logs-never");
     let daemon = TestDaemon::start(docker_options("command = [\"--print-lines\", \"20\"]"));
     let client = daemon.client().await;
     let env = sandbox_env(&format!("session:{id}"), "tok-logs");
@@ -1058,14 +1055,8 @@ async fn container_output_is_read_from_the_engine_with_tail_and_a_cursor_across_
 
     // Killed and started again (the same container, so the same log): a
     // follower from the end sees the second run only, and so does a cursor.
-    let mut follower = Command::new(binaries::sandboxctl())
-        .args(["logs", "session", &id, "--tail", "1", "--follow"])
-        .env(sandboxd_client::SOCKET_ENV, daemon.socket())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run sandboxctl logs --follow");
+    let mut follower =
+        daemon.spawn_sandboxctl(&["logs", "session", &id, "--tail", "1", "--follow"]);
     let (lines, followed) = std::sync::mpsc::channel();
     let output = follower.stdout.take().unwrap();
     std::thread::spawn(move || {
@@ -1134,11 +1125,10 @@ async fn container_output_is_read_from_the_engine_with_tail_and_a_cursor_across_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_container_log_comes_in_bounded_chunks_in_order() {
-    if !engine_ready("a_long_container_log_comes_in_bounded_chunks_in_order") {
+    let test = "a_long_container_log_comes_in_bounded_chunks_in_order";
+    let Some(([id], _cleanup)) = engine_and_fresh_ids(test, ["logs-long"]) else {
         return;
-    }
-    let id = unique_id("logs-long");
-    let _cleanup = Cleanup::new(&[&id]);
+    };
     let lines = 30_000;
     let daemon = TestDaemon::start(docker_options(&format!(
         "command = [\"--print-lines\", \"{lines}\"]"
@@ -1177,11 +1167,10 @@ async fn a_long_container_log_comes_in_bounded_chunks_in_order() {
 /// loses the flag, more under load. Real runners take seconds to grow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_over_its_memory_limit_is_oom_killed_and_describe_says_so() {
-    if !engine_ready("a_runner_over_its_memory_limit_is_oom_killed_and_describe_says_so") {
+    let test = "a_runner_over_its_memory_limit_is_oom_killed_and_describe_says_so";
+    let Some(([over, under], _cleanup)) = engine_and_fresh_ids(test, ["oom", "oom-under"]) else {
         return;
-    }
-    let (over, under) = (unique_id("oom"), unique_id("oom-under"));
-    let _cleanup = Cleanup::new(&[&over, &under]);
+    };
     // 32 MiB and no swap (the driver sets memory_swap to the limit).
     let limited = |args: &str| docker_options(&format!("memory = \"32m\"\ncommand = [{args}]"));
 

@@ -4,10 +4,11 @@
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use sandboxd_client::{ClientError, ProbeState, SandboxError, Scope};
+use sandboxd_client::{ClientError, EnsureReport, ProbeState, SandboxError, Scope};
 use sandboxd_tests::procs::{self, process_group};
 use sandboxd_tests::{
     eventually, pid_is_gone, read_grandchild_pid, read_runner_pid, runner_env, sandbox_env,
@@ -261,6 +262,36 @@ async fn a_runner_that_exits_at_once_is_seen_and_recorded() {
     );
 }
 
+/// Waits for the runner `report` names to write its pid in its workspace,
+/// and reads the pid of the grandchild it forked (`--fork-grandchild`):
+/// a teardown must take both. Returns (runner pid, workspace, grandchild pid).
+fn runner_and_grandchild(
+    daemon: &TestDaemon,
+    scope: Scope,
+    id: &str,
+    report: &EnsureReport,
+) -> (u32, PathBuf, u32) {
+    let pid = report.pid.unwrap();
+    let workspace = daemon.workspace(scope, id);
+    wait_for_runner(&workspace, pid);
+    let grandchild = read_grandchild_pid(&workspace).unwrap();
+    (pid, workspace, grandchild)
+}
+
+/// Asserts that a deprovision took the whole group: the runner and the
+/// grandchild it forked are both gone within [`GONE_TIMEOUT`].
+#[track_caller]
+fn assert_runner_and_grandchild_gone(pid: u32, grandchild: u32) {
+    assert!(
+        wait_until(GONE_TIMEOUT, || pid_is_gone(pid)),
+        "runner {pid} still alive"
+    );
+    assert!(
+        wait_until(GONE_TIMEOUT, || pid_is_gone(grandchild)),
+        "grandchild {grandchild} still alive"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deprovision_tears_down_and_is_idempotent() {
     let daemon = TestDaemon::start(Options::with_runner_args(&["--fork-grandchild"]));
@@ -269,10 +300,8 @@ async fn deprovision_tears_down_and_is_idempotent() {
         .ensure_session_sandbox("gone-1", &sandbox_env("session:gone-1", "t"))
         .await
         .unwrap();
-    let pid = report.pid.unwrap();
-    let workspace = daemon.workspace(Scope::Session, "gone-1");
-    wait_for_runner(&workspace, pid);
-    let grandchild = read_grandchild_pid(&workspace).unwrap();
+    let (pid, workspace, grandchild) =
+        runner_and_grandchild(&daemon, Scope::Session, "gone-1", &report);
     assert_eq!(
         process_group(grandchild),
         Some(pid),
@@ -282,14 +311,7 @@ async fn deprovision_tears_down_and_is_idempotent() {
     let down = client.deprovision_session_sandbox("gone-1").await.unwrap();
     assert!(down.was_present, "{down:?}");
     assert!(!down.forced, "the fixture exits on SIGTERM: {down:?}");
-    assert!(
-        wait_until(GONE_TIMEOUT, || pid_is_gone(pid)),
-        "runner {pid} still alive"
-    );
-    assert!(
-        wait_until(GONE_TIMEOUT, || pid_is_gone(grandchild)),
-        "grandchild {grandchild} still alive"
-    );
+    assert_runner_and_grandchild_gone(pid, grandchild);
     assert!(
         !workspace.exists(),
         "a plain deprovision removes the workspace"
@@ -323,10 +345,8 @@ async fn deprovision_forces_a_runner_that_ignores_sigterm_after_the_grace() {
         .ensure_workflow_sandbox("stubborn", &sandbox_env("wfexec:stubborn", ""))
         .await
         .unwrap();
-    let pid = report.pid.unwrap();
-    let workspace = daemon.workspace(Scope::Workflow, "stubborn");
-    wait_for_runner(&workspace, pid);
-    let grandchild = read_grandchild_pid(&workspace).unwrap();
+    let (pid, _workspace, grandchild) =
+        runner_and_grandchild(&daemon, Scope::Workflow, "stubborn", &report);
 
     let started = Instant::now();
     let down = client
@@ -342,14 +362,7 @@ async fn deprovision_forces_a_runner_that_ignores_sigterm_after_the_grace() {
         took >= Duration::from_millis(900),
         "SIGKILL came before the 1 s grace: after {took:?}"
     );
-    assert!(
-        wait_until(GONE_TIMEOUT, || pid_is_gone(pid)),
-        "runner {pid} still alive"
-    );
-    assert!(
-        wait_until(GONE_TIMEOUT, || pid_is_gone(grandchild)),
-        "grandchild {grandchild} still alive"
-    );
+    assert_runner_and_grandchild_gone(pid, grandchild);
     assert!(
         daemon.leftover_processes().is_empty(),
         "{:?}",

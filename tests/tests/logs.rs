@@ -4,13 +4,12 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sandboxd_client::{Scope, MAX_LOG_CHUNK};
 use sandboxd_tests::logs::{fixture_line_numbers, read_all_logs};
 use sandboxd_tests::{
-    binaries, sandbox_env, wait_for_runner, wait_until, Options, TestDaemon, RUNNER_TIMEOUT,
+    sandbox_env, wait_for_runner, wait_until, Options, TestDaemon, RUNNER_TIMEOUT,
 };
 
 fn stdout(output: &std::process::Output) -> String {
@@ -206,14 +205,8 @@ async fn follow_carries_on_across_rotations_in_order() {
     let log = daemon.runner_log(Scope::Workflow, "follow");
     assert!(wait_until(RUNNER_TIMEOUT, || size(&log) > 0));
 
-    let mut follower = Command::new(binaries::sandboxctl())
-        .args(["logs", "workflow", "follow", "--tail", "5", "--follow"])
-        .env(sandboxd_client::SOCKET_ENV, daemon.socket())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run sandboxctl logs --follow");
+    let mut follower =
+        daemon.spawn_sandboxctl(&["logs", "workflow", "follow", "--tail", "5", "--follow"]);
     // Long enough for several rotations (about one every two seconds).
     std::thread::sleep(Duration::from_secs(7));
     assert!(

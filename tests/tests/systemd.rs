@@ -48,6 +48,22 @@ fn wait_ready(notify: &mut NotifySocket, daemon: &ActivatedDaemon) -> String {
     })
 }
 
+/// Launches a daemon on `listener` as systemd would start it with one
+/// socket and a notify socket, plus the `extra` variables a test sets.
+fn launch_notifying(
+    daemon: &TestDaemon,
+    listener: &UnixListener,
+    notify: &NotifySocket,
+    extra: &[(&str, &str)],
+) -> ActivatedDaemon {
+    let mut env = vec![
+        ("LISTEN_FDS", "1"),
+        ("NOTIFY_SOCKET", path_str(notify.path())),
+    ];
+    env.extend_from_slice(extra);
+    ActivatedDaemon::launch_on(daemon, listener, &env)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn socket_activation_serves_the_passed_socket_and_leaves_it_to_systemd() {
     let daemon = TestDaemon::prepare(Options::default());
@@ -168,14 +184,7 @@ async fn ready_waits_for_the_driver() {
         .unwrap();
     let listener = bind_listener(&daemon);
     let mut notify = NotifySocket::bind(daemon.dir());
-    let activated = ActivatedDaemon::launch_on(
-        &daemon,
-        &listener,
-        &[
-            ("LISTEN_FDS", "1"),
-            ("NOTIFY_SOCKET", path_str(notify.path())),
-        ],
-    );
+    let activated = launch_notifying(&daemon, &listener, &notify, &[]);
     let early = notify.collect_for(Duration::from_millis(1500));
     assert!(
         early.iter().all(|message| !message.contains("READY=1")),
@@ -191,23 +200,29 @@ async fn ready_waits_for_the_driver() {
     assert!(driver_ready < serving, "{log}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_watchdog_is_pinged_at_half_its_timeout_and_status_counts_sandboxes() {
+/// Socket-activates a daemon with `WATCHDOG_USEC` and `WATCHDOG_PID` as
+/// given, waits for READY=1 and returns what it notifies over the next
+/// `window`: the watchdog tests judge the pings (and status) in it.
+fn notified_after_ready(watchdog_usec: &str, watchdog_pid: &str, window: Duration) -> Vec<String> {
     let daemon = TestDaemon::prepare(Options::default());
     let listener = bind_listener(&daemon);
     let mut notify = NotifySocket::bind(daemon.dir());
-    let activated = ActivatedDaemon::launch_on(
+    let activated = launch_notifying(
         &daemon,
         &listener,
+        &notify,
         &[
-            ("LISTEN_FDS", "1"),
-            ("NOTIFY_SOCKET", path_str(notify.path())),
-            ("WATCHDOG_USEC", "400000"),
-            ("WATCHDOG_PID", "$$"),
+            ("WATCHDOG_USEC", watchdog_usec),
+            ("WATCHDOG_PID", watchdog_pid),
         ],
     );
     wait_ready(&mut notify, &activated);
-    let messages = notify.collect_for(Duration::from_secs(2));
+    notify.collect_for(window)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_is_pinged_at_half_its_timeout_and_status_counts_sandboxes() {
+    let messages = notified_after_ready("400000", "$$", Duration::from_secs(2));
     let pings = messages
         .iter()
         .filter(|message| *message == "WATCHDOG=1")
@@ -225,21 +240,7 @@ async fn the_watchdog_is_pinged_at_half_its_timeout_and_status_counts_sandboxes(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watchdog_meant_for_another_process_is_not_pinged() {
-    let daemon = TestDaemon::prepare(Options::default());
-    let listener = bind_listener(&daemon);
-    let mut notify = NotifySocket::bind(daemon.dir());
-    let activated = ActivatedDaemon::launch_on(
-        &daemon,
-        &listener,
-        &[
-            ("LISTEN_FDS", "1"),
-            ("NOTIFY_SOCKET", path_str(notify.path())),
-            ("WATCHDOG_USEC", "200000"),
-            ("WATCHDOG_PID", "1"),
-        ],
-    );
-    wait_ready(&mut notify, &activated);
-    let messages = notify.collect_for(Duration::from_secs(1));
+    let messages = notified_after_ready("200000", "1", Duration::from_secs(1));
     assert!(
         !messages
             .iter()

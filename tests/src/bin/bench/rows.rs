@@ -1,13 +1,14 @@
 //! The daemon's side of each row, measured through the real client library
 //! (`sandboxd_client::SandboxdClient`) over the daemon's socket.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use sandboxd_client::{ProbeState, SandboxEnv, SandboxdClient, Scope, Token};
+use sandboxd_client::{ClientError, ProbeState, SandboxEnv, SandboxdClient, Scope, Token};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -217,18 +218,21 @@ pub async fn ensure_new_serial(
     prefix: &str,
     count: usize,
 ) -> anyhow::Result<Samples> {
-    let mut samples = Samples::with_capacity(count);
-    for i in 0..count {
-        let id = format!("{prefix}-{i}");
-        let env = sandbox_env(&id);
-        let start = Instant::now();
-        let report = client.ensure_session_sandbox(&id, &env).await?;
-        samples.push(start.elapsed());
-        if !report.created {
-            bail!("ensure of new sandbox {id} took the fast path");
-        }
-    }
-    Ok(samples)
+    time_each_in_turn(
+        prefix,
+        count,
+        |id| {
+            let env = sandbox_env(&id);
+            async move { client.ensure_session_sandbox(&id, &env).await }
+        },
+        |id, report| {
+            if !report.created {
+                bail!("ensure of new sandbox {id} took the fast path");
+            }
+            Ok(())
+        },
+    )
+    .await
 }
 
 /// Deprovisions `<prefix>-<i>` one at a time.
@@ -237,15 +241,41 @@ pub async fn deprovision_serial(
     prefix: &str,
     count: usize,
 ) -> anyhow::Result<Samples> {
+    time_each_in_turn(
+        prefix,
+        count,
+        |id| async move { client.deprovision_session_sandbox(&id).await },
+        |id, report| {
+            if !report.was_present || report.forced {
+                bail!("deprovision of {id} reported {report:?}");
+            }
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// Makes one call for each of `<prefix>-0` .. `<prefix>-<count - 1>`, one
+/// at a time, and returns each call's latency. Only the awaited call is
+/// timed: `call` builds its request before the clock starts, and `check`
+/// (which fails the row on a wrong answer) runs after it stops.
+async fn time_each_in_turn<Call, Reply>(
+    prefix: &str,
+    count: usize,
+    mut call: impl FnMut(String) -> Call,
+    check: impl Fn(&str, Reply) -> anyhow::Result<()>,
+) -> anyhow::Result<Samples>
+where
+    Call: Future<Output = Result<Reply, ClientError>>,
+{
     let mut samples = Samples::with_capacity(count);
     for i in 0..count {
         let id = format!("{prefix}-{i}");
+        let pending = call(id.clone());
         let start = Instant::now();
-        let report = client.deprovision_session_sandbox(&id).await?;
+        let reply = pending.await?;
         samples.push(start.elapsed());
-        if !report.was_present || report.forced {
-            bail!("deprovision of {id} reported {report:?}");
-        }
+        check(&id, reply)?;
     }
     Ok(samples)
 }

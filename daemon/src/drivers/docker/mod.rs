@@ -39,6 +39,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, DEFAULT_DOCKER_HOST};
 use crate::drivers::key_lock::KeyLocks;
+use crate::drivers::run_to_completion;
 use crate::provisioner::{Driver, SandboxKey};
 use engine::{CallError, Engine, READ_TIMEOUT};
 use events::Exits;
@@ -240,12 +241,11 @@ impl Driver for DockerDriver {
         // a container created but never started, or a generation recorded
         // for a start that was never made.
         let (inner, key, env) = (self.inner.clone(), key.clone(), env.clone());
-        tokio::spawn(async move {
+        run_to_completion("ensure", async move {
             let _guard = inner.key_locks.lock(&key).await;
             ensure::ensure(&inner, &key, &env).await
         })
         .await
-        .map_err(|error| SandboxError::Internal(format!("ensure task failed: {error}")))?
     }
 
     async fn deprovision(
@@ -253,15 +253,14 @@ impl Driver for DockerDriver {
         key: &SandboxKey,
         keep_workspace: bool,
     ) -> Result<DeprovisionReport, SandboxError> {
-        // In a task of its own: once SIGTERM is sent, the escalation to
-        // SIGKILL and the removal must happen even if the caller stops waiting.
+        // Once SIGTERM is sent, the escalation to SIGKILL and the removal
+        // must happen even if the caller stops waiting.
         let (inner, key) = (self.inner.clone(), key.clone());
-        tokio::spawn(async move {
+        run_to_completion("deprovision", async move {
             let _guard = inner.key_locks.lock(&key).await;
             teardown::deprovision(&inner, &key, keep_workspace).await
         })
         .await
-        .map_err(|error| SandboxError::Internal(format!("deprovision task failed: {error}")))?
     }
 
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {

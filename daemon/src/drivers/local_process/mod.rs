@@ -33,6 +33,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::drivers::key_lock::KeyLocks;
+use crate::drivers::run_to_completion;
 use crate::provisioner::{Driver, SandboxKey};
 use identity::RunnerIdentity;
 use ledger::{Ledger, LedgerRecord};
@@ -455,12 +456,13 @@ impl Driver for LocalProcessDriver {
         key: &SandboxKey,
         keep_workspace: bool,
     ) -> Result<DeprovisionReport, SandboxError> {
-        // In a task of its own: once SIGTERM is sent, the escalation to
-        // SIGKILL must happen even if the caller stops waiting.
+        // Once SIGTERM is sent, the escalation to SIGKILL must happen even
+        // if the caller stops waiting.
         let (inner, key) = (self.inner.clone(), key.clone());
-        tokio::spawn(async move { inner.deprovision(&key, keep_workspace).await })
-            .await
-            .map_err(|error| SandboxError::Internal(format!("deprovision task failed: {error}")))?
+        run_to_completion("deprovision", async move {
+            inner.deprovision(&key, keep_workspace).await
+        })
+        .await
     }
 
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {

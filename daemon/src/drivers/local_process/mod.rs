@@ -8,6 +8,7 @@
 //! on each leader plus the [group reaper](reaper), and the next start sweeps
 //! the [ledger] of anything both missed.
 
+mod clone_exec;
 mod identity;
 mod ledger;
 mod logs;
@@ -336,10 +337,10 @@ async fn watch_runner(
     inner: Arc<Inner>,
     key: SandboxKey,
     generation: u64,
-    mut child: tokio::process::Child,
+    child: clone_exec::RunnerProcess,
     gone: watch::Sender<bool>,
 ) {
-    let pid = child.id().unwrap_or_default();
+    let pid = child.id();
     let status = child.wait().await;
     let exit = ExitInfo {
         code: status.as_ref().ok().and_then(|status| status.code()),

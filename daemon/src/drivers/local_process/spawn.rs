@@ -1,14 +1,15 @@
 //! Starting one runner: its workspace, its log file, its environment, its
 //! user and its process group.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::{DirBuilder, File, OpenOptions};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
+use super::clone_exec::{ExecPlan, RunnerProcess};
 use super::identity::RunnerIdentity;
 use crate::provisioner::SandboxKey;
 
@@ -50,7 +51,7 @@ pub fn inherited_env() -> Vec<(&'static str, OsString)> {
 
 /// A runner that has just been started.
 pub struct Spawned {
-    pub child: tokio::process::Child,
+    pub child: RunnerProcess,
     pub pid: u32,
 }
 
@@ -109,66 +110,52 @@ impl RunnerSettings {
         let log_for_stderr = log
             .try_clone()
             .map_err(|error| unavailable(format!("log file: {error}")))?;
+        let stdin =
+            File::open("/dev/null").map_err(|error| unavailable(format!("/dev/null: {error}")))?;
 
-        let mut command = tokio::process::Command::new(&program);
-        command
-            .args(&self.args)
-            .env_clear()
-            .envs(self.inherited_env.iter().map(|(name, value)| (name, value)))
-            .env("HOME", &workspace)
-            .env("MODE", "local")
-            .env("STIGMER_TASK_QUEUE", &env.task_queue)
-            .env("WORKSPACE_ROOT_DIR", &workspace)
-            .current_dir(&workspace)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log_for_stderr))
-            .kill_on_drop(false);
-        if !self.backend_endpoint.is_empty() {
-            command.env("STIGMER_BACKEND_ENDPOINT", &self.backend_endpoint);
-        }
-        if !self.temporal_address.is_empty() {
-            command.env("TEMPORAL_SERVICE_ADDRESS", &self.temporal_address);
-        }
-        if !env.stigmer_token.is_empty() {
-            command.env("STIGMER_TOKEN", env.stigmer_token.expose());
-        }
-        if self.identity.switch {
-            command
-                .uid(self.identity.uid.as_raw())
-                .gid(self.identity.gid.as_raw());
-        }
-        let daemon_pid = std::process::id() as libc::pid_t;
-        // SAFETY: the closure runs between fork and exec and calls only
-        // async-signal-safe functions (setsid, prctl, getppid, _exit); it
-        // allocates nothing and touches no lock.
-        unsafe {
-            command.pre_exec(move || {
-                // Its own session and process group, so the whole tree can be
-                // signalled at once and no terminal signal reaches it.
-                if libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // Dies with the spawning thread (a spawner thread, which lives
-                // as long as the daemon). The group reaper covers the rest.
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) < 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The daemon may have died between fork and prctl.
-                if libc::getppid() != daemon_pid {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
-        let child = command.spawn().map_err(|error| {
+        let mut vars: Vec<(&OsStr, &OsStr)> = self
+            .inherited_env
+            .iter()
+            .map(|(name, value)| (OsStr::new(name), value.as_os_str()))
+            .collect();
+        let optional = [
+            ("STIGMER_BACKEND_ENDPOINT", self.backend_endpoint.as_str()),
+            ("TEMPORAL_SERVICE_ADDRESS", self.temporal_address.as_str()),
+            ("STIGMER_TOKEN", env.stigmer_token.expose()),
+        ];
+        vars.extend(
+            [
+                ("HOME", workspace.as_os_str()),
+                ("MODE", OsStr::new("local")),
+                ("STIGMER_TASK_QUEUE", OsStr::new(&env.task_queue)),
+                ("WORKSPACE_ROOT_DIR", workspace.as_os_str()),
+            ]
+            .map(|(name, value)| (OsStr::new(name), value)),
+        );
+        vars.extend(
+            optional
+                .into_iter()
+                .filter(|(_, value)| !value.is_empty())
+                .map(|(name, value)| (OsStr::new(name), OsStr::new(value))),
+        );
+        let user = self
+            .identity
+            .switch
+            .then(|| (self.identity.uid.as_raw(), self.identity.gid.as_raw()));
+        let plan = ExecPlan::new(
+            program.as_os_str(),
+            &self.args,
+            vars,
+            workspace.as_os_str(),
+            [
+                OwnedFd::from(stdin),
+                OwnedFd::from(log),
+                OwnedFd::from(log_for_stderr),
+            ],
+            user,
+        )
+        .map_err(unavailable)?;
+        let child = plan.spawn().map_err(|error| {
             unavailable(format!(
                 "'{}' as {} in {}: {error}",
                 program.display(),
@@ -176,9 +163,7 @@ impl RunnerSettings {
                 workspace.display()
             ))
         })?;
-        let pid = child
-            .id()
-            .ok_or_else(|| unavailable("the runner exited before it could be recorded".into()))?;
+        let pid = child.id();
         // Set from outside: after setuid the runner could no longer write its
         // own. Raising the score needs no privilege.
         let adj = self.oom_score_adj.to_string();

@@ -1,0 +1,608 @@
+//! Starting a runner the way glibc's `posix_spawn` starts a program: a
+//! `clone(CLONE_VM | CLONE_VFORK)` child that shares the daemon's memory,
+//! makes a handful of system calls and execs.
+//!
+//! Why not `std::process::Command`: a runner needs `setsid`,
+//! `PR_SET_PDEATHSIG` and a user switch between clone and exec, and any of
+//! these (a `pre_exec` hook, `uid`/`gid`) moves std off its `posix_spawn`
+//! path onto `fork`. Forking copies the daemon's page tables, the child
+//! tears them down again at exec, and every page the daemon's other threads
+//! write before that exec costs a copy-on-write fault. That was most of
+//! what a new sandbox cost the daemon beyond the spawn itself (see
+//! BENCHMARKS.md). A `CLONE_VM` child copies nothing; the spawning thread
+//! is suspended until the child has exec'd or exited.
+//!
+//! The price is a child that runs on the daemon's memory, so it must be
+//! written like glibc's own spawn child:
+//! - everything it needs (C strings, pointer arrays, descriptors) is
+//!   prepared before the clone; the child allocates nothing, takes no lock
+//!   and cannot panic;
+//! - it runs on a stack of its own, with a guard page;
+//! - the user switch uses raw `setgroups`/`setresgid`/`setresuid` system
+//!   calls: glibc's wrappers would signal every thread of the *daemon* to
+//!   switch them too (and wait for them, forever);
+//! - every signal is blocked across the clone, and the child resets each
+//!   caught signal to its default before it unblocks, so none of the
+//!   daemon's signal handlers can ever run in it;
+//! - a failure is written to memory the parent reads (`step` and `errno`),
+//!   and the child `_exit`s; the parent reaps it.
+//!
+//! Its exit is watched through a pidfd (Linux 5.3), so no SIGCHLD handler
+//! and no `waitpid(-1)` is involved, and the pid cannot be recycled while
+//! the daemon still holds the unreaped child.
+
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+
+use tokio::io::unix::AsyncFd;
+
+/// Everything the child needs, allocated before the clone.
+pub struct ExecPlan {
+    program: CString,
+    /// `argv`, NUL-terminated array over `args`.
+    args: Vec<CString>,
+    env: Vec<CString>,
+    cwd: CString,
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    /// `Some((uid, gid))` to switch to that user (supplementary groups
+    /// cleared) before the `chdir`, as std's `Command::uid`/`gid` do.
+    user: Option<(u32, u32)>,
+}
+
+/// What failed, and how, when a runner could not be started.
+#[derive(Debug)]
+pub struct ExecError {
+    pub step: &'static str,
+    pub error: io::Error,
+}
+
+impl std::fmt::Display for ExecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.step, self.error)
+    }
+}
+
+/// Steps of the child, in order; their index is what the child reports.
+const STEPS: [&str; 8] = [
+    "dup2 of stdio",
+    "setgroups",
+    "setresgid",
+    "setresuid",
+    "chdir",
+    "setsid",
+    "prctl(PR_SET_PDEATHSIG)",
+    "execve",
+];
+const NO_FAILURE: usize = usize::MAX;
+/// Exit code of a child that failed before exec (as std and the shells use).
+const EXEC_FAILED: i32 = 127;
+const CHILD_STACK_SIZE: usize = 64 * 1024;
+
+impl ExecPlan {
+    /// `program` must be an absolute path (no `PATH` search happens).
+    pub fn new(
+        program: &OsStr,
+        args: impl IntoIterator<Item = impl AsRef<OsStr>>,
+        env: impl IntoIterator<Item = (impl AsRef<OsStr>, impl AsRef<OsStr>)>,
+        cwd: &OsStr,
+        stdio: [OwnedFd; 3],
+        user: Option<(u32, u32)>,
+    ) -> Result<ExecPlan, String> {
+        let c_string = |what: &str, value: &OsStr| {
+            CString::new(value.as_bytes())
+                .map_err(|_| format!("{what} contains a NUL byte: {value:?}"))
+        };
+        let mut argv = vec![c_string("the program path", program)?];
+        for arg in args {
+            argv.push(c_string("an argument", arg.as_ref())?);
+        }
+        let mut envp = Vec::new();
+        for (name, value) in env {
+            let (name, value) = (name.as_ref(), value.as_ref());
+            let mut entry = name.as_bytes().to_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            envp.push(
+                CString::new(entry)
+                    .map_err(|_| format!("environment variable {name:?} contains a NUL byte"))?,
+            );
+        }
+        let [stdin, stdout, stderr] = stdio;
+        Ok(ExecPlan {
+            program: c_string("the program path", program)?,
+            args: argv,
+            env: envp,
+            cwd: c_string("the working directory", cwd)?,
+            stdin,
+            stdout,
+            stderr,
+            user,
+        })
+    }
+
+    /// Starts the program. Must be called with a tokio runtime entered (for
+    /// the pidfd's registration) and from a thread that lives as long as
+    /// the runner should: `PR_SET_PDEATHSIG` fires when that thread exits.
+    pub fn spawn(&self) -> Result<RunnerProcess, ExecError> {
+        let argv = null_terminated(&self.args);
+        let envp = null_terminated(&self.env);
+        let child = ChildPlan {
+            program: self.program.as_ptr(),
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+            cwd: self.cwd.as_ptr(),
+            stdio: [
+                self.stdin.as_raw_fd(),
+                self.stdout.as_raw_fd(),
+                self.stderr.as_raw_fd(),
+            ],
+            user: self.user,
+            // SAFETY: getpid has no preconditions.
+            parent: unsafe { libc::getpid() },
+            failed_step: AtomicUsize::new(NO_FAILURE),
+            failed_errno: AtomicI32::new(0),
+        };
+        let pid = CHILD_STACK.with(|stack| clone_vfork(stack, &child))?;
+        let failed_step = child.failed_step.load(Ordering::Acquire);
+        if failed_step != NO_FAILURE {
+            reap(pid);
+            return Err(ExecError {
+                step: STEPS[failed_step],
+                error: io::Error::from_raw_os_error(child.failed_errno.load(Ordering::Acquire)),
+            });
+        }
+        RunnerProcess::watch(pid).map_err(|error| {
+            // Unwatchable: it must not run unsupervised.
+            // SAFETY: pid is our unreaped child, so the number is still ours.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            reap(pid);
+            ExecError {
+                step: "pidfd_open",
+                error,
+            }
+        })
+    }
+}
+
+fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|string| string.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// What the child reads (raw pointers into the [`ExecPlan`], which outlives
+/// it: the parent thread is suspended until the child has exec'd or exited)
+/// and where it reports a failure.
+struct ChildPlan {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    stdio: [RawFd; 3],
+    user: Option<(u32, u32)>,
+    parent: libc::pid_t,
+    failed_step: AtomicUsize,
+    failed_errno: AtomicI32,
+}
+
+/// Clones the child with every signal blocked in this thread, then restores
+/// the thread's mask. Returns when the child has exec'd or exited.
+fn clone_vfork(stack: &ChildStack, child: &ChildPlan) -> Result<libc::pid_t, ExecError> {
+    // SAFETY: sigset_t is plain data, filled by sigfillset before any use.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; pthread_sigmask writes the old mask into it.
+    let mut previous: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live, writable sigset_t values.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous);
+    }
+    // SAFETY: `child_main` only makes async-signal-safe calls and raw system
+    // calls, allocates nothing and cannot unwind; it runs on `stack`, which
+    // nothing else uses while this thread is suspended (CLONE_VFORK), and
+    // `child` outlives it for the same reason. SIGCHLD as the exit signal
+    // makes it an ordinary child for waitpid.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            child as *const ChildPlan as *mut libc::c_void,
+        )
+    };
+    let clone_error = io::Error::last_os_error();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) };
+    if pid < 0 {
+        return Err(ExecError {
+            step: "clone",
+            error: clone_error,
+        });
+    }
+    Ok(pid)
+}
+
+/// The child, from clone to exec. Every call here is async-signal-safe or a
+/// raw system call; nothing allocates, locks or can panic.
+extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: the parent passed a pointer to a ChildPlan that stays alive
+    // and unmoved until this child execs or exits.
+    let plan = unsafe { &*(plan as *const ChildPlan) };
+    // SAFETY: each call below is a system call on values the parent
+    // prepared; see the module comment for why these and no others.
+    unsafe {
+        reset_caught_signals();
+        for (target, &source) in plan.stdio.iter().enumerate() {
+            if !move_fd(source, target as RawFd) {
+                fail(plan, 0);
+            }
+        }
+        if let Some((uid, gid)) = plan.user {
+            // Ignoring EPERM as std does: without CAP_SETGID there are no
+            // groups to shed that the switch would not already drop.
+            if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) < 0
+                && errno() != libc::EPERM
+            {
+                fail(plan, 1);
+            }
+            if libc::syscall(libc::SYS_setresgid, gid, gid, gid) < 0 {
+                fail(plan, 2);
+            }
+            if libc::syscall(libc::SYS_setresuid, uid, uid, uid) < 0 {
+                fail(plan, 3);
+            }
+        }
+        // As the runner's user: a workspace it cannot enter is an error now.
+        if libc::chdir(plan.cwd) < 0 {
+            fail(plan, 4);
+        }
+        // Its own session and process group, so the whole tree can be
+        // signalled at once and no terminal signal reaches it.
+        if libc::setsid() < 0 {
+            fail(plan, 5);
+        }
+        // Dies with the spawning thread (a spawner thread, which lives as
+        // long as the daemon). The group reaper covers the rest.
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) < 0
+        {
+            fail(plan, 6);
+        }
+        // The daemon may have died before the prctl took effect.
+        if libc::getppid() != plan.parent {
+            libc::_exit(1);
+        }
+        // The runner starts with nothing blocked, as std's children do.
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        libc::execve(plan.program, plan.argv, plan.envp);
+        fail(plan, 7)
+    }
+}
+
+/// Makes `source` the descriptor `target`, open across exec.
+///
+/// # Safety
+/// Only for the clone child: it changes the process's descriptor table.
+unsafe fn move_fd(source: RawFd, target: RawFd) -> bool {
+    if source == target {
+        // dup2 onto itself would keep close-on-exec set.
+        return libc::fcntl(target, libc::F_SETFD, 0) >= 0;
+    }
+    libc::dup2(source, target) >= 0
+}
+
+/// Resets every signal the daemon catches to its default, and SIGPIPE
+/// (which Rust ignores) too, as std does for its children; other ignored
+/// signals stay ignored, as POSIX has it. The child has its own copy of
+/// the handler table (no CLONE_SIGHAND), so the daemon's is untouched.
+///
+/// # Safety
+/// Only for the clone child, with every signal blocked.
+unsafe fn reset_caught_signals() {
+    for signal in 1..libc::SIGRTMAX() {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        // Fails for SIGKILL/SIGSTOP and glibc's internal signals: skip them.
+        if libc::sigaction(signal, std::ptr::null(), &mut current) < 0 {
+            continue;
+        }
+        let ignored = current.sa_sigaction == libc::SIG_IGN;
+        if current.sa_sigaction == libc::SIG_DFL || (ignored && signal != libc::SIGPIPE) {
+            continue;
+        }
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(signal, &default, std::ptr::null_mut());
+    }
+}
+
+/// Reports the failed step to the parent and exits the child.
+///
+/// # Safety
+/// Only for the clone child.
+unsafe fn fail(plan: &ChildPlan, step: usize) -> ! {
+    plan.failed_errno.store(errno(), Ordering::Release);
+    plan.failed_step.store(step, Ordering::Release);
+    libc::_exit(EXEC_FAILED)
+}
+
+fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Waits for a child that has already exited (or is about to).
+fn reap(pid: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: pid is our child; status is a valid out-pointer.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && errno() == libc::EINTR {}
+}
+
+/// A stack for clone children, one per thread (only one clone at a time
+/// can be in flight on a thread), with a guard page below it.
+struct ChildStack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+thread_local! {
+    static CHILD_STACK: ChildStack = ChildStack::new();
+}
+
+impl ChildStack {
+    fn new() -> ChildStack {
+        let page = page_size();
+        let len = CHILD_STACK_SIZE + page;
+        // SAFETY: an anonymous private mapping; no pointer is passed in.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            base != libc::MAP_FAILED,
+            "cannot map a stack for runner spawns: {}",
+            io::Error::last_os_error()
+        );
+        // SAFETY: the lowest page of the mapping just made.
+        unsafe { libc::mprotect(base, page, libc::PROT_NONE) };
+        ChildStack { base, len }
+    }
+
+    /// The stack grows down: the child starts at the top, 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping; page-aligned, so aligned.
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unused once its thread ends.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096)
+}
+
+/// A started runner, until it has been reaped.
+pub struct RunnerProcess {
+    pid: libc::pid_t,
+    pidfd: AsyncFd<OwnedFd>,
+}
+
+impl RunnerProcess {
+    fn watch(pid: libc::pid_t) -> io::Result<RunnerProcess> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, libc::PIDFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor pidfd_open just returned, owned by no one else.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        // SAFETY: an OwnedFd stays open, and the same descriptor, until the
+        // AsyncFd that owns it is dropped.
+        let pidfd =
+            unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }?;
+        Ok(RunnerProcess { pid, pidfd })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Waits for the runner to exit and reaps it.
+    pub async fn wait(self) -> io::Result<ExitStatus> {
+        loop {
+            let mut ready = self.pidfd.readable().await?;
+            let mut status = 0;
+            // SAFETY: pid is our child, reaped by no one else; WNOHANG
+            // returns at once.
+            match unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } {
+                0 => ready.clear_ready(),
+                pid if pid == self.pid => return Ok(ExitStatus::from_raw(status)),
+                _ if errno() == libc::EINTR => {}
+                _ => return Err(io::Error::last_os_error()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+    use std::io::Read;
+
+    fn null_stdio() -> [OwnedFd; 3] {
+        let open = || {
+            let null = File::options().read(true).write(true).open("/dev/null");
+            OwnedFd::from(null.unwrap())
+        };
+        [open(), open(), open()]
+    }
+
+    fn plan(program: &str, args: &[&str], cwd: &str, user: Option<(u32, u32)>) -> (ExecPlan, File) {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let mut stdio = null_stdio();
+        stdio[1] = write;
+        let env = [("PATH", "/usr/bin:/bin"), ("MARKER", "clone-exec")];
+        let plan =
+            ExecPlan::new(OsStr::new(program), args, env, OsStr::new(cwd), stdio, user).unwrap();
+        (plan, File::from(read))
+    }
+
+    /// Runs `sh -c script` and returns its exit status and what it printed.
+    async fn run_shell(script: &str, user: Option<(u32, u32)>) -> (ExitStatus, String) {
+        let (plan, mut output) = plan("/bin/sh", &["-c", script], "/", user);
+        let runner = plan.spawn().unwrap();
+        drop(plan); // our copy of the pipe's write end
+        let status = runner.wait().await.unwrap();
+        let mut text = String::new();
+        output.read_to_string(&mut text).unwrap();
+        (status, text)
+    }
+
+    #[tokio::test]
+    async fn reports_exit_codes_and_signals() {
+        assert_eq!(run_shell("exit 3", None).await.0.code(), Some(3));
+        let (killed, _) = run_shell("kill -TERM $$", None).await;
+        assert_eq!(killed.signal(), Some(libc::SIGTERM));
+    }
+
+    #[tokio::test]
+    async fn the_child_gets_exactly_the_environment_cwd_and_stdout_given() {
+        let (status, out) = run_shell("env | sort; pwd", None).await;
+        assert!(status.success());
+        // sh adds PWD (and perhaps SHLVL and _) itself; nothing of ours leaks.
+        let ours: Vec<&str> = out
+            .lines()
+            .filter(|line| {
+                !["PWD=", "SHLVL=", "_="]
+                    .iter()
+                    .any(|own| line.starts_with(own))
+            })
+            .collect();
+        assert_eq!(ours, ["MARKER=clone-exec", "PATH=/usr/bin:/bin", "/"]);
+    }
+
+    #[tokio::test]
+    async fn the_child_leads_its_own_session_with_nothing_blocked_and_sigpipe_default() {
+        // SigBlk is the blocked mask and SigIgn the ignored set in
+        // /proc/<pid>/status; the session id is field 6 of /proc/<pid>/stat.
+        // (exec: the shell itself blocks every signal while it waits.)
+        let script = "echo pid=$$; cut -d' ' -f6 /proc/$$/stat; \
+                      exec grep -E '^(SigBlk|SigIgn):' /proc/self/status";
+        let (status, out) = run_shell(script, None).await;
+        assert!(status.success(), "{out}");
+        assert!(out.contains("SigBlk:\t0000000000000000"), "{out}");
+        let ignored = out
+            .lines()
+            .find_map(|line| line.strip_prefix("SigIgn:\t"))
+            .map(|mask| u64::from_str_radix(mask, 16).unwrap())
+            .unwrap();
+        assert_eq!(
+            ignored & (1 << (libc::SIGPIPE - 1)),
+            0,
+            "SIGPIPE ignored: {out}"
+        );
+        let pid = out
+            .lines()
+            .find_map(|line| line.strip_prefix("pid="))
+            .unwrap();
+        assert_eq!(out.lines().nth(1), Some(pid), "not its own session: {out}");
+    }
+
+    #[tokio::test]
+    async fn switches_user_and_sheds_supplementary_groups() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to switch users");
+            return;
+        }
+        let script = "grep -E '^(Uid|Gid|Groups):' /proc/$$/status";
+        let (status, out) = run_shell(script, Some((65534, 65534))).await;
+        assert!(status.success(), "{out}");
+        assert!(out.contains("Uid:\t65534\t65534\t65534\t65534"), "{out}");
+        assert!(out.contains("Gid:\t65534\t65534\t65534\t65534"), "{out}");
+        let groups = out.lines().find_map(|line| line.strip_prefix("Groups:"));
+        assert_eq!(groups.map(str::trim), Some(""), "{out}");
+        // Only the child switched: this process is still root.
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        assert!(status.contains("Uid:\t0\t0\t0\t0"), "{status}");
+    }
+
+    #[test]
+    fn a_failed_exec_names_the_step_and_leaves_no_child_behind() {
+        // On a thread of its own name: the failed child (a clone of this
+        // thread) carries that name, which tells it apart from the children
+        // of tests running alongside.
+        let error = std::thread::Builder::new()
+            .name("clone-exec-fail".into())
+            .spawn(|| plan("/nonexistent/runner", &[], "/", None).0.spawn().err())
+            .unwrap()
+            .join()
+            .unwrap()
+            .expect("the spawn must fail");
+        assert_eq!(error.step, "execve");
+        assert_eq!(error.error.raw_os_error(), Some(libc::ENOENT));
+        let me = std::process::id().to_string();
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|entry| std::fs::read_to_string(entry.path().join("stat")).ok())
+            .filter(|stat| stat.contains("(clone-exec-fail)"))
+            .filter(|stat| stat.rsplit(')').next().unwrap().split(' ').nth(2) == Some(&me))
+            .collect();
+        assert!(left.is_empty(), "unreaped children: {left:?}");
+    }
+
+    #[test]
+    fn a_missing_working_directory_fails_at_chdir() {
+        let error = plan("/bin/true", &[], "/nonexistent/workspace", None)
+            .0
+            .spawn()
+            .err();
+        let error = error.expect("the spawn must fail");
+        assert_eq!(error.step, "chdir");
+        assert_eq!(error.error.raw_os_error(), Some(libc::ENOENT));
+    }
+
+    #[test]
+    fn a_nul_byte_is_refused_before_anything_runs() {
+        let error = ExecPlan::new(
+            OsStr::new("/bin/true"),
+            [] as [&str; 0],
+            [("STIGMER_TASK_QUEUE", "a\0b")],
+            OsStr::new("/"),
+            null_stdio(),
+            None,
+        )
+        .err()
+        .unwrap();
+        assert!(error.contains("STIGMER_TASK_QUEUE"), "{error}");
+    }
+}

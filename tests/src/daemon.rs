@@ -1,5 +1,6 @@
 //! [`TestDaemon`]: one real `sandboxd` per test, in a directory of its own.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::os::unix::fs::PermissionsExt;
@@ -375,11 +376,26 @@ impl TestDaemon {
             .join(format!("{}.log", naming::base_name(scope, id)))
     }
 
-    /// `<state_dir>/ledger/<base_name>.pid`.
-    pub fn ledger_file(&self, scope: Scope, id: &str) -> PathBuf {
-        self.state_dir
-            .join("ledger")
-            .join(format!("{}.pid", naming::base_name(scope, id)))
+    /// `<state_dir>/ledger/journal`: one `+`/`-` line per runner start and exit.
+    pub fn ledger_journal(&self) -> PathBuf {
+        self.state_dir.join("ledger").join("journal")
+    }
+
+    /// The ledger's live records, by base name: `(pid, start time)`. Panics
+    /// on a journal line the daemon should never have written.
+    pub fn ledger_live_records(&self) -> HashMap<String, (u32, u64)> {
+        let (live, malformed) = read_ledger(&self.state_dir.join("ledger"));
+        assert!(
+            malformed.is_empty(),
+            "malformed ledger journal lines: {malformed:?}"
+        );
+        live
+    }
+
+    /// This sandbox's live ledger record: `(pid, start time)`.
+    pub fn ledger_record(&self, scope: Scope, id: &str) -> Option<(u32, u64)> {
+        self.ledger_live_records()
+            .remove(&naming::base_name(scope, id))
     }
 
     /// Live processes whose environment points into this test's directory:
@@ -397,17 +413,10 @@ impl TestDaemon {
     /// environment points into the test directory.
     fn kill_everything(&mut self) {
         self.kill();
-        if let Ok(entries) = fs::read_dir(self.state_dir.join("ledger")) {
-            for entry in entries.flatten() {
-                let text = fs::read_to_string(entry.path()).unwrap_or_default();
-                let mut words = text.split_whitespace();
-                let pid = words.next().and_then(|word| word.parse::<u32>().ok());
-                let start = words.next().and_then(|word| word.parse::<u64>().ok());
-                if let (Some(pid), Some(start)) = (pid, start) {
-                    if pid > 1 && procs::start_time(pid) == Some(start) {
-                        procs::signal_group(pid, Signal::SIGKILL);
-                    }
-                }
+        let (live, _) = read_ledger(&self.state_dir.join("ledger"));
+        for (pid, start) in live.into_values() {
+            if pid > 1 && procs::start_time(pid) == Some(start) {
+                procs::signal_group(pid, Signal::SIGKILL);
             }
         }
         for _ in 0..3 {
@@ -441,6 +450,56 @@ impl Drop for TestDaemon {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Replays the ledger in `dir` as the daemon's start-up sweep does: the
+/// journal (`+ <pid> <start> <base>`, cancelled by the `-` line with the same
+/// pid and start time) and an older daemon's `<base>.pid` files
+/// (`<pid> <start>`). Returns the live records by base name, and the
+/// journal lines that did not parse.
+fn read_ledger(dir: &Path) -> (HashMap<String, (u32, u64)>, Vec<String>) {
+    let mut live = HashMap::new();
+    let mut malformed = Vec::new();
+    let journal = fs::read_to_string(dir.join("journal")).unwrap_or_default();
+    for line in journal.lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        let parsed = match words[..] {
+            [sign @ ("+" | "-"), pid, start, base] => pid
+                .parse::<u32>()
+                .ok()
+                .zip(start.parse::<u64>().ok())
+                .map(|record| (sign == "+", record, base)),
+            _ => None,
+        };
+        match parsed {
+            Some((true, record, base)) => {
+                live.insert(base.to_string(), record);
+            }
+            Some((false, record, base)) => {
+                if live.get(base) == Some(&record) {
+                    live.remove(base);
+                }
+            }
+            None => malformed.push(line.to_string()),
+        }
+    }
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let Some(base) = path
+            .file_stem()
+            .filter(|_| path.extension().is_some_and(|extension| extension == "pid"))
+        else {
+            continue;
+        };
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let mut words = text.split_whitespace();
+        let pid = words.next().and_then(|word| word.parse::<u32>().ok());
+        let start = words.next().and_then(|word| word.parse::<u64>().ok());
+        if let Some(record) = pid.zip(start) {
+            live.insert(base.to_string_lossy().into_owned(), record);
+        }
+    }
+    (live, malformed)
 }
 
 /// Runs a command to completion, killing it after `timeout`.

@@ -161,7 +161,7 @@ async fn sigkill_in_the_middle_of_a_burst_of_ensures_leaves_nothing() {
     assert!(
         gone,
         "{took:?} after SIGKILL of the daemon mid-burst these runner processes survive:\n{survivors}\nledger: {:?}",
-        sandboxd_tests::dir_entries(&daemon.state_dir().join("ledger"))
+        daemon.ledger_live_records()
     );
 
     daemon.launch();
@@ -249,6 +249,77 @@ async fn a_group_left_by_an_earlier_instance_is_swept_at_start_but_a_reused_pid_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_is_replayed_at_start_a_live_record_swept_a_forgotten_or_reused_one_not() {
+    let mut daemon = TestDaemon::prepare(Options::default());
+    let ledger = daemon.state_dir().join("ledger");
+    std::fs::create_dir_all(&ledger).unwrap();
+
+    // A group an earlier sandboxd left behind, recorded with its true start time.
+    let (mut leftover, leftover_pid, leftover_grandchild) =
+        start_orphan_group(daemon.fixture(), &daemon.dir().join("leftover"));
+    let leftover_start = start_time(leftover_pid).unwrap();
+    // A group the earlier instance recorded and then forgot: not its to kill.
+    let (mut forgotten, forgotten_pid, forgotten_grandchild) =
+        start_orphan_group(daemon.fixture(), &daemon.dir().join("forgotten"));
+    let forgotten_start = start_time(forgotten_pid).unwrap();
+    // A record whose pid now belongs to an unrelated process (another start time).
+    let (mut unrelated, unrelated_pid, unrelated_grandchild) =
+        start_orphan_group(daemon.fixture(), &daemon.dir().join("unrelated"));
+    let wrong_start = start_time(unrelated_pid).unwrap().saturating_sub(1000);
+    let journal = format!(
+        "+ {forgotten_pid} {forgotten_start} sbx-ses-000000000002\n\
+         not a ledger line\n\
+         + {leftover_pid} {leftover_start} sbx-ses-000000000001\n\
+         - {forgotten_pid} {forgotten_start} sbx-ses-000000000002\n\
+         + {unrelated_pid} {wrong_start} sbx-ses-000000000003\n"
+    );
+    std::fs::write(daemon.ledger_journal(), journal).unwrap();
+
+    daemon.launch();
+    daemon.wait_ready();
+    let status = daemon.client().await.status().await.expect("status");
+    assert_eq!(status.driver, "local-process");
+
+    // By the time the daemon answers, the leftover group is dead.
+    let leftover_gone = pid_is_gone(leftover_pid) && pid_is_gone(leftover_grandchild);
+    let forgotten_alive = !pid_is_gone(forgotten_pid) && !pid_is_gone(forgotten_grandchild);
+    let unrelated_alive = !pid_is_gone(unrelated_pid) && !pid_is_gone(unrelated_grandchild);
+    for (child, pid) in [
+        (&mut leftover, leftover_pid),
+        (&mut forgotten, forgotten_pid),
+        (&mut unrelated, unrelated_pid),
+    ] {
+        procs::signal_group(pid, Signal::SIGKILL);
+        let _ = child.wait();
+    }
+    assert!(
+        leftover_gone,
+        "the group the journal left live (leader {leftover_pid}, grandchild {leftover_grandchild}) survived the start-up sweep"
+    );
+    assert!(
+        forgotten_alive,
+        "the sweep killed a group whose journal record was cancelled by a `-` line"
+    );
+    assert!(
+        unrelated_alive,
+        "the sweep killed a process whose start time does not match its journal record (pid reuse)"
+    );
+    let journal = std::fs::read_to_string(daemon.ledger_journal()).unwrap();
+    assert!(
+        journal.is_empty(),
+        "the new instance starts with an empty journal, not:\n{journal}"
+    );
+    let log = daemon.log_text();
+    let journal_path = daemon.ledger_journal().display().to_string();
+    assert!(
+        log.lines().any(|line| line.contains("malformed")
+            && line.contains(&journal_path)
+            && line.contains("line=2")),
+        "the malformed line is named in a warning; the daemon said:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_daemon_on_a_served_socket_refuses_to_start() {
     let first = TestDaemon::start(Options::default());
     let client = first.client().await;
@@ -320,8 +391,9 @@ async fn a_second_daemon_on_the_same_state_dir_refuses_and_kills_nothing() {
         !pid_is_gone(pid),
         "the second daemon killed the first one's runner"
     );
-    assert!(
-        first.ledger_file(Scope::Session, "mine").exists(),
+    assert_eq!(
+        first.ledger_record(Scope::Session, "mine"),
+        Some((pid, start_time(pid).unwrap())),
         "the second daemon swept the first one's ledger"
     );
     assert_eq!(
@@ -434,8 +506,9 @@ async fn a_missing_runner_command_fails_ensure_clearly_and_the_daemon_keeps_serv
         assert!(client.status().await.is_ok(), "the daemon keeps serving");
         assert!(daemon.is_running());
         assert!(daemon.leftover_processes().is_empty());
-        assert!(
-            sandboxd_tests::dir_entries(&daemon.state_dir().join("ledger")).is_empty(),
+        assert_eq!(
+            std::fs::read_to_string(daemon.ledger_journal()).unwrap(),
+            "",
             "nothing recorded"
         );
     }

@@ -19,13 +19,16 @@ const CALL: Duration = Duration::from_secs(20);
 /// Asserts nothing was created: no workspace, log, ledger record or process.
 fn assert_nothing_created(daemon: &TestDaemon) {
     let state = daemon.state_dir();
-    for dir in ["sandboxes", "logs", "ledger"] {
+    for dir in ["sandboxes", "logs"] {
         assert!(
             dir_entries(&state.join(dir)).is_empty(),
             "{dir}/ holds {:?}",
             dir_entries(&state.join(dir))
         );
     }
+    // The journal exists from start-up; no record may ever have reached it.
+    let journal = std::fs::read_to_string(daemon.ledger_journal()).unwrap();
+    assert!(journal.is_empty(), "the ledger journal holds:\n{journal}");
     assert!(
         daemon.leftover_processes().is_empty(),
         "processes were started: {:?}",

@@ -53,10 +53,9 @@ async fn ensure_provisions_once_then_takes_the_fast_path() {
     assert_eq!(meta.uid(), NOBODY, "workspace owner");
 
     // The ledger records the runner with its start time.
-    let ledger = std::fs::read_to_string(daemon.ledger_file(Scope::Session, "fast-1")).unwrap();
     assert_eq!(
-        ledger.trim(),
-        format!("{pid} {}", start_time(pid).unwrap()),
+        daemon.ledger_record(Scope::Session, "fast-1"),
+        Some((pid, start_time(pid).unwrap())),
         "ledger record"
     );
 
@@ -218,10 +217,12 @@ async fn a_killed_runner_is_absent_and_the_next_ensure_respawns_it() {
         (info.generation, info.restarts, info.pid),
         (2, 1, Some(new_pid))
     );
-    let ledger = std::fs::read_to_string(daemon.ledger_file(Scope::Session, "phoenix")).unwrap();
     assert_eq!(
-        ledger.split_whitespace().next(),
-        Some(new_pid.to_string().as_str())
+        daemon
+            .ledger_record(Scope::Session, "phoenix")
+            .map(|(pid, _)| pid),
+        Some(new_pid),
+        "the ledger records the new runner, and no longer the old one"
     );
 }
 
@@ -316,8 +317,9 @@ async fn deprovision_tears_down_and_is_idempotent() {
         !workspace.exists(),
         "a plain deprovision removes the workspace"
     );
-    assert!(
-        !daemon.ledger_file(Scope::Session, "gone-1").exists(),
+    assert_eq!(
+        daemon.ledger_record(Scope::Session, "gone-1"),
+        None,
         "the ledger record is removed"
     );
     assert_eq!(

@@ -1,13 +1,28 @@
 //! The spawn ledger: what this daemon started, kept on disk so that the next
 //! instance can finish off anything a crash left behind.
 //!
-//! One file per sandbox, `<state dir>/ledger/<base name>.pid`, holding
-//! `<pid> <start time>`. At start-up every record is swept before the
-//! daemon serves: a group whose leader still has the recorded start time is
-//! killed; a record whose pid now belongs to another process (a different
-//! start time) is dropped without killing anything.
+//! One append-only journal, `<state dir>/ledger/journal`, with a line per
+//! event: `+ <pid> <start time> <base name>` when a runner starts and
+//! `- <pid> <start time> <base name>` when its group is gone. One file
+//! rather than one per sandbox because creating and unlinking an inode per
+//! sandbox was a large share of the cost of creating one. Replaying the
+//! journal (a `-` cancels the `+` with the same pid and start time) gives
+//! the runners that may still be alive; when dead lines outnumber live ones
+//! the journal is rewritten with only the live records.
+//!
+//! At start-up every live record is swept before the daemon serves: a group
+//! whose leader still has the recorded start time is killed; a record whose
+//! pid now belongs to another process (a different start time) is dropped
+//! without killing anything. The sweep also reads the `<base name>.pid`
+//! files (`<pid> <start time>`) an older sandboxd kept one per sandbox, so
+//! that an upgrade never leaks the runners the old version left.
 
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
@@ -15,74 +30,258 @@ use nix::unistd::Pid;
 
 use super::proc_stat;
 
-/// One line of the ledger.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The journal's name in the ledger directory.
+const JOURNAL: &str = "journal";
+/// Where a compaction writes before it renames over the journal.
+const JOURNAL_TMP: &str = "journal.tmp";
+/// Below this many lines since the last compaction, the journal is left to
+/// grow: a rewrite would cost more than the few kilobytes it saves.
+const COMPACT_AFTER_LINES: usize = 4096;
+
+/// A runner as the ledger knows it: the pair that identifies a process
+/// across a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LedgerRecord {
     pub pid: i32,
     pub start_time: u64,
 }
 
 impl LedgerRecord {
+    /// Parses `<pid> <start time>`, the body of an older version's `.pid` file.
     fn parse(text: &str) -> Option<LedgerRecord> {
-        let mut words = text.split_ascii_whitespace();
+        LedgerRecord::from_words(&mut text.split_ascii_whitespace())
+    }
+
+    fn from_words<'a>(words: &mut impl Iterator<Item = &'a str>) -> Option<LedgerRecord> {
         let pid = words.next()?.parse().ok().filter(|pid| *pid > 1)?;
         let start_time = words.next()?.parse().ok()?;
         Some(LedgerRecord { pid, start_time })
     }
 }
 
+/// One parsed journal line.
+struct Entry<'a> {
+    started: bool,
+    record: LedgerRecord,
+    base_name: &'a str,
+}
+
+impl Entry<'_> {
+    fn parse(line: &str) -> Option<Entry<'_>> {
+        let mut words = line.split_ascii_whitespace();
+        let started = match words.next()? {
+            "+" => true,
+            "-" => false,
+            _ => return None,
+        };
+        let record = LedgerRecord::from_words(&mut words)?;
+        let base_name = words.next()?;
+        words.next().is_none().then_some(Entry {
+            started,
+            record,
+            base_name,
+        })
+    }
+}
+
+/// One journal line, built whole so that it reaches the file in one write.
+fn line(started: bool, base_name: &str, record: LedgerRecord) -> String {
+    let sign = if started { '+' } else { '-' };
+    format!("{sign} {} {} {base_name}\n", record.pid, record.start_time)
+}
+
 pub struct Ledger {
     dir: PathBuf,
+    journal: Mutex<Journal>,
+}
+
+struct Journal {
+    /// Opened with `O_APPEND`: every write lands at the end, whatever the offset.
+    file: File,
+    /// The runners recorded and not yet forgotten, by base name: `forget`
+    /// is given only the name, and a compaction writes exactly these.
+    live: HashMap<String, LedgerRecord>,
+    /// Lines appended since the journal was last compacted (or created).
+    lines_since_compaction: usize,
 }
 
 impl Ledger {
-    pub fn new(dir: PathBuf) -> Self {
-        Ledger { dir }
+    /// Opens (creating it if needed) the journal for appending. Called once,
+    /// after [`sweep`] emptied the ledger: the new instance starts with no
+    /// live records.
+    pub fn open(dir: &Path) -> std::io::Result<Ledger> {
+        let path = dir.join(JOURNAL);
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(&path)?;
+        Ok(Ledger {
+            dir: dir.to_path_buf(),
+            journal: Mutex::new(Journal {
+                file,
+                live: HashMap::new(),
+                lines_since_compaction: 0,
+            }),
+        })
     }
 
-    fn path(&self, base_name: &str) -> PathBuf {
-        self.dir.join(format!("{base_name}.pid"))
+    fn journal(&self) -> MutexGuard<'_, Journal> {
+        self.journal
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
     }
 
     /// Notes a runner the moment it exists. Unsynced: a crash that loses the
     /// page cache also loses the runner (the host went down with it).
     pub fn record(&self, base_name: &str, record: LedgerRecord) -> std::io::Result<()> {
-        std::fs::write(
-            self.path(base_name),
-            format!("{} {}\n", record.pid, record.start_time),
-        )
+        let mut journal = self.journal();
+        journal
+            .file
+            .write_all(line(true, base_name, record).as_bytes())?;
+        journal.lines_since_compaction += 1;
+        journal.live.insert(base_name.to_owned(), record);
+        self.compact_if_due(&mut journal);
+        Ok(())
     }
 
     /// Forgets a runner whose whole group is gone.
     pub fn forget(&self, base_name: &str) {
-        if let Err(error) = std::fs::remove_file(self.path(base_name)) {
-            if error.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(base_name, %error, "cannot remove ledger record");
-            }
+        let mut journal = self.journal();
+        // Nothing to cancel when the record itself could not be written.
+        let Some(record) = journal.live.remove(base_name) else {
+            return;
+        };
+        // A `-` that fails to reach the file leaves a `+` the next sweep
+        // checks by start time, and that the next compaction drops.
+        match journal
+            .file
+            .write_all(line(false, base_name, record).as_bytes())
+        {
+            Ok(()) => journal.lines_since_compaction += 1,
+            Err(error) => tracing::warn!(base_name, %error, "cannot forget a ledger record"),
         }
+        self.compact_if_due(&mut journal);
     }
 
-    /// Kills every group an earlier instance left behind, then empties the
-    /// ledger. Returns how many groups were killed.
-    pub fn sweep(&self) -> usize {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return 0;
-        };
-        let mut killed = 0;
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let record = std::fs::read_to_string(&path)
-                .ok()
-                .and_then(|text| LedgerRecord::parse(&text));
-            match record {
-                Some(record) if kill_leftover_group(&path, record) => killed += 1,
-                Some(_) => {}
-                None => tracing::warn!(path = %path.display(), "ignoring unreadable ledger record"),
-            }
-            let _ = std::fs::remove_file(&path);
+    /// Rewrites the journal with only the live records once it has grown by
+    /// enough lines, and by more than twice the live ones: the file stays in
+    /// proportion to the runners alive, at a cost spread over many appends.
+    /// A failure leaves the old journal in use, and waits as long again
+    /// before the next try.
+    fn compact_if_due(&self, journal: &mut Journal) {
+        let lines = journal.lines_since_compaction;
+        if lines <= COMPACT_AFTER_LINES || lines <= 2 * journal.live.len() {
+            return;
         }
-        killed
+        journal.lines_since_compaction = 0;
+        match compact(&self.dir, &journal.live) {
+            Ok(file) => journal.file = file,
+            Err(error) => {
+                tracing::warn!(dir = %self.dir.display(), %error, "cannot compact the ledger journal; still appending to it")
+            }
+        }
     }
+}
+
+/// Writes the live records to a new file and renames it over the journal.
+/// The returned handle is that new file, opened for appending before the
+/// rename, so there is no moment at which the journal has no open handle.
+fn compact(dir: &Path, live: &HashMap<String, LedgerRecord>) -> std::io::Result<File> {
+    let tmp = dir.join(JOURNAL_TMP);
+    remove_if_present(&tmp)?;
+    let mut file = OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    let text: String = live
+        .iter()
+        .map(|(base_name, record)| line(true, base_name, *record))
+        .collect();
+    file.write_all(text.as_bytes())?;
+    std::fs::rename(&tmp, dir.join(JOURNAL))?;
+    Ok(file)
+}
+
+fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}
+
+/// The records a journal leaves live, by pid and start time, each with its
+/// base name. A line that does not parse is skipped with a warning.
+fn replay(path: &Path, text: &str) -> HashMap<LedgerRecord, String> {
+    let mut live = HashMap::new();
+    for (index, text_line) in text.lines().enumerate() {
+        match Entry::parse(text_line) {
+            Some(entry) if entry.started => {
+                live.insert(entry.record, entry.base_name.to_owned());
+            }
+            Some(entry) => {
+                live.remove(&entry.record);
+            }
+            None => tracing::warn!(
+                path = %path.display(),
+                line = index + 1,
+                "skipping a malformed ledger journal line"
+            ),
+        }
+    }
+    live
+}
+
+/// Kills every group an earlier instance left behind — the journal's live
+/// records and any older version's `.pid` files — then empties the ledger.
+/// Returns how many groups were killed.
+pub fn sweep(dir: &Path) -> usize {
+    let mut killed = 0;
+    let journal = dir.join(JOURNAL);
+    match std::fs::read_to_string(&journal) {
+        Ok(text) => {
+            for record in replay(&journal, &text).into_keys() {
+                killed += usize::from(kill_leftover_group(&journal, record));
+            }
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => {
+            tracing::warn!(path = %journal.display(), %error, "cannot read the ledger journal")
+        }
+    }
+    // A compaction cut short never got to replace the journal.
+    for path in [journal, dir.join(JOURNAL_TMP)] {
+        if let Err(error) = remove_if_present(&path) {
+            tracing::warn!(path = %path.display(), %error, "cannot remove the ledger journal");
+        }
+    }
+    killed + sweep_legacy_files(dir)
+}
+
+/// Sweeps the one-file-per-sandbox ledger of sandboxd versions before the
+/// journal, so that an upgrade never leaks the runners they left.
+fn sweep_legacy_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut killed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|extension| extension != "pid") {
+            continue;
+        }
+        let record = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| LedgerRecord::parse(&text));
+        match record {
+            Some(record) if kill_leftover_group(&path, record) => killed += 1,
+            Some(_) => {}
+            None => tracing::warn!(path = %path.display(), "ignoring unreadable ledger record"),
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    killed
 }
 
 /// Kills the group if it is provably the one recorded, and waits (bounded)
@@ -121,6 +320,53 @@ fn kill_leftover_group(path: &Path, record: LedgerRecord) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt as _;
+
+    struct Dir(PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir(name: &str) -> Dir {
+        let path =
+            std::env::temp_dir().join(format!("sandboxd-ledger-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Dir(path)
+    }
+
+    fn record(pid: i32, start_time: u64) -> LedgerRecord {
+        LedgerRecord { pid, start_time }
+    }
+
+    /// The live records of the journal in `dir`, by base name.
+    fn live_in(dir: &Path) -> HashMap<String, LedgerRecord> {
+        let path = dir.join(JOURNAL);
+        let text = std::fs::read_to_string(&path).unwrap();
+        replay(&path, &text)
+            .into_iter()
+            .map(|(record, base_name)| (base_name, record))
+            .collect()
+    }
+
+    /// A `sleep` leading a process group of its own, as a runner does.
+    fn group_leader() -> (std::process::Child, LedgerRecord) {
+        let child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let start_time = proc_stat::read(pid).unwrap().start_time;
+        (child, record(pid, start_time))
+    }
+
+    fn is_alive(child: &mut std::process::Child) -> bool {
+        child.try_wait().unwrap().is_none()
+    }
 
     #[test]
     fn parses_records() {
@@ -134,5 +380,151 @@ mod tests {
         assert_eq!(LedgerRecord::parse("1 456"), None, "never pid 1");
         assert_eq!(LedgerRecord::parse("-5 456"), None, "never a negative pid");
         assert_eq!(LedgerRecord::parse("garbage"), None);
+    }
+
+    #[test]
+    fn replay_cancels_pairs_keeps_unmatched_records_and_skips_malformed_lines() {
+        let text = "\
++ 100 5 sbx-ses-000000000001
++ 200 6 sbx-ses-000000000002
+garbage
+- 100 5 sbx-ses-000000000001
++ 1 7 sbx-ses-000000000003
+- 300 8 sbx-ses-000000000004
++ 400 9
++ 500 10 sbx-ses-000000000005 extra
+* 200 6 sbx-ses-000000000002
+- 200 7 sbx-ses-000000000002
++ 600 11 sbx-ses-000000000006
+";
+        let live = replay(Path::new("journal"), text);
+        let expected = HashMap::from([
+            // No `-` with its start time: a same-pid `-` for another process
+            // does not cancel it.
+            (record(200, 6), "sbx-ses-000000000002".to_owned()),
+            // After the malformed lines: they did not stop the replay.
+            (record(600, 11), "sbx-ses-000000000006".to_owned()),
+        ]);
+        assert_eq!(live, expected);
+    }
+
+    #[test]
+    fn records_and_forgets_append_lines() {
+        let dir = dir("append");
+        let ledger = Ledger::open(&dir.0).unwrap();
+        ledger
+            .record("sbx-ses-000000000001", record(100, 5))
+            .unwrap();
+        ledger
+            .record("sbx-ses-000000000002", record(200, 6))
+            .unwrap();
+        ledger.forget("sbx-ses-000000000001");
+        ledger.forget("sbx-ses-000000000009");
+        assert_eq!(
+            std::fs::read_to_string(dir.0.join(JOURNAL)).unwrap(),
+            "+ 100 5 sbx-ses-000000000001\n+ 200 6 sbx-ses-000000000002\n- 100 5 sbx-ses-000000000001\n",
+            "a forget of an unknown name writes nothing"
+        );
+        assert_eq!(
+            live_in(&dir.0),
+            HashMap::from([("sbx-ses-000000000002".to_owned(), record(200, 6))])
+        );
+    }
+
+    #[test]
+    fn compaction_keeps_exactly_the_live_records_and_shrinks_the_file() {
+        let dir = dir("compact");
+        let path = dir.0.join(JOURNAL);
+        let ledger = Ledger::open(&dir.0).unwrap();
+        let mut expected = HashMap::new();
+        for n in 0..3 {
+            let base = format!("sbx-wfx-{n:012}");
+            ledger.record(&base, record(10 + n, 1)).unwrap();
+            expected.insert(base, record(10 + n, 1));
+        }
+        let mut shrank = false;
+        let mut size = 0;
+        let mut lines_written = 3;
+        for n in 0..3000 {
+            let base = format!("sbx-ses-{n:012}");
+            ledger.record(&base, record(1000 + n, 2)).unwrap();
+            ledger.forget(&base);
+            lines_written += 2;
+            let now = std::fs::metadata(&path).unwrap().len();
+            shrank |= now < size;
+            size = now;
+        }
+        assert!(shrank, "the journal never shrank");
+        // Appends after a compaction reach the renamed file.
+        ledger.forget("sbx-wfx-000000000000");
+        expected.remove("sbx-wfx-000000000000");
+        ledger.record("sbx-mcp-000000000000", record(7, 3)).unwrap();
+        expected.insert("sbx-mcp-000000000000".to_owned(), record(7, 3));
+        lines_written += 2;
+
+        assert_eq!(live_in(&dir.0), expected);
+        let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+        assert!(
+            lines < lines_written,
+            "{lines} lines of {lines_written} written"
+        );
+        assert!(!dir.0.join(JOURNAL_TMP).exists());
+    }
+
+    #[test]
+    fn sweep_kills_live_journal_records_and_legacy_files_then_empties_the_ledger() {
+        let dir = dir("sweep");
+        let (mut in_journal, in_journal_record) = group_leader();
+        let (mut forgotten, forgotten_record) = group_leader();
+        let (mut in_legacy_file, in_legacy_record) = group_leader();
+        let (mut reused, reused_record) = group_leader();
+        let journal = [
+            line(true, "sbx-ses-000000000001", in_journal_record),
+            line(true, "sbx-ses-000000000002", forgotten_record),
+            "not a record\n".to_owned(),
+            line(false, "sbx-ses-000000000002", forgotten_record),
+            // The pid now names a process that started later.
+            line(
+                true,
+                "sbx-ses-000000000003",
+                record(reused_record.pid, reused_record.start_time - 1),
+            ),
+        ]
+        .concat();
+        std::fs::write(dir.0.join(JOURNAL), journal).unwrap();
+        std::fs::write(dir.0.join(JOURNAL_TMP), "+ 1234 5 half-compacted\n").unwrap();
+        std::fs::write(
+            dir.0.join("sbx-wfx-000000000004.pid"),
+            format!("{} {}\n", in_legacy_record.pid, in_legacy_record.start_time),
+        )
+        .unwrap();
+        std::fs::write(dir.0.join("sbx-wfx-000000000005.pid"), "unreadable").unwrap();
+
+        let killed = sweep(&dir.0);
+        let survivors = [
+            is_alive(&mut in_journal),
+            is_alive(&mut forgotten),
+            is_alive(&mut in_legacy_file),
+            is_alive(&mut reused),
+        ];
+        for child in [
+            &mut in_journal,
+            &mut forgotten,
+            &mut in_legacy_file,
+            &mut reused,
+        ] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert_eq!(killed, 2);
+        assert_eq!(
+            survivors,
+            [false, true, false, true],
+            "journal, forgotten, legacy, reused pid"
+        );
+        assert!(
+            std::fs::read_dir(&dir.0).unwrap().next().is_none(),
+            "the sweep leaves an empty ledger"
+        );
     }
 }

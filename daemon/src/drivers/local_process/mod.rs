@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use anyhow::Context as _;
 use async_trait::async_trait;
 use sandboxd_protocol::{
     DeprovisionReport, EnsureReport, ExitInfo, LogChunk, LogStart, ProbeState, SandboxEnv,
@@ -100,14 +101,17 @@ impl LocalProcessDriver {
             state_dir::check_reachable(&dirs.sandboxes, uid, gid, &identity.display)?;
         }
         state_dir::raise_open_file_limit();
-        let ledger = Ledger::new(dirs.ledger.clone());
-        let sandboxes = dirs.sandboxes.clone();
+        let (ledger_dir, sandboxes) = (dirs.ledger.clone(), dirs.sandboxes.clone());
         let (killed, strays, ledger) = tokio::task::spawn_blocking(move || {
-            let killed = ledger.sweep();
+            let killed = ledger::sweep(&ledger_dir);
             let strays = workspace_scan::kill_processes_in(&sandboxes);
+            let ledger = Ledger::open(&ledger_dir).with_context(|| {
+                format!("cannot open the spawn ledger in {}", ledger_dir.display())
+            });
             (killed, strays, ledger)
         })
         .await?;
+        let ledger = ledger?;
         if killed > 0 || strays > 0 {
             tracing::warn!(
                 groups = killed,

@@ -5,7 +5,7 @@
 //!   sandboxd.lock               flock: one daemon per state dir
 //!   sandboxes/<base>/     0711 / 0700 owned by the runner user
 //!   logs/<base>.log       0700 / 0640 runner stdout+stderr
-//!   ledger/<base>.pid     0700        what this daemon spawned
+//!   ledger/journal        0700 / 0600 what this daemon spawned (see ledger.rs)
 //! ```
 
 use std::fs::{DirBuilder, File, OpenOptions};

@@ -362,6 +362,28 @@ impl TestDaemon {
         &self.fixture
     }
 
+    /// The workspace directories under `<state_dir>/sandboxes`, sorted (the
+    /// daemon's `.trash` is not one).
+    pub fn workspaces(&self) -> Vec<String> {
+        let mut names = crate::dir_entries(&self.state_dir.join("sandboxes"));
+        names.retain(|name| name != ".trash");
+        names
+    }
+
+    /// The runners' output files under `<state_dir>/logs`, sorted (the
+    /// daemon's `.spare` directory of emptied files for reuse is not one).
+    pub fn log_files(&self) -> Vec<String> {
+        let mut names = crate::dir_entries(&self.state_dir.join("logs"));
+        names.retain(|name| name != ".spare");
+        names
+    }
+
+    /// What `<state_dir>/sandboxes/.trash` holds: files of deprovisioned
+    /// sandboxes that are still being deleted.
+    pub fn trash_entries(&self) -> Vec<String> {
+        crate::dir_entries(&self.state_dir.join("sandboxes").join(".trash"))
+    }
+
     /// `<state_dir>/sandboxes/<base_name>`.
     pub fn workspace(&self, scope: Scope, id: &str) -> PathBuf {
         self.state_dir

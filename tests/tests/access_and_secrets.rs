@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sandboxd_client::Scope;
 use sandboxd_tests::procs::wait_until;
-use sandboxd_tests::{dir_entries, runner_env, sandbox_env, wait_for_runner, Options, TestDaemon};
+use sandboxd_tests::{runner_env, sandbox_env, wait_for_runner, Options, TestDaemon};
 
 fn text(output: &Output) -> (String, String) {
     (
@@ -82,7 +82,7 @@ async fn a_uid_outside_the_allow_lists_is_refused() {
         ],
     );
     assert!(
-        dir_entries(&daemon.state_dir().join("sandboxes")).is_empty(),
+        daemon.workspaces().is_empty(),
         "a refused ensure created a workspace"
     );
     assert!(daemon.leftover_processes().is_empty());
@@ -141,11 +141,7 @@ async fn read_access_allows_probing_but_not_mutating() {
             (&["connect", "deprovision", "r1"], "connect deprovision"),
         ],
     );
-    assert_eq!(
-        dir_entries(&daemon.state_dir().join("sandboxes")).len(),
-        1,
-        "only s1 exists"
-    );
+    assert_eq!(daemon.workspaces().len(), 1, "only s1 exists");
     assert_eq!(daemon.leftover_processes(), vec![pid], "s1 was not touched");
     assert!(
         wait_until(Duration::from_secs(5), || daemon

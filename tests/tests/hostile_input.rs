@@ -18,14 +18,18 @@ const CALL: Duration = Duration::from_secs(20);
 
 /// Asserts nothing was created: no workspace, log, ledger record or process.
 fn assert_nothing_created(daemon: &TestDaemon) {
-    let state = daemon.state_dir();
-    for dir in ["sandboxes", "logs"] {
-        assert!(
-            dir_entries(&state.join(dir)).is_empty(),
-            "{dir}/ holds {:?}",
-            dir_entries(&state.join(dir))
-        );
-    }
+    assert!(
+        daemon.workspaces().is_empty(),
+        "workspaces: {:?}",
+        daemon.workspaces()
+    );
+    assert!(
+        daemon.trash_entries().is_empty(),
+        "trash: {:?}",
+        daemon.trash_entries()
+    );
+    let logs = daemon.log_files();
+    assert!(logs.is_empty(), "logs/ holds {logs:?}");
     // The journal exists from start-up; no record may ever have reached it.
     let journal = std::fs::read_to_string(daemon.ledger_journal()).unwrap();
     assert!(journal.is_empty(), "the ledger journal holds:\n{journal}");
@@ -222,13 +226,13 @@ async fn path_like_ids_never_escape_the_state_dir() {
             "{escaped} escaped into the state dir"
         );
     }
-    for name in dir_entries(&daemon.state_dir().join("logs")) {
+    for name in daemon.log_files() {
         assert!(
             name.starts_with("sbx-ses-") && name.ends_with(".log"),
             "a log not named by its base name: {name:?}"
         );
     }
-    for name in dir_entries(&daemon.state_dir().join("sandboxes")) {
+    for name in daemon.workspaces() {
         let ok = name.len() == 20
             && name.starts_with("sbx-ses-")
             && name[8..].bytes().all(|b| b.is_ascii_hexdigit());
@@ -237,7 +241,7 @@ async fn path_like_ids_never_escape_the_state_dir() {
     for id in ids {
         client.deprovision_session_sandbox(id).await.unwrap();
     }
-    assert!(dir_entries(&daemon.state_dir().join("sandboxes")).is_empty());
+    assert!(daemon.workspaces().is_empty());
     assert!(std::path::Path::new("/etc/passwd").exists());
 }
 

@@ -317,6 +317,15 @@ async fn deprovision_tears_down_and_is_idempotent() {
         !workspace.exists(),
         "a plain deprovision removes the workspace"
     );
+    assert!(
+        !daemon.runner_log(Scope::Session, "gone-1").exists(),
+        "and the runner's output file"
+    );
+    assert!(
+        wait_until(GONE_TIMEOUT, || daemon.trash_entries().is_empty()),
+        "what was moved to the trash is deleted: {:?}",
+        daemon.trash_entries()
+    );
     assert_eq!(
         daemon.ledger_record(Scope::Session, "gone-1"),
         None,
@@ -374,6 +383,74 @@ async fn deprovision_forces_a_runner_that_ignores_sigterm_after_the_grace() {
         client.probe(Scope::Workflow, "stubborn").await.unwrap(),
         ProbeState::Absent
     );
+}
+
+/// Deprovision moves a workspace out of the way and answers; the tree is
+/// deleted in the background, and what an interrupted deletion left is
+/// deleted at the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_workspace_is_moved_out_then_deleted_and_leftover_trash_goes_at_start() {
+    let mut daemon = TestDaemon::prepare(Options::default());
+    let leftover = daemon
+        .state_dir()
+        .join("sandboxes/.trash/sbx-ses-000000000009.0.0.workspace/deep");
+    std::fs::create_dir_all(&leftover).unwrap();
+    std::fs::write(leftover.join("file"), "left by an earlier instance").unwrap();
+    daemon.launch();
+    daemon.wait_ready();
+    assert!(
+        wait_until(GONE_TIMEOUT, || daemon.trash_entries().is_empty()),
+        "leftover trash survives a start: {:?}",
+        daemon.trash_entries()
+    );
+
+    let client = daemon.client().await;
+    let env = sandbox_env("session:big", "");
+    let pid = client
+        .ensure(Scope::Session, "big", &env)
+        .await
+        .unwrap()
+        .pid
+        .unwrap();
+    let workspace = daemon.workspace(Scope::Session, "big");
+    wait_for_runner(&workspace, pid);
+    for dir in 0..20 {
+        let dir = workspace.join(format!("tree/{dir}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in 0..50 {
+            std::fs::write(dir.join(format!("{file}.txt")), "contents").unwrap();
+        }
+    }
+
+    let down = client
+        .deprovision(Scope::Session, "big", false)
+        .await
+        .unwrap();
+    assert!(down.was_present && !down.forced, "{down:?}");
+    assert!(
+        !workspace.exists(),
+        "the workspace is gone when deprovision answers"
+    );
+    assert!(!daemon.runner_log(Scope::Session, "big").exists());
+    assert!(
+        wait_until(GONE_TIMEOUT, || daemon.trash_entries().is_empty()),
+        "the moved tree is never deleted: {:?}",
+        daemon.trash_entries()
+    );
+
+    // The same sandbox again starts from an empty workspace.
+    let pid = client
+        .ensure(Scope::Session, "big", &env)
+        .await
+        .unwrap()
+        .pid
+        .unwrap();
+    wait_for_runner(&workspace, pid);
+    assert!(!workspace.join("tree").exists(), "the old tree came back");
+    client
+        .deprovision(Scope::Session, "big", false)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

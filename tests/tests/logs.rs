@@ -279,3 +279,54 @@ async fn reading_logs_takes_the_mutate_lists_not_the_read_ones() {
     );
     assert!(stdout(&logs).is_empty());
 }
+
+/// A removed sandbox's output file is recycled for the next new sandbox (a
+/// rename instead of an inode allocation), emptied first: nothing of the
+/// old sandbox's output shows in the new one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recycled_output_file_carries_nothing_of_the_sandbox_before() {
+    use std::os::unix::fs::MetadataExt;
+    let daemon = TestDaemon::start(Options::with_runner_args(&["--print-lines", "20"]));
+    let client = daemon.client().await;
+    let env = sandbox_env("session:recycled", "");
+    let first = client.ensure_session_sandbox("old", &env).await.unwrap();
+    let first = first.pid.unwrap();
+    wait_for_runner(&daemon.workspace(Scope::Session, "old"), first);
+    let old_log = daemon.runner_log(Scope::Session, "old");
+    let old_inode = std::fs::metadata(&old_log).unwrap().ino();
+    assert!(size(&old_log) > 0);
+
+    client.deprovision_session_sandbox("old").await.unwrap();
+    assert!(!old_log.exists());
+    let spares = daemon.state_dir().join("logs/.spare");
+    assert!(
+        wait_until(Duration::from_secs(10), || sandboxd_tests::dir_entries(
+            &spares
+        )
+        .len()
+            == 1),
+        "the output file was not kept for reuse: {:?}",
+        sandboxd_tests::dir_entries(&spares)
+    );
+
+    let second = client.ensure_session_sandbox("new", &env).await.unwrap();
+    let second = second.pid.unwrap();
+    wait_for_runner(&daemon.workspace(Scope::Session, "new"), second);
+    let new_log = daemon.runner_log(Scope::Session, "new");
+    assert_eq!(
+        std::fs::metadata(&new_log).unwrap().ino(),
+        old_inode,
+        "the new sandbox got a newly allocated file, not the recycled one"
+    );
+    let text = stdout(&daemon.sandboxctl(&["logs", "session", "new"]));
+    assert!(
+        text.starts_with(&format!("runner-fixture: pid {second} starting")),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&format!("pid {first} ")),
+        "old output leaked:\n{text}"
+    );
+    assert_eq!(text.lines().count(), 21, "{text}");
+    client.deprovision_session_sandbox("new").await.unwrap();
+}

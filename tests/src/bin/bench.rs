@@ -22,7 +22,7 @@
 //! of its own (and one on the burst's own connection), and, when an engine
 //! and the test image are here, the docker row. The state directory lives
 //! under `$TMPDIR` (else /tmp); its file system shows in the output, since
-//! a new sandbox creates three inodes there.
+//! a new sandbox creates up to two inodes there.
 //!
 //! `--quick` runs the same code with small counts (seconds), so CI can
 //! check the benchmark still runs; without a release build it falls back
@@ -699,9 +699,10 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         machine.user,
     );
     println!(
-        "state dir {} on {fs_type}: creating a file there costs {:.0} µs (p50; {:.0} µs before (c)), \
-         a directory {:.0} µs — a new sandbox costs the daemon three such inodes, the spawn \
-         baseline one\n",
+        "state dir {} on {fs_type}: creating a file there costs {:.0} µs at the start (p50; \
+         {:.0} µs before the daemon's (c)), a directory {:.0} µs — a new sandbox costs the daemon \
+         its workspace's inode and, unless a recycled one is at hand, its output file's; the \
+         spawn baseline its directory's\n",
         dir.path().display(),
         file_creates.p50(),
         file_creates_later.p50(),

@@ -18,9 +18,11 @@ mod spawn;
 mod spawner;
 mod state_dir;
 mod stop;
+mod trash;
 mod workspace_scan;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -42,6 +44,7 @@ use ledger::{Ledger, LedgerRecord};
 use reaper::GroupReaper;
 use spawn::RunnerSettings;
 use spawner::Spawner;
+use trash::Trash;
 
 /// What the daemon knows of one sandbox. Never holds the token.
 struct Record {
@@ -72,6 +75,8 @@ struct Inner {
     records: Mutex<HashMap<SandboxKey, Record>>,
     key_locks: KeyLocks<SandboxKey>,
     ledger: Ledger,
+    /// Where deprovisioned workspaces go to be deleted in the background.
+    trash: Trash,
     reaper: GroupReaper,
     /// The threads runners are forked on (see [`spawner`]).
     spawner: Spawner,
@@ -119,11 +124,14 @@ impl LocalProcessDriver {
                 "killed runners left by an earlier sandboxd"
             );
         }
+        let trash = Trash::open(&dirs.sandboxes)
+            .with_context(|| format!("cannot create the trash in {}", dirs.sandboxes.display()))?;
+        trash.empty_leftovers();
         let reaper = GroupReaper::start(&state_lock, &dirs.sandboxes)?;
-        let runner_logs = Arc::new(logs::RunnerLogs::new(
-            dirs.logs.clone(),
-            config.runner_log_max_size,
-        ));
+        let runner_logs = Arc::new(
+            logs::RunnerLogs::new(dirs.logs.clone(), config.runner_log_max_size)
+                .with_context(|| format!("cannot prepare {}", dirs.logs.display()))?,
+        );
         let settings = RunnerSettings {
             command: config.runner_command.clone(),
             args: config.runner_args.clone(),
@@ -149,6 +157,7 @@ impl LocalProcessDriver {
             records: Mutex::new(HashMap::new()),
             key_locks: KeyLocks::new(),
             ledger,
+            trash,
             reaper,
             spawner: Spawner::start()?,
             logs: runner_logs.clone(),
@@ -191,9 +200,12 @@ impl Inner {
         key: &SandboxKey,
         env: &SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
-        let spawned = self.settings.spawn(key, env).inspect_err(|error| {
-            tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
-        })?;
+        let spawned = self
+            .settings
+            .spawn(key, env, &self.logs)
+            .inspect_err(|error| {
+                tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
+            })?;
         let pid = spawned.pid;
         let start_time = proc_stat::read(pid as i32).map_or(0, |stat| stat.start_time);
         self.reaper.track(pid as i32);
@@ -271,31 +283,29 @@ impl Inner {
         })
     }
 
-    /// Removes the workspace, then the output files: one trip through the
-    /// blocking pool for both (a workspace can be a large tree).
+    /// Moves the workspace, then the output files, into the [trash] — a
+    /// rename each, inline — and has them deleted in the background. A
+    /// workspace that cannot be moved is deleted in place, and a failure
+    /// there is reported with the output files kept.
     async fn remove_workspace(&self, key: &SandboxKey) -> Result<(), SandboxError> {
+        let base = &key.base_name;
         let workspace = self.settings.workspace(key);
-        let (logs, base) = (self.logs.clone(), key.base_name.clone());
-        let removed = tokio::task::spawn_blocking(move || {
-            match std::fs::remove_dir_all(&workspace) {
-                Ok(()) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => {
-                    return Err(SandboxError::Internal(format!(
-                        "cannot remove workspace {}: {error}",
-                        workspace.display()
-                    )))
-                }
+        let mut moved = Vec::new();
+        match self.trash.take(&workspace, base, "workspace") {
+            Ok(entry) => moved.extend(entry),
+            Err(error) => {
+                tracing::debug!(workspace = %workspace.display(), %error, "cannot move the workspace to the trash; deleting it in place");
+                delete_in_place(workspace).await?;
             }
-            logs.remove(&base);
-            Ok(())
-        })
-        .await;
-        removed.unwrap_or_else(|error| {
-            Err(SandboxError::Internal(format!(
-                "workspace removal task failed: {error}"
-            )))
-        })
+        }
+        self.logs
+            .remove(base, |file, what| match self.trash.take(file, base, what) {
+                Ok(entry) => moved.extend(entry),
+                // Deleted now: a later deletion could hit the next runner's file.
+                Err(_) => trash::delete(file),
+            });
+        Trash::empty_later(moved);
+        Ok(())
     }
 
     /// The base names of the sandboxes whose runner is running now.
@@ -332,6 +342,25 @@ impl Inner {
             caller_class: record.caller_class.clone(),
         }
     }
+}
+
+/// Deletes a workspace where it is, on the blocking pool (it can be a
+/// large tree); a workspace already gone is fine.
+async fn delete_in_place(workspace: PathBuf) -> Result<(), SandboxError> {
+    let removed = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&workspace) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(SandboxError::Internal(format!(
+            "cannot remove workspace {}: {error}",
+            workspace.display()
+        ))),
+    })
+    .await;
+    removed.unwrap_or_else(|error| {
+        Err(SandboxError::Internal(format!(
+            "workspace removal task failed: {error}"
+        )))
+    })
 }
 
 /// Owns one runner until it exits, then removes it from the table — only if

@@ -2,15 +2,16 @@
 //! user and its process group.
 
 use std::ffi::{OsStr, OsString};
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::{DirBuilder, File};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
 use super::clone_exec::{ExecPlan, RunnerProcess};
 use super::identity::RunnerIdentity;
+use super::logs::RunnerLogs;
 use crate::provisioner::SandboxKey;
 
 /// Everything about runners that comes from the daemon's configuration.
@@ -93,7 +94,12 @@ impl RunnerSettings {
     /// Creates the workspace (kept across respawns) and starts the runner in
     /// it. No `.await`: the caller records the child before anything can
     /// cancel it.
-    pub fn spawn(&self, key: &SandboxKey, env: &SandboxEnv) -> Result<Spawned, SandboxError> {
+    pub fn spawn(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+        logs: &RunnerLogs,
+    ) -> Result<Spawned, SandboxError> {
         let unavailable = |what: String| {
             SandboxError::Unavailable(format!(
                 "cannot start the runner of {} '{}' ({}): {what}",
@@ -105,7 +111,8 @@ impl RunnerSettings {
         self.prepare_workspace(&workspace)
             .map_err(|error| unavailable(format!("workspace {}: {error}", workspace.display())))?;
         let log_path = self.log_file(key);
-        let log = open_log(&log_path)
+        let log = logs
+            .open_output(&key.base_name)
             .map_err(|error| unavailable(format!("log file {}: {error}", log_path.display())))?;
         let log_for_stderr = log
             .try_clone()
@@ -192,14 +199,6 @@ impl RunnerSettings {
         }
         Ok(())
     }
-}
-
-fn open_log(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o640)
-        .open(path)
 }
 
 fn is_executable_file(path: &Path) -> bool {

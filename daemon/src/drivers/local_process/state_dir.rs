@@ -4,6 +4,7 @@
 //! <state dir>/            0711  traversable by runners, not listable
 //!   sandboxd.lock               flock: one daemon per state dir
 //!   sandboxes/<base>/     0711 / 0700 owned by the runner user
+//!   sandboxes/.trash/     0700        deprovisioned files being deleted (trash.rs)
 //!   logs/<base>.log       0700 / 0640 runner stdout+stderr
 //!   ledger/journal        0700 / 0600 what this daemon spawned (see ledger.rs)
 //! ```

@@ -194,8 +194,9 @@ pub fn probe_from_raw_socket(
 
 /// What creating an inode costs where the bench's state lives: p50 of a
 /// file create (`open(O_CREAT)`) and of a `mkdir`, 50 each, removed after.
-/// Each new sandbox costs the daemon three of these (workspace, output
-/// file, ledger record) and the spawn baseline one (its directory).
+/// Each new sandbox costs the daemon one or two of these (its workspace;
+/// its output file unless a recycled one is at hand) and the spawn baseline
+/// one (its directory).
 pub fn inode_costs(dir: &Path) -> anyhow::Result<(Samples, Samples)> {
     let scratch = dir.join("inode-costs");
     std::fs::create_dir_all(&scratch)?;

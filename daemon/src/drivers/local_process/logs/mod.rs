@@ -35,6 +35,7 @@
 
 mod read;
 mod rotate;
+mod spare;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -89,19 +90,37 @@ pub struct RunnerLogs {
     /// so a reader never sees a file half-rotated; the work under it is a
     /// stat, or at most a copy of `max_size` bytes.
     lineages: Mutex<HashMap<String, Lineage>>,
+    /// Output files of removed sandboxes, emptied for reuse.
+    spares: Arc<spare::SpareFiles>,
 }
 
 impl RunnerLogs {
-    pub fn new(dir: PathBuf, max_size: u64) -> RunnerLogs {
+    /// Blocking: prepares the spare files' directory.
+    pub fn new(dir: PathBuf, max_size: u64) -> io::Result<RunnerLogs> {
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |since| since.subsec_nanos());
-        RunnerLogs {
+        Ok(RunnerLogs {
+            spares: Arc::new(spare::SpareFiles::open(&dir)?),
             dir,
             max_size,
             instance: nanos ^ std::process::id(),
             lineages: Mutex::new(HashMap::new()),
-        }
+        })
+    }
+
+    /// Opens `base`'s output file for a runner to write: the file a
+    /// respawned runner's predecessor wrote, else a recycled one, else a
+    /// new one (0640, the daemon's; the runner only gets the descriptor).
+    pub fn open_output(&self, base: &str) -> io::Result<File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = file_path(&self.dir, base);
+        self.spares.place_at(&path);
+        File::options()
+            .create(true)
+            .append(true)
+            .mode(0o640)
+            .open(path)
     }
 
     fn lineages(&self) -> MutexGuard<'_, HashMap<String, Lineage>> {
@@ -149,19 +168,18 @@ impl RunnerLogs {
         }
     }
 
-    /// Removes both files and forgets their rotations (the sandbox is gone).
-    pub fn remove(&self, base: &str) {
+    /// Forgets `base`'s rotations (the sandbox is gone) and hands each of
+    /// its two files (`"log"`, `"log.1"`) to `dispose`, which removes it.
+    /// The output file is recycled instead when it can be (see [`spare`]).
+    /// Under the rotation lock: no rotation can recreate a file meanwhile.
+    pub fn remove(&self, base: &str, mut dispose: impl FnMut(&Path, &'static str)) {
         let mut lineages = self.lineages();
         lineages.remove(base);
-        for path in [file_path(&self.dir, base), rotated_path(&self.dir, base)] {
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-                Err(error) => {
-                    tracing::warn!(log = %path.display(), %error, "cannot remove a runner log")
-                }
-            }
+        let current = file_path(&self.dir, base);
+        if !self.spares.take_back(&current) {
+            dispose(&current, "log");
         }
+        dispose(&rotated_path(&self.dir, base), "log.1");
     }
 
     /// At most `max_bytes` of `base`'s output from `start`, after checking

@@ -448,7 +448,9 @@ impl Driver for LocalProcessDriver {
         // workers never wait on a fork. A caller that gives up while waiting
         // for the key gives up its place in line and starts nothing; once a
         // spawn has begun it is finished and recorded under the key lock,
-        // whoever still waits.
+        // whoever still waits. The spawner thread answers the caller itself
+        // (one thread hand-off fewer than going back through the task, which
+        // only holds the key until the runner is recorded).
         let (inner, key, env) = (self.inner.clone(), key.clone(), env.clone());
         let (mut reply, answer) = tokio::sync::oneshot::channel();
         let span = tracing::Span::current();
@@ -457,30 +459,27 @@ impl Driver for LocalProcessDriver {
                 guard = inner.key_locks.lock(&key) => guard,
                 () = reply.closed() => return,
             };
-            let result = match inner.fast_path(&key) {
-                Some(report) => Ok(report),
-                None if inner.stopping.load(Ordering::Acquire) => Err(SandboxError::Unavailable(
-                    "sandboxd is shutting down".into(),
-                )),
-                None => {
-                    let starter = inner.clone();
-                    inner
-                        .spawner
-                        .run(move || span.in_scope(|| starter.start_runner(&key, &env)))
-                        .await
-                        .unwrap_or_else(|| {
-                            Err(SandboxError::Internal(
-                                "the runner spawn failed unexpectedly (see the daemon's log)"
-                                    .into(),
-                            ))
-                        })
-                }
-            };
-            let _ = reply.send(result);
+            if let Some(report) = inner.fast_path(&key) {
+                let _ = reply.send(Ok(report));
+                return;
+            }
+            if inner.stopping.load(Ordering::Acquire) {
+                let shutting_down = SandboxError::Unavailable("sandboxd is shutting down".into());
+                let _ = reply.send(Err(shutting_down));
+                return;
+            }
+            let starter = inner.clone();
+            // `None` (no spawner thread left) drops `reply` unanswered.
+            let _ = inner
+                .spawner
+                .run(move || {
+                    let _ = reply.send(span.in_scope(|| starter.start_runner(&key, &env)));
+                })
+                .await;
         });
         answer.await.unwrap_or_else(|_| {
             Err(SandboxError::Internal(
-                "the ensure task ended without an answer".into(),
+                "the runner spawn ended without an answer (see the daemon's log)".into(),
             ))
         })
     }

@@ -12,13 +12,21 @@
 //! ignores SIGINT/SIGTERM/SIGHUP so a terminal's Ctrl-C, which also reaches
 //! it, cannot make it leave before the daemon.
 //!
+//! The reaper does not wake for every line: it waits for the pipe to close
+//! (POLLHUP) and takes in what was written once a second, so a burst of
+//! spawns costs the machine no reaper context switches. The pipe is
+//! enlarged to 1 MiB (over 100,000 lines) so a second's worth never fills
+//! it; at EOF it reads whatever is left before killing, and since a pipe
+//! keeps the daemon's order, the set it kills is exact.
+//!
 //! The reaper holds the state directory's lock (the daemon hands it the
 //! same open file as its stdout), so a restarted daemon cannot take over the
 //! state directory while the old instance's reaper is still killing.
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{BufRead, Write};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::Mutex;
@@ -53,6 +61,10 @@ impl GroupReaper {
             .spawn()
             .context("cannot start the group reaper")?;
         let stdin = child.stdin.take().context("group reaper has no stdin")?;
+        // SAFETY: fcntl on the pipe's write end, which `stdin` owns.
+        if unsafe { libc::fcntl(stdin.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) } < 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "cannot enlarge the group reaper's pipe");
+        }
         Ok(GroupReaper {
             stdin: Mutex::new(stdin),
             child: Mutex::new(child),
@@ -70,8 +82,9 @@ impl GroupReaper {
     }
 
     fn send(&self, op: char, pgid: i32) {
-        // One short line per write: atomic on a pipe, and the reaper reads
-        // continuously, so this does not block in practice.
+        // One short line per write: atomic on a pipe. The reaper takes the
+        // lines in every second, so this blocks only if a second's worth
+        // outgrew the pipe.
         let line = format!("{op}{pgid}\n");
         let mut stdin = self
             .stdin
@@ -104,26 +117,128 @@ pub fn run_reaper_process() -> ExitCode {
         let _ = unsafe { signal(sig, SigHandler::SigIgn) };
     }
     let sandboxes = std::env::args_os().nth(2).map(PathBuf::from);
-    let mut groups = HashSet::new();
-    for line in std::io::stdin().lock().lines() {
-        let Ok(line) = line else { break };
-        let (op, pgid) = line.split_at(line.len().min(1));
-        match (op, pgid.parse::<i32>()) {
-            ("+", Ok(pgid)) if pgid > 1 => {
-                groups.insert(pgid);
-            }
-            ("-", Ok(pgid)) => {
-                groups.remove(&pgid);
-            }
-            _ => {}
+    let mut tracked = Tracked::default();
+    let stdin = std::io::stdin();
+    let fd = stdin.as_raw_fd();
+    // Reads below must return what is there, not wait for more.
+    let _ = nix::fcntl::fcntl(
+        &stdin,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    );
+    loop {
+        let mut hangup = libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; with no events asked for, it returns on
+        // POLLHUP/POLLERR (the daemon is gone) or after the interval.
+        unsafe { libc::poll(&mut hangup, 1, DRAIN_INTERVAL_MS) };
+        match tracked.drain(&mut stdin.lock()) {
+            Ok(false) => {}
+            Ok(true) | Err(_) => break,
         }
     }
     // EOF: the daemon is gone. Nothing could ever re-adopt these runners.
-    for pgid in groups {
+    for pgid in tracked.groups {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     }
     if let Some(sandboxes) = sandboxes.filter(|dir| dir.is_absolute()) {
         super::workspace_scan::kill_processes_in(&sandboxes);
     }
     ExitCode::SUCCESS
+}
+
+/// How often the reaper takes in what the daemon wrote.
+const DRAIN_INTERVAL_MS: libc::c_int = 1000;
+/// The pipe's size: lines written between two drains must fit.
+const PIPE_SIZE: libc::c_int = 1 << 20;
+
+/// The groups the daemon has said exist, from its `+`/`-` lines.
+#[derive(Default)]
+struct Tracked {
+    groups: HashSet<i32>,
+    /// The start of a line whose end has not been read yet.
+    partial: Vec<u8>,
+}
+
+impl Tracked {
+    /// Reads what is available from `input` (non-blocking) and applies it.
+    /// True at end of file: the daemon is gone.
+    fn drain(&mut self, input: &mut impl Read) -> std::io::Result<bool> {
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = match input.read(&mut buf) {
+                Ok(0) => return Ok(true),
+                Ok(n) => n,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(error),
+            };
+            self.partial.extend_from_slice(&buf[..n]);
+            let complete = self
+                .partial
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            let lines: Vec<u8> = self.partial.drain(..complete).collect();
+            for line in lines.split(|&b| b == b'\n') {
+                self.apply(line);
+            }
+        }
+    }
+
+    fn apply(&mut self, line: &[u8]) {
+        let Ok(line) = std::str::from_utf8(line) else {
+            return;
+        };
+        let (op, pgid) = line.split_at(line.len().min(1));
+        match (op, pgid.parse::<i32>()) {
+            ("+", Ok(pgid)) if pgid > 1 => {
+                self.groups.insert(pgid);
+            }
+            ("-", Ok(pgid)) => {
+                self.groups.remove(&pgid);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hands out `chunks` one read at a time, then "would block", then EOF.
+    struct Chunks(Vec<&'static [u8]>, bool);
+
+    impl Read for Chunks {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if let Some(chunk) = (!self.0.is_empty()).then(|| self.0.remove(0)) {
+                buf[..chunk.len()].copy_from_slice(chunk);
+                return Ok(chunk.len());
+            }
+            if std::mem::take(&mut self.1) {
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn lines_split_across_reads_are_applied_in_order() {
+        let mut tracked = Tracked::default();
+        let mut input = Chunks(vec![b"+10\n+2", b"0\n-10\n+3", b"0\n+1\nbogus\n-"], true);
+        assert!(!tracked.drain(&mut input).unwrap(), "not at EOF yet");
+        assert_eq!(
+            tracked.groups,
+            HashSet::from([20, 30]),
+            "pid 1 is never tracked"
+        );
+        // The half line "-" waits for its end.
+        assert_eq!(tracked.partial, b"-");
+        let mut rest = Chunks(vec![b"20\n"], false);
+        assert!(tracked.drain(&mut rest).unwrap(), "EOF");
+        assert_eq!(tracked.groups, HashSet::from([30]));
+    }
 }

@@ -250,6 +250,13 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     };
     step(started, "(a) probe round trips");
     let probes = rows::probe_serial(&client, hot, counts.probes, counts.warmup).await?;
+    // The same calls from a task on the runtime's workers, where a server's
+    // request handlers run (the line above calls from `block_on`'s thread,
+    // so each reply crosses from a worker to it).
+    let probes_on_worker = {
+        let (client, count, warmup) = (client.clone(), counts.probes / 2, counts.warmup);
+        tokio::spawn(async move { rows::probe_serial(&client, hot, count, warmup).await }).await??
+    };
     let probes_current_thread = {
         let (socket, count, warmup) = (daemon.socket.clone(), counts.probes / 2, counts.warmup);
         tokio::task::spawn_blocking(move || {
@@ -461,6 +468,15 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             baseline_what: format!("{pp} p99"),
             baseline: Some(ping_pong.p99()),
             goal: Goal::RatioAtMost(5.0),
+        },
+        Row {
+            row: "a",
+            what: "probe p50, called from a task on the runtime's workers".into(),
+            unit: "µs",
+            value: probes_on_worker.p50(),
+            baseline_what: format!("{pp} p50"),
+            baseline: Some(ping_pong.p50()),
+            goal: Goal::Info,
         },
         Row {
             row: "a",

@@ -6,6 +6,7 @@
 //!   sandboxes/<base>/     0711 / 0700 owned by the runner user
 //!   sandboxes/.trash/     0700        deprovisioned files being deleted (trash.rs)
 //!   logs/<base>.log       0700 / 0640 runner stdout+stderr
+//!   logs/.spare/          0700        emptied output files for reuse (logs/spare.rs)
 //!   ledger/journal        0700 / 0600 what this daemon spawned (see ledger.rs)
 //! ```
 

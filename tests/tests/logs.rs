@@ -298,16 +298,19 @@ async fn a_recycled_output_file_carries_nothing_of_the_sandbox_before() {
 
     client.deprovision_session_sandbox("old").await.unwrap();
     assert!(!old_log.exists());
+    // Kept for reuse, and emptied (in the daemon's next batch of clean-up).
     let spares = daemon.state_dir().join("logs/.spare");
+    let emptied = || match sandboxd_tests::dir_entries(&spares).as_slice() {
+        [spare] => size(&spares.join(spare)) == 0,
+        _ => false,
+    };
     assert!(
-        wait_until(Duration::from_secs(10), || sandboxd_tests::dir_entries(
-            &spares
-        )
-        .len()
-            == 1),
+        wait_until(Duration::from_secs(10), emptied),
         "the output file was not kept for reuse: {:?}",
         sandboxd_tests::dir_entries(&spares)
     );
+    // It becomes available the moment after it is emptied.
+    tokio::time::sleep(Duration::from_millis(100)).await;
 
     let second = client.ensure_session_sandbox("new", &env).await.unwrap();
     let second = second.pid.unwrap();

@@ -9,6 +9,7 @@
 //! the [ledger] of anything both missed.
 
 mod clone_exec;
+mod deferred;
 mod identity;
 mod ledger;
 mod logs;
@@ -124,12 +125,13 @@ impl LocalProcessDriver {
                 "killed runners left by an earlier sandboxd"
             );
         }
-        let trash = Trash::open(&dirs.sandboxes)
+        let deferred = Arc::new(deferred::Deferred::start());
+        let trash = Trash::open(&dirs.sandboxes, deferred.clone())
             .with_context(|| format!("cannot create the trash in {}", dirs.sandboxes.display()))?;
         trash.empty_leftovers();
         let reaper = GroupReaper::start(&state_lock, &dirs.sandboxes)?;
         let runner_logs = Arc::new(
-            logs::RunnerLogs::new(dirs.logs.clone(), config.runner_log_max_size)
+            logs::RunnerLogs::new(dirs.logs.clone(), config.runner_log_max_size, deferred)
                 .with_context(|| format!("cannot prepare {}", dirs.logs.display()))?,
         );
         let settings = RunnerSettings {
@@ -304,7 +306,7 @@ impl Inner {
                 // Deleted now: a later deletion could hit the next runner's file.
                 Err(_) => trash::delete(file),
             });
-        Trash::empty_later(moved);
+        self.trash.empty_later(moved);
         Ok(())
     }
 

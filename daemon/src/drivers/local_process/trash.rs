@@ -20,18 +20,22 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::SystemTime;
+
+use super::deferred::Deferred;
 
 pub struct Trash {
     dir: PathBuf,
     /// Tells this instance's entries apart from an earlier one's.
     instance: u128,
     next: AtomicU64,
+    deferred: Arc<Deferred>,
 }
 
 impl Trash {
     /// `<sandboxes>/.trash`, created 0700 (base names never start with a dot).
-    pub fn open(sandboxes: &Path) -> io::Result<Trash> {
+    pub fn open(sandboxes: &Path, deferred: Arc<Deferred>) -> io::Result<Trash> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = sandboxes.join(".trash");
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
@@ -46,6 +50,7 @@ impl Trash {
             dir,
             instance,
             next: AtomicU64::new(0),
+            deferred,
         })
     }
 
@@ -62,12 +67,15 @@ impl Trash {
         }
     }
 
-    /// Deletes `entries` on the blocking pool; failures are logged.
-    pub fn empty_later(entries: Vec<PathBuf>) {
-        if entries.is_empty() {
-            return;
+    /// Deletes `entries` with the next batch of [deferred] work; failures
+    /// are logged.
+    ///
+    /// [deferred]: super::deferred
+    pub fn empty_later(&self, entries: Vec<PathBuf>) {
+        if !entries.is_empty() {
+            self.deferred
+                .push(move || entries.iter().for_each(|entry| delete(entry)));
         }
-        tokio::task::spawn_blocking(move || entries.iter().for_each(|entry| delete(entry)));
     }
 
     /// Deletes, on the blocking pool, whatever an earlier instance left.
@@ -105,6 +113,16 @@ pub fn delete(path: &Path) {
 mod tests {
     use super::*;
 
+    /// A batch queue whose task never runs: these tests empty the trash
+    /// themselves.
+    fn deferred() -> Arc<Deferred> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        Arc::new(Deferred::start())
+    }
+
     fn scratch(name: &str) -> PathBuf {
         let dir =
             std::env::temp_dir().join(format!("sandboxd-trash-{}-{name}", std::process::id()));
@@ -122,7 +140,7 @@ mod tests {
         let log = sandboxes.join("output.log");
         std::fs::write(&log, "output").unwrap();
 
-        let trash = Trash::open(&sandboxes).unwrap();
+        let trash = Trash::open(&sandboxes, deferred()).unwrap();
         let moved = trash
             .take(&workspace, "sbx-ses-000000000001", "workspace")
             .unwrap();
@@ -149,8 +167,8 @@ mod tests {
     #[test]
     fn a_second_instance_finds_the_first_ones_entries_and_names_never_collide() {
         let sandboxes = scratch("instances");
-        let first = Trash::open(&sandboxes).unwrap();
-        let second = Trash::open(&sandboxes).unwrap();
+        let first = Trash::open(&sandboxes, deferred()).unwrap();
+        let second = Trash::open(&sandboxes, deferred()).unwrap();
         let mut names = std::collections::HashSet::new();
         for trash in [&first, &second, &first] {
             let path = sandboxes.join("sbx-wfe-000000000002");

@@ -95,13 +95,18 @@ pub struct RunnerLogs {
 }
 
 impl RunnerLogs {
-    /// Blocking: prepares the spare files' directory.
-    pub fn new(dir: PathBuf, max_size: u64) -> io::Result<RunnerLogs> {
+    /// Blocking: prepares the spare files' directory. `deferred` runs the
+    /// emptying of output files taken back for reuse.
+    pub fn new(
+        dir: PathBuf,
+        max_size: u64,
+        deferred: Arc<super::deferred::Deferred>,
+    ) -> io::Result<RunnerLogs> {
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |since| since.subsec_nanos());
         Ok(RunnerLogs {
-            spares: Arc::new(spare::SpareFiles::open(&dir)?),
+            spares: Arc::new(spare::SpareFiles::open(&dir, deferred)?),
             dir,
             max_size,
             instance: nanos ^ std::process::id(),

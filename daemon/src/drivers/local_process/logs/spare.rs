@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::super::deferred::Deferred;
+
 /// At most this many files are kept (clean ones plus those being emptied).
 const MAX_SPARES: usize = 256;
 
@@ -37,12 +39,13 @@ pub struct SpareFiles {
     /// Clean ones plus those still being emptied.
     held: AtomicUsize,
     next: AtomicU64,
+    deferred: Arc<Deferred>,
 }
 
 impl SpareFiles {
     /// `<logs>/.spare`, created 0700 and emptied of an earlier instance's
     /// files. Blocking; call at start.
-    pub fn open(logs_dir: &Path) -> io::Result<SpareFiles> {
+    pub fn open(logs_dir: &Path, deferred: Arc<Deferred>) -> io::Result<SpareFiles> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = logs_dir.join(".spare");
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
@@ -59,6 +62,7 @@ impl SpareFiles {
             clean: Mutex::new(Vec::new()),
             held: AtomicUsize::new(0),
             next: AtomicU64::new(0),
+            deferred,
         })
     }
 
@@ -67,7 +71,8 @@ impl SpareFiles {
     }
 
     /// Takes back the output file at `path`, whose sandbox is gone: moves it
-    /// here now (one rename) and empties and checks it on the blocking pool.
+    /// here now (one rename) and empties and checks it with the next batch
+    /// of deferred work.
     /// False when it was not taken (the pool is full, or it cannot be
     /// moved); the caller removes it then.
     pub fn take_back(self: &Arc<Self>, path: &Path) -> bool {
@@ -83,7 +88,7 @@ impl SpareFiles {
             return false;
         }
         let spares = self.clone();
-        tokio::task::spawn_blocking(move || match empty_if_unshared(&spare) {
+        self.deferred.push(move || match empty_if_unshared(&spare) {
             Ok(()) => spares.clean().push(spare),
             Err(error) => {
                 tracing::debug!(file = %spare.display(), %error, "not recycling an output file");
@@ -155,7 +160,7 @@ mod tests {
     }
 
     async fn until_clean(spares: &SpareFiles, count: usize) {
-        for _ in 0..500 {
+        for _ in 0..1000 {
             if spares.clean().len() == count && spares.held.load(Ordering::Acquire) == count {
                 return;
             }
@@ -172,7 +177,7 @@ mod tests {
     #[tokio::test]
     async fn a_file_nobody_holds_comes_back_empty_as_the_same_inode() {
         let logs = scratch("reuse");
-        let spares = Arc::new(SpareFiles::open(&logs).unwrap());
+        let spares = Arc::new(SpareFiles::open(&logs, Arc::new(Deferred::start())).unwrap());
         let old = logs.join("sbx-ses-000000000001.log");
         std::fs::write(&old, "the old sandbox's output").unwrap();
         let old_inode = inode(&old);
@@ -192,7 +197,7 @@ mod tests {
     #[tokio::test]
     async fn a_file_someone_still_writes_to_is_deleted_not_recycled() {
         let logs = scratch("held");
-        let spares = Arc::new(SpareFiles::open(&logs).unwrap());
+        let spares = Arc::new(SpareFiles::open(&logs, Arc::new(Deferred::start())).unwrap());
         let old = logs.join("sbx-ses-000000000003.log");
         std::fs::write(&old, "output").unwrap();
         // An escaped process of the old sandbox, still holding its output.
@@ -209,7 +214,7 @@ mod tests {
     #[tokio::test]
     async fn an_existing_file_is_never_replaced() {
         let logs = scratch("exists");
-        let spares = Arc::new(SpareFiles::open(&logs).unwrap());
+        let spares = Arc::new(SpareFiles::open(&logs, Arc::new(Deferred::start())).unwrap());
         let old = logs.join("sbx-ses-000000000005.log");
         std::fs::write(&old, "gone").unwrap();
         assert!(spares.take_back(&old));
@@ -231,7 +236,11 @@ mod tests {
         let logs = scratch("restart");
         std::fs::create_dir_all(logs.join(".spare")).unwrap();
         std::fs::write(logs.join(".spare/7"), "left over").unwrap();
-        let spares = SpareFiles::open(&logs).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let spares = SpareFiles::open(&logs, Arc::new(Deferred::start())).unwrap();
         assert_eq!(std::fs::read_dir(&spares.dir).unwrap().count(), 0);
         std::fs::remove_dir_all(&logs).unwrap();
     }

@@ -209,7 +209,11 @@ impl Inner {
                 tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
             })?;
         let pid = spawned.pid;
-        let start_time = proc_stat::read(pid as i32).map_or(0, |stat| stat.start_time);
+        let start_time = spawned
+            .child
+            .start_time()
+            .or_else(|| proc_stat::read(pid as i32).map(|stat| stat.start_time))
+            .unwrap_or(0);
         self.reaper.track(pid as i32);
         if let Err(error) = self.ledger.record(
             &key.base_name,

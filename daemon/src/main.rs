@@ -7,6 +7,7 @@ mod logging;
 mod provisioner;
 mod server;
 mod shutdown;
+mod slice;
 mod systemd;
 
 use std::process::ExitCode;
@@ -45,6 +46,7 @@ fn main() -> ExitCode {
     };
     logging::init(config.log_level.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .on_thread_start(slice::request_short_slice)
         .enable_all()
         .build()
     {

@@ -160,7 +160,9 @@ mod tests {
     }
 
     async fn until_clean(spares: &SpareFiles, count: usize) {
-        for _ in 0..1000 {
+        // Up to 10 s: the batch runs 200 ms after the first job, later on a
+        // loaded machine.
+        for _ in 0..5000 {
             if spares.clean().len() == count && spares.held.load(Ordering::Acquire) == count {
                 return;
             }

@@ -28,11 +28,9 @@ pub fn copy_truncate(current: &Path, rotated: &Path, max_size: u64) -> io::Resul
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(error),
     };
-    let len = file.metadata()?.len();
-    if len <= max_size {
-        return Ok(None);
-    }
-    let start = line_start_after(&mut file, len - max_size, len)?;
+    // Created before the size is taken: what the runner writes from then
+    // until the truncation below is lost unless the copy catches it, and
+    // creating a file can be slow (an inode allocation).
     let temporary = rotated.with_extension("1.tmp");
     let mut copy = OpenOptions::new()
         .write(true)
@@ -40,6 +38,13 @@ pub fn copy_truncate(current: &Path, rotated: &Path, max_size: u64) -> io::Resul
         .truncate(true)
         .mode(0o640)
         .open(&temporary)?;
+    let len = file.metadata()?.len();
+    if len <= max_size {
+        drop(copy);
+        let _ = std::fs::remove_file(&temporary);
+        return Ok(None);
+    }
+    let start = line_start_after(&mut file, len - max_size, len)?;
     file.seek(SeekFrom::Start(start))?;
     // At most the cap, so the rotated file keeps its bound: what the runner
     // appends past that while this copies is lost with the truncation below,

@@ -79,7 +79,7 @@ struct Inner {
     /// Where deprovisioned workspaces go to be deleted in the background.
     trash: Trash,
     reaper: GroupReaper,
-    /// The threads runners are forked on (see [`spawner`]).
+    /// The threads runners are started from (see [`spawner`]).
     spawner: Spawner,
     /// The runners' output files: their size cap and reading them back.
     logs: Arc<logs::RunnerLogs>,
@@ -451,7 +451,7 @@ impl Driver for LocalProcessDriver {
         }
         // The slow path runs in a task of its own, and the spawn itself on a
         // spawner thread, so this connection's other calls and the runtime's
-        // workers never wait on a fork. A caller that gives up while waiting
+        // workers never wait on a spawn. A caller that gives up while waiting
         // for the key gives up its place in line and starts nothing; once a
         // spawn has begun it is finished and recorded under the key lock,
         // whoever still waits. The spawner thread answers the caller itself

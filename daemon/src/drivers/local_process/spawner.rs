@@ -1,25 +1,26 @@
-//! The spawner threads: where runners are forked, off the async runtime.
+//! The spawner threads: where runners are started, off the async runtime.
 //!
-//! Starting a runner (workspace, log file, fork + exec, ledger) is
-//! synchronous and takes a millisecond or more. Done inline in a call, it
+//! Starting a runner (workspace, output file, clone + exec, ledger) is
+//! synchronous and takes most of a millisecond. Done inline in a call, it
 //! held up the connection's task — every other call on that connection
 //! waited, since a connection's calls are polled in its one task — and a
 //! runtime worker, so a burst of ensures on one connection spawned one at a
 //! time and stalled probes on other connections. Here the work runs on a
 //! few dedicated threads instead: one fewer than there are CPUs (1 to 8),
 //! so a burst of spawns always leaves a CPU to the runtime's readers.
-//! More would not spawn faster: a fork copies the daemon's page tables
-//! under its memory-map lock, and every thread that writes memory while a
-//! child has not yet exec'd pays a copy-on-write fault, so parallel forks
-//! of one process contend with each other and with the readers.
+//! (When spawns were forks, a first version with one thread per CPU made
+//! probes during a burst slower without spawning faster: parallel forks of
+//! one process contend on its memory map. With `clone_exec` the spawning
+//! thread is only suspended until the child has exec'd, and the child's
+//! work still needs a CPU, so the count stayed.)
 //!
 //! They are plain threads that live as long as the daemon, on purpose:
-//! `PR_SET_PDEATHSIG` fires when the *thread* that forked a runner exits,
-//! so runners must not be forked from threads that come and go (tokio's
+//! `PR_SET_PDEATHSIG` fires when the *thread* that started a runner exits,
+//! so runners must not be started from threads that come and go (tokio's
 //! blocking pool retires idle threads after ten seconds). A job that panics
 //! is caught, so it cannot end the thread and take its runners with it.
-//! Each thread has the runtime entered, so `tokio::process` and
-//! `tokio::spawn` work from it.
+//! Each thread has the runtime entered, so a runner's pidfd can be
+//! registered and its watcher spawned from it.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc::{channel, Receiver, Sender};

@@ -101,7 +101,8 @@ impl ExecPlan {
             CString::new(value.as_bytes())
                 .map_err(|_| format!("{what} contains a NUL byte: {value:?}"))
         };
-        let mut argv = vec![c_string("the program path", program)?];
+        let program = c_string("the program path", program)?;
+        let mut argv = vec![program.clone()];
         for arg in args {
             argv.push(c_string("an argument", arg.as_ref())?);
         }
@@ -118,7 +119,7 @@ impl ExecPlan {
         }
         let [stdin, stdout, stderr] = stdio;
         Ok(ExecPlan {
-            program: c_string("the program path", program)?,
+            program,
             args: argv,
             env: envp,
             cwd: c_string("the working directory", cwd)?,

@@ -189,7 +189,7 @@ impl Ledger {
 /// rename, so there is no moment at which the journal has no open handle.
 fn compact(dir: &Path, live: &HashMap<String, LedgerRecord>) -> std::io::Result<File> {
     let tmp = dir.join(JOURNAL_TMP);
-    remove_if_present(&tmp)?;
+    super::trash::remove(&tmp)?;
     let mut file = OpenOptions::new()
         .append(true)
         .create_new(true)
@@ -202,13 +202,6 @@ fn compact(dir: &Path, live: &HashMap<String, LedgerRecord>) -> std::io::Result<
     file.write_all(text.as_bytes())?;
     std::fs::rename(&tmp, dir.join(JOURNAL))?;
     Ok(file)
-}
-
-fn remove_if_present(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
-        _ => Ok(()),
-    }
 }
 
 /// The records a journal leaves live, by pid and start time, each with its
@@ -252,7 +245,7 @@ pub fn sweep(dir: &Path) -> usize {
     }
     // A compaction cut short never got to replace the journal.
     for path in [journal, dir.join(JOURNAL_TMP)] {
-        if let Err(error) = remove_if_present(&path) {
+        if let Err(error) = super::trash::remove(&path) {
             tracing::warn!(path = %path.display(), %error, "cannot remove the ledger journal");
         }
     }

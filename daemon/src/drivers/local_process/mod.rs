@@ -126,14 +126,15 @@ impl LocalProcessDriver {
             );
         }
         let deferred = Arc::new(deferred::Deferred::start());
-        let trash = Trash::open(&dirs.sandboxes, deferred.clone())
-            .with_context(|| format!("cannot create the trash in {}", dirs.sandboxes.display()))?;
+        let trash = Trash::new(dirs.trash.clone(), deferred.clone());
         trash.empty_leftovers();
         let reaper = GroupReaper::start(&state_lock, &dirs.sandboxes)?;
-        let runner_logs = Arc::new(
-            logs::RunnerLogs::new(dirs.logs.clone(), config.runner_log_max_size, deferred)
-                .with_context(|| format!("cannot prepare {}", dirs.logs.display()))?,
-        );
+        let runner_logs = Arc::new(logs::RunnerLogs::new(
+            dirs.logs.clone(),
+            dirs.spares.clone(),
+            config.runner_log_max_size,
+            deferred,
+        ));
         let settings = RunnerSettings {
             command: config.runner_command.clone(),
             args: config.runner_args.clone(),
@@ -202,15 +203,14 @@ impl Inner {
         key: &SandboxKey,
         env: &SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
-        let spawned = self
+        let child = self
             .settings
             .spawn(key, env, &self.logs)
             .inspect_err(|error| {
                 tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
             })?;
-        let pid = spawned.pid;
-        let start_time = spawned
-            .child
+        let pid = child.id();
+        let start_time = child
             .start_time()
             .or_else(|| proc_stat::read(pid as i32).map(|stat| stat.start_time))
             .unwrap_or(0);
@@ -250,7 +250,7 @@ impl Inner {
             self.clone(),
             key.clone(),
             generation,
-            spawned.child,
+            child,
             gone_tx,
         ));
         Ok(EnsureReport {
@@ -353,13 +353,13 @@ impl Inner {
 /// Deletes a workspace where it is, on the blocking pool (it can be a
 /// large tree); a workspace already gone is fine.
 async fn delete_in_place(workspace: PathBuf) -> Result<(), SandboxError> {
-    let removed = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&workspace) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(SandboxError::Internal(format!(
-            "cannot remove workspace {}: {error}",
-            workspace.display()
-        ))),
+    let removed = tokio::task::spawn_blocking(move || {
+        trash::remove(&workspace).map_err(|error| {
+            SandboxError::Internal(format!(
+                "cannot remove workspace {}: {error}",
+                workspace.display()
+            ))
+        })
     })
     .await;
     removed.unwrap_or_else(|error| {

@@ -50,12 +50,6 @@ pub fn inherited_env() -> Vec<(&'static str, OsString)> {
         .collect()
 }
 
-/// A runner that has just been started.
-pub struct Spawned {
-    pub child: RunnerProcess,
-    pub pid: u32,
-}
-
 impl RunnerSettings {
     pub fn workspace(&self, key: &SandboxKey) -> PathBuf {
         self.sandboxes_dir.join(&key.base_name)
@@ -99,7 +93,7 @@ impl RunnerSettings {
         key: &SandboxKey,
         env: &SandboxEnv,
         logs: &RunnerLogs,
-    ) -> Result<Spawned, SandboxError> {
+    ) -> Result<RunnerProcess, SandboxError> {
         let unavailable = |what: String| {
             SandboxError::Unavailable(format!(
                 "cannot start the runner of {} '{}' ({}): {what}",
@@ -177,7 +171,7 @@ impl RunnerSettings {
         if let Err(error) = std::fs::write(format!("/proc/{pid}/oom_score_adj"), adj) {
             tracing::warn!(pid, %error, "cannot set the runner's oom_score_adj");
         }
-        Ok(Spawned { child, pid })
+        Ok(child)
     }
 
     /// `<sandboxes>/<base>`, 0700, owned by the runner's user.

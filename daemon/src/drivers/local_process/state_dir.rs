@@ -20,7 +20,12 @@ use nix::fcntl::{Flock, FlockArg};
 
 pub struct StateDirs {
     pub sandboxes: PathBuf,
+    /// Inside `sandboxes`, so moving a workspace there never crosses a
+    /// file system (base names never start with a dot).
+    pub trash: PathBuf,
     pub logs: PathBuf,
+    /// Inside `logs`, for the same reason.
+    pub spares: PathBuf,
     pub ledger: PathBuf,
 }
 
@@ -29,11 +34,15 @@ impl StateDirs {
         make_dir(root, 0o711)?;
         let dirs = StateDirs {
             sandboxes: root.join("sandboxes"),
+            trash: root.join("sandboxes").join(".trash"),
             logs: root.join("logs"),
+            spares: root.join("logs").join(".spare"),
             ledger: root.join("ledger"),
         };
         make_dir(&dirs.sandboxes, 0o711)?;
+        make_dir(&dirs.trash, 0o700)?;
         make_dir(&dirs.logs, 0o700)?;
+        make_dir(&dirs.spares, 0o700)?;
         make_dir(&dirs.ledger, 0o700)?;
         Ok(dirs)
     }

@@ -34,24 +34,17 @@ pub struct Trash {
 }
 
 impl Trash {
-    /// `<sandboxes>/.trash`, created 0700 (base names never start with a dot).
-    pub fn open(sandboxes: &Path, deferred: Arc<Deferred>) -> io::Result<Trash> {
-        use std::os::unix::fs::DirBuilderExt;
-        let dir = sandboxes.join(".trash");
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(error) => return Err(error),
-        }
+    /// The trash in `dir` (`StateDirs::trash`, which exists).
+    pub fn new(dir: PathBuf, deferred: Arc<Deferred>) -> Trash {
         let instance = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |since| since.as_nanos());
-        Ok(Trash {
+        Trash {
             dir,
             instance,
             next: AtomicU64::new(0),
             deferred,
-        })
+        }
     }
 
     /// Moves `path` into the trash. `Ok(None)` when there was nothing there.
@@ -85,27 +78,31 @@ impl Trash {
     }
 }
 
-/// Deletes everything in the trash `dir`, whoever put it there. Blocking.
-fn empty(dir: &Path) {
+/// Deletes everything in `dir`, whoever put it there. Blocking.
+pub fn empty(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     entries.flatten().for_each(|entry| delete(&entry.path()));
 }
 
-/// Removes a file or a whole tree.
-pub fn delete(path: &Path) {
+/// Removes a file or a whole tree; one already gone is fine.
+pub fn remove(path: &Path) -> io::Result<()> {
     let removed = match std::fs::symlink_metadata(path) {
         Ok(metadata) if metadata.is_dir() => std::fs::remove_dir_all(path),
         Ok(_) => std::fs::remove_file(path),
         Err(error) => Err(error),
     };
     match removed {
-        Ok(()) => {}
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-        Err(error) => {
-            tracing::warn!(path = %path.display(), %error, "cannot delete a removed sandbox's files")
-        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// [`remove`], logging a failure: for clean-up nobody waits on.
+pub fn delete(path: &Path) {
+    if let Err(error) = remove(path) {
+        tracing::warn!(path = %path.display(), %error, "cannot delete a removed sandbox's files");
     }
 }
 
@@ -121,6 +118,13 @@ mod tests {
             .unwrap();
         let _entered = runtime.enter();
         Arc::new(Deferred::start())
+    }
+
+    /// `<sandboxes>/.trash`, made as `StateDirs::prepare` makes it.
+    fn trash_dir(sandboxes: &Path) -> PathBuf {
+        let dir = sandboxes.join(".trash");
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     fn scratch(name: &str) -> PathBuf {
@@ -140,7 +144,7 @@ mod tests {
         let log = sandboxes.join("output.log");
         std::fs::write(&log, "output").unwrap();
 
-        let trash = Trash::open(&sandboxes, deferred()).unwrap();
+        let trash = Trash::new(trash_dir(&sandboxes), deferred());
         let moved = trash
             .take(&workspace, "sbx-ses-000000000001", "workspace")
             .unwrap();
@@ -167,8 +171,8 @@ mod tests {
     #[test]
     fn a_second_instance_finds_the_first_ones_entries_and_names_never_collide() {
         let sandboxes = scratch("instances");
-        let first = Trash::open(&sandboxes, deferred()).unwrap();
-        let second = Trash::open(&sandboxes, deferred()).unwrap();
+        let first = Trash::new(trash_dir(&sandboxes), deferred());
+        let second = Trash::new(trash_dir(&sandboxes), deferred());
         let mut names = std::collections::HashSet::new();
         for trash in [&first, &second, &first] {
             let path = sandboxes.join("sbx-wfe-000000000002");

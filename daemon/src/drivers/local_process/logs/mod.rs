@@ -95,23 +95,25 @@ pub struct RunnerLogs {
 }
 
 impl RunnerLogs {
-    /// Blocking: prepares the spare files' directory. `deferred` runs the
-    /// emptying of output files taken back for reuse.
+    /// Blocking: empties `spares` (`StateDirs::spares`) of an earlier
+    /// instance's files. `deferred` runs the emptying of output files taken
+    /// back for reuse.
     pub fn new(
         dir: PathBuf,
+        spares: PathBuf,
         max_size: u64,
         deferred: Arc<super::deferred::Deferred>,
-    ) -> io::Result<RunnerLogs> {
+    ) -> RunnerLogs {
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |since| since.subsec_nanos());
-        Ok(RunnerLogs {
-            spares: Arc::new(spare::SpareFiles::open(&dir, deferred)?),
+        RunnerLogs {
+            spares: Arc::new(spare::SpareFiles::open(spares, deferred)),
             dir,
             max_size,
             instance: nanos ^ std::process::id(),
             lineages: Mutex::new(HashMap::new()),
-        })
+        }
     }
 
     /// Opens `base`'s output file for a runner to write: the file a

@@ -43,27 +43,17 @@ pub struct SpareFiles {
 }
 
 impl SpareFiles {
-    /// `<logs>/.spare`, created 0700 and emptied of an earlier instance's
-    /// files. Blocking; call at start.
-    pub fn open(logs_dir: &Path, deferred: Arc<Deferred>) -> io::Result<SpareFiles> {
-        use std::os::unix::fs::DirBuilderExt;
-        let dir = logs_dir.join(".spare");
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
-                for entry in std::fs::read_dir(&dir)?.flatten() {
-                    let _ = std::fs::remove_file(entry.path());
-                }
-            }
-            Err(error) => return Err(error),
-        }
-        Ok(SpareFiles {
+    /// The spares in `dir` (`StateDirs::spares`, which exists), emptied of
+    /// an earlier instance's files. Blocking; call at start.
+    pub fn open(dir: PathBuf, deferred: Arc<Deferred>) -> SpareFiles {
+        super::super::trash::empty(&dir);
+        SpareFiles {
             dir,
             clean: Mutex::new(Vec::new()),
             held: AtomicUsize::new(0),
             next: AtomicU64::new(0),
             deferred,
-        })
+        }
     }
 
     fn clean(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
@@ -159,6 +149,13 @@ mod tests {
         dir
     }
 
+    /// `<logs>/.spare`, made as `StateDirs::prepare` makes it.
+    fn spare_dir(logs: &Path) -> PathBuf {
+        let dir = logs.join(".spare");
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     async fn until_clean(spares: &SpareFiles, count: usize) {
         // Up to 10 s: the batch runs 200 ms after the first job, later on a
         // loaded machine.
@@ -179,7 +176,10 @@ mod tests {
     #[tokio::test]
     async fn a_file_nobody_holds_comes_back_empty_as_the_same_inode() {
         let logs = scratch("reuse");
-        let spares = Arc::new(SpareFiles::open(&logs, Arc::new(Deferred::start())).unwrap());
+        let spares = Arc::new(SpareFiles::open(
+            spare_dir(&logs),
+            Arc::new(Deferred::start()),
+        ));
         let old = logs.join("sbx-ses-000000000001.log");
         std::fs::write(&old, "the old sandbox's output").unwrap();
         let old_inode = inode(&old);
@@ -199,7 +199,10 @@ mod tests {
     #[tokio::test]
     async fn a_file_someone_still_writes_to_is_deleted_not_recycled() {
         let logs = scratch("held");
-        let spares = Arc::new(SpareFiles::open(&logs, Arc::new(Deferred::start())).unwrap());
+        let spares = Arc::new(SpareFiles::open(
+            spare_dir(&logs),
+            Arc::new(Deferred::start()),
+        ));
         let old = logs.join("sbx-ses-000000000003.log");
         std::fs::write(&old, "output").unwrap();
         // An escaped process of the old sandbox, still holding its output.
@@ -216,7 +219,10 @@ mod tests {
     #[tokio::test]
     async fn an_existing_file_is_never_replaced() {
         let logs = scratch("exists");
-        let spares = Arc::new(SpareFiles::open(&logs, Arc::new(Deferred::start())).unwrap());
+        let spares = Arc::new(SpareFiles::open(
+            spare_dir(&logs),
+            Arc::new(Deferred::start()),
+        ));
         let old = logs.join("sbx-ses-000000000005.log");
         std::fs::write(&old, "gone").unwrap();
         assert!(spares.take_back(&old));
@@ -242,7 +248,7 @@ mod tests {
             .build()
             .unwrap();
         let _entered = runtime.enter();
-        let spares = SpareFiles::open(&logs, Arc::new(Deferred::start())).unwrap();
+        let spares = SpareFiles::open(spare_dir(&logs), Arc::new(Deferred::start()));
         assert_eq!(std::fs::read_dir(&spares.dir).unwrap().count(), 0);
         std::fs::remove_dir_all(&logs).unwrap();
     }

@@ -12,6 +12,9 @@
 //!   records its pid in `grandchild.pid`, and sleeps forever.
 //! - `--exit-code N`: exit with N right after writing the files.
 //! - `--print-lines N`: print N numbered lines to stdout, then go on.
+//! - `--write-bytes N`: write N bytes of numbered 64-byte lines to stdout as
+//!   fast as it can (1 MiB a write), then `runner-fixture wrote N bytes`,
+//!   then go on; `pid` is written only after that last line.
 //! - `--allocate-mib N`: allocate N MiB and write to every page of it (so
 //!   it is resident, not merely reserved), then go on holding it; `pid` is
 //!   written only once it is all touched. Under a smaller memory limit the
@@ -34,6 +37,7 @@ struct Flags {
     fork_grandchild: bool,
     exit_code: Option<u8>,
     print_lines: u32,
+    write_bytes: u64,
     allocate_mib: usize,
     allocate_when: Option<String>,
 }
@@ -58,6 +62,12 @@ fn parse_flags() -> Result<Flags, String> {
                 flags.print_lines = value
                     .parse()
                     .map_err(|_| format!("bad line count '{value}'"))?;
+            }
+            "--write-bytes" => {
+                let value = args.next().ok_or("--write-bytes needs a value")?;
+                flags.write_bytes = value
+                    .parse()
+                    .map_err(|_| format!("bad byte count '{value}'"))?;
             }
             "--allocate-mib" => {
                 let value = args.next().ok_or("--allocate-mib needs a value")?;
@@ -88,6 +98,30 @@ fn allocate_resident(mib: usize) -> Option<Vec<u8>> {
     }
     eprintln!("runner-fixture: holding {mib} MiB");
     Some(std::hint::black_box(memory))
+}
+
+/// Writes `total` bytes of 64-byte lines (`runner-fixture bytes <offset>`,
+/// padded with dots), in writes of 1 MiB, then the closing line.
+fn write_bytes(total: u64) -> std::io::Result<()> {
+    const LINE: u64 = 64;
+    const WRITE: u64 = 1 << 20;
+    let mut stdout = std::io::stdout().lock();
+    let mut block = Vec::with_capacity(WRITE as usize);
+    let mut offset = 0;
+    while offset < total {
+        block.clear();
+        while (block.len() as u64) < WRITE && offset < total {
+            let mut line = format!("runner-fixture bytes {offset:020} ");
+            line.extend(std::iter::repeat_n('.', LINE as usize - 1 - line.len()));
+            line.push('\n');
+            let take = (total - offset).min(LINE) as usize;
+            block.extend_from_slice(&line.as_bytes()[..take]);
+            offset += take as u64;
+        }
+        stdout.write_all(&block)?;
+    }
+    writeln!(stdout, "runner-fixture wrote {total} bytes")?;
+    stdout.flush()
 }
 
 /// Writes `contents` to `dir/name` through a temporary name and a rename.
@@ -177,6 +211,13 @@ fn main() -> ExitCode {
             let _ = writeln!(stdout, "runner-fixture line {line}");
         }
         let _ = stdout.flush();
+    }
+
+    if flags.write_bytes > 0 {
+        if let Err(error) = write_bytes(flags.write_bytes) {
+            eprintln!("runner-fixture: cannot write to stdout: {error}");
+            return ExitCode::from(4);
+        }
     }
 
     // Held until the process ends.

@@ -163,16 +163,10 @@ impl LocalProcessDriver {
             trash,
             reaper,
             spawner: Spawner::start()?,
-            logs: runner_logs.clone(),
+            logs: runner_logs,
             stopping: AtomicBool::new(false),
             _state_lock: state_lock,
         });
-        // Checks the running sandboxes' output files against the cap until
-        // the driver is dropped.
-        let weak = Arc::downgrade(&inner);
-        tokio::spawn(logs::keep_capped(runner_logs, move || {
-            Some(weak.upgrade()?.running_base_names())
-        }));
         Ok(LocalProcessDriver { inner })
     }
 }
@@ -314,15 +308,6 @@ impl Inner {
         Ok(())
     }
 
-    /// The base names of the sandboxes whose runner is running now.
-    fn running_base_names(&self) -> Vec<String> {
-        self.records()
-            .iter()
-            .filter(|(_, record)| record.running.is_some())
-            .map(|(key, _)| key.base_name.clone())
-            .collect()
-    }
-
     fn info(&self, key: &SandboxKey, record: Option<&Record>) -> SandboxInfo {
         let Some(record) = record else {
             return SandboxInfo::absent(key.scope, &key.id, 0, None);
@@ -393,6 +378,9 @@ async fn watch_runner(
     // The leader is gone, so the sandbox is: nothing left in its group may
     // linger. (Its pid cannot be reused while group members hold the id.)
     stop::kill_group(pid as i32, nix::sys::signal::Signal::SIGKILL);
+    // Its last output reaches the file before a respawn can start a pump
+    // on the same file, and before a deprovision removes it.
+    inner.logs.finish(&key.base_name).await;
     inner.reaper.untrack(pid as i32);
     // Forget before clearing the table: once the table says absent, a new
     // ensure may write this sandbox's next ledger record.

@@ -6,6 +6,7 @@ use std::fs::{DirBuilder, File};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
@@ -92,7 +93,7 @@ impl RunnerSettings {
         &self,
         key: &SandboxKey,
         env: &SandboxEnv,
-        logs: &RunnerLogs,
+        logs: &Arc<RunnerLogs>,
     ) -> Result<RunnerProcess, SandboxError> {
         let unavailable = |what: String| {
             SandboxError::Unavailable(format!(
@@ -110,7 +111,7 @@ impl RunnerSettings {
             .map_err(|error| unavailable(format!("log file {}: {error}", log_path.display())))?;
         let log_for_stderr = log
             .try_clone()
-            .map_err(|error| unavailable(format!("log file: {error}")))?;
+            .map_err(|error| unavailable(format!("output pipe: {error}")))?;
         let stdin =
             File::open("/dev/null").map_err(|error| unavailable(format!("/dev/null: {error}")))?;
 
@@ -150,8 +151,8 @@ impl RunnerSettings {
             workspace.as_os_str(),
             [
                 OwnedFd::from(stdin),
-                OwnedFd::from(log),
-                OwnedFd::from(log_for_stderr),
+                log,
+                log_for_stderr,
             ],
             user,
         )

@@ -1,27 +1,27 @@
 //! Runner output files: one per sandbox, size-capped, read back by `logs`.
 //!
-//! A runner writes its stdout and stderr straight into
-//! `<state>/logs/<base>.log`, through an `O_APPEND` descriptor the daemon
-//! opened at spawn. Nothing of the daemon sits in that path: a runner's
-//! output costs no daemon task and no copy, and a slow or stopped daemon
-//! never blocks a runner's writes.
+//! A runner's stdout and stderr are the write end of a pipe; the daemon
+//! moves what arrives into `<state>/logs/<base>.log` with `splice(2)` —
+//! one small task per running runner, no copy through its memory (see
+//! [`pump`]). Because the daemon is the only writer, it keeps the cap
+//! exactly: the live file and one rotated file, `<base>.log.1`, hold at
+//! most half of `runner_log_max_size` each, so a runner's output never
+//! takes more than the cap on disk, however fast it writes. Rotation is a
+//! rename over the rotated file and a fresh live file (see [`rotate`]):
+//! nothing is copied and nothing is lost, and it works on a full file
+//! system. A runner that writes faster than the disk takes it is slowed by
+//! its full pipe; output that cannot be written at all (a file system full
+//! of something else) is dropped and a marker line says how much.
 //!
-//! The price is how the size cap is kept. The daemon cannot move the
-//! runner's descriptor to a new file, so it rotates by copy-and-truncate
-//! (as logrotate's `copytruncate`): the newest `runner_log_max_size` bytes
-//! are copied to `<base>.log.1` (replacing the one before) and the file is
-//! truncated to zero, where the runner's next `O_APPEND` write lands. The
-//! trade-offs, accepted for that simplicity:
-//! - bytes a runner writes between the end of the copy and the truncate
-//!   are lost (the window is one `ftruncate` call after the last read);
-//! - the cap is checked every [`CHECK_INTERVAL`] for running sandboxes and
-//!   on every `logs` call, so a file can overshoot it by what a runner
-//!   writes in between, and that overshoot's oldest part is dropped at
-//!   rotation (the rotated file keeps at most the cap, from a line start).
-//!
-//! The alternative — a pipe per runner, copied by the daemon into files it
-//! can rename — loses nothing, but puts a daemon task on every runner's
-//! output path and makes runners block when the daemon does.
+//! Why a pipe rather than handing the runner the file itself (as an
+//! earlier version did): a file the runner holds can only be bounded by
+//! copy-and-truncate from outside, which lets a fast writer overshoot the
+//! cap without limit between checks, loses what lands between the copy and
+//! the truncation, and needs room for the copy — on a full disk the file
+//! never shrank. The price is the daemon on the output path: a runner
+//! blocks on a full pipe while the daemon does not read (output of a
+//! runner is lost with its pipe when the daemon dies, but so is the
+//! runner: the reaper kills it).
 //!
 //! Reading uses a [`LogCursor`] whose `epoch` counts rotations: the low 32
 //! bits are the current file's incarnation (rotations so far + 1; the
@@ -33,6 +33,8 @@
 //! when the file is still that long (the usual case — a restart does not
 //! rotate), else from the start, flagged as a gap.
 
+mod pipe;
+mod pump;
 mod read;
 mod rotate;
 mod spare;
@@ -40,14 +42,14 @@ mod spare;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
 
 use sandboxd_protocol::{LogChunk, LogCursor, LogStart};
 
-/// How often the files of running sandboxes are checked against the cap.
-pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+use pump::{OutputFile, PumpHandle};
 
 /// `<dir>/<base>.log`: the file a runner writes.
 pub fn file_path(dir: &Path, base: &str) -> PathBuf {
@@ -86,12 +88,14 @@ pub struct RunnerLogs {
     max_size: u64,
     /// Distinguishes this instance's epochs from an earlier daemon's.
     instance: u32,
-    /// Rotation counts by base name. Held across each rotation and read,
-    /// so a reader never sees a file half-rotated; the work under it is a
-    /// stat, or at most a copy of `max_size` bytes.
+    /// Rotation counts by base name. Held across each rotation and while
+    /// a read opens the files, so a reader never sees a file half-rotated;
+    /// the work under it is two renames and an open, or two opens.
     lineages: Mutex<HashMap<String, Lineage>>,
     /// Output files of removed sandboxes, emptied for reuse.
     spares: Arc<spare::SpareFiles>,
+    /// The pump of each sandbox whose runner may still write.
+    pumps: Mutex<HashMap<String, PumpHandle>>,
 }
 
 impl RunnerLogs {
@@ -113,21 +117,42 @@ impl RunnerLogs {
             max_size,
             instance: nanos ^ std::process::id(),
             lineages: Mutex::new(HashMap::new()),
+            pumps: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Opens `base`'s output file for a runner to write: the file a
-    /// respawned runner's predecessor wrote, else a recycled one, else a
-    /// new one (0640, the daemon's; the runner only gets the descriptor).
-    pub fn open_output(&self, base: &str) -> io::Result<File> {
-        use std::os::unix::fs::OpenOptionsExt;
+    /// Opens `base`'s output file — the file a respawned runner's
+    /// predecessor wrote, else a recycled one, else a new one (0640, the
+    /// daemon's) — and starts its pump. Returns the write end of the pipe
+    /// the runner gets as stdout and stderr. Needs a runtime entered; the
+    /// pump ends by itself once every copy of the write end is closed.
+    pub fn open_output(self: &Arc<Self>, base: &str) -> io::Result<OwnedFd> {
         let path = file_path(&self.dir, base);
         self.spares.place_at(&path);
-        File::options()
-            .create(true)
-            .append(true)
-            .mode(0o640)
-            .open(path)
+        let share = self.max_size / 2;
+        let output = OutputFile::open(base, path, rotated_path(&self.dir, base), share)?;
+        let (read, write) = pipe::runner_pipe()?;
+        let pump = PumpHandle::start(self.clone(), read, output)?;
+        // Never two pumps on one file: a runner is only started once its
+        // predecessor's pump is finished, so this is only a safeguard.
+        if let Some(earlier) = self.pumps().insert(base.to_string(), pump) {
+            earlier.abort();
+        }
+        Ok(write)
+    }
+
+    /// The runner of `base` is gone: moves what its pipe still holds into
+    /// its file and waits for its pump to end (bounded: a process that
+    /// escaped the runner cannot keep it going).
+    pub async fn finish(&self, base: &str) {
+        let pump = self.pumps().remove(base);
+        if let Some(pump) = pump {
+            pump.finish().await;
+        }
+    }
+
+    fn pumps(&self) -> MutexGuard<'_, HashMap<String, PumpHandle>> {
+        self.pumps.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn lineages(&self) -> MutexGuard<'_, HashMap<String, Lineage>> {
@@ -136,43 +161,31 @@ impl RunnerLogs {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
-    /// Rotates `base`'s file if it is over the cap. Blocking: call from a
-    /// blocking context. True when it rotated.
-    pub fn enforce_cap(&self, base: &str) -> io::Result<bool> {
+    /// Rotates `output`'s files (see [`rotate`]), under the rotation lock.
+    fn rotate_output(&self, output: &mut OutputFile) {
         let mut lineages = self.lineages();
-        self.enforce_cap_locked(&mut lineages, base)
+        let outcome = rotate::rotate(&output.current, &output.rotated, output.live());
+        output.rotated(outcome);
+        Self::count_rotation(&mut lineages, &output.base);
+        tracing::debug!(log = %output.current.display(), "rotated a runner log");
     }
 
-    fn enforce_cap_locked(
-        &self,
-        lineages: &mut HashMap<String, Lineage>,
-        base: &str,
-    ) -> io::Result<bool> {
-        let current = file_path(&self.dir, base);
-        let rotated = rotated_path(&self.dir, base);
-        let Some(rotated_from) = rotate::copy_truncate(&current, &rotated, self.max_size)? else {
-            return Ok(false);
-        };
+    /// Empties both of `output`'s files, to make room on a full file system.
+    fn restart_output(&self, output: &mut OutputFile) {
+        let mut lineages = self.lineages();
+        rotate::remove_rotated(&output.rotated);
+        rotate::truncate(output.live(), &output.current);
+        output.restarted();
+        Self::count_rotation(&mut lineages, &output.base);
+    }
+
+    fn count_rotation(lineages: &mut HashMap<String, Lineage>, base: &str) {
         let lineage = lineages.entry(base.to_string()).or_default();
         // Wrapping: four billion rotations later an epoch may repeat, which
         // only a follower asleep through all of them could notice.
         lineage.rotations = lineage.rotations.wrapping_add(1);
-        lineage.rotated_from = rotated_from;
-        tracing::debug!(log = %current.display(), rotations = lineage.rotations, "rotated a runner log");
-        Ok(true)
-    }
-
-    /// Checks the cap of each of `bases`, logging (not returning) failures.
-    pub fn enforce_caps(&self, bases: &[String]) {
-        for base in bases {
-            if let Err(error) = self.enforce_cap(base) {
-                tracing::warn!(
-                    log = %file_path(&self.dir, base).display(),
-                    %error,
-                    "cannot rotate a runner log"
-                );
-            }
-        }
+        // The whole live file becomes the rotated one.
+        lineage.rotated_from = 0;
     }
 
     /// Forgets `base`'s rotations (the sandbox is gone) and hands each of
@@ -180,6 +193,10 @@ impl RunnerLogs {
     /// The output file is recycled instead when it can be (see [`spare`]).
     /// Under the rotation lock: no rotation can recreate a file meanwhile.
     pub fn remove(&self, base: &str, mut dispose: impl FnMut(&Path, &'static str)) {
+        let pump = self.pumps().remove(base);
+        if let Some(pump) = pump {
+            pump.abort();
+        }
         let mut lineages = self.lineages();
         lineages.remove(base);
         let current = file_path(&self.dir, base);
@@ -189,15 +206,17 @@ impl RunnerLogs {
         dispose(&rotated_path(&self.dir, base), "log.1");
     }
 
-    /// At most `max_bytes` of `base`'s output from `start`, after checking
-    /// the cap. Blocking: call from a blocking context.
+    /// At most `max_bytes` of `base`'s output from `start`. Blocking: call
+    /// from a blocking context.
     pub fn read(&self, base: &str, start: LogStart, max_bytes: u32) -> Result<LogChunk, LogError> {
-        let mut lineages = self.lineages();
-        if let Err(error) = self.enforce_cap_locked(&mut lineages, base) {
-            tracing::warn!(log = %file_path(&self.dir, base).display(), %error, "cannot rotate a runner log");
-        }
-        let lineage = lineages.get(base).copied().unwrap_or_default();
-        let files = Files::open(&self.dir, base)?;
+        // Only the opening is under the lock: once open, the descriptors
+        // keep reading the incarnations they were opened as, whatever a
+        // rotation renames meanwhile.
+        let (lineage, files) = {
+            let lineages = self.lineages();
+            let lineage = lineages.get(base).copied().unwrap_or_default();
+            (lineage, Files::open(&self.dir, base)?)
+        };
         let budget = u64::from(max_bytes);
         let current_epoch = self.epoch(lineage.rotations.wrapping_add(1));
         let rotated_epoch = self.epoch(lineage.rotations);
@@ -306,29 +325,5 @@ fn open_if_present(path: &Path) -> Result<Option<File>, LogError> {
             path: path.to_path_buf(),
             source,
         }),
-    }
-}
-
-/// Every `CHECK_INTERVAL`, rotates the files of the sandboxes `running`
-/// names. Ends when `running` returns `None` (the driver is gone).
-pub async fn keep_capped(
-    logs: Arc<RunnerLogs>,
-    running: impl Fn() -> Option<Vec<String>> + Send + 'static,
-) {
-    let mut ticks = tokio::time::interval(CHECK_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let Some(bases) = running() else { return };
-        if bases.is_empty() {
-            continue;
-        }
-        let logs = logs.clone();
-        if tokio::task::spawn_blocking(move || logs.enforce_caps(&bases))
-            .await
-            .is_err()
-        {
-            return;
-        }
     }
 }

@@ -1,85 +1,85 @@
-//! Copy-and-truncate rotation of one runner output file (see the module
-//! above for why, and what it costs).
+//! In-place rotation of one runner output file: the live file is renamed
+//! over the rotated one and a fresh, empty file takes its name.
+//!
+//! Nothing is copied and no temporary file is made, so rotation works on a
+//! full file system: the rename frees the old rotated file's blocks (once
+//! no reader holds it open) before anything is allocated, and an empty
+//! file needs no data block. Only when even the fresh file cannot be made
+//! (no inode left, the descriptor limit) is the live file truncated in
+//! place instead, its bytes counted as dropped.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::fs::File;
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-/// How far past the copy's start a line break is looked for, so the rotated
-/// file starts at a line rather than mid-line.
-const ALIGN_WINDOW: u64 = 4096;
-
-/// When `current` is longer than `max_size`: copies its newest `max_size`
-/// bytes (from a line start when one is near) to `rotated`, replacing it,
-/// and truncates `current` to zero. Returns the offset in `current` the
-/// copy started at, or `None` when no rotation was needed (or the file does
-/// not exist).
-pub fn copy_truncate(current: &Path, rotated: &Path, max_size: u64) -> io::Result<Option<u64>> {
-    // The usual answer, in one system call (this runs for every running
-    // sandbox every second): the file is within the cap, or gone.
-    match std::fs::metadata(current) {
-        Ok(metadata) if metadata.len() <= max_size => return Ok(None),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        _ => {}
-    }
-    let mut file = match OpenOptions::new().read(true).write(true).open(current) {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(error),
-    };
-    // Created before the size is taken: what the runner writes from then
-    // until the truncation below is lost unless the copy catches it, and
-    // creating a file can be slow (an inode allocation).
-    let temporary = rotated.with_extension("1.tmp");
-    let mut copy = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o640)
-        .open(&temporary)?;
-    let len = file.metadata()?.len();
-    if len <= max_size {
-        drop(copy);
-        let _ = std::fs::remove_file(&temporary);
-        return Ok(None);
-    }
-    let start = line_start_after(&mut file, len - max_size, len)?;
-    file.seek(SeekFrom::Start(start))?;
-    // At most the cap, so the rotated file keeps its bound: what the runner
-    // appends past that while this copies is lost with the truncation below,
-    // as is anything between the copy and the truncation (the copytruncate
-    // trade-off). A runner writing faster than this copies cannot keep it going.
-    let copied = io::copy(&mut (&mut file).take(max_size), &mut copy)?;
-    // Right after the copy: what lands between the two is lost.
-    file.set_len(0)?;
-    copy.flush()?;
-    drop(copy);
-    std::fs::rename(&temporary, rotated)?;
-    tracing::trace!(
-        bytes = copied,
-        from = start,
-        "copied a runner log before truncating it"
-    );
-    Ok(Some(start))
+/// What a rotation did.
+#[derive(Debug)]
+pub enum Rotated {
+    /// The live file is now the rotated one; this is the fresh live file.
+    Renamed(File),
+    /// The live file was emptied in place; no rotated file is left (it would
+    /// not be the one before the live file any more).
+    Truncated,
 }
 
-/// The first offset after a line break in `[from, from + ALIGN_WINDOW)`,
-/// or `from` itself when there is none.
-fn line_start_after(file: &mut File, from: u64, len: u64) -> io::Result<u64> {
-    let window = ALIGN_WINDOW.min(len - from);
-    let mut bytes = vec![0; window as usize];
-    file.seek(SeekFrom::Start(from))?;
-    file.read_exact(&mut bytes)?;
-    Ok(match bytes.iter().position(|&byte| byte == b'\n') {
-        Some(at) if from + at as u64 + 1 < len => from + at as u64 + 1,
-        _ => from,
-    })
+/// A new, empty output file at `path`: written only by the daemon (the
+/// runner gets a pipe), readable by root's group as every output file is.
+pub fn create_fresh(path: &Path) -> io::Result<File> {
+    File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o640)
+        .open(path)
+}
+
+/// Rotates `live`, the file at `current`, into `rotated`.
+pub fn rotate(current: &Path, rotated: &Path, live: &File) -> Rotated {
+    match std::fs::rename(current, rotated) {
+        Ok(()) => match create_fresh(current) {
+            Ok(fresh) => return Rotated::Renamed(fresh),
+            Err(error) => {
+                tracing::warn!(log = %current.display(), %error, "cannot create a fresh output file; truncating the live one in place");
+                if let Err(error) = std::fs::rename(rotated, current) {
+                    // The live file keeps the rotated name: emptied, it is
+                    // still where readers look next (see `Files::open`).
+                    tracing::warn!(log = %current.display(), %error, "cannot give the live output file its name back");
+                    truncate(live, current);
+                    return Rotated::Truncated;
+                }
+            }
+        },
+        Err(error) => {
+            tracing::warn!(log = %current.display(), %error, "cannot rename the output file; truncating it in place");
+        }
+    }
+    remove_rotated(rotated);
+    truncate(live, current);
+    Rotated::Truncated
+}
+
+/// Deletes the rotated file, if there is one.
+pub fn remove_rotated(rotated: &Path) {
+    match std::fs::remove_file(rotated) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => {
+            tracing::warn!(log = %rotated.display(), %error, "cannot remove a rotated output file");
+        }
+        _ => {}
+    }
+}
+
+/// Empties the live file; freeing blocks needs none, so this works on a
+/// full file system.
+pub fn truncate(live: &File, path: &Path) {
+    if let Err(error) = live.set_len(0) {
+        tracing::warn!(log = %path.display(), %error, "cannot truncate an output file");
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     struct Dir(std::path::PathBuf);
 
@@ -98,51 +98,54 @@ mod tests {
     }
 
     #[test]
-    fn under_the_cap_nothing_happens() {
-        let dir = dir("under");
-        let current = dir.0.join("a.log");
-        std::fs::write(&current, "one\ntwo\n").unwrap();
+    fn the_live_file_becomes_the_rotated_one_and_a_fresh_one_takes_its_name() {
+        let dir = dir("renamed");
+        let (current, rotated) = (dir.0.join("a.log"), dir.0.join("a.log.1"));
+        std::fs::write(&rotated, "an older rotation\n").unwrap();
+        let mut live = File::options()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&current)
+            .unwrap();
+        live.write_all(b"the live output\n").unwrap();
+
+        let Rotated::Renamed(mut fresh) = rotate(&current, &rotated, &live) else {
+            panic!("did not rename");
+        };
         assert_eq!(
-            copy_truncate(&current, &dir.0.join("a.log.1"), 8).unwrap(),
-            None
+            std::fs::read_to_string(&rotated).unwrap(),
+            "the live output\n"
         );
-        assert_eq!(std::fs::read_to_string(&current).unwrap(), "one\ntwo\n");
-        assert!(!dir.0.join("a.log.1").exists());
-        assert_eq!(
-            copy_truncate(&dir.0.join("missing.log"), &dir.0.join("m.1"), 8).unwrap(),
-            None
-        );
+        assert_eq!(std::fs::read(&current).unwrap(), b"");
+        fresh.write_all(b"after\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&current).unwrap(), "after\n");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&current).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o640);
     }
 
     #[test]
-    fn over_the_cap_the_newest_lines_move_and_appends_restart_at_zero() {
-        let dir = dir("over");
-        let current = dir.0.join("a.log");
-        let rotated = dir.0.join("a.log.1");
+    fn without_a_fresh_file_the_live_one_is_emptied_and_the_rotated_one_removed() {
+        let dir = dir("truncated");
+        let (current, rotated) = (dir.0.join("a.log"), dir.0.join("a.log.1"));
         std::fs::write(&rotated, "an older rotation\n").unwrap();
-        let text: String = (0..100).map(|n| format!("line {n:03}\n")).collect();
-        std::fs::write(&current, &text).unwrap();
-        // The runner's descriptor: O_APPEND, opened before the rotation.
-        let mut runner = OpenOptions::new().append(true).open(&current).unwrap();
+        let live = File::options()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&current)
+            .unwrap();
+        (&live).write_all(b"the live output\n").unwrap();
+        // A directory in the rotated file's place: the rename fails.
+        std::fs::remove_file(&rotated).unwrap();
+        std::fs::create_dir(&rotated).unwrap();
+        std::fs::write(rotated.join("x"), "x").unwrap();
 
-        let from = copy_truncate(&current, &rotated, 50)
-            .unwrap()
-            .expect("rotated");
-        let kept = std::fs::read_to_string(&rotated).unwrap();
-        assert!(kept.len() <= 50, "{kept:?}");
-        assert!(
-            kept.starts_with("line ") && kept.ends_with("line 099\n"),
-            "{kept:?}"
-        );
-        assert_eq!(
-            &text[from as usize..],
-            kept,
-            "the offset maps the copy back"
-        );
-        assert_eq!(std::fs::metadata(&current).unwrap().len(), 0);
-
-        runner.write_all(b"after\n").unwrap();
-        assert_eq!(std::fs::read_to_string(&current).unwrap(), "after\n");
-        assert!(!dir.0.join("a.log.1.tmp").exists());
+        assert!(matches!(
+            rotate(&current, &rotated, &live),
+            Rotated::Truncated
+        ));
+        assert_eq!(std::fs::read(&current).unwrap(), b"");
     }
 }

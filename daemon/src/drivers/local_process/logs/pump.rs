@@ -1,0 +1,367 @@
+//! One runner's output on its way to disk: a small task that moves what
+//! the runner writes into its pipe into its output file, keeping the file
+//! within its share of the cap.
+//!
+//! Each step moves at most what fits: when the next chunk would take the
+//! live file past its share (half of `runner_log_max_size`, so the live and
+//! the rotated file together stay within the cap), the file is rotated
+//! first. A runner writing faster than the disk takes it simply waits on
+//! its full pipe: the daemon reads only what it can write.
+//!
+//! When a write fails for want of room (a full file system, a quota), the
+//! pump makes room from its own files — a rotation, which frees the old
+//! rotated file; then emptying both — and when even that is not enough it
+//! drops the chunk, and later writes a marker line saying how much was
+//! dropped. A runner is never blocked by a full disk, and never fills it.
+//!
+//! The file writes happen on the runtime's threads: `splice` into the page
+//! cache does not wait for the disk, short of the kernel's dirty-page
+//! throttling of a very fast writer (which is the back-pressure wanted).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::io::unix::AsyncFd;
+use tokio::sync::Notify;
+
+use super::pipe::{self, CHUNK};
+use super::rotate::Rotated;
+use super::RunnerLogs;
+
+/// After the runner is gone, at most this much more is moved: what its
+/// pipe held, plus what its last processes wrote while dying. A process
+/// that escaped the runner and keeps writing cannot keep the pump alive.
+const FINISH_BUDGET: u64 = 4 * CHUNK as u64;
+
+/// The live output file of one sandbox, as its pump sees it.
+pub struct OutputFile {
+    pub(super) base: String,
+    file: File,
+    /// Its length, which is where the next byte goes: the pump is the only
+    /// writer, and `splice` refuses files opened for appending.
+    len: u64,
+    pub(super) current: PathBuf,
+    pub(super) rotated: PathBuf,
+    /// The most one file holds: half the cap.
+    share: u64,
+    /// Output thrown away since the last marker line.
+    dropped: u64,
+    /// Why it was thrown away, for the marker.
+    reason: Option<String>,
+}
+
+impl OutputFile {
+    /// Opens the output file at `current` to write at its end: a respawned
+    /// runner's output follows its predecessor's.
+    pub fn open(
+        base: &str,
+        current: PathBuf,
+        rotated: PathBuf,
+        share: u64,
+    ) -> io::Result<OutputFile> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = File::options()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o640)
+            .open(&current)?;
+        let len = file.metadata()?.len();
+        Ok(OutputFile {
+            base: base.to_string(),
+            file,
+            len,
+            current,
+            rotated,
+            share: share.max(1),
+            dropped: 0,
+            reason: None,
+        })
+    }
+
+    /// Applies a rotation's outcome.
+    pub(super) fn rotated(&mut self, outcome: Rotated) {
+        match outcome {
+            Rotated::Renamed(fresh) => self.file = fresh,
+            Rotated::Truncated => self.dropped += self.len,
+        }
+        self.len = 0;
+    }
+
+    pub(super) fn live(&self) -> &File {
+        &self.file
+    }
+
+    /// Empties both files in place (see `RunnerLogs::restart_output`).
+    pub(super) fn restarted(&mut self) {
+        self.dropped += self.len;
+        self.len = 0;
+    }
+
+    /// Moves one chunk from `pipe` to the file. `Ok(0)` is end of file;
+    /// `WouldBlock` an empty pipe. Errors are the pipe's own: the file's
+    /// are handled here.
+    fn step(&mut self, pipe: BorrowedFd<'_>, logs: &RunnerLogs) -> io::Result<usize> {
+        let want = pipe::buffered(pipe)?
+            .clamp(1, CHUNK)
+            .min(self.share as usize);
+        if self.dropped > 0 && !self.write_marker(logs) {
+            return self.discard(pipe, want);
+        }
+        self.make_way(logs, want as u64);
+        for attempt in 0.. {
+            match pipe::splice_to_file(pipe, &self.file, &mut self.len, want) {
+                Err(error) if pipe::is_out_of_room(&error) && attempt < 2 => {
+                    self.reason = Some(error.to_string());
+                    self.make_room(logs, attempt);
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Err(error),
+                Err(error) if error.kind() == io::ErrorKind::InvalidInput => {
+                    // Not the file's fault: splice does not apply (never
+                    // expected for a pipe and a regular file).
+                    return Err(error);
+                }
+                Err(error) => {
+                    self.reason = Some(error.to_string());
+                    return self.discard(pipe, want);
+                }
+                Ok(moved) => return Ok(moved),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// Rotates first when `incoming` bytes would take the file past its share.
+    fn make_way(&mut self, logs: &RunnerLogs, incoming: u64) {
+        if self.len > 0 && self.len + incoming > self.share {
+            logs.rotate_output(self);
+        }
+    }
+
+    /// Frees room after a failed write: first by rotating (the old rotated
+    /// file's blocks go), then by emptying both files.
+    fn make_room(&mut self, logs: &RunnerLogs, attempt: usize) {
+        tracing::debug!(log = %self.current.display(), reason = self.reason.as_deref(), attempt, "no room for a runner's output; making room from its own files");
+        if attempt == 0 && self.len > 0 {
+            logs.rotate_output(self);
+        } else {
+            logs.restart_output(self);
+        }
+    }
+
+    fn discard(&mut self, pipe: BorrowedFd<'_>, want: usize) -> io::Result<usize> {
+        let discarded = pipe::discard(pipe, want)?;
+        self.dropped += discarded as u64;
+        Ok(discarded)
+    }
+
+    /// Writes the marker line for what was dropped. False when it cannot
+    /// be written (yet).
+    fn write_marker(&mut self, logs: &RunnerLogs) -> bool {
+        let reason = self.reason.clone().unwrap_or_else(|| "no room".to_string());
+        let marker = format!(
+            "--- sandboxd: {} bytes of output dropped ({reason}) ---\n",
+            self.dropped
+        );
+        self.make_way(logs, marker.len() as u64);
+        match self.file.write_at(marker.as_bytes(), self.len) {
+            Ok(written) => {
+                self.len += written as u64;
+                if written == marker.len() {
+                    tracing::warn!(log = %self.current.display(), bytes = self.dropped, %reason, "dropped runner output");
+                    self.dropped = 0;
+                    return true;
+                }
+                false
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// What the driver holds of a running pump.
+pub struct PumpHandle {
+    finish: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PumpHandle {
+    /// Starts the pump of `output` on the current runtime.
+    pub fn start(logs: Arc<RunnerLogs>, pipe: OwnedFd, output: OutputFile) -> io::Result<Self> {
+        // SAFETY: an OwnedFd stays open, and the same descriptor, until the
+        // AsyncFd that owns it is dropped.
+        let pipe = unsafe { AsyncFd::register_with_interest(pipe, tokio::io::Interest::READABLE) }?;
+        let finish = Arc::new(Notify::new());
+        let task = tokio::spawn(run(logs, pipe, output, finish.clone()));
+        Ok(PumpHandle { finish, task })
+    }
+
+    /// Moves what is left (see [`FINISH_BUDGET`]) and waits for the pump
+    /// to end.
+    pub async fn finish(self) {
+        self.finish.notify_one();
+        let _ = self.task.await;
+    }
+
+    /// Ends the pump now, discarding what its pipe holds.
+    pub fn abort(self) {
+        self.task.abort();
+    }
+}
+
+async fn run(
+    logs: Arc<RunnerLogs>,
+    pipe: AsyncFd<OwnedFd>,
+    mut output: OutputFile,
+    finish: Arc<Notify>,
+) {
+    loop {
+        tokio::select! {
+            biased;
+            () = finish.notified() => {
+                drain(&logs, pipe.get_ref().as_fd(), &mut output);
+                break;
+            }
+            ready = pipe.readable() => {
+                let Ok(mut ready) = ready else { break };
+                match ready.try_io(|pipe| output.step(pipe.get_ref().as_fd(), &logs)) {
+                    Ok(Ok(0)) => break,
+                    Ok(Ok(_)) | Err(_) => {}
+                    Ok(Err(error)) => {
+                        tracing::warn!(log = %output.current.display(), %error, "cannot read a runner's output pipe; closing it");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    if output.dropped > 0 {
+        output.write_marker(&logs);
+    }
+}
+
+/// Moves what the pipe holds until it is empty, closed, or the budget is spent.
+fn drain(logs: &RunnerLogs, pipe: BorrowedFd<'_>, output: &mut OutputFile) {
+    let mut left = FINISH_BUDGET;
+    while left > 0 {
+        match output.step(pipe, logs) {
+            Ok(moved @ 1..) => left = left.saturating_sub(moved as u64),
+            _ => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::path::Path;
+
+    use super::super::{file_path, rotated_path, RunnerLogs};
+    use super::*;
+
+    struct Dir(PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn logs(name: &str, cap: u64) -> (Dir, Arc<RunnerLogs>) {
+        let dir = std::env::temp_dir().join(format!("sandboxd-pump-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join(".spare")).unwrap();
+        let deferred = Arc::new(super::super::super::deferred::Deferred::start());
+        let logs = RunnerLogs::new(dir.clone(), dir.join(".spare"), cap, deferred);
+        (Dir(dir), Arc::new(logs))
+    }
+
+    fn size(path: &Path) -> u64 {
+        std::fs::metadata(path).map_or(0, |metadata| metadata.len())
+    }
+
+    fn lines(from: u32, to: u32) -> String {
+        (from..to).map(|n| format!("line {n:07}\n")).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fast_writer_never_takes_the_files_past_the_cap_and_nothing_is_lost() {
+        let cap = 64 * 1024;
+        let (dir, logs) = logs("fast", cap);
+        let base = "sbx-ses-000000000001";
+        let mut writer = File::from(logs.open_output(base).unwrap());
+        let (current, rotated) = (file_path(&dir.0, base), rotated_path(&dir.0, base));
+        // 2.5 MB in lines of 13 bytes, about 40 times the cap.
+        let text = lines(0, 200_000);
+        let sampler = {
+            let (current, rotated) = (current.clone(), rotated.clone());
+            std::thread::spawn(move || {
+                let mut largest = 0;
+                for _ in 0..2000 {
+                    largest = largest.max(size(&current) + size(&rotated));
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                largest
+            })
+        };
+        let written = tokio::task::spawn_blocking(move || {
+            writer.write_all(text.as_bytes()).unwrap();
+            text
+        })
+        .await
+        .unwrap();
+        logs.finish(base).await;
+        let largest = sampler.join().unwrap();
+        assert!(
+            largest <= cap,
+            "{largest} bytes on disk against a cap of {cap}"
+        );
+
+        // What is kept is the end of what was written, whole.
+        let kept = std::fs::read_to_string(&rotated).unwrap()
+            + &std::fs::read_to_string(&current).unwrap();
+        assert!(kept.len() as u64 >= cap / 2, "{} bytes kept", kept.len());
+        assert!(
+            written.ends_with(&kept),
+            "the kept output is not the end of the written one"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn finish_moves_what_is_buffered_although_a_writer_lingers() {
+        let (dir, logs) = logs("finish", 1 << 20);
+        let base = "sbx-ses-000000000002";
+        let write = logs.open_output(base).unwrap();
+        // An escaped process holding a copy: no end of file will come.
+        let lingering = write.try_clone().unwrap();
+        let mut writer = File::from(write);
+        writer.write_all(b"the last words\n").unwrap();
+        drop(writer);
+        logs.finish(base).await;
+        assert_eq!(
+            std::fs::read_to_string(file_path(&dir.0, base)).unwrap(),
+            "the last words\n"
+        );
+        drop(lingering);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_respawned_runner_appends_to_its_predecessors_output() {
+        let (dir, logs) = logs("respawn", 1 << 20);
+        let base = "sbx-wfe-000000000003";
+        for words in ["first\n", "second\n"] {
+            let mut writer = File::from(logs.open_output(base).unwrap());
+            writer.write_all(words.as_bytes()).unwrap();
+            drop(writer);
+            logs.finish(base).await;
+        }
+        assert_eq!(
+            std::fs::read_to_string(file_path(&dir.0, base)).unwrap(),
+            "first\nsecond\n"
+        );
+    }
+}

@@ -1,0 +1,187 @@
+//! A runner's output never takes more than `runner_log_max_size` on disk,
+//! however much and however fast it writes, and a full file system still
+//! lets the output rotate (and so shrink) instead of wedging.
+//!
+//! No timing is asserted: the tests sample the files in a loop while the
+//! runner writes, with a generous bound on how long the writing may take.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use sandboxd_client::Scope;
+use sandboxd_tests::{sandbox_env, wait_until, Options, TestDaemon};
+
+const MIB: u64 = 1024 * 1024;
+/// How long a runner may take to write its output: far more than it needs.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(600);
+
+fn size(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |metadata| metadata.len())
+}
+
+/// `<log>.1`, the rotated file.
+fn rotated(log: &Path) -> PathBuf {
+    let mut name = log.as_os_str().to_owned();
+    name.push(".1");
+    PathBuf::from(name)
+}
+
+fn writer(bytes: u64, cap: u64) -> Options {
+    Options {
+        extra_toml: format!("runner_log_max_size = {cap}\n"),
+        ..Options::with_runner_args(&["--write-bytes", &bytes.to_string()])
+    }
+}
+
+/// The kept output's last lines, through `sandboxctl logs --tail`.
+fn tail(daemon: &TestDaemon, id: &str, lines: u32) -> String {
+    let output = daemon.sandboxctl(&["logs", "session", id, "--tail", &lines.to_string()]);
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// What the sampling saw while the runner wrote.
+#[derive(Debug, Default)]
+struct Samples {
+    count: u32,
+    /// The most bytes (live plus rotated file) seen on disk at one sample.
+    largest: u64,
+    /// Times the live file was seen shorter than at the sample before.
+    shrank: u32,
+}
+
+/// Samples the two files until the runner's closing line is in its output.
+fn sample_until_written(daemon: &TestDaemon, id: &str, bytes: u64) -> Samples {
+    let log = daemon.runner_log(Scope::Session, id);
+    let rotated = rotated(&log);
+    let closing = format!("runner-fixture wrote {bytes} bytes");
+    let mut samples = Samples::default();
+    let mut previous = 0;
+    let mut checks = 0u32;
+    let done = wait_until(WRITE_TIMEOUT, || {
+        // A burst of samples between two looks at the output's end.
+        for _ in 0..25 {
+            let live = size(&log);
+            samples.largest = samples.largest.max(live + size(&rotated));
+            samples.shrank += u32::from(live < previous);
+            samples.count += 1;
+            previous = live;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        checks += 1;
+        checks.is_multiple_of(10) && tail(daemon, id, 1).contains(&closing)
+    });
+    assert!(
+        done,
+        "the runner did not finish writing {bytes} bytes within {WRITE_TIMEOUT:?}: {samples:?}\n{}",
+        daemon.log_text()
+    );
+    samples
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_writing_a_gibibyte_stays_within_the_cap_at_every_sample() {
+    let (bytes, cap) = (1024 * MIB, 8 * MIB);
+    let daemon = TestDaemon::start(writer(bytes, cap));
+    let client = daemon.client().await;
+    client
+        .ensure_session_sandbox("gib", &sandbox_env("session:gib", "tok"))
+        .await
+        .unwrap();
+
+    let samples = sample_until_written(&daemon, "gib", bytes);
+    assert!(samples.count > 100, "{samples:?}");
+    assert!(
+        samples.largest <= cap + MIB,
+        "{} bytes on disk against a cap of {cap}: {samples:?}",
+        samples.largest
+    );
+    assert!(samples.shrank > 0, "never rotated: {samples:?}");
+
+    // The output ends with the runner's last lines, nothing dropped.
+    let last = tail(&daemon, "gib", 2);
+    let expected = format!(
+        "runner-fixture bytes {:020} {}\nrunner-fixture wrote {bytes} bytes\n",
+        bytes - 64,
+        ".".repeat(21)
+    );
+    assert_eq!(last, expected);
+    let log = daemon.runner_log(Scope::Session, "gib");
+    let kept = std::fs::read(rotated(&log)).unwrap_or_default().len() as u64 + size(&log);
+    assert!(
+        (cap / 2..=cap).contains(&kept),
+        "{kept} bytes kept of a cap of {cap}"
+    );
+    assert!(!tail(&daemon, "gib", 100_000).contains("sandboxd:"));
+    client.deprovision_session_sandbox("gib").await.unwrap();
+}
+
+/// A tmpfs mounted over a directory for one test, detached when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: u64) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={size},mode=0711"))
+            .arg("tmpfs")
+            .arg(at)
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "cannot mount a tmpfs on {}", at.display());
+        Tmpfs(at.to_path_buf())
+    }
+
+    fn free_bytes(&self) -> u64 {
+        let stat = nix::sys::statvfs::statvfs(&self.0).unwrap();
+        stat.blocks_available() * stat.fragment_size()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // Lazily: the daemon may still hold files in it.
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_file_system_still_lets_the_output_rotate_and_shrink() {
+    let (bytes, cap) = (64 * MIB, 8 * MIB);
+    let mut daemon = TestDaemon::prepare(writer(bytes, cap));
+    let state = Tmpfs::mount(daemon.state_dir(), 32 * MIB);
+    daemon.launch();
+    daemon.wait_ready();
+    // Everything but 5 MiB taken: less than the cap, so the runner's output
+    // fills the file system before it reaches the cap.
+    let filler = daemon.state_dir().join("filler");
+    let taken = state.free_bytes() - 5 * MIB;
+    std::fs::write(&filler, vec![b'x'; taken as usize]).unwrap();
+
+    let client = daemon.client().await;
+    client
+        .ensure_session_sandbox("full", &sandbox_env("session:full", "tok"))
+        .await
+        .unwrap();
+    let samples = sample_until_written(&daemon, "full", bytes);
+    assert!(
+        samples.largest <= 5 * MIB + MIB,
+        "more on disk than there was room for: {samples:?}"
+    );
+    assert!(samples.shrank > 0, "the output never shrank: {samples:?}");
+    assert!(
+        daemon
+            .log_text()
+            .contains("no room for a runner's output; making room"),
+        "the file system was never short of room"
+    );
+    // The last line reached the file, after a full file system.
+    let last = tail(&daemon, "full", 1);
+    assert_eq!(last, format!("runner-fixture wrote {bytes} bytes\n"));
+    // The daemon still serves.
+    assert!(daemon.sandboxctl(&["status"]).status.success());
+    client.deprovision_session_sandbox("full").await.unwrap();
+    std::fs::remove_file(&filler).unwrap();
+    drop(state);
+}

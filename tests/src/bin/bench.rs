@@ -32,12 +32,16 @@
 //! client library is meant to be used). `--daemon PATH` measures another
 //! `sandboxd` binary (a build from before a change, say) in its place;
 //! `--no-docker` skips the docker row (which otherwise runs when an engine
-//! answers and the test image is built).
+//! answers and the test image is built). `--only-output` runs only the
+//! output row (see `bench/output.rs`), which a full run measures after the
+//! other local-process rows.
 
 #[path = "bench/docker.rs"]
 mod docker;
 #[path = "bench/machine.rs"]
 mod machine;
+#[path = "bench/output.rs"]
+mod output;
 #[path = "bench/raw.rs"]
 mod raw;
 #[path = "bench/report.rs"]
@@ -77,6 +81,9 @@ struct Counts {
     warmup: usize,
     /// Docker row: new containers each way.
     containers: usize,
+    /// Output row: bytes the runner writes, and the cap on its output.
+    output_bytes: u64,
+    output_cap: u64,
 }
 
 const FULL: Counts = Counts {
@@ -87,6 +94,8 @@ const FULL: Counts = Counts {
     tasks: 64,
     warmup: 1_000,
     containers: 20,
+    output_bytes: 1024 * output::MIB,
+    output_cap: 16 * output::MIB,
 };
 
 const QUICK: Counts = Counts {
@@ -97,6 +106,8 @@ const QUICK: Counts = Counts {
     tasks: 64,
     warmup: 100,
     containers: 2,
+    output_bytes: 32 * output::MIB,
+    output_cap: 4 * output::MIB,
 };
 
 #[derive(Debug)]
@@ -108,6 +119,8 @@ struct Options {
     daemon: Option<std::path::PathBuf>,
     /// Skip the docker row.
     no_docker: bool,
+    /// Run only the output row.
+    only_output: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -117,6 +130,7 @@ fn parse_args() -> Result<Options, String> {
         burst_connections: 1,
         daemon: None,
         no_docker: false,
+        only_output: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -124,6 +138,7 @@ fn parse_args() -> Result<Options, String> {
             "--quick" => options.quick = true,
             "--keep" => options.keep = true,
             "--no-docker" => options.no_docker = true,
+            "--only-output" => options.only_output = true,
             "--burst-connections" => {
                 let value = args.next().ok_or("--burst-connections needs a value")?;
                 options.burst_connections = value
@@ -138,7 +153,7 @@ fn parse_args() -> Result<Options, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--no-docker]\n\n\
+                    "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--no-docker] [--only-output]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -221,6 +236,27 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         runner_user
     );
 
+    if options.only_output {
+        step(started, "output: a runner writing to stdout, and cat");
+        let figures = output::measure(
+            dir.path(),
+            &binaries,
+            counts.output_bytes,
+            counts.output_cap,
+        )
+        .await?;
+        let rows = output::rows(&figures);
+        print!("{}", report::table(&rows));
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "output",
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
     let fs_type = raw::fs_type(dir.path());
     let (file_creates, dir_creates) = raw::inode_costs(dir.path())?;
     step(started, "starting sandboxd");
@@ -414,6 +450,14 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     drop((client, burst_clients));
     step(started, "stopping sandboxd");
     daemon.stop()?;
+    step(started, "output: a runner writing to stdout, and cat");
+    let output_figures = output::measure(
+        dir.path(),
+        &binaries,
+        counts.output_bytes,
+        counts.output_cap,
+    )
+    .await?;
 
     // The docker row, when an engine and the test image are here.
     let docker_check = if options.no_docker {
@@ -663,6 +707,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             goal: Goal::Info,
         },
     ];
+    rows.extend(output::rows(&output_figures));
     let docker_note = match &docker_figures {
         Ok(figures) => {
             rows.extend([

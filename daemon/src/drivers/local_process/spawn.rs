@@ -149,11 +149,7 @@ impl RunnerSettings {
             &self.args,
             vars,
             workspace.as_os_str(),
-            [
-                OwnedFd::from(stdin),
-                log,
-                log_for_stderr,
-            ],
+            [OwnedFd::from(stdin), log, log_for_stderr],
             user,
         )
         .map_err(unavailable)?;

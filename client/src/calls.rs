@@ -8,7 +8,7 @@
 
 use sandboxd_protocol::{
     validate, DaemonStatus, DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState,
-    SandboxEnv, SandboxError, SandboxInfo, Scope,
+    SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 
 use crate::client::Resend;
@@ -118,6 +118,19 @@ impl SandboxdClient {
     pub async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, ClientError> {
         self.call(Resend::Once, |rpc, ctx| async move {
             rpc.list(ctx, scope).await
+        })
+        .await
+    }
+
+    /// Every workspace the daemon keeps on its disk (process tier),
+    /// optionally of one scope; remove a stopped sandbox's with
+    /// [`SandboxdClient::deprovision`]. Needs protocol 3.
+    pub async fn workspaces(
+        &self,
+        scope: Option<Scope>,
+    ) -> Result<Vec<WorkspaceInfo>, ClientError> {
+        self.call(Resend::Once, |rpc, ctx| async move {
+            rpc.workspaces(ctx, scope).await
         })
         .await
     }

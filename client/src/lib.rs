@@ -37,6 +37,7 @@ pub use deadline::{DEFAULT_DEADLINE, MAX_DEADLINE};
 pub use error::ClientError;
 pub use socket_path::{default_socket_path, SOCKET_ENV, SYSTEM_SOCKET, USER_SOCKET_SUFFIX};
 
+pub use sandboxd_protocol::WorkspaceInfo;
 pub use sandboxd_protocol::{
     DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, LogChunk, LogCursor, LogStart,
     ProbeState, SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Scope, Token, MAX_LOG_CHUNK,

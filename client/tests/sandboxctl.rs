@@ -48,6 +48,17 @@ async fn human_and_json_output() {
     assert_eq!(list.status.code(), Some(0));
     assert_eq!(stdout(&list), "[]\n");
 
+    let workspaces = sandboxctl(&path, &["workspaces"]).await;
+    assert_eq!(workspaces.status.code(), Some(0), "{}", stderr(&workspaces));
+    let text = stdout(&workspaces);
+    assert!(text.starts_with("NAME "), "{text}");
+    assert!(
+        text.contains(" kept ") && text.contains("2.0 KiB"),
+        "{text}"
+    );
+    let workspaces = sandboxctl(&path, &["--json", "workspaces", "--scope", "workflow"]).await;
+    assert_eq!(stdout(&workspaces), "[]\n");
+
     let probe = sandboxctl(&path, &["probe", "session", "abc"]).await;
     assert_eq!(stdout(&probe), "stopped\n");
     let probe = sandboxctl(&path, &["probe", "workflow", "wf", "--json"]).await;

@@ -46,6 +46,7 @@ pub enum Call {
     List,
     Status,
     Logs,
+    Workspaces,
 }
 
 /// What a call can do, which decides who may make it.
@@ -73,6 +74,7 @@ impl Call {
             Call::List => "list",
             Call::Status => "status",
             Call::Logs => "logs",
+            Call::Workspaces => "workspaces",
         }
     }
 
@@ -87,6 +89,8 @@ impl Call {
             // credential it was handed. So it takes the lists that may
             // start the runner in the first place, not the read lists.
             Call::Logs => CallClass::Mutate,
+            // Names, sizes and times, as `list` shows: a read.
+            Call::Workspaces => CallClass::Read,
         }
     }
 }
@@ -153,7 +157,7 @@ mod tests {
     use super::*;
 
     const DAEMON_UID: u32 = 990;
-    const ALL_CALLS: [Call; 10] = [
+    const ALL_CALLS: [Call; 11] = [
         Call::ProtocolVersion,
         Call::Ensure,
         Call::Deprovision,
@@ -164,6 +168,7 @@ mod tests {
         Call::List,
         Call::Status,
         Call::Logs,
+        Call::Workspaces,
     ];
 
     fn policy() -> AccessPolicy {
@@ -194,7 +199,7 @@ mod tests {
             .collect()
     }
 
-    const EVERYTHING: [&str; 10] = [
+    const EVERYTHING: [&str; 11] = [
         "protocol_version",
         "ensure",
         "deprovision",
@@ -205,8 +210,16 @@ mod tests {
         "list",
         "status",
         "logs",
+        "workspaces",
     ];
-    const READ_ONLY: [&str; 5] = ["protocol_version", "probe", "describe", "list", "status"];
+    const READ_ONLY: [&str; 6] = [
+        "protocol_version",
+        "probe",
+        "describe",
+        "list",
+        "status",
+        "workspaces",
+    ];
 
     #[test]
     fn root_and_the_daemon_itself_may_do_everything() {

@@ -51,7 +51,8 @@ pub struct AccessConfig {
     pub read_gids: Vec<u32>,
 }
 
-/// The default cap on one runner's output file (16 MiB).
+/// The default cap on one runner's output on disk (16 MiB): the live file
+/// and the one rotated file together.
 pub const DEFAULT_RUNNER_LOG_MAX_SIZE: u64 = 16 * 1024 * 1024;
 /// The smallest cap allowed: below a few lines, rotation would be constant.
 pub const MIN_RUNNER_LOG_MAX_SIZE: u64 = 1024;
@@ -169,6 +170,7 @@ struct FileConfig {
     #[serde(default, deserialize_with = "deserialize_optional_memory")]
     runner_log_max_size: Option<u64>,
     runner_oom_score_adj: Option<i32>,
+    workspace_ttl: Option<String>,
     access: Option<AccessConfig>,
     docker: Option<DockerConfig>,
 }
@@ -195,12 +197,15 @@ pub struct Config {
     pub max_connections: usize,
     pub max_requests_per_connection: usize,
     pub log_level: Option<String>,
-    /// The process tier's cap on one runner's output file, in bytes; one
-    /// rotated file of at most the same size is kept beside it.
+    /// The process tier's cap on one runner's output on disk, in bytes: the
+    /// live file and one rotated file, at most half of it each.
     pub runner_log_max_size: u64,
     /// The process tier's runners get this `oom_score_adj`, so a daemon
     /// shielded from the OOM killer does not pass the shield on.
     pub runner_oom_score_adj: i32,
+    /// A process-tier workspace unused this long is removed (with its
+    /// output files); `None` keeps workspaces until deprovisioned.
+    pub workspace_ttl: Option<Duration>,
     pub access: AccessConfig,
     /// The docker tier's settings; `host` is always set once resolved.
     pub docker: DockerConfig,
@@ -283,6 +288,12 @@ impl Config {
                 .runner_log_max_size
                 .unwrap_or(DEFAULT_RUNNER_LOG_MAX_SIZE),
             runner_oom_score_adj: file.runner_oom_score_adj.unwrap_or(0),
+            workspace_ttl: match file.workspace_ttl {
+                Some(text) => {
+                    parse_ttl(&text).with_context(|| format!("workspace_ttl '{text}'"))?
+                }
+                None => Some(DEFAULT_WORKSPACE_TTL),
+            },
             access: file.access.unwrap_or_default(),
             docker,
         };
@@ -376,6 +387,32 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
         "h" => Duration::from_secs(value.saturating_mul(3600)),
         other => bail!("unknown duration unit '{other}' in '{text}': use ms, s, m or h"),
     })
+}
+
+/// The default `workspace_ttl`: a week.
+pub const DEFAULT_WORKSPACE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A `workspace_ttl`: `off` or `0` (never expire), else a duration as for
+/// [`parse_duration`] or a number of days (`7d`). At least a second.
+pub fn parse_ttl(text: &str) -> anyhow::Result<Option<Duration>> {
+    let trimmed = text.trim();
+    if trimmed.eq_ignore_ascii_case("off") || trimmed == "0" {
+        return Ok(None);
+    }
+    let ttl = match trimmed.strip_suffix('d') {
+        Some(days) => {
+            let days: u64 = days
+                .trim()
+                .parse()
+                .with_context(|| format!("'{text}' is not a number of days like 7d"))?;
+            Duration::from_secs(days.saturating_mul(86_400))
+        }
+        None => parse_duration(trimmed)?,
+    };
+    if ttl < Duration::from_secs(1) {
+        bail!("'{text}' is shorter than a second: write 'off' to keep workspaces forever");
+    }
+    Ok(Some(ttl))
 }
 
 /// `2g`, `512m`, `1024k`, `1gb`, `2GiB` (binary multiples) or a bare number
@@ -660,5 +697,30 @@ mod tests {
         assert!(parse_memory("g").is_err());
         assert!(parse_memory("1q").is_err());
         assert!(parse_memory("99999999999t").is_err());
+    }
+
+    #[test]
+    fn workspace_ttl_defaults_to_a_week_and_takes_days_durations_and_off() {
+        let week = Duration::from_secs(7 * 86_400);
+        assert_eq!(
+            resolve("", &[], Flags::default()).unwrap().workspace_ttl,
+            Some(week)
+        );
+        let ttl = |text: &str| {
+            resolve(
+                &format!("workspace_ttl = \"{text}\""),
+                &[],
+                Flags::default(),
+            )
+            .map(|config| config.workspace_ttl)
+        };
+        assert_eq!(ttl("7d").unwrap(), Some(week));
+        assert_eq!(ttl("90m").unwrap(), Some(Duration::from_secs(5400)));
+        assert_eq!(ttl("2s").unwrap(), Some(Duration::from_secs(2)));
+        assert_eq!(ttl("off").unwrap(), None);
+        assert_eq!(ttl("0").unwrap(), None);
+        let error = format!("{:#}", ttl("soon").unwrap_err());
+        assert!(error.contains("workspace_ttl 'soon'"), "{error}");
+        assert!(ttl("500ms").is_err(), "shorter than a second");
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sandboxd_protocol::{
     naming, DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
-    SandboxError, SandboxInfo, Scope,
+    SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 
 use crate::config::Config;
@@ -88,6 +88,16 @@ pub trait Driver: Send + Sync + 'static {
         start: LogStart,
         max_bytes: u32,
     ) -> Result<LogChunk, SandboxError>;
+
+    /// Every workspace the tier keeps on this host's disk, optionally of
+    /// one scope, running or not. Tiers whose workspaces live elsewhere
+    /// (Docker volumes, a cluster) keep the default: a clear refusal.
+    async fn workspaces(&self, _scope: Option<Scope>) -> Result<Vec<WorkspaceInfo>, SandboxError> {
+        Err(SandboxError::FailedPrecondition(format!(
+            "the {} tier keeps no workspaces on this host's disk; workspaces are listed for the local-process tier",
+            self.name()
+        )))
+    }
 }
 
 /// Every driver name, built or not, in the order the error message lists them.

@@ -8,11 +8,11 @@
 
 use crate::{
     DaemonStatus, DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
-    SandboxError, SandboxInfo, Scope,
+    SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 
 /// Bump on any change to the service or the types it carries.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 #[tarpc::service]
 pub trait Sandboxd {
@@ -60,4 +60,10 @@ pub trait Sandboxd {
         start: LogStart,
         max_bytes: u32,
     ) -> Result<LogChunk, SandboxError>;
+
+    /// Every workspace kept on the daemon's disk (process tier), optionally
+    /// of one scope: running or not, with its id where known, its size and
+    /// when it was last used. A stopped sandbox's workspace is removed with
+    /// `deprovision` of its id. Added in protocol 3.
+    async fn workspaces(scope: Option<Scope>) -> Result<Vec<WorkspaceInfo>, SandboxError>;
 }

@@ -299,3 +299,27 @@ pub struct LogChunk {
     /// follower waits before asking again; anyone else stops.
     pub at_end: bool,
 }
+
+/// One workspace the process tier keeps on the daemon's disk, running or
+/// not: what `workspaces` lists, so that none left by an unclean stop is
+/// ever nameless. Added in protocol 3.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceInfo {
+    /// The directory's name under `<state_dir>/sandboxes` (the base name).
+    pub name: String,
+    pub scope: Scope,
+    /// The sandbox id, from the daemon's workspace records; `None` for a
+    /// directory no record names (left by a sandboxd before those records):
+    /// it cannot be removed by id, but `workspace_ttl` still removes it.
+    pub id: Option<String>,
+    /// Bytes the workspace and the sandbox's output files take on disk.
+    pub size_bytes: u64,
+    /// When a runner of it last started or ended, or last wrote output,
+    /// in milliseconds since the Unix epoch; `None` when unknown.
+    pub last_run_unix_ms: Option<u64>,
+    /// A runner of it is running now.
+    pub running: bool,
+    /// When `workspace_ttl` removes it if it stays unused; `None` when it
+    /// is running or the TTL is off.
+    pub expires_at_unix_ms: Option<u64>,
+}

@@ -100,6 +100,12 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 render::list(sandboxes, now_unix_ms())
             })
         }
+        Command::Workspaces { scope } => {
+            let workspaces = connect().await?.workspaces(scope).await?;
+            emit(json, &workspaces, |workspaces| {
+                render::workspaces(workspaces, now_unix_ms())
+            })
+        }
         Command::Probe { scope, id } => {
             let state = connect().await?.probe(scope, &id).await?;
             let answer = serde_json::json!({ "scope": scope, "id": id, "state": state });

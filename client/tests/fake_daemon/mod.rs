@@ -15,7 +15,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use sandboxd_client::{
     DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, LogChunk, LogCursor, LogStart,
-    ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, Token, PROTOCOL_VERSION,
+    ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, Token, WorkspaceInfo,
+    PROTOCOL_VERSION,
 };
 use sandboxd_protocol::{naming, wire, Sandboxd};
 use tarpc::context::Context;
@@ -217,6 +218,28 @@ impl Sandboxd for FakeDaemon {
             gap: false,
             at_end: index + 1 >= LOG_LINES.len(),
         })
+    }
+
+    async fn workspaces(
+        self,
+        _: Context,
+        scope: Option<Scope>,
+    ) -> Result<Vec<WorkspaceInfo>, SandboxError> {
+        // One kept session workspace; none of the other scopes.
+        let kept = WorkspaceInfo {
+            name: naming::base_name(Scope::Session, "kept"),
+            scope: Scope::Session,
+            id: Some("kept".to_string()),
+            size_bytes: 2048,
+            last_run_unix_ms: Some(1_714_566_896_000),
+            running: false,
+            expires_at_unix_ms: None,
+        };
+        Ok(Vec::from_iter(
+            scope
+                .is_none_or(|scope| scope == Scope::Session)
+                .then_some(kept),
+        ))
     }
 }
 

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use sandboxd_protocol::{
     validate, DaemonStatus, DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState,
-    SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Sandboxd, Scope, MAX_LOG_CHUNK,
-    PROTOCOL_VERSION,
+    SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Sandboxd, Scope, WorkspaceInfo,
+    MAX_LOG_CHUNK, PROTOCOL_VERSION,
 };
 use tarpc::context::Context;
 
@@ -298,6 +298,17 @@ impl Sandboxd for ConnectionService {
         // More than one frame can carry is never asked of the driver.
         let max_bytes = max_bytes.min(MAX_LOG_CHUNK);
         self.driver().logs(&key, start, max_bytes).await
+    }
+
+    async fn workspaces(
+        self,
+        _: Context,
+        scope: Option<Scope>,
+    ) -> Result<Vec<WorkspaceInfo>, SandboxError> {
+        self.authorize(Call::Workspaces)?;
+        let mut workspaces = self.driver().workspaces(scope).await?;
+        workspaces.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(workspaces)
     }
 }
 

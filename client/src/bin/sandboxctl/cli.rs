@@ -41,6 +41,16 @@ pub enum Command {
         scope: Option<Scope>,
     },
 
+    /// List every workspace kept on the daemon's disk (process tier),
+    /// running or not, with its sandbox id, size, last use and when
+    /// `workspace_ttl` removes it. Remove a stopped sandbox's workspace with
+    /// `sandboxctl deprovision SCOPE ID`.
+    Workspaces {
+        /// Only workspaces of this scope.
+        #[arg(long, value_name = "SCOPE", value_parser = any_scope())]
+        scope: Option<Scope>,
+    },
+
     /// Print a sandbox's live state: absent, stopped or running.
     Probe {
         /// session, workflow or connect.

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 
 use sandboxd_client::{
-    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, SandboxInfo, Scope,
+    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, SandboxInfo, Scope, WorkspaceInfo,
 };
 
 use crate::time::{ago, duration, rfc3339_utc};
@@ -71,6 +71,47 @@ pub fn list(sandboxes: &[SandboxInfo], now_unix_ms: u64) -> String {
         ]
     });
     table(std::iter::once(header).chain(rows).collect())
+}
+
+/// A table, one workspace per row. A workspace no record names shows `-`
+/// for its id: only `workspace_ttl` removes it.
+pub fn workspaces(workspaces: &[WorkspaceInfo], now_unix_ms: u64) -> String {
+    let header = [
+        "NAME", "SCOPE", "ID", "SIZE", "LAST-RUN", "STATE", "EXPIRES",
+    ]
+    .map(str::to_string);
+    let rows = workspaces.iter().map(|info| {
+        [
+            shown(&info.name),
+            info.scope.to_string(),
+            info.id
+                .as_deref()
+                .map_or_else(|| MISSING.to_string(), shown),
+            bytes(info.size_bytes),
+            info.last_run_unix_ms
+                .map_or_else(|| MISSING.to_string(), |at| ago(at, now_unix_ms)),
+            if info.running { "running" } else { "stopped" }.to_string(),
+            info.expires_at_unix_ms
+                .map_or_else(|| MISSING.to_string(), |at| ago(at, now_unix_ms)),
+        ]
+    });
+    table(std::iter::once(header).chain(rows).collect())
+}
+
+/// "512 B", "3.2 KiB", "1.5 GiB".
+fn bytes(count: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = count as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{count} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }
 
 /// `key: value` lines about one sandbox.
@@ -241,6 +282,67 @@ mod tests {
             task_queue: "session:abc".into(),
             caller_class: "user".into(),
         }
+    }
+
+    #[test]
+    fn workspaces_show_ids_sizes_and_times_and_a_dash_for_a_nameless_one() {
+        let known = WorkspaceInfo {
+            name: "sbx-ses-ba7816bf8f01".into(),
+            scope: Scope::Session,
+            id: Some("abc".into()),
+            size_bytes: 3 * 1024 * 1024 / 2,
+            last_run_unix_ms: Some(NOW - 120_000),
+            running: false,
+            expires_at_unix_ms: Some(NOW + 3_600_000),
+        };
+        let nameless = WorkspaceInfo {
+            name: "sbx-wfx-2cf24dba5fb0".into(),
+            scope: Scope::Workflow,
+            id: None,
+            size_bytes: 512,
+            last_run_unix_ms: None,
+            running: false,
+            expires_at_unix_ms: None,
+        };
+        let text = workspaces(&[known, nameless], NOW);
+        let lines: Vec<Vec<&str>> = text
+            .lines()
+            .map(|line| line.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            lines[0],
+            ["NAME", "SCOPE", "ID", "SIZE", "LAST-RUN", "STATE", "EXPIRES"]
+        );
+        assert_eq!(
+            lines[1],
+            [
+                "sbx-ses-ba7816bf8f01",
+                "session",
+                "abc",
+                "1.5",
+                "MiB",
+                "2m",
+                "0s",
+                "ago",
+                "stopped",
+                "in",
+                "1h",
+                "0m"
+            ]
+        );
+        assert_eq!(
+            lines[2],
+            [
+                "sbx-wfx-2cf24dba5fb0",
+                "workflow",
+                "-",
+                "512",
+                "B",
+                "-",
+                "stopped",
+                "-"
+            ]
+        );
     }
 
     #[test]

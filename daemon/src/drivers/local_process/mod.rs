@@ -21,6 +21,7 @@ mod state_dir;
 mod stop;
 mod trash;
 mod workspace_scan;
+mod workspaces;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -32,7 +33,7 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use sandboxd_protocol::{
     DeprovisionReport, EnsureReport, ExitInfo, LogChunk, LogStart, ProbeState, SandboxEnv,
-    SandboxError, SandboxInfo, Scope,
+    SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 use tokio::sync::watch;
 
@@ -83,6 +84,10 @@ struct Inner {
     spawner: Spawner,
     /// The runners' output files: their size cap and reading them back.
     logs: Arc<logs::RunnerLogs>,
+    /// Which sandbox each workspace on disk belongs to (see [`workspaces`]).
+    catalog: workspaces::Catalog,
+    /// `workspace_ttl`: unused workspaces are removed after it.
+    workspace_ttl: Option<Duration>,
     stopping: AtomicBool,
     /// Held for the daemon's life: one daemon per state directory.
     _state_lock: nix::fcntl::Flock<std::fs::File>,
@@ -118,6 +123,18 @@ impl LocalProcessDriver {
         })
         .await?;
         let ledger = ledger?;
+        let (catalog_dir, sandboxes) = (dirs.ledger.clone(), dirs.sandboxes.clone());
+        let catalog = tokio::task::spawn_blocking(move || {
+            let catalog = workspaces::Catalog::open(&catalog_dir).with_context(|| {
+                format!(
+                    "cannot open the workspace catalog in {}",
+                    catalog_dir.display()
+                )
+            })?;
+            workspaces::reconcile(&catalog, &sandboxes);
+            anyhow::Ok(catalog)
+        })
+        .await??;
         if killed > 0 || strays > 0 {
             tracing::warn!(
                 groups = killed,
@@ -164,9 +181,14 @@ impl LocalProcessDriver {
             reaper,
             spawner: Spawner::start()?,
             logs: runner_logs,
+            catalog,
+            workspace_ttl: config.workspace_ttl,
             stopping: AtomicBool::new(false),
             _state_lock: state_lock,
         });
+        if let Some(ttl) = config.workspace_ttl {
+            tokio::spawn(workspaces::keep_expiring(Arc::downgrade(&inner), ttl));
+        }
         Ok(LocalProcessDriver { inner })
     }
 }
@@ -197,6 +219,8 @@ impl Inner {
         key: &SandboxKey,
         env: &SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
+        // Before the workspace is touched: it is never on disk unnamed.
+        self.catalog.note_active(key, now_unix_ms());
         let child = self
             .settings
             .spawn(key, env, &self.logs)
@@ -305,6 +329,7 @@ impl Inner {
                 Err(_) => trash::delete(file),
             });
         self.trash.empty_later(moved);
+        self.catalog.forget(base);
         Ok(())
     }
 
@@ -381,6 +406,7 @@ async fn watch_runner(
     // Its last output reaches the file before a respawn can start a pump
     // on the same file, and before a deprovision removes it.
     inner.logs.finish(&key.base_name).await;
+    inner.catalog.note_active(&key, now_unix_ms());
     inner.reaper.untrack(pid as i32);
     // Forget before clearing the table: once the table says absent, a new
     // ensure may write this sandbox's next ledger record.
@@ -541,6 +567,10 @@ impl Driver for LocalProcessDriver {
                 key.scope, key.id
             )),
         })
+    }
+
+    async fn workspaces(&self, scope: Option<Scope>) -> Result<Vec<WorkspaceInfo>, SandboxError> {
+        self.inner.workspaces(scope).await
     }
 
     async fn shutdown(&self) {

@@ -1,0 +1,282 @@
+//! The workspace catalog: which sandbox each workspace on disk belongs to,
+//! and when it was last used. Base names are hashes of ids, so without it
+//! a workspace left by an unclean stop would be a nameless directory.
+//!
+//! One append-only journal, `<state dir>/ledger/workspaces` (the ledger
+//! directory is root's, 0700: out of every runner's reach), with a line
+//! per event:
+//!
+//! ```text
+//! + <unix ms> <base name> <scope> <id>   a runner of it started or ended then
+//! - <base name>                          its workspace was removed
+//! ```
+//!
+//! The id is the rest of the line: ids may hold spaces, never a control
+//! character. A line whose base name is not the one its scope and id hash
+//! to is skipped. Unlike the spawn ledger, the catalog survives a restart
+//! (a kept workspace outlives its runner); it is rewritten with only the
+//! live entries at start and whenever dead lines pile up.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use sandboxd_protocol::{naming, Scope};
+
+use crate::provisioner::SandboxKey;
+
+/// The journal's name in the ledger directory.
+pub const JOURNAL: &str = "workspaces";
+const JOURNAL_TMP: &str = "workspaces.tmp";
+/// Below this many lines since the last rewrite, the journal is left to grow.
+const COMPACT_AFTER_LINES: usize = 4096;
+
+/// What the catalog knows of one workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogEntry {
+    pub scope: Scope,
+    pub id: String,
+    /// When a runner of it last started or ended, in Unix milliseconds.
+    pub last_active_ms: u64,
+}
+
+pub struct Catalog {
+    dir: PathBuf,
+    journal: Mutex<Journal>,
+}
+
+struct Journal {
+    /// Opened with `O_APPEND`.
+    file: File,
+    entries: HashMap<String, CatalogEntry>,
+    lines_since_compaction: usize,
+}
+
+impl Catalog {
+    /// Replays the journal in `dir`, rewrites it with the live entries and
+    /// opens it for appending. Blocking; call at start.
+    pub fn open(dir: &Path) -> io::Result<Catalog> {
+        let path = dir.join(JOURNAL);
+        let entries = match std::fs::read_to_string(&path) {
+            Ok(text) => replay(&path, &text),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => HashMap::new(),
+            Err(error) => return Err(error),
+        };
+        let file = compact(dir, &entries)?;
+        Ok(Catalog {
+            dir: dir.to_path_buf(),
+            journal: Mutex::new(Journal {
+                file,
+                entries,
+                lines_since_compaction: 0,
+            }),
+        })
+    }
+
+    fn journal(&self) -> MutexGuard<'_, Journal> {
+        self.journal.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Notes that `key`'s sandbox was in use at `at_ms` (a runner started or
+    /// ended). Unsynced, like the spawn ledger: one append.
+    pub fn note_active(&self, key: &SandboxKey, at_ms: u64) {
+        let mut journal = self.journal();
+        let text = format!(
+            "+ {at_ms} {} {} {}\n",
+            key.base_name,
+            key.scope.as_str(),
+            key.id
+        );
+        if let Err(error) = journal.file.write_all(text.as_bytes()) {
+            tracing::warn!(name = %key.base_name, %error, "cannot record a workspace in the catalog");
+        }
+        journal.lines_since_compaction += 1;
+        journal.entries.insert(
+            key.base_name.clone(),
+            CatalogEntry {
+                scope: key.scope,
+                id: key.id.clone(),
+                last_active_ms: at_ms,
+            },
+        );
+        self.compact_if_due(&mut journal);
+    }
+
+    /// Forgets `base`'s workspace, which is gone.
+    pub fn forget(&self, base: &str) {
+        let mut journal = self.journal();
+        if journal.entries.remove(base).is_none() {
+            return;
+        }
+        if let Err(error) = journal.file.write_all(format!("- {base}\n").as_bytes()) {
+            tracing::warn!(name = base, %error, "cannot remove a workspace from the catalog");
+        }
+        journal.lines_since_compaction += 1;
+        self.compact_if_due(&mut journal);
+    }
+
+    /// Every entry, by base name.
+    pub fn entries(&self) -> HashMap<String, CatalogEntry> {
+        self.journal().entries.clone()
+    }
+
+    /// Runs `decide` on `base`'s entry (or `None`) under the catalog's lock,
+    /// so no `note_active` of it can come in between.
+    pub fn with_entry<T>(&self, base: &str, decide: impl FnOnce(Option<&CatalogEntry>) -> T) -> T {
+        decide(self.journal().entries.get(base))
+    }
+
+    fn compact_if_due(&self, journal: &mut Journal) {
+        if journal.lines_since_compaction < COMPACT_AFTER_LINES
+            || journal.lines_since_compaction < 2 * journal.entries.len()
+        {
+            return;
+        }
+        match compact(&self.dir, &journal.entries) {
+            Ok(file) => journal.file = file,
+            Err(error) => {
+                tracing::warn!(dir = %self.dir.display(), %error, "cannot compact the workspace catalog; still appending to it")
+            }
+        }
+        journal.lines_since_compaction = 0;
+    }
+}
+
+/// Writes `entries` to a new journal, renames it over the old one and
+/// returns it opened for appending.
+fn compact(dir: &Path, entries: &HashMap<String, CatalogEntry>) -> io::Result<File> {
+    let tmp = dir.join(JOURNAL_TMP);
+    super::super::trash::remove(&tmp)?;
+    let mut file = OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    let text: String = entries
+        .iter()
+        .map(|(base, entry)| {
+            format!(
+                "+ {} {base} {} {}\n",
+                entry.last_active_ms,
+                entry.scope.as_str(),
+                entry.id
+            )
+        })
+        .collect();
+    file.write_all(text.as_bytes())?;
+    std::fs::rename(&tmp, dir.join(JOURNAL))?;
+    Ok(file)
+}
+
+/// The entries a journal leaves, by base name; bad lines are skipped with
+/// a warning.
+fn replay(path: &Path, text: &str) -> HashMap<String, CatalogEntry> {
+    let mut entries = HashMap::new();
+    for (index, line) in text.lines().enumerate() {
+        match parse(line) {
+            Some(Event::Active(base, entry)) => {
+                entries.insert(base, entry);
+            }
+            Some(Event::Removed(base)) => {
+                entries.remove(&base);
+            }
+            None => {
+                tracing::warn!(path = %path.display(), line = index + 1, "skipping a malformed workspace catalog line")
+            }
+        }
+    }
+    entries
+}
+
+enum Event {
+    Active(String, CatalogEntry),
+    Removed(String),
+}
+
+fn parse(line: &str) -> Option<Event> {
+    if let Some(base) = line.strip_prefix("- ") {
+        return (!base.is_empty() && !base.contains(' ')).then(|| Event::Removed(base.to_string()));
+    }
+    let mut words = line.strip_prefix("+ ")?.splitn(4, ' ');
+    let last_active_ms = words.next()?.parse().ok()?;
+    let base = words.next()?;
+    let scope: Scope = words.next()?.parse().ok()?;
+    let id = words.next()?;
+    if id.is_empty() || naming::base_name(scope, id) != base {
+        return None;
+    }
+    Some(Event::Active(
+        base.to_string(),
+        CatalogEntry {
+            scope,
+            id: id.to_string(),
+            last_active_ms,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Dir(PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir(name: &str) -> Dir {
+        let path =
+            std::env::temp_dir().join(format!("sandboxd-catalog-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Dir(path)
+    }
+
+    #[test]
+    fn entries_survive_a_reopen_with_ids_that_hold_spaces_and_removals_stick() {
+        let dir = dir("reopen");
+        let kept = SandboxKey::new(Scope::Session, "a session id with spaces");
+        let removed = SandboxKey::new(Scope::Workflow, "wf-1");
+        {
+            let catalog = Catalog::open(&dir.0).unwrap();
+            catalog.note_active(&kept, 1000);
+            catalog.note_active(&removed, 2000);
+            catalog.note_active(&kept, 3000);
+            catalog.forget(&removed.base_name);
+        }
+        let catalog = Catalog::open(&dir.0).unwrap();
+        let entries = catalog.entries();
+        assert_eq!(
+            entries,
+            HashMap::from([(
+                kept.base_name.clone(),
+                CatalogEntry {
+                    scope: Scope::Session,
+                    id: "a session id with spaces".into(),
+                    last_active_ms: 3000
+                }
+            )])
+        );
+        // Rewritten at open: one line per live entry.
+        let text = std::fs::read_to_string(dir.0.join(JOURNAL)).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+    }
+
+    #[test]
+    fn lines_that_do_not_hash_to_their_name_or_do_not_parse_are_skipped() {
+        let good = SandboxKey::new(Scope::Connect, "req-1");
+        let text = format!(
+            "+ 5 sbx-ses-000000000000 session forged\ngarbage\n+ x {} connect req-1\n+ 7 {} connect req-1\n- \n",
+            good.base_name, good.base_name
+        );
+        let entries = replay(Path::new("workspaces"), &text);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[&good.base_name].last_active_ms, 7);
+    }
+}

@@ -5,9 +5,10 @@
 //!   sandboxd.lock               flock: one daemon per state dir
 //!   sandboxes/<base>/     0711 / 0700 owned by the runner user
 //!   sandboxes/.trash/     0700        deprovisioned files being deleted (trash.rs)
-//!   logs/<base>.log       0700 / 0640 runner stdout+stderr
+//!   logs/<base>.log       0700 / 0640 runner stdout+stderr, written by the daemon
 //!   logs/.spare/          0700        emptied output files for reuse (logs/spare.rs)
 //!   ledger/journal        0700 / 0600 what this daemon spawned (see ledger.rs)
+//!   ledger/workspaces           0600 whose each workspace is (workspaces/catalog.rs)
 //! ```
 
 use std::fs::{DirBuilder, File, OpenOptions};

@@ -147,8 +147,8 @@ async fn rotation_keeps_the_files_bounded_and_tail_reaches_into_the_rotated_one(
         "the runner wrote nothing"
     );
 
-    // About 1 KB a second against a 2 KiB cap, checked every second: the
-    // file never gets far past the cap, the rotated one never past it.
+    // About 1 KB a second against a 2 KiB cap: the daemon writes the file
+    // itself, so neither file ever passes half the cap.
     let until = Instant::now() + Duration::from_secs(6);
     let (mut largest, mut largest_rotated) = (0, 0);
     while Instant::now() < until {
@@ -158,16 +158,16 @@ async fn rotation_keeps_the_files_bounded_and_tail_reaches_into_the_rotated_one(
     }
     assert!(rotated.exists(), "never rotated (largest {largest} bytes)");
     assert!(
-        largest <= 2 * cap,
+        largest <= cap / 2,
         "the log grew to {largest} bytes, cap {cap}"
     );
     assert!(
-        largest_rotated <= cap,
+        largest_rotated <= cap / 2,
         "the rotated log is {largest_rotated} bytes, cap {cap}"
     );
 
     // The last lines, in order, whether or not the current file holds them
-    // all (at most one lost to the instant between copy and truncate).
+    // all.
     let tail = daemon.sandboxctl(&["logs", "session", "chatty", "--tail", "40"]);
     assert_eq!(tail.status.code(), Some(0), "{}", stderr(&tail));
     let numbers = line_numbers(&stdout(&tail));
@@ -240,9 +240,9 @@ async fn follow_carries_on_across_rotations_in_order() {
         numbers.windows(2).all(|pair| pair[1] > pair[0]),
         "out of order or repeated: {numbers:?}"
     );
-    // Copy-and-truncate may lose what is written in the instant between
-    // the two; a cursor mishandled across a rotation would lose or repeat
-    // whole files.
+    // A follower more than one rotation behind (on a loaded machine) may
+    // miss a few; a cursor mishandled across a rotation would lose or
+    // repeat whole files.
     let missing = (numbers.last().unwrap() - numbers[0] + 1) as usize - numbers.len();
     assert!(
         missing <= 3,

@@ -5,6 +5,7 @@
 //! No timing is asserted: the tests sample the files in a loop while the
 //! runner writes, with a generous bound on how long the writing may take.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -184,4 +185,69 @@ async fn a_full_file_system_still_lets_the_output_rotate_and_shrink() {
     client.deprovision_session_sandbox("full").await.unwrap();
     std::fs::remove_file(&filler).unwrap();
     drop(state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_that_cannot_be_written_is_dropped_with_a_marker_and_the_runner_goes_on() {
+    // Where the runner (as nobody) says it is done, and is told to go on.
+    let signals = sandboxd_tests::make_test_dir().join("signals");
+    std::fs::create_dir(&signals).unwrap();
+    std::fs::set_permissions(&signals, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let script = format!(
+        "head -c 4194304 /dev/zero | tr '\\0' x; echo; touch {dir}/written; \
+         while [ ! -e {dir}/go ]; do sleep 0.05; done; echo last line; exec sleep 3600",
+        dir = signals.display()
+    );
+    let mut daemon = TestDaemon::prepare(Options {
+        runner_command: Some("/bin/sh".to_string()),
+        runner_args: vec!["-c".to_string(), script],
+        ..Options::default()
+    });
+    let state = Tmpfs::mount(daemon.state_dir(), 16 * MIB);
+    daemon.launch();
+    daemon.wait_ready();
+    // Every byte of the file system taken.
+    let filler = daemon.state_dir().join("filler");
+    let mut file = std::fs::File::create(&filler).unwrap();
+    let block = vec![b'x'; 64 * 1024];
+    while std::io::Write::write_all(&mut file, &block).is_ok() {}
+    drop(file);
+    assert!(state.free_bytes() < 64 * 1024);
+
+    let client = daemon.client().await;
+    client
+        .ensure_session_sandbox("nowhere", &sandbox_env("session:nowhere", "tok"))
+        .await
+        .unwrap();
+    assert!(
+        wait_until(WRITE_TIMEOUT, || signals.join("written").exists()),
+        "the runner was blocked by the full file system\n{}",
+        daemon.log_text()
+    );
+    std::fs::remove_file(&filler).unwrap();
+    std::fs::write(signals.join("go"), "").unwrap();
+    let log = daemon.runner_log(Scope::Session, "nowhere");
+    let arrived = wait_until(WRITE_TIMEOUT, || {
+        std::fs::read_to_string(&log).is_ok_and(|text| text.ends_with("last line\n"))
+    });
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(arrived, "the last line never arrived: {text:?}");
+    let marker = text
+        .lines()
+        .find(|line| line.starts_with("--- sandboxd: "))
+        .unwrap_or_else(|| panic!("no marker line in {text:?}"));
+    let dropped: u64 = marker
+        .strip_prefix("--- sandboxd: ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {marker:?}"));
+    assert!(dropped >= 4 * MIB, "{marker}");
+    assert!(marker.contains("bytes of output dropped"), "{marker}");
+    assert!(
+        !text.contains("xxxx"),
+        "output that could not be written was kept: {text:?}"
+    );
+    client.deprovision_session_sandbox("nowhere").await.unwrap();
+    drop(state);
+    std::fs::remove_dir_all(signals.parent().unwrap()).unwrap();
 }

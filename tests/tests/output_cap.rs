@@ -251,3 +251,40 @@ async fn output_that_cannot_be_written_is_dropped_with_a_marker_and_the_runner_g
     drop(state);
     std::fs::remove_dir_all(signals.parent().unwrap()).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_exits_right_after_writing_loses_nothing() {
+    let lines = 20_000;
+    let daemon = TestDaemon::start(Options::with_runner_args(&[
+        "--print-lines",
+        &lines.to_string(),
+        "--exit-code",
+        "0",
+    ]));
+    let client = daemon.client().await;
+    client
+        .ensure_workflow_sandbox("brief", &sandbox_env("wfexec:brief", "tok"))
+        .await
+        .unwrap();
+    // The daemon counts the runner gone only once its pipe is drained.
+    let deadline = std::time::Instant::now() + WRITE_TIMEOUT;
+    while client
+        .describe(Scope::Workflow, "brief")
+        .await
+        .unwrap()
+        .last_exit
+        .is_none()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the runner never exited\n{}",
+            daemon.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let text = std::fs::read_to_string(daemon.runner_log(Scope::Workflow, "brief")).unwrap();
+    assert_eq!(
+        sandboxd_tests::logs::fixture_line_numbers(&text),
+        (1..=lines).collect::<Vec<u32>>()
+    );
+}

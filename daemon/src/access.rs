@@ -10,8 +10,8 @@
 //! - root and the daemon's own effective uid may call everything.
 //! - `access.mutate_uids` / `access.mutate_gids` may call everything
 //!   (mutating implies reading).
-//! - `access.read_uids` / `access.read_gids` may probe, describe, list and
-//!   ask for status.
+//! - `access.read_uids` / `access.read_gids` may probe, describe, list,
+//!   list workspaces and ask for status.
 //! - `logs` is a read, but of what a runner printed, which may include the
 //!   credential it was handed: it takes the mutate lists.
 //!

@@ -45,9 +45,9 @@ pub struct AccessConfig {
     pub mutate_uids: Vec<u32>,
     /// Gids (primary group of the peer) allowed to ensure, deprovision and create.
     pub mutate_gids: Vec<u32>,
-    /// Uids allowed to probe, describe, list and status.
+    /// Uids allowed to probe, describe, list, workspaces and status.
     pub read_uids: Vec<u32>,
-    /// Gids allowed to probe, describe, list and status.
+    /// Gids allowed to probe, describe, list, workspaces and status.
     pub read_gids: Vec<u32>,
 }
 

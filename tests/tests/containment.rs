@@ -103,8 +103,18 @@ fn assert_dies(pid: u32, when: &str, daemon: &TestDaemon) {
 }
 
 /// The daemon's group reaper: its child running `sandboxd __group-reaper`.
+/// (Polled: a process's command line reads empty until its exec is done.)
 fn reaper_of(daemon_pid: u32) -> u32 {
-    let found = std::fs::read_dir("/proc")
+    let mut found = None;
+    wait_until(Duration::from_secs(5), || {
+        found = find_reaper(daemon_pid);
+        found.is_some()
+    });
+    found.expect("the daemon's group reaper")
+}
+
+fn find_reaper(daemon_pid: u32) -> Option<u32> {
+    std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
@@ -117,8 +127,7 @@ fn reaper_of(daemon_pid: u32) -> u32 {
                 .and_then(|rest| rest.split_whitespace().nth(1))
                 .and_then(|ppid| ppid.parse::<u32>().ok());
             ppid == Some(daemon_pid) && String::from_utf8_lossy(&cmdline).contains("__group-reaper")
-        });
-    found.expect("the daemon's group reaper")
+        })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,6 +198,9 @@ async fn an_escaped_descendant_is_killed_before_a_restarted_daemon_serves_when_d
     assert!(!pid_is_gone(escapee), "nothing should have killed it yet");
     daemon.launch();
     daemon.wait_ready();
+    // The socket accepts before the driver is ready; the first answer
+    // comes once the daemon serves.
+    daemon.client().await.status().await.unwrap();
     assert!(
         pid_is_gone(escapee),
         "the restarted daemon serves while the escapee lives: {}\n{}",
@@ -447,6 +459,64 @@ async fn last_exit_of(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_in_a_delegated_cgroup_moves_into_a_leaf_and_puts_sandboxes_beside_it() {
+    // What systemd does for a unit with Delegate=yes: its own cgroup,
+    // marked with trusted.delegate=1, the daemon started inside.
+    let own = v2_mount().join(format!("sbxt-delegated-{}", std::process::id()));
+    std::fs::create_dir(&own).unwrap();
+    let c_own = std::ffi::CString::new(own.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: C strings and a one-byte value.
+    let set = unsafe {
+        libc::setxattr(
+            c_own.as_ptr(),
+            c"trusted.delegate".as_ptr(),
+            b"1".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
+    assert_eq!(set, 0, "setxattr: {}", std::io::Error::last_os_error());
+    let mut daemon = TestDaemon::start(Options {
+        cgroup: Some(own.clone()),
+        ..Options::default()
+    });
+    let daemon_pid = daemon.pid().unwrap();
+    let relative = own.strip_prefix(v2_mount()).unwrap().display().to_string();
+    assert_eq!(cgroup_of(daemon_pid), Some(format!("/{relative}/daemon")));
+    assert_eq!(
+        cgroup_of(reaper_of(daemon_pid)),
+        Some(format!("/{relative}/daemon")),
+        "the reaper is not in the daemon's leaf"
+    );
+    let client = daemon.client().await;
+    let status = client.status().await.unwrap();
+    assert!(
+        status
+            .containment
+            .starts_with(&format!("cgroup v2 {}/sandboxes ", own.display())),
+        "{}",
+        status.containment
+    );
+    let pid = client
+        .ensure_session_sandbox("delegated", &sandbox_env("session:delegated", "tok"))
+        .await
+        .unwrap()
+        .pid
+        .unwrap();
+    let base = naming::base_name(Scope::Session, "delegated");
+    assert_eq!(
+        cgroup_of(pid),
+        Some(format!("/{relative}/sandboxes/{base}"))
+    );
+    assert!(daemon.stop().success());
+    // A clean stop leaves the delegated cgroup as it was given, but for the
+    // leaf the daemon lived in.
+    assert!(!own.join("sandboxes").exists());
+    std::fs::remove_dir(own.join("daemon")).unwrap();
+    std::fs::remove_dir(&own).unwrap();
 }
 
 fn v2_mount() -> PathBuf {

@@ -172,11 +172,11 @@ pub fn run_reaper_process() -> ExitCode {
     }
     // EOF: the daemon is gone. Nothing could ever re-adopt these runners.
     if let Some(dirs) = &cgroup {
-        // The sandboxes' cgroups, then `sandboxes/` itself: a restarted
-        // daemon makes it again (and cannot start before this exits: the
-        // state directory's lock is held here).
+        // The sandboxes' cgroups, then `sandboxes/` and an empty root: a
+        // restarted daemon makes them again (and cannot start before this
+        // exits: the state directory's lock is held here).
         if kill::kill_children_and_remove(dirs, CGROUP_EMPTY_WAIT).is_ok() {
-            let _ = kill::remove(dirs);
+            kill::remove_with_parents(dirs);
         }
     }
     for pgid in tracked.groups {

@@ -185,11 +185,13 @@ pub fn event_value(text: &str, key: &str) -> Option<u64> {
     })
 }
 
-/// Removes the cgroup in every hierarchy; one already gone is fine.
+/// Removes the cgroup in every hierarchy; one already gone is fine. A
+/// cgroup whose last process is still on its way out is busy for a moment:
+/// that is retried for up to [`BUSY_WAIT`].
 pub fn remove(dirs: &Dirs) -> io::Result<()> {
     let mut first_error = None;
     for dir in std::iter::once(&dirs.v2).chain(&dirs.v1) {
-        match std::fs::remove_dir(dir) {
+        match remove_dir_when_idle(dir) {
             Ok(()) => {}
             Err(error) if error.kind() == io::ErrorKind::NotFound => {}
             Err(error) => {
@@ -202,9 +204,40 @@ pub fn remove(dirs: &Dirs) -> io::Result<()> {
     first_error.map_or(Ok(()), Err)
 }
 
+/// How long a removal retries a busy cgroup.
+const BUSY_WAIT: Duration = Duration::from_secs(1);
+
+fn remove_dir_when_idle(dir: &Path) -> io::Result<()> {
+    let deadline = Instant::now() + BUSY_WAIT;
+    loop {
+        match std::fs::remove_dir(dir) {
+            Err(error)
+                if error.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Removes `dirs`, then their parents when empty: the root the daemon
+/// made goes too, and a root that still holds anything (the daemon's own
+/// cgroup, with the `daemon` leaf) stays, since only an empty cgroup can
+/// be removed.
+pub fn remove_with_parents(dirs: &Dirs) {
+    let _ = remove(dirs);
+    for dir in std::iter::once(&dirs.v2).chain(&dirs.v1) {
+        if let Some(parent) = dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
 /// Kills every sandbox cgroup under `parent` (one write with
 /// `cgroup.kill`, which reaches all descendants), waits up to `timeout`,
-/// and removes them. Returns the names it found.
+/// and removes them (a removal that fails is logged). Returns the names
+/// it found; an error only when the kill itself failed.
 pub fn kill_children_and_remove(parent: &Dirs, timeout: Duration) -> io::Result<Vec<String>> {
     let names = child_names(&parent.v2);
     let mut v1_only: Vec<String> = parent.v1.iter().flat_map(|dir| child_names(dir)).collect();
@@ -213,13 +246,12 @@ pub fn kill_children_and_remove(parent: &Dirs, timeout: Duration) -> io::Result<
         kill(parent)?;
         wait_empty(&parent.v2, timeout)?;
     }
-    let mut first_error = None;
     for name in names.iter().chain(&v1_only) {
         if let Err(error) = remove(&parent.child(name)) {
-            first_error.get_or_insert(error);
+            tracing::warn!(%error, "cannot remove a sandbox cgroup");
         }
     }
-    first_error.map_or(Ok(names), Err)
+    Ok(names)
 }
 
 /// The names of the child cgroups (subdirectories) of `dir`.

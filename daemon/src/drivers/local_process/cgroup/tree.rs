@@ -23,7 +23,7 @@ use std::fs::DirBuilder;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use super::kill::{self, Dirs};
@@ -59,9 +59,6 @@ enum Where {
 /// The set-up tree.
 #[derive(Debug)]
 pub struct CgroupTree {
-    root: PathBuf,
-    /// Removed on a clean stop when this daemon made it.
-    made_root: bool,
     sandboxes: Dirs,
     limits: Limits,
     limit_files: Vec<(Where, LimitFile)>,
@@ -99,7 +96,6 @@ impl CgroupTree {
             None if is_delegated(&own) => own.clone(),
             None => v2.mount.join(default_root_name(settings)),
         };
-        let made_root = !root.exists();
         DirBuilder::new()
             .recursive(true)
             .create(&root)
@@ -192,8 +188,6 @@ impl CgroupTree {
             &unenforced,
         );
         Ok(CgroupTree {
-            root,
-            made_root,
             sandboxes: Dirs {
                 v2: sandboxes_v2,
                 v1: v1_dirs,
@@ -310,18 +304,10 @@ impl CgroupTree {
         }
     }
 
-    /// After a clean stop: removes `sandboxes/` (and the root, when this
-    /// daemon made it and does not live in it), if they are empty.
+    /// After a clean stop: removes `sandboxes/`, and the root when it is
+    /// empty (not when the daemon lives in it), in every hierarchy.
     pub fn remove_empty(&self) {
-        let _ = kill::remove(&self.sandboxes);
-        if self.made_root {
-            let _ = std::fs::remove_dir(&self.root);
-            for dir in &self.sandboxes.v1 {
-                if let Some(parent) = dir.parent() {
-                    let _ = std::fs::remove_dir(parent);
-                }
-            }
-        }
+        kill::remove_with_parents(&self.sandboxes);
     }
 }
 

@@ -467,6 +467,7 @@ async fn a_daemon_in_a_delegated_cgroup_moves_into_a_leaf_and_puts_sandboxes_bes
     // marked with trusted.delegate=1, the daemon started inside.
     let own = v2_mount().join(format!("sbxt-delegated-{}", std::process::id()));
     std::fs::create_dir(&own).unwrap();
+    let _cleanup = RemoveTree(own.clone());
     let c_own = std::ffi::CString::new(own.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: C strings and a one-byte value.
     let set = unsafe {
@@ -515,8 +516,31 @@ async fn a_daemon_in_a_delegated_cgroup_moves_into_a_leaf_and_puts_sandboxes_bes
     // A clean stop leaves the delegated cgroup as it was given, but for the
     // leaf the daemon lived in.
     assert!(!own.join("sandboxes").exists());
-    std::fs::remove_dir(own.join("daemon")).unwrap();
-    std::fs::remove_dir(&own).unwrap();
+    assert!(own.join("daemon").exists());
+}
+
+/// Removes a cgroup tree (empty once its processes are gone) when dropped.
+struct RemoveTree(PathBuf);
+
+impl Drop for RemoveTree {
+    fn drop(&mut self) {
+        let mut dirs = vec![self.0.clone()];
+        let mut index = 0;
+        while index < dirs.len() {
+            let children: Vec<PathBuf> = std::fs::read_dir(&dirs[index])
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
+                .map(|entry| entry.path())
+                .collect();
+            dirs.extend(children);
+            index += 1;
+        }
+        for dir in dirs.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }
 
 fn v2_mount() -> PathBuf {

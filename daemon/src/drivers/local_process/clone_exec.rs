@@ -177,6 +177,18 @@ impl ExecPlan {
     /// the pidfd's registration) and from a thread that lives as long as
     /// the runner should: `PR_SET_PDEATHSIG` fires when that thread exits.
     pub fn spawn(&self) -> Result<RunnerProcess, ExecError> {
+        self.spawn_trying_clone3(!CLONE3_REFUSED.load(Ordering::Relaxed))
+    }
+
+    /// [`spawn`](Self::spawn) as where `clone3` is refused: `clone`, and
+    /// the child joins its cgroups itself.
+    #[cfg(test)]
+    pub fn spawn_with_clone(&self) -> Result<RunnerProcess, ExecError> {
+        self.spawn_trying_clone3(false)
+    }
+
+    /// [`spawn`](Self::spawn), with `clone3` tried only when `try_clone3`.
+    fn spawn_trying_clone3(&self, try_clone3: bool) -> Result<RunnerProcess, ExecError> {
         let argv = null_terminated(&self.args);
         let envp = null_terminated(&self.env);
         let mut stat = [0u8; STAT_CAPACITY];
@@ -200,7 +212,7 @@ impl ExecPlan {
             procs: [-1; MAX_PROCS_FDS],
             procs_len: 0,
         };
-        let pid = self.clone_into_cgroup(&mut child)?;
+        let pid = self.clone_into_cgroup(&mut child, try_clone3)?;
         let failed_step = child.failed_step.load(Ordering::Acquire);
         if failed_step != NO_FAILURE {
             reap(pid);
@@ -231,14 +243,18 @@ impl ExecPlan {
     /// Clones the child into the plan's cgroup: `clone3` with
     /// `CLONE_INTO_CGROUP` where it can, else `clone` with the child
     /// writing itself into the v2 `cgroup.procs` first.
-    fn clone_into_cgroup(&self, child: &mut ChildPlan) -> Result<libc::pid_t, ExecError> {
+    fn clone_into_cgroup(
+        &self,
+        child: &mut ChildPlan,
+        try_clone3: bool,
+    ) -> Result<libc::pid_t, ExecError> {
         let Some(cgroup) = &self.cgroup else {
             return CHILD_STACK.with(|stack| clone_vfork(stack, child, None));
         };
         for procs in &cgroup.v1_procs {
             child.push_procs(procs.as_raw_fd());
         }
-        if !CLONE3_REFUSED.load(Ordering::Relaxed) {
+        if try_clone3 {
             let dir = cgroup.v2_dir.as_raw_fd();
             match CHILD_STACK.with(|stack| clone_vfork(stack, child, Some(dir))) {
                 Err(error) if error.error.raw_os_error() == Some(libc::ENOSYS) => {

@@ -1,5 +1,5 @@
 //! Starting one runner: its workspace, its log file, its environment, its
-//! user and its process group.
+//! user, its process group and its cgroup.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{DirBuilder, File};

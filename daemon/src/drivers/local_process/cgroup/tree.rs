@@ -534,6 +534,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn where_clone3_is_refused_the_child_writes_itself_into_its_cgroups_first() {
+        if !is_root() {
+            eprintln!("skipped: needs root to make cgroups");
+            return;
+        }
+        let limits = Limits {
+            memory: 128 << 20,
+            pids: 32,
+            cpu: 0.0,
+        };
+        let Some(test) = TestTree::new("fallback", limits) else {
+            eprintln!("skipped: no cgroup v2 here");
+            return;
+        };
+        let base = "sbx-ses-000000000002";
+        let plan = ExecPlan::new(
+            OsStr::new("/bin/sleep"),
+            ["300"],
+            [("PATH", "/usr/bin:/bin")],
+            OsStr::new("/"),
+            null_stdio(),
+            None,
+        )
+        .unwrap()
+        .in_cgroup(test.tree.create(base).unwrap());
+        let runner = plan.spawn_with_clone().unwrap();
+        let dirs = test.tree.dirs(base);
+        for dir in std::iter::once(&dirs.v2).chain(&dirs.v1) {
+            assert_eq!(
+                pids_in(dir),
+                [runner.id() as i32],
+                "not in {}",
+                dir.display()
+            );
+        }
+        kill::kill(&dirs).unwrap();
+        assert!(kill::wait_empty(&dirs.v2, Duration::from_secs(10)).unwrap());
+        runner.wait().await.unwrap();
+        kill::remove(&dirs).unwrap();
+    }
+
+    #[tokio::test]
     async fn a_runner_is_cloned_into_its_cgroup_with_limits_and_nothing_of_it_survives_the_kill() {
         if !is_root() {
             eprintln!("skipped: needs root to make cgroups");

@@ -280,19 +280,37 @@ async fn runners_live_in_their_sandbox_cgroup_in_v2_and_in_each_v1_controller_wi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_past_the_memory_limit_is_oom_killed_and_describe_says_so() {
+    // Each runner allocates once its workspace has `go` in it.
     let options = Options {
-        runner_args: vec!["--allocate-mib".into(), "256".into()],
+        runner_args: ["--allocate-mib", "256", "--allocate-when", "go"]
+            .map(String::from)
+            .to_vec(),
         extra_toml: "[limits]\nmemory = \"64m\"".to_string(),
         ..Options::default()
     };
     let daemon = TestDaemon::start(options);
     let client = daemon.client().await;
     let id = "oom";
-    client
+    let pid = client
         .ensure_session_sandbox(id, &sandbox_env("session:oom", "tok"))
         .await
+        .unwrap()
+        .pid
         .unwrap();
+    let workspace = daemon.workspace(Scope::Session, id);
+    wait_for_runner(&workspace, pid);
+    std::fs::write(workspace.join("go"), "").unwrap();
     let info = last_exit_of(&client, id).await;
+    // The blow-up stayed in its cgroup: another sandbox is created and served.
+    let other = client
+        .ensure_session_sandbox("bystander", &sandbox_env("session:bystander", "tok"))
+        .await
+        .unwrap();
+    assert!(other.created);
+    assert_eq!(
+        client.probe(Scope::Session, "bystander").await.unwrap(),
+        ProbeState::Running
+    );
     assert!(
         info.state == ProbeState::Absent && info.last_exit.is_some(),
         "the runner did not end: {info:?}\n{}",

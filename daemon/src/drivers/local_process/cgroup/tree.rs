@@ -100,7 +100,9 @@ impl CgroupTree {
             .recursive(true)
             .create(&root)
             .map_err(|error| named(&root, error))?;
-        if root == own {
+        // Not the hierarchy's root cgroup, which every process of the host
+        // may be in and which the no-internal-process rule exempts.
+        if root == own && root != v2.mount {
             move_into_leaf(&root)?;
         }
         let sandboxes_v2 = root.join(SANDBOXES);

@@ -11,7 +11,8 @@
 //! to each of their `cgroup.procs`, through descriptors opened beforehand,
 //! before it does anything else. Where `clone3` is refused (`ENOSYS`: a
 //! kernel before 5.3, or systemd's seccomp filter for `RestrictNamespaces=`,
-//! which cannot inspect `clone3`'s flags and so refuses the call) and on
+//! which cannot inspect `clone3`'s flags and so refuses the call; `E2BIG`:
+//! a kernel before 5.7, without `CLONE_INTO_CGROUP`) and on
 //! architectures without the assembly below, the child is made with
 //! `clone` and writes itself into the v2 `cgroup.procs` the same way, first.
 //!
@@ -105,7 +106,7 @@ impl std::fmt::Display for ExecError {
 
 /// Steps of the child, in order; their index is what the child reports.
 const STEPS: [&str; 9] = [
-    "write to a v1 cgroup.procs",
+    "write to cgroup.procs",
     "dup2 of stdio",
     "setgroups",
     "setresgid",
@@ -257,8 +258,12 @@ impl ExecPlan {
         if try_clone3 {
             let dir = cgroup.v2_dir.as_raw_fd();
             match CHILD_STACK.with(|stack| clone_vfork(stack, child, Some(dir))) {
-                Err(error) if error.error.raw_os_error() == Some(libc::ENOSYS) => {
-                    tracing::info!("clone3 is refused here (ENOSYS): runners join their cgroup by writing cgroup.procs");
+                // ENOSYS: no clone3 (or a seccomp filter); E2BIG: a kernel
+                // before 5.7, which has no CLONE_INTO_CGROUP.
+                Err(error)
+                    if matches!(error.error.raw_os_error(), Some(libc::ENOSYS | libc::E2BIG)) =>
+                {
+                    tracing::info!(%error, "clone3 into a cgroup is refused here: runners join their cgroup by writing cgroup.procs");
                     CLONE3_REFUSED.store(true, Ordering::Relaxed);
                 }
                 result => return result,

@@ -148,6 +148,63 @@ impl DockerConfig {
     }
 }
 
+/// The `[limits]` table: what every process-tier sandbox's cgroup gets.
+/// Same words and defaults as the docker tier's; 0 = unlimited, and only
+/// when written explicitly (an absent key is the default).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Memory (RAM and swap together) in bytes; `"2g"`, `"512m"` or a number.
+    #[serde(deserialize_with = "deserialize_memory")]
+    pub memory: u64,
+    /// The most processes and threads a sandbox may hold.
+    pub pids: u64,
+    /// How many CPUs a sandbox may use (fractions allowed).
+    pub cpu: f64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            memory: 2 * 1024 * 1024 * 1024,
+            pids: 512,
+            cpu: 2.0,
+        }
+    }
+}
+
+impl LimitsConfig {
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.memory != 0 && self.memory < DockerConfig::MIN_MEMORY {
+            bail!(
+                "[limits] memory {} bytes is below the minimum of 6 MiB (0 = unlimited)",
+                self.memory
+            );
+        }
+        if !(self.cpu == 0.0 || (self.cpu.is_finite() && self.cpu >= 0.01)) {
+            bail!(
+                "[limits] cpu {} must be 0 (unlimited) or a number of at least 0.01",
+                self.cpu
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `containment`: how the process tier contains its runners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContainmentMode {
+    /// A cgroup per sandbox where a writable cgroup v2 exists, else
+    /// process groups (with a warning).
+    #[default]
+    Auto,
+    /// A cgroup per sandbox, or the daemon does not start.
+    Cgroup,
+    /// Process groups only (weaker: `setsid` escapes, no limits).
+    ProcessGroup,
+}
+
 /// The file's shape. Every key is optional; unknown keys are an error.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -173,6 +230,9 @@ struct FileConfig {
     workspace_ttl: Option<String>,
     access: Option<AccessConfig>,
     docker: Option<DockerConfig>,
+    cgroup_root: Option<PathBuf>,
+    containment: Option<ContainmentMode>,
+    limits: Option<LimitsConfig>,
 }
 
 /// The resolved configuration.
@@ -209,6 +269,12 @@ pub struct Config {
     pub access: AccessConfig,
     /// The docker tier's settings; `host` is always set once resolved.
     pub docker: DockerConfig,
+    /// The cgroup v2 directory the process tier puts `sandboxes/` in;
+    /// `None`: the daemon's own when delegated, else `sandboxd` under the v2 mount.
+    pub cgroup_root: Option<PathBuf>,
+    pub containment: ContainmentMode,
+    /// The process tier's per-sandbox limits.
+    pub limits: LimitsConfig,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -296,6 +362,9 @@ impl Config {
             },
             access: file.access.unwrap_or_default(),
             docker,
+            cgroup_root: file.cgroup_root,
+            containment: file.containment.unwrap_or_default(),
+            limits: file.limits.unwrap_or_default(),
         };
         config.validate()?;
         Ok(config)
@@ -335,7 +404,18 @@ impl Config {
                 self.stop_grace
             );
         }
+        if let Some(root) = &self.cgroup_root {
+            if !root.is_absolute() {
+                bail!("cgroup_root '{}' must be absolute", root.display());
+            }
+        }
+        self.limits.validate()?;
         self.docker.validate()
+    }
+
+    /// True when `state_dir` is the default of a root daemon.
+    pub fn has_default_state_dir(&self) -> bool {
+        default_state_dir(true).is_ok_and(|default| default == self.state_dir)
     }
 }
 
@@ -670,15 +750,16 @@ mod tests {
         let top = known_keys("");
         assert!(top.contains(&"driver".to_string()), "{top:?}");
         for key in &top {
-            if key == "access" || key == "docker" {
+            if key == "access" || key == "docker" || key == "limits" {
                 assert!(text.contains(&format!("\n[{key}]\n")), "no [{key}] table");
                 continue;
             }
             assert!(shown("", key), "the example config does not show `{key}`");
         }
-        for table in ["access", "docker"] {
+        for table in ["access", "docker", "limits"] {
             let keys = known_keys(table);
-            assert!(keys.len() >= 4, "[{table}]: {keys:?}");
+            let least = if table == "limits" { 3 } else { 4 };
+            assert!(keys.len() >= least, "[{table}]: {keys:?}");
             for key in keys {
                 assert!(
                     shown(table, &key),
@@ -686,6 +767,45 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn limits_default_like_docker_and_zero_means_unlimited_only_when_written() {
+        let config = resolve("", &[], Flags::default()).unwrap();
+        assert_eq!(
+            (config.limits.memory, config.limits.pids, config.limits.cpu),
+            (2 << 30, 512, 2.0)
+        );
+        assert_eq!(config.containment, ContainmentMode::Auto);
+        assert_eq!(config.cgroup_root, None);
+        let config = resolve("[limits]\nmemory = \"64m\"", &[], Flags::default()).unwrap();
+        assert_eq!(
+            (config.limits.memory, config.limits.pids, config.limits.cpu),
+            (64 << 20, 512, 2.0),
+            "an absent key keeps its default"
+        );
+        let file = "containment = \"process-group\"\ncgroup_root = \"/sys/fs/cgroup/x\"\n\
+                    [limits]\nmemory = 0\npids = 0\ncpu = 0.0";
+        let config = resolve(file, &[], Flags::default()).unwrap();
+        assert_eq!(
+            (config.limits.memory, config.limits.pids, config.limits.cpu),
+            (0, 0, 0.0)
+        );
+        assert_eq!(config.containment, ContainmentMode::ProcessGroup);
+        assert_eq!(config.cgroup_root, Some(PathBuf::from("/sys/fs/cgroup/x")));
+        for (bad, named) in [
+            ("[limits]\nmemory = \"1k\"", "memory"),
+            ("[limits]\ncpu = 0.001", "cpu"),
+            ("[limits]\ncpu = -1.0", "cpu"),
+            ("cgroup_root = \"relative\"", "cgroup_root"),
+        ] {
+            let error = resolve(bad, &[], Flags::default()).unwrap_err();
+            assert!(error.to_string().contains(named), "{bad}: {error}");
+        }
+        let error = toml::from_str::<FileConfig>("containment = \"jail\"").unwrap_err();
+        assert!(error.to_string().contains("jail"), "{error}");
+        let error = toml::from_str::<FileConfig>("[limits]\nmemroy = 1").unwrap_err();
+        assert!(error.to_string().contains("memroy"), "{error}");
     }
 
     #[test]

@@ -49,6 +49,11 @@ pub trait Driver: Send + Sync + 'static {
     /// One short line on the runtime's health, for `status`.
     fn health(&self) -> String;
 
+    /// How the tier contains its sandboxes' processes, for `status`.
+    fn containment(&self) -> String {
+        "the runtime's own (containers)".to_string()
+    }
+
     /// Absent → provision; stopped → start; running → fast path.
     async fn ensure(
         &self,

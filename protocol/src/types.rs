@@ -161,20 +161,52 @@ pub struct ExitInfo {
     pub at_unix_ms: u64,
     /// True when the kernel's OOM killer ended it (container tiers report it).
     pub oom_killed: bool,
+    /// The memory limit it was killed at, in bytes, when known (process tier).
+    pub oom_limit_bytes: Option<u64>,
+    /// Forks refused at the pids limit during the run (process tier).
+    pub pids_refused: u64,
+    /// The pids limit those forks hit.
+    pub pids_limit: Option<u64>,
 }
 
 impl fmt::Display for ExitInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.code, self.signal) {
-            (_, Some(signal)) => write!(f, "signal {signal}")?,
-            (Some(code), None) => write!(f, "code {code}")?,
-            (None, None) => f.write_str("unknown")?,
+        match (self.code, self.signal, self.oom_limit_bytes) {
+            (_, _, Some(limit)) if self.oom_killed => write!(
+                f,
+                "killed: out of memory (limit {})",
+                crate::types::show_bytes(limit)
+            )?,
+            (_, Some(signal), _) => write!(f, "signal {signal}")?,
+            (Some(code), None, _) => write!(f, "code {code}")?,
+            (None, None, _) => f.write_str("unknown")?,
         }
-        if self.oom_killed {
+        if self.oom_killed && self.oom_limit_bytes.is_none() {
             f.write_str(" (OOM-killed)")?;
+        }
+        if self.pids_refused > 0 {
+            write!(
+                f,
+                "; {} fork(s) refused at the pids limit",
+                self.pids_refused
+            )?;
+            if let Some(limit) = self.pids_limit {
+                write!(f, " ({limit})")?;
+            }
         }
         Ok(())
     }
+}
+
+/// `2 GiB`, `512 MiB`, `1000 bytes`: a size in its largest exact unit.
+pub fn show_bytes(bytes: u64) -> String {
+    const UNITS: [(u32, &str); 4] = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")];
+    for (shift, unit) in UNITS {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{} {unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 /// One sandbox's facts, for admins. Never carries the token.
@@ -252,6 +284,9 @@ pub struct DaemonStatus {
     pub counts: SandboxCounts,
     pub socket_path: String,
     pub state_dir: String,
+    /// How the driver contains its sandboxes' processes (e.g. "cgroup v2 …
+    /// (kill: cgroup.kill; …)" or the process-group fallback and why).
+    pub containment: String,
 }
 
 /// The most bytes one `logs` call returns. A chunk travels in one frame,

@@ -44,6 +44,9 @@ pub struct Options {
     pub socket: Option<PathBuf>,
     /// `log_level` in the config file (`RUST_LOG` is removed from the daemon's environment).
     pub log_level: String,
+    /// A cgroup v2 directory to start the daemon in (as systemd starts a
+    /// unit in its own cgroup), joined before the daemon's exec.
+    pub cgroup: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -58,6 +61,7 @@ impl Default for Options {
             args: Vec::new(),
             socket: None,
             log_level: "debug".to_string(),
+            cgroup: None,
         }
     }
 }
@@ -197,6 +201,27 @@ impl TestDaemon {
             command.env_remove(name);
         }
         command.envs(self.options.env.iter().map(|(key, value)| (key, value)));
+        if let Some(cgroup) = &self.options.cgroup {
+            let procs = std::ffi::CString::new(
+                cgroup
+                    .join("cgroup.procs")
+                    .into_os_string()
+                    .into_encoded_bytes(),
+            )
+            .expect("no NUL in a cgroup path");
+            // SAFETY: between fork and exec the closure only makes the
+            // async-signal-safe open, write and close calls.
+            unsafe {
+                command.pre_exec(move || {
+                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(fd);
+                    Ok(())
+                });
+            }
+        }
         self.child = Some(procs::spawn(&mut command).expect("spawn sandboxd"));
     }
 

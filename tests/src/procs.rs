@@ -104,6 +104,19 @@ pub fn env_of(pid: u32, name: &str) -> Option<String> {
         .map(|entry| String::from_utf8_lossy(&entry[prefix.len()..]).into_owned())
 }
 
+/// [`env_of`] once the process has finished its exec. A spawner that
+/// clones with `CLONE_VFORK` (as `posix_spawn` and sandboxd do) resumes
+/// when the child's exec has replaced its memory, a moment before the
+/// kernel records where the new environment is: until then
+/// `/proc/<pid>/environ` reads empty. Waits (up to 5 s) for it to be
+/// non-empty, then reads the variable.
+pub fn env_after_exec(pid: u32, name: &str) -> Option<String> {
+    wait_until(Duration::from_secs(5), || {
+        std::fs::read(format!("/proc/{pid}/environ")).map_or(true, |environ| !environ.is_empty())
+    });
+    env_of(pid, name)
+}
+
 /// Polls an async `condition` every 20 ms until it holds or `timeout` passes.
 pub async fn eventually<F, Fut>(timeout: Duration, mut condition: F) -> bool
 where

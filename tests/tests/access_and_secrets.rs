@@ -239,7 +239,7 @@ async fn the_token_reaches_the_runner_and_nothing_else() {
         .pid
         .unwrap();
     assert_eq!(
-        sandboxd_tests::procs::env_of(connect_pid, "STIGMER_TOKEN").as_deref(),
+        sandboxd_tests::procs::env_after_exec(connect_pid, "STIGMER_TOKEN").as_deref(),
         Some(TOKEN),
         "the connect runner has the token"
     );

@@ -539,7 +539,7 @@ async fn connect_sandboxes_are_created_once_and_deprovisioned_idempotently() {
     let info = client.describe(Scope::Connect, &sandbox_id).await.unwrap();
     let pid = info.pid.expect("a running connect sandbox has a pid");
     let workspace = std::path::PathBuf::from(
-        procs::env_of(pid, "WORKSPACE_ROOT_DIR").expect("the runner's workspace"),
+        procs::env_after_exec(pid, "WORKSPACE_ROOT_DIR").expect("the runner's workspace"),
     );
     assert!(
         workspace.starts_with(daemon.state_dir().join("sandboxes")),

@@ -138,6 +138,9 @@ impl Sandboxd for FakeDaemon {
                 signal: None,
                 at_unix_ms: 1_714_566_895_000,
                 oom_killed: false,
+                oom_limit_bytes: None,
+                pids_refused: 0,
+                pids_limit: None,
             }),
             task_queue: "session:abc".into(),
             caller_class: "user".into(),
@@ -164,6 +167,7 @@ impl Sandboxd for FakeDaemon {
             counts: Default::default(),
             socket_path: String::new(),
             state_dir: String::new(),
+            containment: String::new(),
         })
     }
 

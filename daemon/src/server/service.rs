@@ -277,6 +277,7 @@ impl Sandboxd for ConnectionService {
             counts,
             socket_path: daemon.socket_path.display().to_string(),
             state_dir: daemon.state_dir.display().to_string(),
+            containment: daemon.driver.containment(),
         })
     }
 

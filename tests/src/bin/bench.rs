@@ -16,7 +16,8 @@
 //! The order: raw ping-pong, then (a) probes and their diagnostics (a
 //! current-thread client, a bare tarpc stub, pre-encoded frames from a
 //! plain socket), (b) fast-path ensures, (c)/(e) raw spawns and stops then
-//! the daemon's, (d) raw spawns from two threads, then the daemon's burst
+//! the daemon's (and, next to them, one sandbox's cgroup made and limited
+//! alone), (d) raw spawns from two threads, then the daemon's burst
 //! of distinct ensures from 64 tasks on one connection, (f) VmRSS with the
 //! burst running, (g) a second burst with a paced prober on a connection
 //! of its own (and one on the burst's own connection), and, when an engine
@@ -326,6 +327,11 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         })
         .await??
     };
+    step(started, "(c) cgroup creation + limit writes alone (raw)");
+    let cgroup_setups = {
+        let count = counts.serial;
+        tokio::task::spawn_blocking(move || raw::cgroup_setup_serial(count)).await??
+    };
     // Inodes cost more once the file system has seen deletions (ext4
     // without a journal scans for recently deleted ones): look again.
     let (file_creates_later, _) = raw::inode_costs(dir.path())?;
@@ -584,6 +590,20 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             baseline_what: "raw mkdir+spawn p50".into(),
             baseline: Some(raw_spawns.p50()),
             goal: Goal::RatioAtMost(1.5),
+        },
+        Row {
+            row: "c",
+            what: match &cgroup_setups {
+                Some(_) => "cgroup create + limits alone p50".into(),
+                None => "cgroup create + limits alone (no writable cgroup v2)".into(),
+            },
+            unit: "µs",
+            value: cgroup_setups
+                .as_ref()
+                .map_or(f64::NAN, |samples| samples.p50()),
+            baseline_what: "raw mkdir+spawn p50".into(),
+            baseline: Some(raw_spawns.p50()),
+            goal: Goal::Info,
         },
         Row {
             row: "c",

@@ -19,6 +19,14 @@
 //!   it is resident, not merely reserved), then go on holding it; `pid` is
 //!   written only once it is all touched. Under a smaller memory limit the
 //!   kernel's OOM killer ends the runner on the way.
+//! - `--escape`: start a descendant the way `daemon(3)` does and worse: a
+//!   child that calls `setsid` and forks again, and exits; the grandchild
+//!   ignores SIGTERM, records its pid in `escapee.pid`, `chdir`s to `/`,
+//!   closes every descriptor and sleeps forever (no group, session,
+//!   directory or descriptor of the runner's left to find it by).
+//! - `--fork-many N`: fork N children that sleep forever, and write
+//!   `forks` (`started <n> refused <m> errno <e>`): under a pids limit the
+//!   forks past it fail (EAGAIN).
 //! - `--allocate-when NAME`: with `--allocate-mib`, write `pid` first and
 //!   allocate only once `$WORKSPACE_ROOT_DIR/NAME` exists (looked for every
 //!   10 ms; a SIGTERM meanwhile waits until then), so a test decides when.
@@ -40,6 +48,8 @@ struct Flags {
     write_bytes: u64,
     allocate_mib: usize,
     allocate_when: Option<String>,
+    escape: bool,
+    fork_many: u32,
 }
 
 fn parse_flags() -> Result<Flags, String> {
@@ -49,6 +59,13 @@ fn parse_flags() -> Result<Flags, String> {
         match arg.as_str() {
             "--ignore-term" => flags.ignore_term = true,
             "--fork-grandchild" => flags.fork_grandchild = true,
+            "--escape" => flags.escape = true,
+            "--fork-many" => {
+                let value = args.next().ok_or("--fork-many needs a value")?;
+                flags.fork_many = value
+                    .parse()
+                    .map_err(|_| format!("bad fork count '{value}'"))?;
+            }
             "--exit-code" => {
                 let value = args.next().ok_or("--exit-code needs a value")?;
                 flags.exit_code = Some(
@@ -143,6 +160,65 @@ fn environment_json() -> Vec<u8> {
     serde_json::to_vec_pretty(&env).expect("a string map serializes")
 }
 
+/// Forks a child that leaves the session and forks the escapee (see the
+/// module doc), and reaps that child; returns once `escapee.pid` exists.
+fn escape(workspace: &Path) -> Result<(), String> {
+    // SAFETY: this program is single-threaded, so the child may run any code.
+    match unsafe { fork() }.map_err(|error| error.to_string())? {
+        ForkResult::Child => {
+            let _ = nix::unistd::setsid();
+            // SAFETY: as above; still one thread.
+            if let Ok(ForkResult::Child) = unsafe { fork() } {
+                // SAFETY: SIG_IGN installs no handler code.
+                let _ = unsafe { signal(Signal::SIGTERM, SigHandler::SigIgn) };
+                let _ = SigSet::all().thread_unblock();
+                let text = format!("{}\n", std::process::id());
+                let _ = write_atomically(workspace, "escapee.pid", text.as_bytes());
+                let _ = std::env::set_current_dir("/");
+                // SAFETY: close_range on every descriptor; nothing here uses one after.
+                unsafe { libc::syscall(libc::SYS_close_range, 0, u32::MAX, 0) };
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                }
+            }
+            std::process::exit(0);
+        }
+        ForkResult::Parent { child } => {
+            let _ = nix::sys::wait::waitpid(child, None);
+            let recorded = workspace.join("escapee.pid");
+            for _ in 0..1000 {
+                if recorded.exists() {
+                    return Ok(());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err("the escapee never wrote escapee.pid".to_string())
+        }
+    }
+}
+
+/// Forks `count` sleeping children; says how many forks succeeded, how
+/// many were refused, and the first refusal's errno.
+fn fork_many(count: u32) -> String {
+    let (mut started, mut refused, mut first_errno) = (0, 0, 0);
+    for _ in 0..count {
+        // SAFETY: single-threaded; the child only sleeps.
+        match unsafe { fork() } {
+            Ok(ForkResult::Child) => loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            },
+            Ok(ForkResult::Parent { .. }) => started += 1,
+            Err(error) => {
+                refused += 1;
+                if first_errno == 0 {
+                    first_errno = error as i32;
+                }
+            }
+        }
+    }
+    format!("started {started} refused {refused} errno {first_errno}\n")
+}
+
 fn main() -> ExitCode {
     let flags = match parse_flags() {
         Ok(flags) => flags,
@@ -202,6 +278,21 @@ fn main() -> ExitCode {
                 eprintln!("runner-fixture: fork failed: {error}");
                 return ExitCode::from(5);
             }
+        }
+    }
+
+    if flags.escape {
+        if let Err(error) = escape(&workspace) {
+            eprintln!("runner-fixture: cannot start the escapee: {error}");
+            return ExitCode::from(5);
+        }
+    }
+
+    if flags.fork_many > 0 {
+        let text = fork_many(flags.fork_many);
+        if let Err(error) = write_atomically(&workspace, "forks", text.as_bytes()) {
+            eprintln!("runner-fixture: cannot write forks: {error}");
+            return ExitCode::from(4);
         }
     }
 

@@ -29,6 +29,7 @@ pub fn status(status: &DaemonStatus) -> String {
         ("uptime", duration(status.uptime_secs)),
         ("socket", status.socket_path.clone()),
         ("state dir", status.state_dir.clone()),
+        ("isolation", shown(&status.containment)),
         (
             "sandboxes",
             format!(
@@ -278,6 +279,9 @@ mod tests {
                 signal: Some(9),
                 at_unix_ms: NOW - 301_000,
                 oom_killed: false,
+                oom_limit_bytes: None,
+                pids_refused: 0,
+                pids_limit: None,
             }),
             task_queue: "session:abc".into(),
             caller_class: "user".into(),
@@ -475,10 +479,12 @@ mod tests {
             },
             socket_path: "/run/stigmer/sandboxd.sock".into(),
             state_dir: "/var/lib/stigmer".into(),
+            containment: "process groups".into(),
         };
         let text = status(&daemon);
         assert!(text.contains("driver:    local-process (ok)\n"), "{text}");
         assert!(text.contains("uptime:    1h 2m\n"), "{text}");
+        assert!(text.contains("isolation: process groups\n"), "{text}");
         assert!(text.contains("2 session, 1 workflow, 0 connect (2 running, 1 stopped)"));
     }
 

@@ -222,6 +222,9 @@ pub fn exit_info(code: i64, at_unix_ms: u64, oom_killed: bool) -> ExitInfo {
         signal,
         at_unix_ms,
         oom_killed,
+        oom_limit_bytes: None,
+        pids_refused: 0,
+        pids_limit: None,
     }
 }
 

@@ -1,6 +1,20 @@
 //! Starting a runner the way glibc's `posix_spawn` starts a program: a
-//! `clone(CLONE_VM | CLONE_VFORK)` child that shares the daemon's memory,
+//! `clone3(CLONE_VM | CLONE_VFORK)` child that shares the daemon's memory,
 //! makes a handful of system calls and execs.
+//!
+//! The clone also places the child in its sandbox's cgroup:
+//! `CLONE_INTO_CGROUP` (Linux 5.7) with a descriptor of the cgroup's v2
+//! directory opened beforehand, so the runner exists inside its cgroup from
+//! its first instruction and nothing it ever forks can start outside it.
+//! Controllers that live in v1 hierarchies (a hybrid host) cannot be
+//! joined at clone time: the child's very first step writes `0` (itself)
+//! to each of their `cgroup.procs`, through descriptors opened beforehand,
+//! before it does anything else. Where `clone3` is refused (`ENOSYS`: a
+//! kernel before 5.3, or systemd's seccomp filter for `RestrictNamespaces=`,
+//! which cannot inspect `clone3`'s flags and so refuses the call; `E2BIG`:
+//! a kernel before 5.7, without `CLONE_INTO_CGROUP`) and on
+//! architectures without the assembly below, the child is made with
+//! `clone` and writes itself into the v2 `cgroup.procs` the same way, first.
 //!
 //! Why not `std::process::Command`: a runner needs `setsid`,
 //! `PR_SET_PDEATHSIG` and a user switch between clone and exec, and any of
@@ -25,7 +39,10 @@
 //!   caught signal to its default before it unblocks, so none of the
 //!   daemon's signal handlers can ever run in it;
 //! - a failure is written to memory the parent reads (`step` and `errno`),
-//!   and the child `_exit`s; the parent reaps it.
+//!   and the child `_exit`s; the parent reaps it;
+//! - `clone3` returns in the child on the new stack with no frame to
+//!   return to, so it is issued from a few lines of assembly that call the
+//!   child's entry function at once (as glibc's own `clone3` wrapper does).
 //!
 //! Its exit is watched through a pidfd (Linux 5.3), so no SIGCHLD handler
 //! and no `waitpid(-1)` is involved, and the pid cannot be recycled while
@@ -37,7 +54,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 use tokio::io::unix::AsyncFd;
 
@@ -54,7 +71,25 @@ pub struct ExecPlan {
     /// `Some((uid, gid))` to switch to that user (supplementary groups
     /// cleared) before the `chdir`, as std's `Command::uid`/`gid` do.
     user: Option<(u32, u32)>,
+    /// The cgroup to start in; `None` starts in the daemon's own.
+    cgroup: Option<CgroupPlacement>,
 }
+
+/// Where a runner starts, opened before the clone.
+pub struct CgroupPlacement {
+    /// The sandbox's cgroup v2 directory (`CLONE_INTO_CGROUP`).
+    pub v2_dir: OwnedFd,
+    /// `cgroup.procs` of the sandbox's cgroup in each v1 hierarchy.
+    pub v1_procs: Vec<OwnedFd>,
+}
+
+/// The most `cgroup.procs` the child writes itself into (v1 memory, pids,
+/// cpu and freezer, and v2's when `clone3` is refused).
+const MAX_PROCS_FDS: usize = 5;
+
+/// Set once `clone3` has been refused with `ENOSYS`: later spawns go
+/// straight to `clone`.
+static CLONE3_REFUSED: AtomicBool = AtomicBool::new(!cfg!(target_arch = "x86_64"));
 
 /// What failed, and how, when a runner could not be started.
 #[derive(Debug)]
@@ -70,7 +105,8 @@ impl std::fmt::Display for ExecError {
 }
 
 /// Steps of the child, in order; their index is what the child reports.
-const STEPS: [&str; 8] = [
+const STEPS: [&str; 9] = [
+    "write to cgroup.procs",
     "dup2 of stdio",
     "setgroups",
     "setresgid",
@@ -127,17 +163,37 @@ impl ExecPlan {
             stdout,
             stderr,
             user,
+            cgroup: None,
         })
+    }
+
+    /// Starts the runner in this cgroup rather than the daemon's.
+    pub fn in_cgroup(mut self, placement: CgroupPlacement) -> ExecPlan {
+        debug_assert!(placement.v1_procs.len() < MAX_PROCS_FDS);
+        self.cgroup = Some(placement);
+        self
     }
 
     /// Starts the program. Must be called with a tokio runtime entered (for
     /// the pidfd's registration) and from a thread that lives as long as
     /// the runner should: `PR_SET_PDEATHSIG` fires when that thread exits.
     pub fn spawn(&self) -> Result<RunnerProcess, ExecError> {
+        self.spawn_trying_clone3(!CLONE3_REFUSED.load(Ordering::Relaxed))
+    }
+
+    /// [`spawn`](Self::spawn) as where `clone3` is refused: `clone`, and
+    /// the child joins its cgroups itself.
+    #[cfg(test)]
+    pub fn spawn_with_clone(&self) -> Result<RunnerProcess, ExecError> {
+        self.spawn_trying_clone3(false)
+    }
+
+    /// [`spawn`](Self::spawn), with `clone3` tried only when `try_clone3`.
+    fn spawn_trying_clone3(&self, try_clone3: bool) -> Result<RunnerProcess, ExecError> {
         let argv = null_terminated(&self.args);
         let envp = null_terminated(&self.env);
         let mut stat = [0u8; STAT_CAPACITY];
-        let child = ChildPlan {
+        let mut child = ChildPlan {
             program: self.program.as_ptr(),
             argv: argv.as_ptr(),
             envp: envp.as_ptr(),
@@ -154,8 +210,10 @@ impl ExecPlan {
             failed_errno: AtomicI32::new(0),
             stat: stat.as_mut_ptr(),
             stat_len: AtomicUsize::new(0),
+            procs: [-1; MAX_PROCS_FDS],
+            procs_len: 0,
         };
-        let pid = CHILD_STACK.with(|stack| clone_vfork(stack, &child))?;
+        let pid = self.clone_into_cgroup(&mut child, try_clone3)?;
         let failed_step = child.failed_step.load(Ordering::Acquire);
         if failed_step != NO_FAILURE {
             reap(pid);
@@ -182,6 +240,61 @@ impl ExecPlan {
     }
 }
 
+impl ExecPlan {
+    /// Clones the child into the plan's cgroup: `clone3` with
+    /// `CLONE_INTO_CGROUP` where it can, else `clone` with the child
+    /// writing itself into the v2 `cgroup.procs` first.
+    fn clone_into_cgroup(
+        &self,
+        child: &mut ChildPlan,
+        try_clone3: bool,
+    ) -> Result<libc::pid_t, ExecError> {
+        let Some(cgroup) = &self.cgroup else {
+            return CHILD_STACK.with(|stack| clone_vfork(stack, child, None));
+        };
+        for procs in &cgroup.v1_procs {
+            child.push_procs(procs.as_raw_fd());
+        }
+        if try_clone3 {
+            let dir = cgroup.v2_dir.as_raw_fd();
+            match CHILD_STACK.with(|stack| clone_vfork(stack, child, Some(dir))) {
+                // ENOSYS: no clone3 (or a seccomp filter); E2BIG: a kernel
+                // before 5.7, which has no CLONE_INTO_CGROUP.
+                Err(error)
+                    if matches!(error.error.raw_os_error(), Some(libc::ENOSYS | libc::E2BIG)) =>
+                {
+                    tracing::info!(%error, "clone3 into a cgroup is refused here: runners join their cgroup by writing cgroup.procs");
+                    CLONE3_REFUSED.store(true, Ordering::Relaxed);
+                }
+                result => return result,
+            }
+        }
+        let procs = open_procs_in(&cgroup.v2_dir).map_err(|error| ExecError {
+            step: "open of the v2 cgroup.procs",
+            error,
+        })?;
+        child.push_procs(procs.as_raw_fd());
+        CHILD_STACK.with(|stack| clone_vfork(stack, child, None))
+    }
+}
+
+/// `cgroup.procs` in the cgroup directory `dir`, for writing.
+fn open_procs_in(dir: &OwnedFd) -> io::Result<OwnedFd> {
+    // SAFETY: openat with a live directory descriptor and a C string.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c"cgroup.procs".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor openat just returned, owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
     strings
         .iter()
@@ -206,11 +319,48 @@ struct ChildPlan {
     /// Where the child copies its `/proc/self/stat` ([`STAT_CAPACITY`] bytes).
     stat: *mut u8,
     stat_len: AtomicUsize,
+    /// `cgroup.procs` descriptors the child writes `0` to, first thing.
+    procs: [RawFd; MAX_PROCS_FDS],
+    procs_len: usize,
 }
 
+impl ChildPlan {
+    fn push_procs(&mut self, fd: RawFd) {
+        if self.procs_len < MAX_PROCS_FDS {
+            self.procs[self.procs_len] = fd;
+            self.procs_len += 1;
+        }
+    }
+}
+
+/// `struct clone_args` of `clone3(2)`, up to `cgroup` (version 2, 88 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// `CLONE_INTO_CGROUP` (Linux 5.7), not in every libc's headers.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
 /// Clones the child with every signal blocked in this thread, then restores
-/// the thread's mask. Returns when the child has exec'd or exited.
-fn clone_vfork(stack: &ChildStack, child: &ChildPlan) -> Result<libc::pid_t, ExecError> {
+/// the thread's mask. Returns when the child has exec'd or exited. With
+/// `cgroup` (a v2 directory descriptor) it is `clone3` into that cgroup.
+fn clone_vfork(
+    stack: &ChildStack,
+    child: &ChildPlan,
+    cgroup: Option<RawFd>,
+) -> Result<libc::pid_t, ExecError> {
     // SAFETY: sigset_t is plain data, filled by sigfillset before any use.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: as above; pthread_sigmask writes the old mask into it.
@@ -225,13 +375,16 @@ fn clone_vfork(stack: &ChildStack, child: &ChildPlan) -> Result<libc::pid_t, Exe
     // nothing else uses while this thread is suspended (CLONE_VFORK), and
     // `child` outlives it for the same reason. SIGCHLD as the exit signal
     // makes it an ordinary child for waitpid.
-    let pid = unsafe {
-        libc::clone(
-            child_main,
-            stack.top(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            child as *const ChildPlan as *mut libc::c_void,
-        )
+    let pid = match cgroup {
+        Some(dir) => clone3_into(stack, child, dir),
+        None => unsafe {
+            libc::clone(
+                child_main,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                child as *const ChildPlan as *mut libc::c_void,
+            )
+        },
     };
     let clone_error = io::Error::last_os_error();
     // SAFETY: restores the mask saved above.
@@ -245,6 +398,68 @@ fn clone_vfork(stack: &ChildStack, child: &ChildPlan) -> Result<libc::pid_t, Exe
     Ok(pid)
 }
 
+/// `clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP)` of [`child_main`]
+/// on `stack`, into the cgroup directory `dir`. Returns the child's pid, or
+/// -1 with `errno` set, like `clone`.
+#[cfg(target_arch = "x86_64")]
+fn clone3_into(stack: &ChildStack, child: &ChildPlan, dir: RawFd) -> libc::pid_t {
+    let page = page_size();
+    let args = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        // The lowest address above the guard page; the kernel starts the
+        // child at stack + stack_size (page-aligned, so 16-byte aligned).
+        stack: stack.base as u64 + page as u64,
+        stack_size: (stack.len - page) as u64,
+        cgroup: dir as u64,
+        ..CloneArgs::default()
+    };
+    let entry: extern "C" fn(*mut libc::c_void) -> libc::c_int = child_main;
+    let ret: i64;
+    // SAFETY: the system call gets a valid clone_args of the size given.
+    // In the parent it returns like any system call (rcx and r11 are the
+    // only registers the kernel clobbers). In the child (rax 0) the kernel
+    // has switched to the new stack, and the next instructions call the
+    // entry with the plan from r12/r13, which the kernel leaves as they
+    // were; the entry never returns (it execs or _exits), and `ud2` marks
+    // that. The parent thread is suspended until then (CLONE_VFORK), so
+    // nothing else runs on that stack or reads the plan meanwhile.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "xor ebp, ebp",
+            "mov rdi, r12",
+            "call r13",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 => ret,
+            in("rdi") &args as *const CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") child as *const ChildPlan,
+            in("r13") entry,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    if ret < 0 {
+        // SAFETY: errno is this thread's; the raw system call did not set it.
+        unsafe { *libc::__errno_location() = -ret as i32 };
+        return -1;
+    }
+    ret as libc::pid_t
+}
+
+/// Elsewhere `clone3` is never tried ([`CLONE3_REFUSED`] starts set).
+#[cfg(not(target_arch = "x86_64"))]
+fn clone3_into(_stack: &ChildStack, _child: &ChildPlan, _dir: RawFd) -> libc::pid_t {
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() = libc::ENOSYS };
+    -1
+}
+
 /// The child, from clone to exec. Every call here is async-signal-safe or a
 /// raw system call; nothing allocates, locks or can panic.
 extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
@@ -254,10 +469,17 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
     // SAFETY: each call below is a system call on values the parent
     // prepared; see the module comment for why these and no others.
     unsafe {
+        // First of all, into the cgroups not joined at clone time: nothing
+        // this process does may happen outside its sandbox's cgroup.
+        for &procs in &plan.procs[..plan.procs_len] {
+            if libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
+                fail(plan, 0);
+            }
+        }
         reset_caught_signals();
         for (target, &source) in plan.stdio.iter().enumerate() {
             if !move_fd(source, target as RawFd) {
-                fail(plan, 0);
+                fail(plan, 1);
             }
         }
         if let Some((uid, gid)) = plan.user {
@@ -266,23 +488,23 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
             if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) < 0
                 && errno() != libc::EPERM
             {
-                fail(plan, 1);
-            }
-            if libc::syscall(libc::SYS_setresgid, gid, gid, gid) < 0 {
                 fail(plan, 2);
             }
-            if libc::syscall(libc::SYS_setresuid, uid, uid, uid) < 0 {
+            if libc::syscall(libc::SYS_setresgid, gid, gid, gid) < 0 {
                 fail(plan, 3);
+            }
+            if libc::syscall(libc::SYS_setresuid, uid, uid, uid) < 0 {
+                fail(plan, 4);
             }
         }
         // As the runner's user: a workspace it cannot enter is an error now.
         if libc::chdir(plan.cwd) < 0 {
-            fail(plan, 4);
+            fail(plan, 5);
         }
         // Its own session and process group, so the whole tree can be
         // signalled at once and no terminal signal reaches it.
         if libc::setsid() < 0 {
-            fail(plan, 5);
+            fail(plan, 6);
         }
         // Dies with the spawning thread (a spawner thread, which lives as
         // long as the daemon). The group reaper covers the rest.
@@ -294,7 +516,7 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
             0,
         ) < 0
         {
-            fail(plan, 6);
+            fail(plan, 7);
         }
         // The daemon may have died before the prctl took effect.
         if libc::getppid() != plan.parent {
@@ -306,7 +528,7 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
         libc::execve(plan.program, plan.argv, plan.envp);
-        fail(plan, 7)
+        fail(plan, 8)
     }
 }
 

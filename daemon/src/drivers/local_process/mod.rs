@@ -4,11 +4,17 @@
 //! removes it from the table — only if the table still points at that same
 //! runner generation — so the next ensure sees `absent` and respawns it:
 //! the repair arm, with no stored state. Runners never outlive the daemon:
-//! a clean stop deprovisions them, a crash is covered by `PR_SET_PDEATHSIG`
-//! on each leader plus the [group reaper](reaper), and the next start sweeps
-//! the [ledger] of anything both missed.
+//! each sandbox is [one cgroup](cgroup) that a runner is cloned into and
+//! that teardown kills whole; a clean stop deprovisions them, a crash is
+//! covered by `PR_SET_PDEATHSIG` on each leader plus the
+//! [group reaper](reaper), which kills the whole `sandboxes/` cgroup tree,
+//! and the next start sweeps the [ledger] and every cgroup left under
+//! `sandboxes/`. Without a writable cgroup v2 the same steps work on
+//! process groups instead (a documented, weaker fallback).
 
+pub mod cgroup;
 mod clone_exec;
+mod containment;
 mod deferred;
 mod identity;
 mod ledger;
@@ -31,6 +37,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use async_trait::async_trait;
+use cgroup::Containment;
 use sandboxd_protocol::{
     DeprovisionReport, EnsureReport, ExitInfo, LogChunk, LogStart, ProbeState, SandboxEnv,
     SandboxError, SandboxInfo, Scope, WorkspaceInfo,
@@ -80,6 +87,8 @@ struct Inner {
     /// Where deprovisioned workspaces go to be deleted in the background.
     trash: Trash,
     reaper: GroupReaper,
+    /// A cgroup per sandbox, or the process-group fallback.
+    containment: Containment,
     /// The threads runners are started from (see [`spawner`]).
     spawner: Spawner,
     /// The runners' output files: their size cap and reading them back.
@@ -112,14 +121,18 @@ impl LocalProcessDriver {
             state_dir::check_reachable(&dirs.sandboxes, uid, gid, &identity.display)?;
         }
         state_dir::raise_open_file_limit();
+        // Before the reaper starts: the daemon may move into a leaf cgroup.
+        let containment = containment::set_up(config)?;
         let (ledger_dir, sandboxes) = (dirs.ledger.clone(), dirs.sandboxes.clone());
-        let (killed, strays, ledger) = tokio::task::spawn_blocking(move || {
+        let tree = containment.tree().cloned();
+        let (killed, strays, cgroups, ledger) = tokio::task::spawn_blocking(move || {
+            let cgroups = tree.map_or(0, |tree| containment::sweep(&tree));
             let killed = ledger::sweep(&ledger_dir);
             let strays = workspace_scan::kill_processes_in(&sandboxes);
             let ledger = Ledger::open(&ledger_dir).with_context(|| {
                 format!("cannot open the spawn ledger in {}", ledger_dir.display())
             });
-            (killed, strays, ledger)
+            (killed, strays, cgroups, ledger)
         })
         .await?;
         let ledger = ledger?;
@@ -135,17 +148,22 @@ impl LocalProcessDriver {
             anyhow::Ok(catalog)
         })
         .await??;
-        if killed > 0 || strays > 0 {
+        if killed > 0 || strays > 0 || cgroups > 0 {
             tracing::warn!(
                 groups = killed,
                 strays,
+                cgroups,
                 "killed runners left by an earlier sandboxd"
             );
         }
         let deferred = Arc::new(deferred::Deferred::start());
         let trash = Trash::new(dirs.trash.clone(), deferred.clone());
         trash.empty_leftovers();
-        let reaper = GroupReaper::start(&state_lock, &dirs.sandboxes)?;
+        let reaper = GroupReaper::start(
+            &state_lock,
+            &dirs.sandboxes,
+            containment.tree().map(|tree| tree.sandboxes()),
+        )?;
         let runner_logs = Arc::new(logs::RunnerLogs::new(
             dirs.logs.clone(),
             dirs.spares.clone(),
@@ -162,10 +180,11 @@ impl LocalProcessDriver {
             oom_score_adj: config.runner_oom_score_adj,
             sandboxes_dir: dirs.sandboxes,
             logs_dir: dirs.logs,
+            cgroups: containment.tree().cloned(),
         };
         match settings.resolve_command() {
             Ok(program) => {
-                tracing::info!(runner = %program.display(), user = %settings.identity.display, "local-process driver ready")
+                tracing::info!(runner = %program.display(), user = %settings.identity.display, containment = %containment.describe(), "local-process driver ready")
             }
             Err(problem) => {
                 tracing::error!("{problem}: every ensure will fail until it is installed")
@@ -179,6 +198,7 @@ impl LocalProcessDriver {
             ledger,
             trash,
             reaper,
+            containment,
             spawner: Spawner::start()?,
             logs: runner_logs,
             catalog,
@@ -291,7 +311,11 @@ impl Inner {
         let was_present = record.is_some() || had_workspace;
         let forced = match record.and_then(|record| record.running) {
             Some(running) => {
-                stop::stop_runner(key, running.pid, running.gone, self.stop_grace).await?
+                let cgroup = self
+                    .containment
+                    .tree()
+                    .map(|tree| tree.dirs(&key.base_name));
+                stop::stop_runner(key, running.pid, running.gone, self.stop_grace, cgroup).await?
             }
             None => false,
         };
@@ -391,7 +415,7 @@ async fn watch_runner(
 ) {
     let pid = child.id();
     let status = child.wait().await;
-    let exit = ExitInfo {
+    let mut exit = ExitInfo {
         code: status.as_ref().ok().and_then(|status| status.code()),
         signal: status
             .as_ref()
@@ -399,15 +423,24 @@ async fn watch_runner(
             .and_then(std::os::unix::process::ExitStatusExt::signal),
         at_unix_ms: now_unix_ms(),
         oom_killed: false,
+        oom_limit_bytes: None,
+        pids_refused: 0,
+        pids_limit: None,
     };
-    // The leader is gone, so the sandbox is: nothing left in its group may
-    // linger. (Its pid cannot be reused while group members hold the id.)
-    stop::kill_group(pid as i32, nix::sys::signal::Signal::SIGKILL);
+    // The leader is gone, so the sandbox is: nothing left in its cgroup (or
+    // group) may linger. (Its pid cannot be reused while group members hold
+    // the id.)
+    match inner.containment.tree() {
+        Some(tree) => containment::end_of_run(tree, &key, &mut exit).await,
+        None => {
+            stop::kill_group(pid as i32, nix::sys::signal::Signal::SIGKILL);
+            inner.reaper.untrack(pid as i32);
+        }
+    }
     // Its last output reaches the file before a respawn can start a pump
     // on the same file, and before a deprovision removes it.
     inner.logs.finish(&key.base_name).await;
     inner.catalog.note_active(&key, now_unix_ms());
-    inner.reaper.untrack(pid as i32);
     // Forget before clearing the table: once the table says absent, a new
     // ensure may write this sandbox's next ledger record.
     inner.ledger.forget(&key.base_name);
@@ -448,6 +481,10 @@ impl Driver for LocalProcessDriver {
             "{runner}; runs as {}; {reaper}",
             self.inner.settings.identity.display
         )
+    }
+
+    fn containment(&self) -> String {
+        self.inner.containment.describe()
     }
 
     async fn ensure(
@@ -583,6 +620,14 @@ impl Driver for LocalProcessDriver {
             if let Err(error) = result {
                 tracing::error!(scope = %key.scope, id = %key.id, %error, "runner did not stop cleanly");
             }
+        }
+        // Whatever the records missed goes with its cgroup.
+        if let Some(tree) = self.inner.containment.tree().cloned() {
+            let _ = tokio::task::spawn_blocking(move || {
+                containment::sweep(&tree);
+                tree.remove_empty();
+            })
+            .await;
         }
     }
 }

@@ -1,5 +1,13 @@
-//! The group reaper: a tiny process that kills every runner group if the
-//! daemon dies without doing it itself (SIGKILL, abort, OOM kill).
+//! The group reaper: a tiny process that kills every runner if the daemon
+//! dies without doing it itself (SIGKILL, abort, OOM kill).
+//!
+//! With a cgroup per sandbox it needs no bookkeeping: told the `sandboxes/`
+//! cgroup tree when it starts, at the daemon's death it kills that whole
+//! tree (one `cgroup.kill` write reaches every sandbox and everything each
+//! forked, whatever sessions or directories they moved to), waits for it
+//! to empty and removes the sandboxes' cgroups. The daemon then sends it
+//! nothing per runner. What follows is the process-group fallback, used
+//! where no writable cgroup v2 exists.
 //!
 //! `PR_SET_PDEATHSIG` only reaches a runner's leader, and only when the
 //! *thread* that spawned it exits; a grandchild in the runner's group would
@@ -35,26 +43,43 @@ use anyhow::Context;
 use nix::sys::signal::{killpg, signal, SigHandler, Signal};
 use nix::unistd::Pid;
 
+use super::cgroup::kill::{self, Dirs};
+
 /// The hidden first argument that makes `sandboxd` run as the reaper.
 pub const ARG: &str = "__group-reaper";
+
+/// The argument after which the reaper is given the `sandboxes/` cgroup
+/// directories (v2 first, then each v1 one).
+const CGROUP_ARG: &str = "--cgroup";
 
 /// The daemon's end of the pipe.
 pub struct GroupReaper {
     stdin: Mutex<ChildStdin>,
     child: Mutex<Child>,
+    /// False when the reaper kills a cgroup tree: nothing to track then.
+    tracks_groups: bool,
 }
 
 impl GroupReaper {
     /// Starts the reaper process (this same binary), sharing `state_lock`.
-    pub fn start(state_lock: &File, sandboxes: &Path) -> anyhow::Result<GroupReaper> {
+    /// With `cgroup` (the `sandboxes/` tree) it kills that tree at the
+    /// daemon's death; without, the groups it is told of.
+    pub fn start(
+        state_lock: &File,
+        sandboxes: &Path,
+        cgroup: Option<&Dirs>,
+    ) -> anyhow::Result<GroupReaper> {
         let exe = std::env::current_exe()
             .context("cannot find this executable to start the group reaper")?;
         let lock = state_lock
             .try_clone()
             .context("cannot share the state directory lock")?;
-        let mut child = Command::new(exe)
-            .arg(ARG)
-            .arg(sandboxes)
+        let mut command = Command::new(exe);
+        command.arg(ARG).arg(sandboxes);
+        if let Some(dirs) = cgroup {
+            command.arg(CGROUP_ARG).arg(&dirs.v2).args(&dirs.v1);
+        }
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::from(lock))
             .env_clear()
@@ -68,17 +93,22 @@ impl GroupReaper {
         Ok(GroupReaper {
             stdin: Mutex::new(stdin),
             child: Mutex::new(child),
+            tracks_groups: cgroup.is_none(),
         })
     }
 
     /// A runner group now exists.
     pub fn track(&self, pgid: i32) {
-        self.send('+', pgid);
+        if self.tracks_groups {
+            self.send('+', pgid);
+        }
     }
 
     /// A runner group is gone.
     pub fn untrack(&self, pgid: i32) {
-        self.send('-', pgid);
+        if self.tracks_groups {
+            self.send('-', pgid);
+        }
     }
 
     fn send(&self, op: char, pgid: i32) {
@@ -117,6 +147,7 @@ pub fn run_reaper_process() -> ExitCode {
         let _ = unsafe { signal(sig, SigHandler::SigIgn) };
     }
     let sandboxes = std::env::args_os().nth(2).map(PathBuf::from);
+    let cgroup = cgroup_from_args(std::env::args_os().skip(3).map(PathBuf::from));
     let mut tracked = Tracked::default();
     let stdin = std::io::stdin();
     let fd = stdin.as_raw_fd();
@@ -140,6 +171,14 @@ pub fn run_reaper_process() -> ExitCode {
         }
     }
     // EOF: the daemon is gone. Nothing could ever re-adopt these runners.
+    if let Some(dirs) = &cgroup {
+        // The sandboxes' cgroups, then `sandboxes/` and an empty root: a
+        // restarted daemon makes them again (and cannot start before this
+        // exits: the state directory's lock is held here).
+        if kill::kill_children_and_remove(dirs, CGROUP_EMPTY_WAIT).is_ok() {
+            kill::remove_with_parents(dirs);
+        }
+    }
     for pgid in tracked.groups {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     }
@@ -147,6 +186,21 @@ pub fn run_reaper_process() -> ExitCode {
         super::workspace_scan::kill_processes_in(&sandboxes);
     }
     ExitCode::SUCCESS
+}
+
+/// How long the killed `sandboxes/` tree may take to empty.
+const CGROUP_EMPTY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `--cgroup <v2> [<v1>…]` from the arguments after the workspaces' dir.
+fn cgroup_from_args(mut args: impl Iterator<Item = PathBuf>) -> Option<Dirs> {
+    if args.next()?.as_os_str() != CGROUP_ARG {
+        return None;
+    }
+    let v2 = args.next().filter(|dir| dir.is_absolute())?;
+    Some(Dirs {
+        v2,
+        v1: args.filter(|dir| dir.is_absolute()).collect(),
+    })
 }
 
 /// How often the reaper takes in what the daemon wrote.

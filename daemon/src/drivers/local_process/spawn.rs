@@ -1,5 +1,5 @@
 //! Starting one runner: its workspace, its log file, its environment, its
-//! user and its process group.
+//! user, its process group and its cgroup.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{DirBuilder, File};
@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
+use super::cgroup::{kill, CgroupTree};
 use super::clone_exec::{ExecPlan, RunnerProcess};
 use super::identity::RunnerIdentity;
 use super::logs::RunnerLogs;
@@ -32,6 +33,8 @@ pub struct RunnerSettings {
     /// OOM killer (systemd's `OOMScoreAdjust=-500`) must not pass the shield
     /// on, or under memory pressure the kernel would kill the daemon first.
     pub oom_score_adj: i32,
+    /// The sandboxes' cgroups; `None` in the process-group fallback.
+    pub cgroups: Option<std::sync::Arc<CgroupTree>>,
 }
 
 /// The variables a runner may inherit. Nothing else of the daemon's
@@ -153,7 +156,19 @@ impl RunnerSettings {
             user,
         )
         .map_err(unavailable)?;
+        let plan = match &self.cgroups {
+            Some(tree) => {
+                let placement = tree
+                    .create(&key.base_name)
+                    .map_err(|error| unavailable(format!("cgroup: {error}")))?;
+                plan.in_cgroup(placement)
+            }
+            None => plan,
+        };
         let child = plan.spawn().map_err(|error| {
+            if let Some(tree) = &self.cgroups {
+                let _ = kill::remove(&tree.dirs(&key.base_name));
+            }
             unavailable(format!(
                 "'{}' as {} in {}: {error}",
                 program.display(),

@@ -1,4 +1,6 @@
-//! Stopping a runner: SIGTERM to its whole group, SIGKILL after the grace.
+//! Stopping a runner: SIGTERM to its whole group, and after the grace a
+//! kill of its whole cgroup (SIGKILL to its group in the process-group
+//! fallback).
 
 use std::time::Duration;
 
@@ -8,6 +10,7 @@ use nix::unistd::Pid;
 use sandboxd_protocol::SandboxError;
 use tokio::sync::watch;
 
+use super::cgroup::kill::{self, Dirs};
 use crate::provisioner::SandboxKey;
 
 /// How long a SIGKILLed group may take to be reaped before we report it.
@@ -22,12 +25,14 @@ pub fn kill_group(pgid: i32, signal: Signal) {
 }
 
 /// Asks the group to drain, escalates after `grace`, and returns once the
-/// leader is reaped (the watcher says `gone`). True when SIGKILL was needed.
+/// leader is reaped and its cgroup emptied (the watcher says `gone`). True
+/// when SIGKILL was needed. `cgroup`: the runner's cgroup, when in force.
 pub async fn stop_runner(
     key: &SandboxKey,
     pid: u32,
     mut gone: watch::Receiver<bool>,
     grace: Duration,
+    cgroup: Option<Dirs>,
 ) -> Result<bool, SandboxError> {
     kill_group(pid as i32, Signal::SIGTERM);
     if tokio::time::timeout(grace, gone.wait_for(|gone| *gone))
@@ -36,8 +41,21 @@ pub async fn stop_runner(
     {
         return Ok(false);
     }
-    tracing::warn!(scope = %key.scope, id = %key.id, pid, grace = ?grace, "runner ignored SIGTERM; killing its group");
-    kill_group(pid as i32, Signal::SIGKILL);
+    match cgroup {
+        Some(dirs) => {
+            tracing::warn!(scope = %key.scope, id = %key.id, pid, grace = ?grace, "runner ignored SIGTERM; killing its cgroup");
+            // Blocking only in the freezer loop of kernels without cgroup.kill.
+            let killed = tokio::task::spawn_blocking(move || kill::kill(&dirs)).await;
+            if !matches!(killed, Ok(Ok(()))) {
+                tracing::error!(pid, result = ?killed, "cannot kill the runner's cgroup; killing its group");
+                kill_group(pid as i32, Signal::SIGKILL);
+            }
+        }
+        None => {
+            tracing::warn!(scope = %key.scope, id = %key.id, pid, grace = ?grace, "runner ignored SIGTERM; killing its group");
+            kill_group(pid as i32, Signal::SIGKILL);
+        }
+    }
     match tokio::time::timeout(KILL_WAIT, gone.wait_for(|gone| *gone)).await {
         Ok(_) => Ok(true),
         Err(_) => Err(SandboxError::Unavailable(format!(

@@ -15,6 +15,8 @@
 //!   std uses `posix_spawn`). Timed until `spawn()` returns, i.e. until the
 //!   child has exec'd.
 //! - stop: `killpg(SIGTERM)` of the runner's group, then `waitpid` for it.
+//! - cgroup: what one sandbox's cgroup costs alone, made as the daemon
+//!   makes it (see [`cgroup_setup_serial`]); shown next to the spawn.
 
 use std::fs::DirBuilder;
 use std::io::{self, Read, Write};
@@ -381,4 +383,156 @@ pub fn stop_all(mut children: Children) -> anyhow::Result<()> {
         child.wait()?;
     }
     Ok(())
+}
+
+/// What one new sandbox's cgroup costs alone, as the daemon makes it: a
+/// directory in cgroup v2 and in each v1 hierarchy holding a limited
+/// controller (a hybrid host), the `[limits]` defaults written (2g, 512
+/// pids, 2.0 CPUs: `memory.max`, `memory.swap.max`, `pids.max`, `cpu.max`
+/// in v2, `memory.limit_in_bytes`, `memory.memsw.limit_in_bytes`,
+/// `pids.max`, `cpu.cfs_quota_us` in v1), the v2 directory and each v1
+/// `cgroup.procs` opened (for the clone). Each sample is all of that;
+/// the removal after it is not timed. `None` without a writable cgroup v2.
+pub fn cgroup_setup_serial(count: usize) -> anyhow::Result<Option<Samples>> {
+    let Some(layout) = CgroupLayout::detect() else {
+        return Ok(None);
+    };
+    let name = format!("sandboxd-bench-{}", std::process::id());
+    let v2_root = layout.v2.join(&name);
+    if std::fs::create_dir_all(v2_root.join("sandboxes")).is_err() {
+        return Ok(None);
+    }
+    let v1_roots: Vec<(&str, PathBuf)> = layout
+        .v1
+        .iter()
+        .map(|(controller, own)| (*controller, own.join(&name)))
+        .collect();
+    for (_, root) in &v1_roots {
+        std::fs::create_dir_all(root.join("sandboxes"))?;
+    }
+    let files = |controller: &str, v2: bool| -> Vec<(&'static str, &'static str)> {
+        match (controller, v2) {
+            ("memory", true) => vec![("memory.max", "2147483648"), ("memory.swap.max", "0")],
+            ("memory", false) => vec![
+                ("memory.limit_in_bytes", "2147483648"),
+                ("memory.memsw.limit_in_bytes", "2147483648"),
+            ],
+            ("pids", _) => vec![("pids.max", "512")],
+            ("cpu", true) => vec![("cpu.max", "200000 100000")],
+            ("cpu", false) => vec![("cpu.cfs_quota_us", "200000")],
+            _ => Vec::new(),
+        }
+    };
+    let write = |path: PathBuf, value: &str| -> io::Result<()> {
+        match std::fs::OpenOptions::new().write(true).open(&path) {
+            Ok(mut file) => file.write_all(value.as_bytes()),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(error) => Err(error),
+        }
+    };
+    let mut samples = Samples::with_capacity(count);
+    for i in 0..count {
+        let base = format!("sbx-ses-{i:012}");
+        let v2_dir = v2_root.join("sandboxes").join(&base);
+        let v1_dirs: Vec<(&str, PathBuf)> = v1_roots
+            .iter()
+            .map(|(controller, root)| (*controller, root.join("sandboxes").join(&base)))
+            .collect();
+        let start = Instant::now();
+        std::fs::create_dir(&v2_dir)?;
+        for (_, dir) in &v1_dirs {
+            std::fs::create_dir(dir)?;
+        }
+        for controller in &layout.v2_controllers {
+            for (file, value) in files(controller, true) {
+                write(v2_dir.join(file), value)?;
+            }
+        }
+        for (controller, dir) in &v1_dirs {
+            for (file, value) in files(controller, false) {
+                write(dir.join(file), value)?;
+            }
+        }
+        let placement = std::fs::File::open(&v2_dir)?;
+        let procs: Vec<std::fs::File> = v1_dirs
+            .iter()
+            .map(|(_, dir)| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("cgroup.procs"))
+            })
+            .collect::<io::Result<_>>()?;
+        samples.push(start.elapsed());
+        drop((placement, procs));
+        std::fs::remove_dir(&v2_dir)?;
+        for (_, dir) in &v1_dirs {
+            std::fs::remove_dir(dir)?;
+        }
+    }
+    for root in std::iter::once(&v2_root).chain(v1_roots.iter().map(|(_, root)| root)) {
+        let _ = std::fs::remove_dir(root.join("sandboxes"));
+        let _ = std::fs::remove_dir(root);
+    }
+    Ok(Some(samples))
+}
+
+/// Where this host's cgroups are, as the daemon reads it: the v2 mount,
+/// the limited controllers v2 holds, and (for the rest) the daemon's own
+/// cgroup in each v1 hierarchy that holds one.
+struct CgroupLayout {
+    v2: PathBuf,
+    v2_controllers: Vec<&'static str>,
+    v1: Vec<(&'static str, PathBuf)>,
+}
+
+impl CgroupLayout {
+    fn detect() -> Option<CgroupLayout> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let mounts: Vec<(String, String, String)> = mountinfo
+            .lines()
+            .filter_map(|line| {
+                let (before, after) = line.split_once(" - ")?;
+                let mut after = after.split(' ');
+                let (fs_type, _, options) = (after.next()?, after.next()?, after.next()?);
+                let point = before.split(' ').nth(4)?;
+                Some((fs_type.to_string(), point.to_string(), options.to_string()))
+            })
+            .collect();
+        let v2 = mounts
+            .iter()
+            .find(|(fs_type, _, _)| fs_type == "cgroup2")
+            .map(|(_, point, _)| PathBuf::from(point))?;
+        let listed = std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
+        let mut v2_controllers = Vec::new();
+        let mut v1 = Vec::new();
+        for controller in ["memory", "pids", "cpu"] {
+            if listed.split_whitespace().any(|name| name == controller) {
+                v2_controllers.push(controller);
+                continue;
+            }
+            let Some((_, point, _)) = mounts.iter().find(|(fs_type, _, options)| {
+                fs_type == "cgroup" && options.split(',').any(|option| option == controller)
+            }) else {
+                continue;
+            };
+            let own_path = own
+                .lines()
+                .find_map(|line| {
+                    let mut parts = line.splitn(3, ':');
+                    let (_, names, path) = (parts.next()?, parts.next()?, parts.next()?);
+                    names
+                        .split(',')
+                        .any(|name| name == controller)
+                        .then(|| path.trim_start_matches('/').to_string())
+                })
+                .unwrap_or_default();
+            v1.push((controller, PathBuf::from(point).join(own_path)));
+        }
+        Some(CgroupLayout {
+            v2,
+            v2_controllers,
+            v1,
+        })
+    }
 }

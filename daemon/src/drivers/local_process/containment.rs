@@ -1,0 +1,102 @@
+//! How the driver uses its [cgroups](super::cgroup): choosing them at start,
+//! the start-up and stop sweeps, and the end of one runner's run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::bail;
+use sandboxd_protocol::ExitInfo;
+
+use super::cgroup::kill;
+use super::cgroup::layout::Layout;
+use super::cgroup::limits::Limits;
+use super::cgroup::tree::{CgroupTree, TreeSettings};
+use super::cgroup::Containment;
+use crate::config::{Config, ContainmentMode};
+use crate::provisioner::SandboxKey;
+
+/// How long a killed cgroup may take to empty.
+const EMPTY_WAIT: Duration = Duration::from_secs(30);
+
+/// Sets up a cgroup per sandbox, or says why the process-group fallback
+/// is in force (an error only when the config insists on cgroups).
+pub fn set_up(config: &Config) -> anyhow::Result<Containment> {
+    if config.containment == ContainmentMode::ProcessGroup {
+        return Ok(Containment::ProcessGroups {
+            reason: "containment = \"process-group\" in the config".to_string(),
+        });
+    }
+    let settings = TreeSettings {
+        root: config.cgroup_root.as_deref(),
+        limits: Limits {
+            memory: config.limits.memory,
+            pids: config.limits.pids,
+            cpu: config.limits.cpu,
+        },
+        state_dir: &config.state_dir,
+        default_state_dir: config.has_default_state_dir(),
+    };
+    match CgroupTree::set_up(&Layout::detect(), &settings) {
+        Ok(tree) => Ok(Containment::Cgroups(Arc::new(tree))),
+        Err(error) if config.containment == ContainmentMode::Cgroup => {
+            bail!("containment = \"cgroup\", but no writable cgroup v2 is here: {error}")
+        }
+        Err(error) => {
+            tracing::warn!(%error, "no writable cgroup v2: runners are contained by process groups only (a descendant that calls setsid can escape, and [limits] are not enforced)");
+            Ok(Containment::ProcessGroups {
+                reason: format!("no writable cgroup v2: {error}"),
+            })
+        }
+    }
+}
+
+/// Kills and removes every sandbox cgroup left under `sandboxes/` (by an
+/// earlier instance at start, by the records' gaps at stop). Blocking.
+/// Returns how many there were.
+pub fn sweep(tree: &CgroupTree) -> usize {
+    match kill::kill_children_and_remove(tree.sandboxes(), EMPTY_WAIT) {
+        Ok(names) => names.len(),
+        Err(error) => {
+            tracing::error!(%error, "cannot empty the sandboxes' cgroups");
+            0
+        }
+    }
+}
+
+/// After a runner's leader exited: kills what is left in its cgroup, waits
+/// until it is empty, notes in `exit` what its limits did, and removes it.
+pub async fn end_of_run(tree: &Arc<CgroupTree>, key: &SandboxKey, exit: &mut ExitInfo) {
+    let dirs = tree.dirs(&key.base_name);
+    // Usually already empty (the runner forked nothing that outlived it):
+    // then this is one read, here, and no trip to the blocking pool.
+    if kill::populated(&dirs.v2).unwrap_or(false) {
+        let pending = dirs.clone();
+        let emptied = tokio::task::spawn_blocking(move || {
+            kill::kill(&pending)?;
+            kill::wait_empty(&pending.v2, EMPTY_WAIT)
+        })
+        .await;
+        match emptied {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => {
+                tracing::error!(scope = %key.scope, id = %key.id, cgroup = %dirs.v2.display(), "processes of an ended runner did not die within {EMPTY_WAIT:?} of the kill")
+            }
+            Ok(Err(error)) => {
+                tracing::error!(scope = %key.scope, id = %key.id, %error, "cannot kill what an ended runner left")
+            }
+            Err(error) => tracing::error!(%error, "the cgroup kill task failed"),
+        }
+    }
+    let facts = tree.exit_facts(&key.base_name);
+    exit.oom_killed = facts.oom_kills > 0 && exit.signal == Some(libc::SIGKILL);
+    if exit.oom_killed {
+        exit.oom_limit_bytes = tree.memory_limit();
+    }
+    exit.pids_refused = facts.pids_refused;
+    if facts.pids_refused > 0 {
+        exit.pids_limit = tree.pids_limit();
+    }
+    if let Err(error) = kill::remove(&dirs) {
+        tracing::warn!(scope = %key.scope, id = %key.id, %error, "cannot remove an ended runner's cgroup");
+    }
+}

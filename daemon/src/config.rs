@@ -169,6 +169,7 @@ struct FileConfig {
     #[serde(default, deserialize_with = "deserialize_optional_memory")]
     runner_log_max_size: Option<u64>,
     runner_oom_score_adj: Option<i32>,
+    runner_uid_range: Option<String>,
     access: Option<AccessConfig>,
     docker: Option<DockerConfig>,
 }
@@ -201,6 +202,9 @@ pub struct Config {
     /// The process tier's runners get this `oom_score_adj`, so a daemon
     /// shielded from the OOM killer does not pass the shield on.
     pub runner_oom_score_adj: i32,
+    /// `FIRST-LAST`: the uids the process tier's sandboxes get, one each
+    /// (parsed and checked against the host's users by that driver).
+    pub runner_uid_range: Option<String>,
     pub access: AccessConfig,
     /// The docker tier's settings; `host` is always set once resolved.
     pub docker: DockerConfig,
@@ -283,6 +287,7 @@ impl Config {
                 .runner_log_max_size
                 .unwrap_or(DEFAULT_RUNNER_LOG_MAX_SIZE),
             runner_oom_score_adj: file.runner_oom_score_adj.unwrap_or(0),
+            runner_uid_range: file.runner_uid_range,
             access: file.access.unwrap_or_default(),
             docker,
         };
@@ -613,9 +618,11 @@ mod tests {
         let text = include_str!("../../systemd/sandboxd.toml");
         let file: FileConfig = toml::from_str(text).expect("the example parses");
         let config = Config::resolve(file, None, |_| None, &Flags::default()).unwrap();
+        // Each sandbox its own uid; run_as (one user for all) is the opt-out.
+        assert_eq!(config.run_as, None);
         assert_eq!(
-            config.run_as.as_deref(),
-            Some("stigmer-sandbox:stigmer-sandbox")
+            config.runner_uid_range.as_deref(),
+            Some("2000000000-2000065535")
         );
         assert_eq!(config.socket_group.as_deref(), Some("stigmer"));
         assert_eq!(config.runner_log_max_size, DEFAULT_RUNNER_LOG_MAX_SIZE);

@@ -20,6 +20,9 @@ mod spawner;
 mod state_dir;
 mod stop;
 mod trash;
+mod uid_pool;
+mod uid_range;
+mod workspace_owner;
 mod workspace_scan;
 
 use std::collections::HashMap;
@@ -46,6 +49,7 @@ use reaper::GroupReaper;
 use spawn::RunnerSettings;
 use spawner::Spawner;
 use trash::Trash;
+use uid_pool::UidPool;
 
 /// What the daemon knows of one sandbox. Never holds the token.
 struct Record {
@@ -83,6 +87,8 @@ struct Inner {
     spawner: Spawner,
     /// The runners' output files: their size cap and reading them back.
     logs: Arc<logs::RunnerLogs>,
+    /// Each sandbox's uid, when each has its own (a root daemon without `run_as`).
+    uids: Option<Mutex<UidPool>>,
     stopping: AtomicBool,
     /// Held for the daemon's life: one daemon per state directory.
     _state_lock: nix::fcntl::Flock<std::fs::File>,
@@ -98,26 +104,44 @@ impl LocalProcessDriver {
     /// Prepares the state directory, sweeps what an earlier instance left,
     /// and starts the group reaper. Runs before the daemon serves.
     pub async fn start(config: &Config) -> anyhow::Result<LocalProcessDriver> {
-        let identity =
-            RunnerIdentity::resolve(config.run_as.as_deref(), config.allow_root_runners)?;
+        let identity = RunnerIdentity::resolve(
+            config.run_as.as_deref(),
+            config.runner_uid_range.as_deref(),
+            config.allow_root_runners,
+        )?;
         let dirs = state_dir::StateDirs::prepare(&config.state_dir)?;
         let state_lock = state_dir::lock(&config.state_dir)?;
-        if identity.switch {
-            let (uid, gid) = (identity.uid.as_raw(), identity.gid.as_raw());
+        if let Some((uid, gid)) = identity
+            .privileges(identity.uid_range().map(|range| range.first))
+            .user
+        {
             state_dir::check_reachable(&dirs.sandboxes, uid, gid, &identity.display)?;
         }
         state_dir::raise_open_file_limit();
         let (ledger_dir, sandboxes) = (dirs.ledger.clone(), dirs.sandboxes.clone());
-        let (killed, strays, ledger) = tokio::task::spawn_blocking(move || {
+        let uid_range = identity.uid_range();
+        let (killed, strays, ledger, uids) = tokio::task::spawn_blocking(move || {
+            // Before the sweep, which empties the ledger.
+            let recorded_uids = ledger::read_uids(&ledger_dir);
             let killed = ledger::sweep(&ledger_dir);
             let strays = workspace_scan::kill_processes_in(&sandboxes);
             let ledger = Ledger::open(&ledger_dir).with_context(|| {
                 format!("cannot open the spawn ledger in {}", ledger_dir.display())
             });
-            (killed, strays, ledger)
+            let uids = uid_range.map(|range| uid_pool::restore(range, recorded_uids, &sandboxes));
+            (killed, strays, ledger, uids)
         })
         .await?;
         let ledger = ledger?;
+        let uids = match uids {
+            Some((pool, restored)) => {
+                ledger
+                    .restore_uids(restored)
+                    .context("cannot write the sandboxes' uids into the spawn ledger")?;
+                Some(Mutex::new(pool))
+            }
+            None => None,
+        };
         if killed > 0 || strays > 0 {
             tracing::warn!(
                 groups = killed,
@@ -164,6 +188,7 @@ impl LocalProcessDriver {
             reaper,
             spawner: Spawner::start()?,
             logs: runner_logs.clone(),
+            uids,
             stopping: AtomicBool::new(false),
             _state_lock: state_lock,
         });
@@ -204,8 +229,8 @@ impl Inner {
         env: &SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
         let child = self
-            .settings
-            .spawn(key, env, &self.logs)
+            .sandbox_uid(key)
+            .and_then(|uid| self.settings.spawn(key, env, &self.logs, uid))
             .inspect_err(|error| {
                 tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
             })?;
@@ -261,6 +286,45 @@ impl Inner {
         })
     }
 
+    /// The sandbox's uid when each has its own: the one it has (a respawn,
+    /// a kept workspace), else a new one, recorded before any runner has it.
+    fn sandbox_uid(&self, key: &SandboxKey) -> Result<Option<u32>, SandboxError> {
+        let Some(uids) = &self.uids else {
+            return Ok(None);
+        };
+        let mut pool = uids.lock().unwrap_or_else(|poison| poison.into_inner());
+        let range = pool.range();
+        let assignment = pool
+            .assign(&key.base_name, || uid_pool::live_uids_in(range))
+            .map_err(|problem| {
+                SandboxError::Unavailable(format!(
+                    "cannot start the runner of {} '{}': {problem}",
+                    key.scope, key.id
+                ))
+            })?;
+        if let uid_pool::Assignment::New(uid) = assignment {
+            if let Err(error) = self.ledger.record_uid(&key.base_name, uid) {
+                tracing::warn!(%error, uid, "cannot record the sandbox's uid in the ledger");
+            }
+        }
+        Ok(Some(assignment.uid()))
+    }
+
+    /// Gives the sandbox's uid back once its runner is gone and its
+    /// workspace removed. Whether a process of it survived elsewhere is
+    /// checked when the uid is handed out again.
+    fn release_uid(&self, key: &SandboxKey) {
+        let Some(uids) = &self.uids else {
+            return;
+        };
+        let mut pool = uids.lock().unwrap_or_else(|poison| poison.into_inner());
+        if let Some(uid) = pool.release(&key.base_name) {
+            if let Err(error) = self.ledger.release_uid(&key.base_name, uid) {
+                tracing::warn!(%error, uid, "cannot record the release of a sandbox's uid in the ledger");
+            }
+        }
+    }
+
     async fn deprovision(
         &self,
         key: &SandboxKey,
@@ -279,6 +343,7 @@ impl Inner {
         };
         if !keep_workspace {
             self.remove_workspace(key).await?;
+            self.release_uid(key);
         }
         if was_present {
             tracing::info!(scope = %key.scope, id = %key.id, forced, keep_workspace, "sandbox deprovisioned");

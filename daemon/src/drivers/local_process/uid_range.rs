@@ -93,7 +93,8 @@ impl UidRange {
     /// Directories that NSS does not enumerate (sssd with `enumerate =
     /// false`, large LDAP trees) are not seen; the README says so.
     pub fn check_system_databases(&self) -> Result<(), String> {
-        if let Some((uid, user)) = first_user_in(self) {
+        let (user, primary_group) = first_user_in(self);
+        if let Some((uid, user)) = user {
             return Err(format!(
                 "runner_uid_range {self} contains uid {uid} (user {user})"
             ));
@@ -101,6 +102,11 @@ impl UidRange {
         if let Some((gid, group)) = first_group_in(self) {
             return Err(format!(
                 "runner_uid_range {self} contains gid {gid} (group {group})"
+            ));
+        }
+        if let Some((gid, user)) = primary_group {
+            return Err(format!(
+                "runner_uid_range {self} contains gid {gid} (the primary group of user {user})"
             ));
         }
         Ok(())
@@ -121,8 +127,12 @@ static ENUMERATION: Mutex<()> = Mutex::new(());
 /// more, and the buffer grows on ERANGE.
 const ENTRY_BUFFER: usize = 16 * 1024;
 
-/// The first user whose uid, or whose primary gid, is in the range.
-fn first_user_in(range: &UidRange) -> Option<(u32, String)> {
+/// A clash: the id, and whose it is.
+type Clash = Option<(u32, String)>;
+
+/// The first user whose uid is in the range, and the first whose primary
+/// gid is.
+fn first_user_in(range: &UidRange) -> (Clash, Clash) {
     let _guard = ENUMERATION
         .lock()
         .unwrap_or_else(|poison| poison.into_inner());
@@ -132,7 +142,7 @@ fn first_user_in(range: &UidRange) -> Option<(u32, String)> {
     // given) and sets `result` to `&entry` or null.
     unsafe {
         libc::setpwent();
-        let mut found = None;
+        let (mut found, mut primary_group) = (None, None);
         loop {
             let mut entry: libc::passwd = std::mem::zeroed();
             let mut result = std::ptr::null_mut();
@@ -149,14 +159,12 @@ fn first_user_in(range: &UidRange) -> Option<(u32, String)> {
                 found = Some((entry.pw_uid, name.into_owned()));
                 break;
             }
-            if range.contains(entry.pw_gid) {
-                let what = format!("{name}'s primary group");
-                found = Some((entry.pw_gid, what));
-                break;
+            if range.contains(entry.pw_gid) && primary_group.is_none() {
+                primary_group = Some((entry.pw_gid, name.into_owned()));
             }
         }
         libc::endpwent();
-        found
+        (found, primary_group)
     }
 }
 

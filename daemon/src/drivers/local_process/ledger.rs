@@ -210,7 +210,10 @@ pub struct UidLedger {
 impl UidLedger {
     /// The lines that say all of it: `h`, then one `u` per sandbox.
     fn lines(&self) -> String {
-        let mut text = format!("h {}\n", self.high_water);
+        let mut text = match self.high_water {
+            0 => String::new(),
+            high_water => format!("h {high_water}\n"),
+        };
         for (base_name, uid) in &self.assigned {
             text.push_str(&format!("u {uid} {base_name}\n"));
         }
@@ -284,6 +287,9 @@ impl Ledger {
         let mut journal = self.journal();
         let text = uids.lines();
         journal.uids = uids;
+        if text.is_empty() {
+            return Ok(());
+        }
         journal.lines_since_compaction += text.lines().count();
         journal.file.write_all(text.as_bytes())
     }

@@ -230,7 +230,14 @@ impl Inner {
     ) -> Result<EnsureReport, SandboxError> {
         let child = self
             .sandbox_uid(key)
-            .and_then(|uid| self.settings.spawn(key, env, &self.logs, uid))
+            .and_then(|assignment| {
+                let uid = assignment.map(uid_pool::Assignment::uid);
+                let spawned = self.settings.spawn(key, env, &self.logs, uid);
+                if let Some(uid_pool::Assignment::New(uid)) = assignment {
+                    self.settle_new_uid(key, uid, spawned.is_ok());
+                }
+                spawned
+            })
             .inspect_err(|error| {
                 tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
             })?;
@@ -287,8 +294,8 @@ impl Inner {
     }
 
     /// The sandbox's uid when each has its own: the one it has (a respawn,
-    /// a kept workspace), else a new one, recorded before any runner has it.
-    fn sandbox_uid(&self, key: &SandboxKey) -> Result<Option<u32>, SandboxError> {
+    /// a kept workspace), else a new one (see [`Inner::settle_new_uid`]).
+    fn sandbox_uid(&self, key: &SandboxKey) -> Result<Option<uid_pool::Assignment>, SandboxError> {
         let Some(uids) = &self.uids else {
             return Ok(None);
         };
@@ -302,12 +309,28 @@ impl Inner {
                     key.scope, key.id
                 ))
             })?;
-        if let uid_pool::Assignment::New(uid) = assignment {
+        Ok(Some(assignment))
+    }
+
+    /// Records a new uid once its runner started (a crash before that
+    /// leaves at most a workspace owned by it, which the next start adopts).
+    /// When the spawn failed, the empty workspace it may have made goes and
+    /// the uid is taken back: a failed ensure leaves nothing behind. A
+    /// workspace with files in it (`rmdir` refuses) keeps the uid.
+    fn settle_new_uid(&self, key: &SandboxKey, uid: u32, spawned: bool) {
+        let unused = !spawned
+            && match std::fs::remove_dir(self.settings.workspace(key)) {
+                Ok(()) => true,
+                Err(error) => error.kind() == std::io::ErrorKind::NotFound,
+            };
+        if !unused {
             if let Err(error) = self.ledger.record_uid(&key.base_name, uid) {
                 tracing::warn!(%error, uid, "cannot record the sandbox's uid in the ledger");
             }
+        } else if let Some(uids) = &self.uids {
+            let mut pool = uids.lock().unwrap_or_else(|poison| poison.into_inner());
+            pool.take_back(&key.base_name, uid);
         }
-        Ok(Some(assignment.uid()))
     }
 
     /// Gives the sandbox's uid back once its runner is gone and its

@@ -159,6 +159,21 @@ impl UidPool {
         ))
     }
 
+    /// Undoes [`UidPool::assign`] of a new `uid` that nothing used: it goes
+    /// back where it came from, as if it had never been handed out.
+    pub fn take_back(&mut self, base: &str, uid: u32) {
+        if self.by_sandbox.get(base) != Some(&uid) {
+            return;
+        }
+        self.by_sandbox.remove(base);
+        self.owners.remove(&uid);
+        if u64::from(uid) + 1 == self.next_fresh {
+            self.next_fresh -= 1;
+        } else {
+            self.released.push_front(uid);
+        }
+    }
+
     /// Releases the sandbox's uid (its workspace is gone); returns it.
     pub fn release(&mut self, base: &str) -> Option<u32> {
         let uid = self.by_sandbox.remove(base)?;
@@ -208,7 +223,12 @@ pub fn restore(range: UidRange, recorded: UidLedger, sandboxes: &Path) -> (UidPo
     }
     let restored = UidLedger {
         assigned: pool.by_sandbox.clone(),
-        high_water: pool.high_water(),
+        // Nothing to say (an empty journal stays empty) when none went out.
+        high_water: if pool.next_fresh == u64::from(range.first) {
+            0
+        } else {
+            pool.high_water()
+        },
     };
     (pool, restored)
 }
@@ -310,6 +330,16 @@ mod tests {
             "{error}"
         );
         assert_eq!(pool.assign("f", nothing_live), Ok(Assignment::New(1000)));
+    }
+
+    #[test]
+    fn a_uid_taken_back_goes_out_next_as_if_never_handed_out() {
+        let mut pool = empty_pool();
+        assert_eq!(pool.assign("a", nothing_live), Ok(Assignment::New(1000)));
+        pool.take_back("a", 1000);
+        assert_eq!(pool.uid_of("a"), None);
+        assert_eq!(pool.high_water(), 1000);
+        assert_eq!(pool.assign("b", nothing_live), Ok(Assignment::New(1000)));
     }
 
     #[test]

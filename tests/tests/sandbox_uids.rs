@@ -328,3 +328,46 @@ async fn a_range_holding_a_host_user_or_bad_syntax_refuses_to_start_naming_it() 
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_of_another_uid_is_handed_over_and_a_lost_record_is_recovered() {
+    // A workspace an older sandboxd left, when every runner ran as nobody.
+    let mut daemon = TestDaemon::prepare(Options::default());
+    let workspace = daemon.workspace(Scope::Session, "old");
+    std::fs::create_dir_all(workspace.join("deep/er")).unwrap();
+    std::fs::write(workspace.join("deep/er/notes"), "from before").unwrap();
+    // A link out of the workspace, to a directory of root's.
+    let outside = daemon.dir().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, workspace.join("deep/link")).unwrap();
+    for path in ["", "deep", "deep/er", "deep/er/notes"] {
+        std::os::unix::fs::lchown(workspace.join(path), Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    daemon.launch();
+    daemon.wait_ready();
+    let pid = start(&daemon, "old", "tok").await;
+    let uid = procs::uid_of(pid).unwrap();
+    assert!(RUNNER_UIDS.contains(&uid));
+    for path in ["", "deep", "deep/er", "deep/er/notes", "deep/link"] {
+        let metadata = std::fs::symlink_metadata(workspace.join(path)).unwrap();
+        assert_eq!((metadata.uid(), metadata.gid()), (uid, uid), "{path:?}");
+    }
+    assert_eq!(
+        std::fs::metadata(&outside).unwrap().uid(),
+        0,
+        "the hand-over followed a symbolic link"
+    );
+
+    // The ledger loses its lines (a crash at the wrong moment): the next
+    // start takes the uid from the workspace's owner.
+    daemon.stop();
+    std::fs::write(daemon.ledger_journal(), "").unwrap();
+    daemon.launch();
+    daemon.wait_ready();
+    assert_eq!(daemon.ledger_uid(Scope::Session, "old"), Some(uid));
+    let again = start(&daemon, "old", "tok").await;
+    assert_eq!(procs::uid_of(again), Some(uid));
+    // And a new sandbox does not get it.
+    let other = start(&daemon, "new", "tok").await;
+    assert_ne!(procs::uid_of(other), Some(uid));
+}

@@ -49,7 +49,7 @@ use reaper::GroupReaper;
 use spawn::RunnerSettings;
 use spawner::Spawner;
 use trash::Trash;
-use uid_pool::UidPool;
+use uid_pool::SandboxUids;
 
 /// What the daemon knows of one sandbox. Never holds the token.
 struct Record {
@@ -88,7 +88,7 @@ struct Inner {
     /// The runners' output files: their size cap and reading them back.
     logs: Arc<logs::RunnerLogs>,
     /// Each sandbox's uid, when each has its own (a root daemon without `run_as`).
-    uids: Option<Mutex<UidPool>>,
+    uids: Option<SandboxUids>,
     stopping: AtomicBool,
     /// Held for the daemon's life: one daemon per state directory.
     _state_lock: nix::fcntl::Flock<std::fs::File>,
@@ -138,7 +138,7 @@ impl LocalProcessDriver {
                 ledger
                     .restore_uids(restored)
                     .context("cannot write the sandboxes' uids into the spawn ledger")?;
-                Some(Mutex::new(pool))
+                Some(SandboxUids::new(pool))
             }
             None => None,
         };
@@ -228,19 +228,9 @@ impl Inner {
         key: &SandboxKey,
         env: &SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
-        let child = self
-            .sandbox_uid(key)
-            .and_then(|assignment| {
-                let uid = assignment.map(uid_pool::Assignment::uid);
-                let spawned = self.settings.spawn(key, env, &self.logs, uid);
-                if let Some(uid_pool::Assignment::New(uid)) = assignment {
-                    self.settle_new_uid(key, uid, spawned.is_ok());
-                }
-                spawned
-            })
-            .inspect_err(|error| {
-                tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
-            })?;
+        let child = self.spawn_as_its_uid(key, env).inspect_err(|error| {
+            tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
+        })?;
         let pid = child.id();
         let start_time = child
             .start_time()
@@ -293,59 +283,24 @@ impl Inner {
         })
     }
 
-    /// The sandbox's uid when each has its own: the one it has (a respawn,
-    /// a kept workspace), else a new one (see [`Inner::settle_new_uid`]).
-    fn sandbox_uid(&self, key: &SandboxKey) -> Result<Option<uid_pool::Assignment>, SandboxError> {
+    /// Starts the runner, as its sandbox's own uid when each has one.
+    fn spawn_as_its_uid(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+    ) -> Result<clone_exec::RunnerProcess, SandboxError> {
         let Some(uids) = &self.uids else {
-            return Ok(None);
+            return self.settings.spawn(key, env, &self.logs, None);
         };
-        let mut pool = uids.lock().unwrap_or_else(|poison| poison.into_inner());
-        let range = pool.range();
-        let assignment = pool
-            .assign(&key.base_name, || uid_pool::live_uids_in(range))
-            .map_err(|problem| {
-                SandboxError::Unavailable(format!(
-                    "cannot start the runner of {} '{}': {problem}",
-                    key.scope, key.id
-                ))
-            })?;
-        Ok(Some(assignment))
-    }
-
-    /// Records a new uid once its runner started (a crash before that
-    /// leaves at most a workspace owned by it, which the next start adopts).
-    /// When the spawn failed, the empty workspace it may have made goes and
-    /// the uid is taken back: a failed ensure leaves nothing behind. A
-    /// workspace with files in it (`rmdir` refuses) keeps the uid.
-    fn settle_new_uid(&self, key: &SandboxKey, uid: u32, spawned: bool) {
-        let unused = !spawned
-            && match std::fs::remove_dir(self.settings.workspace(key)) {
-                Ok(()) => true,
-                Err(error) => error.kind() == std::io::ErrorKind::NotFound,
-            };
-        if !unused {
-            if let Err(error) = self.ledger.record_uid(&key.base_name, uid) {
-                tracing::warn!(%error, uid, "cannot record the sandbox's uid in the ledger");
-            }
-        } else if let Some(uids) = &self.uids {
-            let mut pool = uids.lock().unwrap_or_else(|poison| poison.into_inner());
-            pool.take_back(&key.base_name, uid);
+        let assignment = uids.assign(key)?;
+        let spawned = self
+            .settings
+            .spawn(key, env, &self.logs, Some(assignment.uid()));
+        if let uid_pool::Assignment::New(uid) = assignment {
+            let workspace = self.settings.workspace(key);
+            uids.settle_new(key, uid, spawned.is_ok(), &workspace, &self.ledger);
         }
-    }
-
-    /// Gives the sandbox's uid back once its runner is gone and its
-    /// workspace removed. Whether a process of it survived elsewhere is
-    /// checked when the uid is handed out again.
-    fn release_uid(&self, key: &SandboxKey) {
-        let Some(uids) = &self.uids else {
-            return;
-        };
-        let mut pool = uids.lock().unwrap_or_else(|poison| poison.into_inner());
-        if let Some(uid) = pool.release(&key.base_name) {
-            if let Err(error) = self.ledger.release_uid(&key.base_name, uid) {
-                tracing::warn!(%error, uid, "cannot record the release of a sandbox's uid in the ledger");
-            }
-        }
+        spawned
     }
 
     async fn deprovision(
@@ -366,7 +321,9 @@ impl Inner {
         };
         if !keep_workspace {
             self.remove_workspace(key).await?;
-            self.release_uid(key);
+            if let Some(uids) = &self.uids {
+                uids.release(key, &self.ledger);
+            }
         }
         if was_present {
             tracing::info!(scope = %key.scope, id = %key.id, forced, keep_workspace, "sandbox deprovisioned");

@@ -17,9 +17,13 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 
-use super::ledger::UidLedger;
+use sandboxd_protocol::SandboxError;
+
+use super::ledger::{Ledger, UidLedger};
 use super::uid_range::UidRange;
+use crate::provisioner::SandboxKey;
 
 pub struct UidPool {
     range: UidRange,
@@ -180,6 +184,77 @@ impl UidPool {
         self.owners.remove(&uid);
         self.released.push_back(uid);
         Some(uid)
+    }
+}
+
+/// The pool as the driver shares it between its spawner threads, with the
+/// ledger records of each change.
+pub struct SandboxUids {
+    pool: Mutex<UidPool>,
+}
+
+impl SandboxUids {
+    pub fn new(pool: UidPool) -> SandboxUids {
+        SandboxUids {
+            pool: Mutex::new(pool),
+        }
+    }
+
+    fn pool(&self) -> MutexGuard<'_, UidPool> {
+        self.pool
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// The sandbox's uid: the one it has (a respawn, a kept workspace), else
+    /// a new one, which [`SandboxUids::settle_new`] records or takes back.
+    pub fn assign(&self, key: &SandboxKey) -> Result<Assignment, SandboxError> {
+        let mut pool = self.pool();
+        let range = pool.range();
+        pool.assign(&key.base_name, || live_uids_in(range))
+            .map_err(|problem| {
+                SandboxError::Unavailable(format!(
+                    "cannot start the runner of {} '{}': {problem}",
+                    key.scope, key.id
+                ))
+            })
+    }
+
+    /// Records a new uid once its runner started (a crash before that
+    /// leaves at most a workspace owned by it, which the next start
+    /// adopts). When the spawn failed, the empty workspace it may have made
+    /// goes and the uid is taken back: a failed ensure leaves nothing
+    /// behind. A workspace with files in it (`rmdir` refuses) keeps the uid.
+    pub fn settle_new(
+        &self,
+        key: &SandboxKey,
+        uid: u32,
+        spawned: bool,
+        workspace: &Path,
+        ledger: &Ledger,
+    ) {
+        let unused = !spawned
+            && match std::fs::remove_dir(workspace) {
+                Ok(()) => true,
+                Err(error) => error.kind() == std::io::ErrorKind::NotFound,
+            };
+        if unused {
+            self.pool().take_back(&key.base_name, uid);
+        } else if let Err(error) = ledger.record_uid(&key.base_name, uid) {
+            tracing::warn!(%error, uid, "cannot record the sandbox's uid in the ledger");
+        }
+    }
+
+    /// Gives the sandbox's uid back once its runner is gone and its
+    /// workspace removed. Whether a process of it survived elsewhere is
+    /// checked when the uid is handed out again.
+    pub fn release(&self, key: &SandboxKey, ledger: &Ledger) {
+        let released = self.pool().release(&key.base_name);
+        if let Some(uid) = released {
+            if let Err(error) = ledger.release_uid(&key.base_name, uid) {
+                tracing::warn!(%error, uid, "cannot record the release of a sandbox's uid in the ledger");
+            }
+        }
     }
 }
 

@@ -371,3 +371,48 @@ async fn a_workspace_of_another_uid_is_handed_over_and_a_lost_record_is_recovere
     let other = start(&daemon, "new", "tok").await;
     assert_ne!(procs::uid_of(other), Some(uid));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_as_puts_every_runner_under_one_user_still_without_privileges() {
+    // The explicit opt-out: one user for all (weaker: they share a uid).
+    let daemon = TestDaemon::start(Options {
+        extra_toml: format!("run_as = \"{NOBODY}:{NOBODY}\""),
+        ..Options::default()
+    });
+    let a = start(&daemon, "one", "tok").await;
+    let b = start(&daemon, "two", "tok").await;
+    for pid in [a, b] {
+        let ids = format!("{NOBODY}\t{NOBODY}\t{NOBODY}\t{NOBODY}");
+        assert_eq!(status_line(pid, "Uid"), ids);
+        assert_eq!(status_line(pid, "Gid"), ids);
+        assert_eq!(status_line(pid, "Groups"), "");
+        assert_eq!(status_line(pid, "NoNewPrivs"), "1");
+        for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            assert_eq!(status_line(pid, set), "0000000000000000", "{set}");
+        }
+    }
+    assert_eq!(
+        daemon.ledger_uid(Scope::Session, "one"),
+        None,
+        "no uid of a range"
+    );
+    let owner = std::fs::metadata(daemon.workspace(Scope::Session, "two")).unwrap();
+    assert_eq!((owner.uid(), owner.gid()), (NOBODY, NOBODY));
+
+    // Both at once is a contradiction, refused at start.
+    let mut both = TestDaemon::prepare(Options {
+        extra_toml: format!("run_as = \"{NOBODY}\"\nrunner_uid_range = \"2100000000-2100000009\""),
+        ..Options::default()
+    });
+    both.launch();
+    let status = both
+        .wait_exit(Duration::from_secs(20))
+        .expect("must refuse");
+    assert!(!status.success());
+    assert!(
+        both.log_text()
+            .contains("run_as and runner_uid_range are both set"),
+        "{}",
+        both.log_text()
+    );
+}

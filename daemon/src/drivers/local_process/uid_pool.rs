@@ -32,7 +32,12 @@ pub struct UidPool {
     /// Every uid from here to the range's end has never been handed out
     /// (u64: one past `u32::MAX - 1` must fit).
     next_fresh: u64,
-    /// Released uids, the longest-released first.
+    /// Uids handed out before the last restart and not looked at since:
+    /// released before anything this instance released, in an order the
+    /// restart lost, so lowest first. A range, not a list: a wide range
+    /// costs nothing.
+    before_restart: std::ops::Range<u64>,
+    /// Uids released by this instance, the longest-released first.
     released: VecDeque<u32>,
 }
 
@@ -69,6 +74,7 @@ impl UidPool {
             by_sandbox: HashMap::new(),
             owners: HashMap::new(),
             next_fresh: u64::from(range.first),
+            before_restart: 0..0,
             released: VecDeque::new(),
         };
         let mut dropped = Vec::new();
@@ -87,11 +93,8 @@ impl UidPool {
         }
         pool.next_fresh = high;
         // Of the uids handed out before, those no sandbox holds now are
-        // released; their order is lost with the restart, so lowest first.
-        pool.released = (range.first..)
-            .take_while(|&uid| u64::from(uid) < high)
-            .filter(|uid| !pool.owners.contains_key(uid))
-            .collect();
+        // released (skipped as they come up when a sandbox holds them).
+        pool.before_restart = u64::from(range.first)..high;
         (pool, dropped)
     }
 
@@ -138,8 +141,26 @@ impl UidPool {
         Some(uid)
     }
 
-    /// Rotates released uids that still have processes to the back.
+    /// The longest-released uid without a process. Those that still have
+    /// processes go to the back of the queue.
     fn take_released(&mut self, live_uids: impl FnOnce() -> HashSet<u32>) -> Result<u32, String> {
+        let mut scan = Some(live_uids);
+        let mut live: Option<HashSet<u32>> = None;
+        let mut has_processes = |uid: u32| {
+            live.get_or_insert_with(|| scan.take().map(|scan| scan()).unwrap_or_default())
+                .contains(&uid)
+        };
+        for uid in self.before_restart.by_ref() {
+            // In the range (below the high-water mark), so it fits.
+            let uid = uid as u32;
+            if self.owners.contains_key(&uid) {
+                continue;
+            }
+            if !has_processes(uid) {
+                return Ok(uid);
+            }
+            self.released.push_back(uid);
+        }
         if self.released.is_empty() {
             return Err(format!(
                 "every uid of runner_uid_range {} ({}) belongs to a sandbox with a workspace: remove some, or widen the range",
@@ -147,10 +168,9 @@ impl UidPool {
                 self.range.len()
             ));
         }
-        let live = live_uids();
         for _ in 0..self.released.len() {
             let uid = self.released.pop_front().expect("not empty");
-            if !live.contains(&uid) {
+            if !has_processes(uid) {
                 return Ok(uid);
             }
             self.released.push_back(uid);
@@ -432,6 +452,24 @@ mod tests {
         assert_eq!(pool.assign("c", nothing_live), Ok(Assignment::New(1002)));
         assert_eq!(pool.assign("d", nothing_live), Ok(Assignment::New(1003)));
         assert_eq!(pool.assign("e", nothing_live), Ok(Assignment::New(1000)));
+    }
+
+    #[test]
+    fn a_wide_range_restored_high_up_costs_nothing_and_goes_lowest_first() {
+        let range = UidRange {
+            first: 1000,
+            last: 4_000_000_000,
+        };
+        let adopted = [("old".to_string(), 3_999_999_999)];
+        let (mut pool, _) = UidPool::new(range, adopted, 0);
+        assert_eq!(
+            pool.assign("a", nothing_live),
+            Ok(Assignment::New(4_000_000_000))
+        );
+        let busy = || HashSet::from([1000, 1001]);
+        assert_eq!(pool.assign("b", busy), Ok(Assignment::New(1002)));
+        // The busy ones wait at the back; the rest keep coming lowest first.
+        assert_eq!(pool.assign("c", nothing_live), Ok(Assignment::New(1003)));
     }
 
     #[test]

@@ -86,6 +86,7 @@ impl RunnerIdentity {
             }
             (None, range) if daemon_uid.is_root() => {
                 let range = range.unwrap_or(UidRange::DEFAULT);
+                range.check_mapped().map_err(anyhow::Error::msg)?;
                 range.check_system_databases().map_err(anyhow::Error::msg)?;
                 let display = format!("a uid of its own per sandbox ({range})");
                 (RunnerUsers::PerSandbox(range), display)

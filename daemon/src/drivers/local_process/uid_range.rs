@@ -113,6 +113,50 @@ impl UidRange {
     }
 }
 
+impl UidRange {
+    /// Fails, naming the first id that is not, unless every id of the range
+    /// exists in this user namespace (`/proc/self/uid_map` and `gid_map`):
+    /// a daemon in a container with a narrow mapping would otherwise fail
+    /// every ensure at `setresuid` with EINVAL.
+    pub fn check_mapped(&self) -> Result<(), String> {
+        for (what, path) in [("uid", "/proc/self/uid_map"), ("gid", "/proc/self/gid_map")] {
+            let map = std::fs::read_to_string(path)
+                .map_err(|error| format!("cannot read {path}: {error}"))?;
+            if let Some(id) = self.first_unmapped(&map) {
+                return Err(format!(
+                    "runner_uid_range {self} contains {what} {id}, which this user namespace does not map ({path}: {})",
+                    map.split_whitespace().collect::<Vec<_>>().join(" ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The first id of the range no line (`inside outside count`) of an id
+    /// map covers.
+    fn first_unmapped(&self, map: &str) -> Option<u32> {
+        let mut extents: Vec<(u64, u64)> = map
+            .lines()
+            .filter_map(|line| {
+                let mut words = line.split_whitespace().map(|word| word.parse::<u64>().ok());
+                let inside = words.next()??;
+                let _outside = words.next()??;
+                let count = words.next()??;
+                Some((inside, inside + count))
+            })
+            .collect();
+        extents.sort();
+        let mut next = u64::from(self.first);
+        for (start, end) in extents {
+            if start > next {
+                break;
+            }
+            next = next.max(end);
+        }
+        (next <= u64::from(self.last)).then_some(next as u32)
+    }
+}
+
 impl fmt::Display for UidRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}-{}", self.first, self.last)
@@ -263,6 +307,27 @@ mod tests {
                 "{range} overlaps {first}-{last}"
             );
         }
+    }
+
+    #[test]
+    fn an_id_map_must_cover_the_whole_range() {
+        let range = UidRange {
+            first: 100,
+            last: 200,
+        };
+        assert_eq!(range.first_unmapped("0 0 4294967295\n"), None);
+        assert_eq!(range.first_unmapped("0 100000 65536\n"), None);
+        assert_eq!(range.first_unmapped("0 100000 150\n"), Some(150));
+        assert_eq!(range.first_unmapped("0 1 50\n150 9 60\n"), Some(100));
+        assert_eq!(
+            range.first_unmapped("150 9 60\n0 1 150\n"),
+            None,
+            "in any order"
+        );
+        assert_eq!(range.first_unmapped(""), Some(100));
+        UidRange::DEFAULT
+            .check_mapped()
+            .expect("this host's namespace maps the default range");
     }
 
     #[test]

@@ -311,7 +311,8 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
             }
         }
         // Before the switch: dropping from the bounding set and setting
-        // securebits need CAP_SETPCAP, which the switch takes away.
+        // securebits need CAP_SETPCAP, and a switch away from uid 0 would
+        // clear it (were NO_SETUID_FIXUP not set first).
         drop_privileges_for_good(plan);
         if let Some((uid, gid)) = plan.privileges.user {
             // Ignoring EPERM as std does: without CAP_SETGID there are no

@@ -228,6 +228,7 @@ struct FileConfig {
     runner_log_max_size: Option<u64>,
     runner_oom_score_adj: Option<i32>,
     workspace_ttl: Option<String>,
+    runner_uid_range: Option<String>,
     access: Option<AccessConfig>,
     docker: Option<DockerConfig>,
     cgroup_root: Option<PathBuf>,
@@ -266,6 +267,9 @@ pub struct Config {
     /// A process-tier workspace unused this long is removed (with its
     /// output files); `None` keeps workspaces until deprovisioned.
     pub workspace_ttl: Option<Duration>,
+    /// `FIRST-LAST`: the uids the process tier's sandboxes get, one each
+    /// (parsed and checked against the host's users by that driver).
+    pub runner_uid_range: Option<String>,
     pub access: AccessConfig,
     /// The docker tier's settings; `host` is always set once resolved.
     pub docker: DockerConfig,
@@ -360,6 +364,7 @@ impl Config {
                 }
                 None => Some(DEFAULT_WORKSPACE_TTL),
             },
+            runner_uid_range: file.runner_uid_range,
             access: file.access.unwrap_or_default(),
             docker,
             cgroup_root: file.cgroup_root,
@@ -730,9 +735,11 @@ mod tests {
         let text = include_str!("../../systemd/sandboxd.toml");
         let file: FileConfig = toml::from_str(text).expect("the example parses");
         let config = Config::resolve(file, None, |_| None, &Flags::default()).unwrap();
+        // Each sandbox its own uid; run_as (one user for all) is the opt-out.
+        assert_eq!(config.run_as, None);
         assert_eq!(
-            config.run_as.as_deref(),
-            Some("stigmer-sandbox:stigmer-sandbox")
+            config.runner_uid_range.as_deref(),
+            Some("2000000000-2000065535")
         );
         assert_eq!(config.socket_group.as_deref(), Some("stigmer"));
         assert_eq!(config.runner_log_max_size, DEFAULT_RUNNER_LOG_MAX_SIZE);

@@ -20,8 +20,12 @@ use crate::procs::{self, wait_until};
 /// How long a daemon gets to start answering, or to exit.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The uid/gid of `nobody:nogroup`, which runners get under a root daemon.
+/// The uid/gid of `nobody:nogroup`.
 pub const NOBODY: u32 = 65534;
+
+/// The default `runner_uid_range` (inclusive): under a root daemon each
+/// process-tier sandbox gets a uid of its own (= its gid) from it.
+pub const RUNNER_UIDS: std::ops::RangeInclusive<u32> = 2_000_000_000..=2_000_065_535;
 
 /// How to configure one daemon.
 #[derive(Debug, Clone)]
@@ -423,6 +427,22 @@ impl TestDaemon {
             .join(format!("{}.log", naming::base_name(scope, id)))
     }
 
+    /// The uid the ledger records for this sandbox (its `u` line, not
+    /// cancelled by an `f` line), if it has one.
+    pub fn ledger_uid(&self, scope: Scope, id: &str) -> Option<u32> {
+        let base = naming::base_name(scope, id);
+        let journal = fs::read_to_string(self.ledger_journal()).unwrap_or_default();
+        let mut uid = None;
+        for line in journal.lines() {
+            match line.split(' ').collect::<Vec<_>>()[..] {
+                ["u", number, name] if name == base => uid = number.parse().ok(),
+                ["f", number, name] if name == base && number.parse().ok() == uid => uid = None,
+                _ => {}
+            }
+        }
+        uid
+    }
+
     /// `<state_dir>/ledger/journal`: one `+`/`-` line per runner start and exit.
     pub fn ledger_journal(&self) -> PathBuf {
         self.state_dir.join("ledger").join("journal")
@@ -511,6 +531,8 @@ fn read_ledger(dir: &Path) -> (HashMap<String, (u32, u64)>, Vec<String>) {
     for line in journal.lines() {
         let words: Vec<&str> = line.split(' ').collect();
         let parsed = match words[..] {
+            // The sandboxes' uids (`u <uid> <base>`, `f <uid> <base>`, `h <uid>`).
+            ["u" | "f", uid, _] | ["h", uid] if uid.parse::<u32>().is_ok() => continue,
             [sign @ ("+" | "-"), pid, start, base] => pid
                 .parse::<u32>()
                 .ok()

@@ -12,7 +12,7 @@ use sandboxd_client::{ClientError, EnsureReport, ProbeState, SandboxError, Scope
 use sandboxd_tests::procs::{self, process_group};
 use sandboxd_tests::{
     eventually, pid_is_gone, read_grandchild_pid, read_runner_pid, runner_env, sandbox_env,
-    start_time, wait_for_runner, wait_until, Options, TestDaemon, NOBODY,
+    start_time, wait_for_runner, wait_until, Options, TestDaemon, NOBODY, RUNNER_UIDS,
 };
 
 const GONE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -37,20 +37,22 @@ async fn ensure_provisions_once_then_takes_the_fast_path() {
     let workspace = daemon.workspace(Scope::Session, "fast-1");
     wait_for_runner(&workspace, pid);
 
-    // The runner leads its own process group and runs as nobody.
+    // The runner leads its own process group and runs as its sandbox's
+    // own uid, which owns its workspace and which the ledger records.
     assert_eq!(
         process_group(pid),
         Some(pid),
         "the runner must lead its own process group"
     );
-    assert_eq!(
-        procs::uid_of(pid),
-        Some(NOBODY),
-        "a root daemon runs runners as nobody"
+    let uid = procs::uid_of(pid).expect("the runner's uid");
+    assert!(
+        RUNNER_UIDS.contains(&uid) && uid != NOBODY,
+        "a root daemon runs each sandbox as a uid of runner_uid_range, not {uid}"
     );
+    assert_eq!(daemon.ledger_uid(Scope::Session, "fast-1"), Some(uid));
     let meta = std::fs::metadata(&workspace).unwrap();
     assert_eq!(meta.mode() & 0o777, 0o700, "workspace mode");
-    assert_eq!(meta.uid(), NOBODY, "workspace owner");
+    assert_eq!((meta.uid(), meta.gid()), (uid, uid), "workspace owner");
 
     // The ledger records the runner with its start time.
     assert_eq!(

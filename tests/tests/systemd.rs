@@ -291,7 +291,14 @@ fn a_handoff_that_cannot_be_served_is_refused_by_name() {
 }
 
 /// The capabilities sandboxd.service keeps, as setpriv(1) names them.
-const UNIT_CAPABILITIES: [&str; 5] = ["setuid", "setgid", "kill", "chown", "dac_override"];
+const UNIT_CAPABILITIES: [&str; 6] = [
+    "setuid",
+    "setgid",
+    "setpcap",
+    "kill",
+    "chown",
+    "dac_override",
+];
 
 /// `CapabilityBoundingSet=` of the shipped unit, lower-cased without `CAP_`.
 fn unit_capabilities() -> Vec<String> {
@@ -308,8 +315,9 @@ fn unit_capabilities() -> Vec<String> {
     caps
 }
 
-/// A runner's whole life — ensure (setgid/setuid, chown of the workspace),
-/// deprovision (signals to another uid, removal of its files) — under a
+/// A runner's whole life — ensure (setgid/setuid, an empty bounding set,
+/// chown of the workspace), deprovision (signals to another uid, removal
+/// of its files) — under a
 /// daemon whose capabilities are bounded to `caps`. The error, if any part
 /// failed.
 async fn lifecycle_with_capabilities(caps: &[&str]) -> Result<(), String> {
@@ -338,10 +346,16 @@ async fn lifecycle_with_capabilities(caps: &[&str]) -> Result<(), String> {
         .await
         .map_err(|error| format!("ensure: {error}"))?;
     let workspace = daemon.workspace(Scope::Session, "caps");
-    wait_for_runner(&workspace, report.pid.unwrap());
-    assert_eq!(
-        fs::metadata(&workspace).unwrap().uid(),
-        sandboxd_tests::NOBODY
+    let pid = report.pid.unwrap();
+    wait_for_runner(&workspace, pid);
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    if !status.contains("\nCapBnd:\t0000000000000000\n") {
+        return Err(format!("ensure: the runner kept a bounding set:\n{status}"));
+    }
+    let owner = fs::metadata(&workspace).unwrap().uid();
+    assert!(
+        sandboxd_tests::RUNNER_UIDS.contains(&owner),
+        "workspace owner {owner}"
     );
     let report = client
         .deprovision_session_sandbox("caps")
@@ -378,7 +392,7 @@ async fn the_units_capability_set_is_enough_and_each_capability_is_needed() {
         .expect("a runner's whole life works with the unit's capabilities");
     // CAP_KILL is left out here: without it a stop waits out the full
     // SIGKILL timeout (30 s) before failing.
-    for missing in ["setuid", "setgid", "chown", "dac_override"] {
+    for missing in ["setuid", "setgid", "setpcap", "chown", "dac_override"] {
         let fewer: Vec<&str> = UNIT_CAPABILITIES
             .iter()
             .copied()

@@ -30,6 +30,11 @@
 //! - `--allocate-when NAME`: with `--allocate-mib`, write `pid` first and
 //!   allocate only once `$WORKSPACE_ROOT_DIR/NAME` exists (looked for every
 //!   10 ms; a SIGTERM meanwhile waits until then), so a test decides when.
+//! - `--serve-attacks`: once `pid` is written, wait for an `attack` file and
+//!   attack the runner it names (see [`attack`]).
+
+#[path = "runner_fixture/attack.rs"]
+mod attack;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -50,6 +55,7 @@ struct Flags {
     allocate_when: Option<String>,
     escape: bool,
     fork_many: u32,
+    serve_attacks: bool,
 }
 
 fn parse_flags() -> Result<Flags, String> {
@@ -66,6 +72,7 @@ fn parse_flags() -> Result<Flags, String> {
                     .parse()
                     .map_err(|_| format!("bad fork count '{value}'"))?;
             }
+            "--serve-attacks" => flags.serve_attacks = true,
             "--exit-code" => {
                 let value = args.next().ok_or("--exit-code needs a value")?;
                 flags.exit_code = Some(
@@ -321,6 +328,11 @@ fn main() -> ExitCode {
     if let Err(error) = write_atomically(&workspace, "pid", pid_text.as_bytes()) {
         eprintln!("runner-fixture: cannot write pid: {error}");
         return ExitCode::from(4);
+    }
+
+    if flags.serve_attacks && !attack::serve(&workspace) {
+        eprintln!("runner-fixture: got SIGTERM, exiting");
+        return ExitCode::SUCCESS;
     }
 
     if let Some(name) = &flags.allocate_when {

@@ -35,6 +35,9 @@
 //! - the user switch uses raw `setgroups`/`setresgid`/`setresuid` system
 //!   calls: glibc's wrappers would signal every thread of the *daemon* to
 //!   switch them too (and wait for them, forever);
+//! - so does giving up privileges for good (`no_new_privs`, the capability
+//!   sets, the securebits; see [`Privileges`]): raw `prctl`/`capset` calls,
+//!   which act on the calling thread — the child — only;
 //! - every signal is blocked across the clone, and the child resets each
 //!   caught signal to its default before it unblocks, so none of the
 //!   daemon's signal handlers can ever run in it;
@@ -68,9 +71,7 @@ pub struct ExecPlan {
     stdin: OwnedFd,
     stdout: OwnedFd,
     stderr: OwnedFd,
-    /// `Some((uid, gid))` to switch to that user (supplementary groups
-    /// cleared) before the `chdir`, as std's `Command::uid`/`gid` do.
-    user: Option<(u32, u32)>,
+    privileges: Privileges,
     /// The cgroup to start in; `None` starts in the daemon's own.
     cgroup: Option<CgroupPlacement>,
 }
@@ -91,6 +92,37 @@ const MAX_PROCS_FDS: usize = 5;
 /// straight to `clone`.
 static CLONE3_REFUSED: AtomicBool = AtomicBool::new(!cfg!(target_arch = "x86_64"));
 
+/// Who the runner becomes, and what it gives up for good, before exec.
+///
+/// Always: `no_new_privs` (no setuid binary or file capability can raise
+/// it again), an empty ambient set, and empty permitted, effective and
+/// inheritable sets after the user switch. With `bounding_set_up_to`
+/// (which needs CAP_SETPCAP in the daemon) also an empty bounding set and
+/// locked securebits: no root uid grants capabilities (`NOROOT`), a uid
+/// change never restores any (`NO_SETUID_FIXUP`), keep-caps and ambient
+/// raises are off — each locked, so the runner cannot undo them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Privileges {
+    /// `Some((uid, gid))` to switch to that user (supplementary groups
+    /// cleared) before the `chdir`, as std's `Command::uid`/`gid` do.
+    pub user: Option<(u32, u32)>,
+    /// `Some(last)`: drop capabilities 0..=last (the kernel's
+    /// `/proc/sys/kernel/cap_last_cap`) from the bounding set and lock the
+    /// securebits.
+    pub bounding_set_up_to: Option<u32>,
+}
+
+/// The securebits a runner gets, each with its lock: root is not special,
+/// a uid change never adjusts capabilities, and neither keep-caps nor
+/// ambient raises can be turned on.
+const RUNNER_SECUREBITS: libc::c_int = libc::SECBIT_NOROOT
+    | libc::SECBIT_NOROOT_LOCKED
+    | libc::SECBIT_NO_SETUID_FIXUP
+    | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
+    | libc::SECBIT_KEEP_CAPS_LOCKED
+    | libc::SECBIT_NO_CAP_AMBIENT_RAISE
+    | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+
 /// What failed, and how, when a runner could not be started.
 #[derive(Debug)]
 pub struct ExecError {
@@ -105,17 +137,36 @@ impl std::fmt::Display for ExecError {
 }
 
 /// Steps of the child, in order; their index is what the child reports.
-const STEPS: [&str; 9] = [
+const STEPS: [&str; 14] = [
     "write to cgroup.procs",
     "dup2 of stdio",
+    "prctl(PR_SET_NO_NEW_PRIVS)",
+    "prctl(PR_CAP_AMBIENT_CLEAR_ALL)",
+    "prctl(PR_CAPBSET_DROP)",
+    "prctl(PR_SET_SECUREBITS)",
     "setgroups",
     "setresgid",
     "setresuid",
+    "capset (all sets empty)",
     "chdir",
     "setsid",
     "prctl(PR_SET_PDEATHSIG)",
     "execve",
 ];
+const STEP_CGROUP: usize = 0;
+const STEP_DUP2: usize = 1;
+const STEP_NO_NEW_PRIVS: usize = 2;
+const STEP_AMBIENT: usize = 3;
+const STEP_BOUNDING_SET: usize = 4;
+const STEP_SECUREBITS: usize = 5;
+const STEP_SETGROUPS: usize = 6;
+const STEP_SETRESGID: usize = 7;
+const STEP_SETRESUID: usize = 8;
+const STEP_CAPSET: usize = 9;
+const STEP_CHDIR: usize = 10;
+const STEP_SETSID: usize = 11;
+const STEP_PDEATHSIG: usize = 12;
+const STEP_EXECVE: usize = 13;
 const NO_FAILURE: usize = usize::MAX;
 /// Exit code of a child that failed before exec (as std and the shells use).
 const EXEC_FAILED: i32 = 127;
@@ -131,7 +182,7 @@ impl ExecPlan {
         env: impl IntoIterator<Item = (impl AsRef<OsStr>, impl AsRef<OsStr>)>,
         cwd: &OsStr,
         stdio: [OwnedFd; 3],
-        user: Option<(u32, u32)>,
+        privileges: Privileges,
     ) -> Result<ExecPlan, String> {
         let c_string = |what: &str, value: &OsStr| {
             CString::new(value.as_bytes())
@@ -162,7 +213,7 @@ impl ExecPlan {
             stdin,
             stdout,
             stderr,
-            user,
+            privileges,
             cgroup: None,
         })
     }
@@ -203,7 +254,7 @@ impl ExecPlan {
                 self.stdout.as_raw_fd(),
                 self.stderr.as_raw_fd(),
             ],
-            user: self.user,
+            privileges: self.privileges,
             // SAFETY: getpid has no preconditions.
             parent: unsafe { libc::getpid() },
             failed_step: AtomicUsize::new(NO_FAILURE),
@@ -312,7 +363,7 @@ struct ChildPlan {
     envp: *const *const libc::c_char,
     cwd: *const libc::c_char,
     stdio: [RawFd; 3],
-    user: Option<(u32, u32)>,
+    privileges: Privileges,
     parent: libc::pid_t,
     failed_step: AtomicUsize,
     failed_errno: AtomicI32,
@@ -473,38 +524,47 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         // this process does may happen outside its sandbox's cgroup.
         for &procs in &plan.procs[..plan.procs_len] {
             if libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
-                fail(plan, 0);
+                fail(plan, STEP_CGROUP);
             }
         }
         reset_caught_signals();
         for (target, &source) in plan.stdio.iter().enumerate() {
             if !move_fd(source, target as RawFd) {
-                fail(plan, 1);
+                fail(plan, STEP_DUP2);
             }
         }
-        if let Some((uid, gid)) = plan.user {
+        // Before the switch: dropping from the bounding set and setting
+        // securebits need CAP_SETPCAP, and a switch away from uid 0 would
+        // clear it (were NO_SETUID_FIXUP not set first).
+        drop_privileges_for_good(plan);
+        if let Some((uid, gid)) = plan.privileges.user {
             // Ignoring EPERM as std does: without CAP_SETGID there are no
             // groups to shed that the switch would not already drop.
             if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) < 0
                 && errno() != libc::EPERM
             {
-                fail(plan, 2);
+                fail(plan, STEP_SETGROUPS);
             }
             if libc::syscall(libc::SYS_setresgid, gid, gid, gid) < 0 {
-                fail(plan, 3);
+                fail(plan, STEP_SETRESGID);
             }
             if libc::syscall(libc::SYS_setresuid, uid, uid, uid) < 0 {
-                fail(plan, 4);
+                fail(plan, STEP_SETRESUID);
             }
         }
+        // With SECBIT_NO_SETUID_FIXUP the switch kept the daemon's
+        // capabilities; without a switch they are the daemon's. Exec would
+        // clear most of them for a non-root uid, but not the inheritable
+        // set, and not for root: empty all three here.
+        clear_capability_sets(plan);
         // As the runner's user: a workspace it cannot enter is an error now.
         if libc::chdir(plan.cwd) < 0 {
-            fail(plan, 5);
+            fail(plan, STEP_CHDIR);
         }
         // Its own session and process group, so the whole tree can be
         // signalled at once and no terminal signal reaches it.
         if libc::setsid() < 0 {
-            fail(plan, 6);
+            fail(plan, STEP_SETSID);
         }
         // Dies with the spawning thread (a spawner thread, which lives as
         // long as the daemon). The group reaper covers the rest.
@@ -516,7 +576,7 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
             0,
         ) < 0
         {
-            fail(plan, 7);
+            fail(plan, STEP_PDEATHSIG);
         }
         // The daemon may have died before the prctl took effect.
         if libc::getppid() != plan.parent {
@@ -528,8 +588,116 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
         libc::execve(plan.program, plan.argv, plan.envp);
-        fail(plan, 8)
+        fail(plan, STEP_EXECVE)
     }
+}
+
+/// `no_new_privs` and an empty ambient set always; with
+/// `bounding_set_up_to`, an empty bounding set and the locked securebits.
+///
+/// # Safety
+/// Only for the clone child, before the user switch.
+unsafe fn drop_privileges_for_good(plan: &ChildPlan) {
+    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) < 0 {
+        fail(plan, STEP_NO_NEW_PRIVS);
+    }
+    // EINVAL: a kernel before 4.3, which has no ambient set to clear.
+    if libc::prctl(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+        0,
+        0,
+        0,
+    ) < 0
+        && errno() != libc::EINVAL
+    {
+        fail(plan, STEP_AMBIENT);
+    }
+    let Some(last) = plan.privileges.bounding_set_up_to else {
+        return;
+    };
+    for cap in 0..=last {
+        // EINVAL: a capability this kernel does not know (none, as `last`
+        // is the kernel's own).
+        if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0
+            && errno() != libc::EINVAL
+        {
+            fail(plan, STEP_BOUNDING_SET);
+        }
+    }
+    if libc::prctl(
+        libc::PR_SET_SECUREBITS,
+        RUNNER_SECUREBITS as libc::c_ulong,
+        0,
+        0,
+        0,
+    ) < 0
+    {
+        fail(plan, STEP_SECUREBITS);
+    }
+}
+
+/// `capset(2)`'s header (`struct __user_cap_header_struct`).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `capset(2)`'s data (`struct __user_cap_data_struct`); version 3 takes two.
+#[repr(C)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`: 64-bit sets, as two [`CapData`].
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Empties the permitted, effective and inheritable sets (always allowed:
+/// it only gives up).
+///
+/// # Safety
+/// Only for the clone child.
+unsafe fn clear_capability_sets(plan: &ChildPlan) {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let empty = [
+        CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+        CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+    ];
+    if libc::syscall(libc::SYS_capset, &mut header, empty.as_ptr()) < 0 {
+        fail(plan, STEP_CAPSET);
+    }
+}
+
+/// The highest capability number this kernel knows, for
+/// [`Privileges::bounding_set_up_to`]: `/proc/sys/kernel/cap_last_cap`,
+/// else found by asking the bounding set (`PR_CAPBSET_READ` fails past it).
+pub fn last_capability() -> u32 {
+    let from_proc = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|text| text.trim().parse().ok());
+    from_proc.unwrap_or_else(|| {
+        // SAFETY: PR_CAPBSET_READ only reads this thread's bounding set.
+        (0..=63u32)
+            .take_while(|&cap| unsafe {
+                libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) >= 0
+            })
+            .last()
+            .unwrap_or(0)
+    })
 }
 
 /// Copies the child's `/proc/self/stat` (for its start time, which the
@@ -736,19 +904,38 @@ mod tests {
         [open(), open(), open()]
     }
 
-    fn plan(program: &str, args: &[&str], cwd: &str, user: Option<(u32, u32)>) -> (ExecPlan, File) {
+    fn plan(program: &str, args: &[&str], cwd: &str, privileges: Privileges) -> (ExecPlan, File) {
         let (read, write) = nix::unistd::pipe().unwrap();
         let mut stdio = null_stdio();
         stdio[1] = write;
         let env = [("PATH", "/usr/bin:/bin"), ("MARKER", "clone-exec")];
-        let plan =
-            ExecPlan::new(OsStr::new(program), args, env, OsStr::new(cwd), stdio, user).unwrap();
+        let plan = ExecPlan::new(
+            OsStr::new(program),
+            args,
+            env,
+            OsStr::new(cwd),
+            stdio,
+            privileges,
+        )
+        .unwrap();
         (plan, File::from(read))
     }
 
+    fn as_user(uid: u32, gid: u32) -> Privileges {
+        Privileges {
+            user: Some((uid, gid)),
+            bounding_set_up_to: None,
+        }
+    }
+
+    fn is_root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
+
     /// Runs `sh -c script` and returns its exit status and what it printed.
-    async fn run_shell(script: &str, user: Option<(u32, u32)>) -> (ExitStatus, String) {
-        let (plan, mut output) = plan("/bin/sh", &["-c", script], "/", user);
+    async fn run_shell(script: &str, privileges: Privileges) -> (ExitStatus, String) {
+        let (plan, mut output) = plan("/bin/sh", &["-c", script], "/", privileges);
         let runner = plan.spawn().unwrap();
         drop(plan); // our copy of the pipe's write end
         let status = runner.wait().await.unwrap();
@@ -759,14 +946,17 @@ mod tests {
 
     #[tokio::test]
     async fn reports_exit_codes_and_signals() {
-        assert_eq!(run_shell("exit 3", None).await.0.code(), Some(3));
-        let (killed, _) = run_shell("kill -TERM $$", None).await;
+        assert_eq!(
+            run_shell("exit 3", Privileges::default()).await.0.code(),
+            Some(3)
+        );
+        let (killed, _) = run_shell("kill -TERM $$", Privileges::default()).await;
         assert_eq!(killed.signal(), Some(libc::SIGTERM));
     }
 
     #[tokio::test]
     async fn the_child_gets_exactly_the_environment_cwd_and_stdout_given() {
-        let (status, out) = run_shell("env | sort; pwd", None).await;
+        let (status, out) = run_shell("env | sort; pwd", Privileges::default()).await;
         assert!(status.success());
         // sh adds PWD (and perhaps SHLVL and _) itself; nothing of ours leaks.
         let ours: Vec<&str> = out
@@ -787,7 +977,7 @@ mod tests {
         // (exec: the shell itself blocks every signal while it waits.)
         let script = "echo pid=$$; cut -d' ' -f6 /proc/$$/stat; \
                       exec grep -E '^(SigBlk|SigIgn):' /proc/self/status";
-        let (status, out) = run_shell(script, None).await;
+        let (status, out) = run_shell(script, Privileges::default()).await;
         assert!(status.success(), "{out}");
         assert!(out.contains("SigBlk:\t0000000000000000"), "{out}");
         let ignored = out
@@ -815,7 +1005,7 @@ mod tests {
             return;
         }
         let script = "grep -E '^(Uid|Gid|Groups):' /proc/$$/status";
-        let (status, out) = run_shell(script, Some((65534, 65534))).await;
+        let (status, out) = run_shell(script, as_user(65534, 65534)).await;
         assert!(status.success(), "{out}");
         assert!(out.contains("Uid:\t65534\t65534\t65534\t65534"), "{out}");
         assert!(out.contains("Gid:\t65534\t65534\t65534\t65534"), "{out}");
@@ -826,6 +1016,91 @@ mod tests {
         assert!(status.contains("Uid:\t0\t0\t0\t0"), "{status}");
     }
 
+    /// The capability lines and NoNewPrivs of the runner's own status.
+    const PRIVILEGE_LINES: &str =
+        "exec grep -E '^(Uid|Gid|Groups|NoNewPrivs|CapInh|CapPrm|CapEff|CapBnd|CapAmb):' /proc/self/status";
+
+    #[tokio::test]
+    async fn a_switched_runner_has_no_capability_in_any_set_and_no_new_privileges() {
+        if !is_root() {
+            eprintln!("skipped: needs root to switch users and drop the bounding set");
+            return;
+        }
+        let privileges = Privileges {
+            user: Some((65534, 65534)),
+            bounding_set_up_to: Some(last_capability()),
+        };
+        let (status, out) = run_shell(PRIVILEGE_LINES, privileges).await;
+        assert!(status.success(), "{out}");
+        for line in [
+            "Uid:\t65534\t65534\t65534\t65534",
+            "Gid:\t65534\t65534\t65534\t65534",
+            "NoNewPrivs:\t1",
+            "CapInh:\t0000000000000000",
+            "CapPrm:\t0000000000000000",
+            "CapEff:\t0000000000000000",
+            "CapBnd:\t0000000000000000",
+            "CapAmb:\t0000000000000000",
+        ] {
+            assert!(out.lines().any(|got| got == line), "no {line:?} in:\n{out}");
+        }
+        let groups = out.lines().find_map(|line| line.strip_prefix("Groups:"));
+        assert_eq!(groups.map(str::trim), Some(""), "{out}");
+    }
+
+    #[tokio::test]
+    async fn a_root_runner_is_root_without_capabilities() {
+        if !is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        // allow_root_runners: uid 0, but SECBIT_NOROOT keeps exec from
+        // granting it the full sets again.
+        let privileges = Privileges {
+            user: Some((0, 0)),
+            bounding_set_up_to: Some(last_capability()),
+        };
+        let (status, out) = run_shell(PRIVILEGE_LINES, privileges).await;
+        assert!(status.success(), "{out}");
+        assert!(out.contains("Uid:\t0\t0\t0\t0"), "{out}");
+        for set in ["CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            let line = format!("{set}:\t0000000000000000");
+            assert!(out.lines().any(|got| got == line), "no {line:?} in:\n{out}");
+        }
+    }
+
+    #[tokio::test]
+    async fn without_the_bounding_set_drop_no_new_privs_and_empty_sets_still_hold() {
+        // What a daemon without CAP_SETPCAP gives its runners (as root, a
+        // switch to nobody: exec would hand uid 0 its capabilities back).
+        let privileges = if is_root() {
+            as_user(65534, 65534)
+        } else {
+            Privileges::default()
+        };
+        let (status, out) = run_shell(PRIVILEGE_LINES, privileges).await;
+        assert!(status.success(), "{out}");
+        for line in [
+            "NoNewPrivs:\t1",
+            "CapPrm:\t0000000000000000",
+            "CapEff:\t0000000000000000",
+            "CapAmb:\t0000000000000000",
+        ] {
+            assert!(out.lines().any(|got| got == line), "no {line:?} in:\n{out}");
+        }
+    }
+
+    #[test]
+    fn the_last_capability_is_the_kernels() {
+        let last = last_capability();
+        // CAP_AUDIT_READ (37) exists since Linux 3.16.
+        assert!(last >= 37, "{last}");
+        // SAFETY: only reads this thread's bounding set.
+        let beyond =
+            unsafe { libc::prctl(libc::PR_CAPBSET_READ, (last + 1) as libc::c_ulong, 0, 0, 0) };
+        assert!(beyond < 0, "the kernel knows capability {}", last + 1);
+    }
+
     #[test]
     fn a_failed_exec_names_the_step_and_leaves_no_child_behind() {
         // On a thread of its own name: the failed child (a clone of this
@@ -833,7 +1108,12 @@ mod tests {
         // of tests running alongside.
         let error = std::thread::Builder::new()
             .name("clone-exec-fail".into())
-            .spawn(|| plan("/nonexistent/runner", &[], "/", None).0.spawn().err())
+            .spawn(|| {
+                plan("/nonexistent/runner", &[], "/", Privileges::default())
+                    .0
+                    .spawn()
+                    .err()
+            })
             .unwrap()
             .join()
             .unwrap()
@@ -853,7 +1133,7 @@ mod tests {
 
     #[tokio::test]
     async fn reports_the_start_time_the_kernel_gives_the_process() {
-        let (plan, _output) = plan("/bin/sleep", &["5"], "/", None);
+        let (plan, _output) = plan("/bin/sleep", &["5"], "/", Privileges::default());
         let runner = plan.spawn().unwrap();
         let from_proc = super::super::proc_stat::read(runner.pid)
             .unwrap()
@@ -866,10 +1146,15 @@ mod tests {
 
     #[test]
     fn a_missing_working_directory_fails_at_chdir() {
-        let error = plan("/bin/true", &[], "/nonexistent/workspace", None)
-            .0
-            .spawn()
-            .err();
+        let error = plan(
+            "/bin/true",
+            &[],
+            "/nonexistent/workspace",
+            Privileges::default(),
+        )
+        .0
+        .spawn()
+        .err();
         let error = error.expect("the spawn must fail");
         assert_eq!(error.step, "chdir");
         assert_eq!(error.error.raw_os_error(), Some(libc::ENOENT));
@@ -883,7 +1168,7 @@ mod tests {
             [("STIGMER_TASK_QUEUE", "a\0b")],
             OsStr::new("/"),
             null_stdio(),
-            None,
+            Privileges::default(),
         )
         .err()
         .unwrap();

@@ -16,6 +16,15 @@
 //! without killing anything. The sweep also reads the `<base name>.pid`
 //! files (`<pid> <start time>`) an older sandboxd kept one per sandbox, so
 //! that an upgrade never leaks the runners the old version left.
+//!
+//! The same journal records which uid each sandbox has (see
+//! [`uid_pool`](super::uid_pool)): `u <uid> <base name>` when a sandbox is
+//! given one, `f <uid> <base name>` when its workspace is gone and the uid
+//! released, and `h <uid>` (written by a compaction and at start-up) when
+//! every uid of the range below that one was handed out once. Unlike runner
+//! records these outlive a restart: [`read_uids`] reads them before the
+//! sweep empties the ledger, and [`Ledger::restore_uids`] writes them into
+//! the new journal. A journal of an older version simply has none.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -103,6 +112,9 @@ struct Journal {
     live: HashMap<String, LedgerRecord>,
     /// Lines appended since the journal was last compacted (or created).
     lines_since_compaction: usize,
+    /// The sandboxes' uids, by base name, and the high-water mark: what a
+    /// compaction writes besides the live runners.
+    uids: UidLedger,
 }
 
 impl Ledger {
@@ -122,6 +134,7 @@ impl Ledger {
                 file,
                 live: HashMap::new(),
                 lines_since_compaction: 0,
+                uids: UidLedger::default(),
             }),
         })
     }
@@ -171,11 +184,12 @@ impl Ledger {
     /// before the next try.
     fn compact_if_due(&self, journal: &mut Journal) {
         let lines = journal.lines_since_compaction;
-        if lines <= COMPACT_AFTER_LINES || lines <= 2 * journal.live.len() {
+        let kept = journal.live.len() + journal.uids.assigned.len();
+        if lines <= COMPACT_AFTER_LINES || lines <= 2 * kept {
             return;
         }
         journal.lines_since_compaction = 0;
-        match compact(&self.dir, &journal.live) {
+        match compact(&self.dir, &journal.live, &journal.uids) {
             Ok(file) => journal.file = file,
             Err(error) => {
                 tracing::warn!(dir = %self.dir.display(), %error, "cannot compact the ledger journal; still appending to it")
@@ -184,10 +198,135 @@ impl Ledger {
     }
 }
 
+/// The sandboxes' uids as the journal has them.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct UidLedger {
+    /// Base name → uid, for every sandbox that holds one.
+    pub assigned: HashMap<String, u32>,
+    /// Every uid of the range below this was handed out once (0: none known).
+    pub high_water: u32,
+}
+
+impl UidLedger {
+    /// The lines that say all of it: `h`, then one `u` per sandbox.
+    fn lines(&self) -> String {
+        let mut text = match self.high_water {
+            0 => String::new(),
+            high_water => format!("h {high_water}\n"),
+        };
+        for (base_name, uid) in &self.assigned {
+            text.push_str(&format!("u {uid} {base_name}\n"));
+        }
+        text
+    }
+
+    fn apply(&mut self, entry: UidEntry<'_>) {
+        match entry {
+            UidEntry::Assigned(uid, base_name) => {
+                self.assigned.insert(base_name.to_owned(), uid);
+                self.high_water = self.high_water.max(uid.saturating_add(1));
+            }
+            UidEntry::Released(uid, base_name) => {
+                if self.assigned.get(base_name) == Some(&uid) {
+                    self.assigned.remove(base_name);
+                }
+            }
+            UidEntry::HighWater(uid) => self.high_water = self.high_water.max(uid),
+        }
+    }
+}
+
+/// One uid line of the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UidEntry<'a> {
+    /// `u <uid> <base name>`
+    Assigned(u32, &'a str),
+    /// `f <uid> <base name>`
+    Released(u32, &'a str),
+    /// `h <uid>`
+    HighWater(u32),
+}
+
+impl UidEntry<'_> {
+    fn parse(line: &str) -> Option<UidEntry<'_>> {
+        let mut words = line.split_ascii_whitespace();
+        let kind = words.next()?;
+        let uid = words.next()?.parse().ok()?;
+        let entry = match kind {
+            "u" => UidEntry::Assigned(uid, words.next()?),
+            "f" => UidEntry::Released(uid, words.next()?),
+            "h" => UidEntry::HighWater(uid),
+            _ => return None,
+        };
+        words.next().is_none().then_some(entry)
+    }
+}
+
+/// The uid lines of the journal in `dir` (none when there is no journal).
+/// Read before [`sweep`], which removes the journal.
+pub fn read_uids(dir: &Path) -> UidLedger {
+    let mut uids = UidLedger::default();
+    let path = dir.join(JOURNAL);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text
+            .lines()
+            .filter_map(UidEntry::parse)
+            .for_each(|entry| uids.apply(entry)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "cannot read the sandboxes' uids from the ledger journal")
+        }
+    }
+    uids
+}
+
+impl Ledger {
+    /// Writes the uids an earlier instance recorded (see [`read_uids`])
+    /// into the new journal. Called once, right after [`Ledger::open`].
+    pub fn restore_uids(&self, uids: UidLedger) -> std::io::Result<()> {
+        let mut journal = self.journal();
+        let text = uids.lines();
+        journal.uids = uids;
+        if text.is_empty() {
+            return Ok(());
+        }
+        journal.lines_since_compaction += text.lines().count();
+        journal.file.write_all(text.as_bytes())
+    }
+
+    /// Notes that `base_name` now has `uid`, before its runner can use it.
+    pub fn record_uid(&self, base_name: &str, uid: u32) -> std::io::Result<()> {
+        self.append_uid(UidEntry::Assigned(uid, base_name))
+    }
+
+    /// Notes that `base_name` gave its uid back (its workspace is gone).
+    pub fn release_uid(&self, base_name: &str, uid: u32) -> std::io::Result<()> {
+        self.append_uid(UidEntry::Released(uid, base_name))
+    }
+
+    fn append_uid(&self, entry: UidEntry<'_>) -> std::io::Result<()> {
+        let text = match entry {
+            UidEntry::Assigned(uid, base_name) => format!("u {uid} {base_name}\n"),
+            UidEntry::Released(uid, base_name) => format!("f {uid} {base_name}\n"),
+            UidEntry::HighWater(uid) => format!("h {uid}\n"),
+        };
+        let mut journal = self.journal();
+        journal.uids.apply(entry);
+        journal.file.write_all(text.as_bytes())?;
+        journal.lines_since_compaction += 1;
+        self.compact_if_due(&mut journal);
+        Ok(())
+    }
+}
+
 /// Writes the live records to a new file and renames it over the journal.
 /// The returned handle is that new file, opened for appending before the
 /// rename, so there is no moment at which the journal has no open handle.
-fn compact(dir: &Path, live: &HashMap<String, LedgerRecord>) -> std::io::Result<File> {
+fn compact(
+    dir: &Path,
+    live: &HashMap<String, LedgerRecord>,
+    uids: &UidLedger,
+) -> std::io::Result<File> {
     let tmp = dir.join(JOURNAL_TMP);
     super::trash::remove(&tmp)?;
     let mut file = OpenOptions::new()
@@ -195,10 +334,11 @@ fn compact(dir: &Path, live: &HashMap<String, LedgerRecord>) -> std::io::Result<
         .create_new(true)
         .mode(0o600)
         .open(&tmp)?;
-    let text: String = live
+    let mut text: String = live
         .iter()
         .map(|(base_name, record)| line(true, base_name, *record))
         .collect();
+    text.push_str(&uids.lines());
     file.write_all(text.as_bytes())?;
     std::fs::rename(&tmp, dir.join(JOURNAL))?;
     Ok(file)
@@ -209,6 +349,9 @@ fn compact(dir: &Path, live: &HashMap<String, LedgerRecord>) -> std::io::Result<
 fn replay(path: &Path, text: &str) -> HashMap<LedgerRecord, String> {
     let mut live = HashMap::new();
     for (index, text_line) in text.lines().enumerate() {
+        if UidEntry::parse(text_line).is_some() {
+            continue;
+        }
         match Entry::parse(text_line) {
             Some(entry) if entry.started => {
                 live.insert(entry.record, entry.base_name.to_owned());
@@ -462,6 +605,62 @@ garbage
             "{lines} lines of {lines_written} written"
         );
         assert!(!dir.0.join(JOURNAL_TMP).exists());
+    }
+
+    #[test]
+    fn uid_lines_survive_a_restart_and_a_compaction_and_do_not_disturb_runner_records() {
+        let dir = dir("uids");
+        let ledger = Ledger::open(&dir.0).unwrap();
+        ledger
+            .record_uid("sbx-ses-000000000001", 2_000_000_000)
+            .unwrap();
+        ledger
+            .record("sbx-ses-000000000001", record(100, 5))
+            .unwrap();
+        ledger
+            .record_uid("sbx-ses-000000000002", 2_000_000_001)
+            .unwrap();
+        ledger
+            .release_uid("sbx-ses-000000000002", 2_000_000_001)
+            .unwrap();
+        // A release of a uid the sandbox does not hold changes nothing.
+        ledger.release_uid("sbx-ses-000000000001", 7).unwrap();
+        let expected = UidLedger {
+            assigned: HashMap::from([("sbx-ses-000000000001".to_owned(), 2_000_000_000)]),
+            high_water: 2_000_000_002,
+        };
+        assert_eq!(read_uids(&dir.0), expected);
+        // The runner records replay as before, uid lines and all.
+        assert_eq!(
+            live_in(&dir.0),
+            HashMap::from([("sbx-ses-000000000001".to_owned(), record(100, 5))])
+        );
+
+        // A restart: read, sweep, open, restore.
+        drop(ledger);
+        let uids = read_uids(&dir.0);
+        sweep(&dir.0);
+        let ledger = Ledger::open(&dir.0).unwrap();
+        ledger.restore_uids(uids).unwrap();
+        assert_eq!(read_uids(&dir.0), expected);
+
+        // Enough churn to compact: the uid lines are rewritten, not lost.
+        for n in 0..3000 {
+            let base = format!("sbx-wfx-{n:012}");
+            ledger.record(&base, record(1000 + n, 2)).unwrap();
+            ledger.forget(&base);
+        }
+        let text = std::fs::read_to_string(dir.0.join(JOURNAL)).unwrap();
+        assert!(text.lines().count() < 6000, "no compaction happened");
+        assert_eq!(read_uids(&dir.0), expected);
+    }
+
+    #[test]
+    fn a_journal_without_uid_lines_has_no_uids() {
+        let dir = dir("old-journal");
+        std::fs::write(dir.0.join(JOURNAL), "+ 100 5 sbx-ses-000000000001\n").unwrap();
+        assert_eq!(read_uids(&dir.0), UidLedger::default());
+        assert_eq!(read_uids(&dir.0.join("missing")), UidLedger::default());
     }
 
     #[test]

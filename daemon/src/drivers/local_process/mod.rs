@@ -26,6 +26,9 @@ mod spawner;
 mod state_dir;
 mod stop;
 mod trash;
+mod uid_pool;
+mod uid_range;
+mod workspace_owner;
 mod workspace_scan;
 mod workspaces;
 
@@ -54,6 +57,7 @@ use reaper::GroupReaper;
 use spawn::RunnerSettings;
 use spawner::Spawner;
 use trash::Trash;
+use uid_pool::SandboxUids;
 
 /// What the daemon knows of one sandbox. Never holds the token.
 struct Record {
@@ -97,6 +101,8 @@ struct Inner {
     catalog: workspaces::Catalog,
     /// `workspace_ttl`: unused workspaces are removed after it.
     workspace_ttl: Option<Duration>,
+    /// Each sandbox's uid, when each has its own (a root daemon without `run_as`).
+    uids: Option<SandboxUids>,
     stopping: AtomicBool,
     /// Held for the daemon's life: one daemon per state directory.
     _state_lock: nix::fcntl::Flock<std::fs::File>,
@@ -112,12 +118,17 @@ impl LocalProcessDriver {
     /// Prepares the state directory, sweeps what an earlier instance left,
     /// and starts the group reaper. Runs before the daemon serves.
     pub async fn start(config: &Config) -> anyhow::Result<LocalProcessDriver> {
-        let identity =
-            RunnerIdentity::resolve(config.run_as.as_deref(), config.allow_root_runners)?;
+        let identity = RunnerIdentity::resolve(
+            config.run_as.as_deref(),
+            config.runner_uid_range.as_deref(),
+            config.allow_root_runners,
+        )?;
         let dirs = state_dir::StateDirs::prepare(&config.state_dir)?;
         let state_lock = state_dir::lock(&config.state_dir)?;
-        if identity.switch {
-            let (uid, gid) = (identity.uid.as_raw(), identity.gid.as_raw());
+        if let Some((uid, gid)) = identity
+            .privileges(identity.uid_range().map(|range| range.first))
+            .user
+        {
             state_dir::check_reachable(&dirs.sandboxes, uid, gid, &identity.display)?;
         }
         state_dir::raise_open_file_limit();
@@ -125,17 +136,30 @@ impl LocalProcessDriver {
         let containment = containment::set_up(config)?;
         let (ledger_dir, sandboxes) = (dirs.ledger.clone(), dirs.sandboxes.clone());
         let tree = containment.tree().cloned();
-        let (killed, strays, cgroups, ledger) = tokio::task::spawn_blocking(move || {
+        let uid_range = identity.uid_range();
+        let (killed, strays, cgroups, ledger, uids) = tokio::task::spawn_blocking(move || {
+            // Before the sweep, which empties the ledger.
+            let recorded_uids = ledger::read_uids(&ledger_dir);
             let cgroups = tree.map_or(0, |tree| containment::sweep(&tree));
             let killed = ledger::sweep(&ledger_dir);
             let strays = workspace_scan::kill_processes_in(&sandboxes);
             let ledger = Ledger::open(&ledger_dir).with_context(|| {
                 format!("cannot open the spawn ledger in {}", ledger_dir.display())
             });
-            (killed, strays, cgroups, ledger)
+            let uids = uid_range.map(|range| uid_pool::restore(range, recorded_uids, &sandboxes));
+            (killed, strays, cgroups, ledger, uids)
         })
         .await?;
         let ledger = ledger?;
+        let uids = match uids {
+            Some((pool, restored)) => {
+                ledger
+                    .restore_uids(restored)
+                    .context("cannot write the sandboxes' uids into the spawn ledger")?;
+                Some(SandboxUids::new(pool))
+            }
+            None => None,
+        };
         let (catalog_dir, sandboxes) = (dirs.ledger.clone(), dirs.sandboxes.clone());
         let catalog = tokio::task::spawn_blocking(move || {
             let catalog = workspaces::Catalog::open(&catalog_dir).with_context(|| {
@@ -203,6 +227,7 @@ impl LocalProcessDriver {
             logs: runner_logs,
             catalog,
             workspace_ttl: config.workspace_ttl,
+            uids,
             stopping: AtomicBool::new(false),
             _state_lock: state_lock,
         });
@@ -241,12 +266,9 @@ impl Inner {
     ) -> Result<EnsureReport, SandboxError> {
         // Before the workspace is touched: it is never on disk unnamed.
         self.catalog.note_active(key, now_unix_ms());
-        let child = self
-            .settings
-            .spawn(key, env, &self.logs)
-            .inspect_err(|error| {
-                tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
-            })?;
+        let child = self.spawn_as_its_uid(key, env).inspect_err(|error| {
+            tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
+        })?;
         let pid = child.id();
         let start_time = child
             .start_time()
@@ -299,6 +321,26 @@ impl Inner {
         })
     }
 
+    /// Starts the runner, as its sandbox's own uid when each has one.
+    fn spawn_as_its_uid(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+    ) -> Result<clone_exec::RunnerProcess, SandboxError> {
+        let Some(uids) = &self.uids else {
+            return self.settings.spawn(key, env, &self.logs, None);
+        };
+        let assignment = uids.assign(key)?;
+        let spawned = self
+            .settings
+            .spawn(key, env, &self.logs, Some(assignment.uid()));
+        if let uid_pool::Assignment::New(uid) = assignment {
+            let workspace = self.settings.workspace(key);
+            uids.settle_new(key, uid, spawned.is_ok(), &workspace, &self.ledger);
+        }
+        spawned
+    }
+
     async fn deprovision(
         &self,
         key: &SandboxKey,
@@ -334,7 +376,8 @@ impl Inner {
     /// Moves the workspace, then the output files, into the [trash] — a
     /// rename each, inline — and has them deleted in the background. A
     /// workspace that cannot be moved is deleted in place, and a failure
-    /// there is reported with the output files kept.
+    /// there is reported with the output files kept. Then the sandbox's uid
+    /// is released.
     async fn remove_workspace(&self, key: &SandboxKey) -> Result<(), SandboxError> {
         let base = &key.base_name;
         let workspace = self.settings.workspace(key);
@@ -354,6 +397,11 @@ impl Inner {
             });
         self.trash.empty_later(moved);
         self.catalog.forget(base);
+        // Its workspace is gone, so its uid may go to another sandbox once
+        // no process of it is left (the pool checks at reuse).
+        if let Some(uids) = &self.uids {
+            uids.release(key, &self.ledger);
+        }
         Ok(())
     }
 

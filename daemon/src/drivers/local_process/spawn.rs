@@ -4,7 +4,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::{DirBuilder, File};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -90,13 +90,15 @@ impl RunnerSettings {
     }
 
     /// Creates the workspace (kept across respawns) and starts the runner in
-    /// it. No `.await`: the caller records the child before anything can
-    /// cancel it.
+    /// it, as `sandbox_uid` when each sandbox has its own (see
+    /// [`RunnerIdentity::privileges`]). No `.await`: the caller records the
+    /// child before anything can cancel it.
     pub fn spawn(
         &self,
         key: &SandboxKey,
         env: &SandboxEnv,
         logs: &Arc<RunnerLogs>,
+        sandbox_uid: Option<u32>,
     ) -> Result<RunnerProcess, SandboxError> {
         let unavailable = |what: String| {
             SandboxError::Unavailable(format!(
@@ -106,7 +108,8 @@ impl RunnerSettings {
         };
         let program = self.resolve_command().map_err(unavailable)?;
         let workspace = self.workspace(key);
-        self.prepare_workspace(&workspace)
+        let privileges = self.identity.privileges(sandbox_uid);
+        self.prepare_workspace(&workspace, privileges.user)
             .map_err(|error| unavailable(format!("workspace {}: {error}", workspace.display())))?;
         let log_path = self.log_file(key);
         let log = logs
@@ -143,17 +146,13 @@ impl RunnerSettings {
                 .filter(|(_, value)| !value.is_empty())
                 .map(|(name, value)| (OsStr::new(name), OsStr::new(value))),
         );
-        let user = self
-            .identity
-            .switch
-            .then(|| (self.identity.uid.as_raw(), self.identity.gid.as_raw()));
         let plan = ExecPlan::new(
             program.as_os_str(),
             &self.args,
             vars,
             workspace.as_os_str(),
             [OwnedFd::from(stdin), log, log_for_stderr],
-            user,
+            privileges,
         )
         .map_err(unavailable)?;
         let plan = match &self.cgroups {
@@ -169,10 +168,13 @@ impl RunnerSettings {
             if let Some(tree) = &self.cgroups {
                 let _ = kill::remove(&tree.dirs(&key.base_name));
             }
+            let who = match privileges.user {
+                Some((uid, gid)) => format!("uid {uid} gid {gid}"),
+                None => self.identity.display.clone(),
+            };
             unavailable(format!(
-                "'{}' as {} in {}: {error}",
+                "'{}' as {who} in {}: {error}",
                 program.display(),
-                self.identity.display,
                 workspace.display()
             ))
         })?;
@@ -186,21 +188,24 @@ impl RunnerSettings {
         Ok(child)
     }
 
-    /// `<sandboxes>/<base>`, 0700, owned by the runner's user.
-    fn prepare_workspace(&self, workspace: &Path) -> std::io::Result<()> {
-        match DirBuilder::new().mode(0o700).create(workspace) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+    /// `<sandboxes>/<base>`, 0700, owned by the runner's user (`user`, when
+    /// the runner switches to one).
+    fn prepare_workspace(&self, workspace: &Path, user: Option<(u32, u32)>) -> std::io::Result<()> {
+        let created = match DirBuilder::new().mode(0o700).create(workspace) {
+            Ok(()) => true,
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => false,
             Err(error) => return Err(error),
-        }
-        if self.identity.switch {
-            let metadata = std::fs::symlink_metadata(workspace)?;
-            if !metadata.is_dir() {
-                return Err(std::io::Error::other("exists and is not a directory"));
+        };
+        match user {
+            None => {}
+            // Empty and ours: one chown.
+            Some((uid, gid)) if created => {
+                std::os::unix::fs::lchown(workspace, Some(uid), Some(gid))?
             }
-            let (uid, gid) = (self.identity.uid.as_raw(), self.identity.gid.as_raw());
-            if metadata.uid() != uid || metadata.gid() != gid {
-                std::os::unix::fs::chown(workspace, Some(uid), Some(gid))?;
+            Some((uid, gid)) => {
+                if let Some(previous) = super::workspace_owner::give_to(workspace, uid, gid)? {
+                    tracing::info!(workspace = %workspace.display(), uid, previous, "handed a workspace over to its sandbox's uid");
+                }
             }
         }
         Ok(())

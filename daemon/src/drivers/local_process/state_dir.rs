@@ -3,7 +3,7 @@
 //! ```text
 //! <state dir>/            0711  traversable by runners, not listable
 //!   sandboxd.lock               flock: one daemon per state dir
-//!   sandboxes/<base>/     0711 / 0700 owned by the runner user
+//!   sandboxes/<base>/     0711 / 0700 owned by its sandbox's uid (uid_pool.rs)
 //!   sandboxes/.trash/     0700        deprovisioned files being deleted (trash.rs)
 //!   logs/<base>.log       0700 / 0640 runner stdout+stderr, written by the daemon
 //!   logs/.spare/          0700        emptied output files for reuse (logs/spare.rs)

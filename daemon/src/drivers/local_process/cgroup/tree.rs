@@ -477,7 +477,7 @@ fn named(path: &Path, error: io::Error) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drivers::local_process::clone_exec::ExecPlan;
+    use crate::drivers::local_process::clone_exec::{ExecPlan, Privileges};
     use std::ffi::OsStr;
 
     fn is_root() -> bool {
@@ -557,7 +557,7 @@ mod tests {
             [("PATH", "/usr/bin:/bin")],
             OsStr::new("/"),
             null_stdio(),
-            None,
+            Privileges::default(),
         )
         .unwrap()
         .in_cgroup(test.tree.create(base).unwrap());
@@ -604,7 +604,7 @@ mod tests {
             [("PATH", "/usr/bin:/bin")],
             OsStr::new("/"),
             null_stdio(),
-            None,
+            Privileges::default(),
         )
         .unwrap()
         .in_cgroup(placement);

@@ -1,0 +1,484 @@
+//! Which sandbox has which uid of [`UidRange`], and which uid a new
+//! sandbox gets.
+//!
+//! A sandbox keeps its uid for as long as its workspace exists: a respawn,
+//! a `deprovision --keep-workspace` and a daemon restart all leave it (the
+//! [ledger](super::ledger) records every assignment and release). The uid
+//! is released only once the workspace is gone, and it is handed out again
+//! only when no process with it is left — which is checked then, with a
+//! scan of `/proc`, because a process that escaped its group (`setsid`)
+//! survives the group's SIGKILL.
+//!
+//! New sandboxes get uids never handed out before, lowest first, as long
+//! as there are any: O(1), and no scan. Only once the range is used up are
+//! released uids handed out again, the one released longest ago first, so
+//! a uid rests as long as possible before a new sandbox gets it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use sandboxd_protocol::SandboxError;
+
+use super::ledger::{Ledger, UidLedger};
+use super::uid_range::UidRange;
+use crate::provisioner::SandboxKey;
+
+pub struct UidPool {
+    range: UidRange,
+    by_sandbox: HashMap<String, u32>,
+    owners: HashMap<u32, String>,
+    /// Every uid from here to the range's end has never been handed out
+    /// (u64: one past `u32::MAX - 1` must fit).
+    next_fresh: u64,
+    /// Uids handed out before the last restart and not looked at since:
+    /// released before anything this instance released, in an order the
+    /// restart lost, so lowest first. A range, not a list: a wide range
+    /// costs nothing.
+    before_restart: std::ops::Range<u64>,
+    /// Uids released by this instance, the longest-released first.
+    released: VecDeque<u32>,
+}
+
+/// How a sandbox came by its uid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Assignment {
+    /// It had it already (a respawn, a kept workspace).
+    Kept(u32),
+    /// It was just given this one.
+    New(u32),
+}
+
+impl Assignment {
+    pub fn uid(self) -> u32 {
+        match self {
+            Assignment::Kept(uid) | Assignment::New(uid) => uid,
+        }
+    }
+}
+
+impl UidPool {
+    /// A pool that knows `assigned` (sandbox base name → uid) and that every
+    /// uid of the range below `high_water` was handed out once. Assignments
+    /// outside the range (it was changed) or of a uid already taken are
+    /// dropped and returned, so the caller can say so: those sandboxes get
+    /// a new uid at their next start.
+    pub fn new(
+        range: UidRange,
+        assigned: impl IntoIterator<Item = (String, u32)>,
+        high_water: u32,
+    ) -> (UidPool, Vec<(String, u32)>) {
+        let mut pool = UidPool {
+            range,
+            by_sandbox: HashMap::new(),
+            owners: HashMap::new(),
+            next_fresh: u64::from(range.first),
+            before_restart: 0..0,
+            released: VecDeque::new(),
+        };
+        let mut dropped = Vec::new();
+        let mut high =
+            u64::from(high_water).clamp(u64::from(range.first), u64::from(range.last) + 1);
+        let mut sorted: Vec<(String, u32)> = assigned.into_iter().collect();
+        sorted.sort();
+        for (base, uid) in sorted {
+            if !range.contains(uid) || pool.owners.contains_key(&uid) {
+                dropped.push((base, uid));
+                continue;
+            }
+            high = high.max(u64::from(uid) + 1);
+            pool.owners.insert(uid, base.clone());
+            pool.by_sandbox.insert(base, uid);
+        }
+        pool.next_fresh = high;
+        // Of the uids handed out before, those no sandbox holds now are
+        // released (skipped as they come up when a sandbox holds them).
+        pool.before_restart = u64::from(range.first)..high;
+        (pool, dropped)
+    }
+
+    pub fn range(&self) -> UidRange {
+        self.range
+    }
+
+    pub fn uid_of(&self, base: &str) -> Option<u32> {
+        self.by_sandbox.get(base).copied()
+    }
+
+    /// Every uid of the range below this was handed out once (for the ledger).
+    pub fn high_water(&self) -> u32 {
+        // At most `range.last + 1`, and the range never holds u32::MAX.
+        self.next_fresh as u32
+    }
+
+    /// The sandbox's uid: the one it has, else a fresh one, else the
+    /// longest-released one that `live_uids` (called at most once, only
+    /// then) does not list. The error says why none is free.
+    pub fn assign(
+        &mut self,
+        base: &str,
+        live_uids: impl FnOnce() -> HashSet<u32>,
+    ) -> Result<Assignment, String> {
+        if let Some(uid) = self.uid_of(base) {
+            return Ok(Assignment::Kept(uid));
+        }
+        let uid = match self.take_fresh() {
+            Some(uid) => uid,
+            None => self.take_released(live_uids)?,
+        };
+        self.owners.insert(uid, base.to_owned());
+        self.by_sandbox.insert(base.to_owned(), uid);
+        Ok(Assignment::New(uid))
+    }
+
+    fn take_fresh(&mut self) -> Option<u32> {
+        if self.next_fresh > u64::from(self.range.last) {
+            return None;
+        }
+        let uid = self.next_fresh as u32;
+        self.next_fresh += 1;
+        Some(uid)
+    }
+
+    /// The longest-released uid without a process. Those that still have
+    /// processes go to the back of the queue.
+    fn take_released(&mut self, live_uids: impl FnOnce() -> HashSet<u32>) -> Result<u32, String> {
+        let mut scan = Some(live_uids);
+        let mut live: Option<HashSet<u32>> = None;
+        let mut has_processes = |uid: u32| {
+            live.get_or_insert_with(|| scan.take().map(|scan| scan()).unwrap_or_default())
+                .contains(&uid)
+        };
+        for uid in self.before_restart.by_ref() {
+            // In the range (below the high-water mark), so it fits.
+            let uid = uid as u32;
+            if self.owners.contains_key(&uid) {
+                continue;
+            }
+            if !has_processes(uid) {
+                return Ok(uid);
+            }
+            self.released.push_back(uid);
+        }
+        if self.released.is_empty() {
+            return Err(format!(
+                "every uid of runner_uid_range {} ({}) belongs to a sandbox with a workspace: remove some, or widen the range",
+                self.range,
+                self.range.len()
+            ));
+        }
+        for _ in 0..self.released.len() {
+            let uid = self.released.pop_front().expect("not empty");
+            if !has_processes(uid) {
+                return Ok(uid);
+            }
+            self.released.push_back(uid);
+        }
+        Err(format!(
+            "no uid of runner_uid_range {} is free: the {} released ones all still have processes (e.g. uid {})",
+            self.range,
+            self.released.len(),
+            self.released[0]
+        ))
+    }
+
+    /// Undoes [`UidPool::assign`] of a new `uid` that nothing used: it goes
+    /// back where it came from, as if it had never been handed out.
+    pub fn take_back(&mut self, base: &str, uid: u32) {
+        if self.by_sandbox.get(base) != Some(&uid) {
+            return;
+        }
+        self.by_sandbox.remove(base);
+        self.owners.remove(&uid);
+        if u64::from(uid) + 1 == self.next_fresh {
+            self.next_fresh -= 1;
+        } else {
+            self.released.push_front(uid);
+        }
+    }
+
+    /// Releases the sandbox's uid (its workspace is gone); returns it.
+    pub fn release(&mut self, base: &str) -> Option<u32> {
+        let uid = self.by_sandbox.remove(base)?;
+        self.owners.remove(&uid);
+        self.released.push_back(uid);
+        Some(uid)
+    }
+}
+
+/// The pool as the driver shares it between its spawner threads, with the
+/// ledger records of each change.
+pub struct SandboxUids {
+    pool: Mutex<UidPool>,
+}
+
+impl SandboxUids {
+    pub fn new(pool: UidPool) -> SandboxUids {
+        SandboxUids {
+            pool: Mutex::new(pool),
+        }
+    }
+
+    fn pool(&self) -> MutexGuard<'_, UidPool> {
+        self.pool
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// The sandbox's uid: the one it has (a respawn, a kept workspace), else
+    /// a new one, which [`SandboxUids::settle_new`] records or takes back.
+    pub fn assign(&self, key: &SandboxKey) -> Result<Assignment, SandboxError> {
+        let mut pool = self.pool();
+        let range = pool.range();
+        pool.assign(&key.base_name, || live_uids_in(range))
+            .map_err(|problem| {
+                SandboxError::Unavailable(format!(
+                    "cannot start the runner of {} '{}': {problem}",
+                    key.scope, key.id
+                ))
+            })
+    }
+
+    /// Records a new uid once its runner started (a crash before that
+    /// leaves at most a workspace owned by it, which the next start
+    /// adopts). When the spawn failed, the empty workspace it may have made
+    /// goes and the uid is taken back: a failed ensure leaves nothing
+    /// behind. A workspace with files in it (`rmdir` refuses) keeps the uid.
+    pub fn settle_new(
+        &self,
+        key: &SandboxKey,
+        uid: u32,
+        spawned: bool,
+        workspace: &Path,
+        ledger: &Ledger,
+    ) {
+        let unused = !spawned
+            && match std::fs::remove_dir(workspace) {
+                Ok(()) => true,
+                Err(error) => error.kind() == std::io::ErrorKind::NotFound,
+            };
+        if unused {
+            self.pool().take_back(&key.base_name, uid);
+        } else if let Err(error) = ledger.record_uid(&key.base_name, uid) {
+            tracing::warn!(%error, uid, "cannot record the sandbox's uid in the ledger");
+        }
+    }
+
+    /// Gives the sandbox's uid back once its runner is gone and its
+    /// workspace removed. Whether a process of it survived elsewhere is
+    /// checked when the uid is handed out again.
+    pub fn release(&self, key: &SandboxKey, ledger: &Ledger) {
+        let released = self.pool().release(&key.base_name);
+        if let Some(uid) = released {
+            if let Err(error) = ledger.release_uid(&key.base_name, uid) {
+                tracing::warn!(%error, uid, "cannot record the release of a sandbox's uid in the ledger");
+            }
+        }
+    }
+}
+
+/// The pool after a restart, and what to write into the new ledger: the
+/// recorded assignments of sandboxes whose workspace is still in
+/// `sandboxes` (the others' uids are released: no runner survived the
+/// start-up sweep), plus any workspace the ledger does not know whose owner
+/// is a free uid of the range (a line lost in a crash). Blocking: one
+/// `lstat` per workspace.
+pub fn restore(range: UidRange, recorded: UidLedger, sandboxes: &Path) -> (UidPool, UidLedger) {
+    let owners: HashMap<String, u32> = std::fs::read_dir(sandboxes)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let metadata = entry.metadata().ok()?;
+            (!name.starts_with('.') && metadata.is_dir()).then(|| (name, metadata.uid()))
+        })
+        .collect();
+    let mut assigned: Vec<(String, u32)> = recorded
+        .assigned
+        .into_iter()
+        .filter(|(base, _)| owners.contains_key(base))
+        .collect();
+    let mut taken: HashSet<u32> = assigned.iter().map(|(_, uid)| *uid).collect();
+    for (base, owner) in &owners {
+        let known = assigned.iter().any(|(recorded, _)| recorded == base);
+        if !known && range.contains(*owner) && taken.insert(*owner) {
+            tracing::info!(
+                base,
+                uid = owner,
+                "the ledger had no uid for a workspace; it keeps its owner's"
+            );
+            assigned.push((base.clone(), *owner));
+        }
+    }
+    let (pool, dropped) = UidPool::new(range, assigned, recorded.high_water);
+    for (base, uid) in dropped {
+        tracing::warn!(base, uid, %range, "a sandbox's recorded uid is outside runner_uid_range or taken; it gets a new one at its next start");
+    }
+    let restored = UidLedger {
+        assigned: pool.by_sandbox.clone(),
+        // Nothing to say (an empty journal stays empty) when none went out.
+        high_water: if pool.next_fresh == u64::from(range.first) {
+            0
+        } else {
+            pool.high_water()
+        },
+    };
+    (pool, restored)
+}
+
+/// The uids (real, effective, saved or file-system, and the same of gids)
+/// of every process in the range, from `/proc/<pid>/status`. Only called
+/// when a released uid is about to be handed out again.
+pub fn live_uids_in(range: UidRange) -> HashSet<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return HashSet::new();
+    };
+    let mut live = HashSet::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name
+            .to_str()
+            .is_some_and(|name| name.bytes().all(|byte| byte.is_ascii_digit()))
+        {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue; // gone meanwhile
+        };
+        live.extend(
+            status
+                .lines()
+                .filter_map(|line| {
+                    line.strip_prefix("Uid:")
+                        .or_else(|| line.strip_prefix("Gid:"))
+                })
+                .flat_map(str::split_ascii_whitespace)
+                .filter_map(|id| id.parse::<u32>().ok())
+                .filter(|&id| range.contains(id)),
+        );
+    }
+    live
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RANGE: UidRange = UidRange {
+        first: 1000,
+        last: 1003,
+    };
+
+    fn nothing_live() -> HashSet<u32> {
+        HashSet::new()
+    }
+
+    fn empty_pool() -> UidPool {
+        UidPool::new(RANGE, [], 0).0
+    }
+
+    #[test]
+    fn fresh_uids_go_out_lowest_first_without_a_scan_and_a_sandbox_keeps_its_own() {
+        let mut pool = empty_pool();
+        let no_scan = || -> HashSet<u32> { panic!("a fresh uid needs no scan") };
+        assert_eq!(pool.assign("a", no_scan), Ok(Assignment::New(1000)));
+        assert_eq!(pool.assign("b", no_scan), Ok(Assignment::New(1001)));
+        assert_eq!(pool.assign("a", no_scan), Ok(Assignment::Kept(1000)));
+        assert_eq!(pool.uid_of("b"), Some(1001));
+        assert_eq!(pool.high_water(), 1002);
+    }
+
+    #[test]
+    fn released_uids_wait_until_the_fresh_ones_are_used_up_then_go_longest_released_first() {
+        let mut pool = empty_pool();
+        for base in ["a", "b", "c"] {
+            pool.assign(base, nothing_live).unwrap();
+        }
+        assert_eq!(pool.release("b"), Some(1001));
+        assert_eq!(pool.release("a"), Some(1000));
+        assert_eq!(pool.release("a"), None, "released twice");
+        assert_eq!(pool.assign("d", nothing_live), Ok(Assignment::New(1003)));
+        assert_eq!(pool.assign("e", nothing_live), Ok(Assignment::New(1001)));
+        assert_eq!(pool.assign("f", nothing_live), Ok(Assignment::New(1000)));
+        let error = pool.assign("g", nothing_live).unwrap_err();
+        assert!(
+            error.contains("every uid of runner_uid_range 1000-1003 (4)"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_released_uid_with_a_live_process_is_skipped_until_it_has_none() {
+        let mut pool = empty_pool();
+        for base in ["a", "b", "c", "d"] {
+            pool.assign(base, nothing_live).unwrap();
+        }
+        pool.release("a");
+        pool.release("b");
+        let a_lives = || HashSet::from([1000]);
+        assert_eq!(pool.assign("e", a_lives), Ok(Assignment::New(1001)));
+        let error = pool.assign("f", a_lives).unwrap_err();
+        assert!(
+            error.contains("still have processes (e.g. uid 1000)"),
+            "{error}"
+        );
+        assert_eq!(pool.assign("f", nothing_live), Ok(Assignment::New(1000)));
+    }
+
+    #[test]
+    fn a_uid_taken_back_goes_out_next_as_if_never_handed_out() {
+        let mut pool = empty_pool();
+        assert_eq!(pool.assign("a", nothing_live), Ok(Assignment::New(1000)));
+        pool.take_back("a", 1000);
+        assert_eq!(pool.uid_of("a"), None);
+        assert_eq!(pool.high_water(), 1000);
+        assert_eq!(pool.assign("b", nothing_live), Ok(Assignment::New(1000)));
+    }
+
+    #[test]
+    fn a_restored_pool_keeps_assignments_and_treats_used_uids_as_released() {
+        let assigned = [
+            ("b".to_string(), 1001),
+            ("x".to_string(), 5),
+            ("y".to_string(), 1001),
+        ];
+        let (mut pool, dropped) = UidPool::new(RANGE, assigned, 1001);
+        assert_eq!(dropped, [("x".to_string(), 5), ("y".to_string(), 1001)]);
+        assert_eq!(pool.uid_of("b"), Some(1001));
+        assert_eq!(pool.high_water(), 1002);
+        // Fresh first, then 1000, which was handed out before the restart.
+        assert_eq!(pool.assign("c", nothing_live), Ok(Assignment::New(1002)));
+        assert_eq!(pool.assign("d", nothing_live), Ok(Assignment::New(1003)));
+        assert_eq!(pool.assign("e", nothing_live), Ok(Assignment::New(1000)));
+    }
+
+    #[test]
+    fn a_wide_range_restored_high_up_costs_nothing_and_goes_lowest_first() {
+        let range = UidRange {
+            first: 1000,
+            last: 4_000_000_000,
+        };
+        let adopted = [("old".to_string(), 3_999_999_999)];
+        let (mut pool, _) = UidPool::new(range, adopted, 0);
+        assert_eq!(
+            pool.assign("a", nothing_live),
+            Ok(Assignment::New(4_000_000_000))
+        );
+        let busy = || HashSet::from([1000, 1001]);
+        assert_eq!(pool.assign("b", busy), Ok(Assignment::New(1002)));
+        // The busy ones wait at the back; the rest keep coming lowest first.
+        assert_eq!(pool.assign("c", nothing_live), Ok(Assignment::New(1003)));
+    }
+
+    #[test]
+    fn the_scan_sees_this_process() {
+        let me = nix::unistd::getuid().as_raw();
+        let range = UidRange {
+            first: me,
+            last: me,
+        };
+        assert_eq!(live_uids_in(range), HashSet::from([me]));
+    }
+}

@@ -11,6 +11,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
+pub use crate::connection_limits::ConnectionsConfig;
+
 /// Where the file is read from when `--config` is not given (and it exists).
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/stigmer/sandboxd.toml";
 
@@ -171,6 +173,7 @@ struct FileConfig {
     runner_oom_score_adj: Option<i32>,
     access: Option<AccessConfig>,
     docker: Option<DockerConfig>,
+    connections: Option<ConnectionsConfig>,
 }
 
 /// The resolved configuration.
@@ -204,6 +207,8 @@ pub struct Config {
     pub access: AccessConfig,
     /// The docker tier's settings; `host` is always set once resolved.
     pub docker: DockerConfig,
+    /// How the socket shares its slots out and bounds slow or idle peers.
+    pub connections: ConnectionsConfig,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -285,6 +290,7 @@ impl Config {
             runner_oom_score_adj: file.runner_oom_score_adj.unwrap_or(0),
             access: file.access.unwrap_or_default(),
             docker,
+            connections: file.connections.unwrap_or_default(),
         };
         config.validate()?;
         Ok(config)
@@ -324,7 +330,8 @@ impl Config {
                 self.stop_grace
             );
         }
-        self.docker.validate()
+        self.docker.validate()?;
+        self.connections.validate(self.max_connections)
     }
 }
 
@@ -633,13 +640,13 @@ mod tests {
         let top = known_keys("");
         assert!(top.contains(&"driver".to_string()), "{top:?}");
         for key in &top {
-            if key == "access" || key == "docker" {
+            if key == "access" || key == "docker" || key == "connections" {
                 assert!(text.contains(&format!("\n[{key}]\n")), "no [{key}] table");
                 continue;
             }
             assert!(shown("", key), "the example config does not show `{key}`");
         }
-        for table in ["access", "docker"] {
+        for table in ["access", "docker", "connections"] {
             let keys = known_keys(table);
             assert!(keys.len() >= 4, "[{table}]: {keys:?}");
             for key in keys {

@@ -2,6 +2,7 @@
 
 mod access;
 mod config;
+mod connection_limits;
 mod drivers;
 mod logging;
 mod provisioner;

@@ -357,6 +357,18 @@ impl TestDaemon {
         &self.config
     }
 
+    /// A copy of the executable `from` in this test's `bin` directory,
+    /// which every uid may run (the originals under `target/` may not be
+    /// reachable by a non-root uid).
+    pub fn executable_copy(&self, from: &Path) -> PathBuf {
+        let name = from.file_name().expect("an executable's file name");
+        let copy = self.dir.join("bin").join(name);
+        if !copy.exists() {
+            copy_executable(from, &copy);
+        }
+        copy
+    }
+
     /// This test's copy of the runner fixture (executable by nobody).
     pub fn fixture(&self) -> &Path {
         &self.fixture

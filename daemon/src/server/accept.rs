@@ -1,34 +1,63 @@
-//! The accept loop: peer credentials, the global connection cap, and one
+//! The accept loop: peer credentials, a slot from [`Admission`], and one
 //! task per connection.
 //!
-//! Over the cap (`max_connections`), a new connection is accepted and closed
-//! at once, with a warning naming the peer. Waiting instead would leave it
-//! in the kernel's backlog with no answer until its deadline, and let a
-//! handful of idle connections silently stall every other caller; closing
-//! it gives the caller an immediate error and the operator a log line.
+//! Everything a connection is refused for is decided here, from its peer
+//! credentials, before a byte of it is read: a stranger is kept out of the
+//! shared slots, a uid over its cap and a connection over the global cap
+//! are closed at once, with one warning (within the uid's log budget) naming
+//! the peer and the reason. Waiting instead would leave them in the
+//! kernel's backlog with no answer until their deadline, and let a handful
+//! of idle connections silently stall every other caller; closing gives the
+//! caller an immediate error and the operator a log line.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use super::admission::{Admission, Pool, STRANGER_LIFETIME};
 use super::connection;
 use super::service::{ConnectionService, DaemonState};
+use super::timed_stream::Timeouts;
+use super::warn_budget::WINDOW;
 use crate::access::Peer;
+use crate::config::Config;
 
 /// How long to pause after a failed accept (out of file descriptors, say),
 /// so the loop does not spin while the condition lasts.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// The warning budget's key for peers whose credentials cannot be read.
+const UNKNOWN_UID: u32 = u32::MAX;
 
 /// The serving limits, from the configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_connections: usize,
     pub max_requests_per_connection: usize,
+    /// Slots of `max_connections` only root and the daemon's uid may take.
+    pub reserve: usize,
+    pub per_uid: usize,
+    pub timeouts: Timeouts,
+}
+
+impl Limits {
+    pub fn from_config(config: &Config) -> Limits {
+        let connections = &config.connections;
+        Limits {
+            max_connections: config.max_connections,
+            max_requests_per_connection: config.max_requests_per_connection,
+            reserve: connections.reserve(config.max_connections),
+            per_uid: connections.per_uid,
+            timeouts: Timeouts {
+                frame: connections.frame_timeout,
+                idle: connections.idle_timeout,
+            },
+        }
+    }
 }
 
 /// The connections still open when accepting stopped.
@@ -54,14 +83,15 @@ pub async fn serve_until<S>(
     limits: Limits,
     stop: impl Future<Output = S>,
 ) -> (S, OpenConnections) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let admission = Admission::new(limits.max_connections, limits.reserve, limits.per_uid);
     let mut connections = JoinSet::new();
+    let mut summaries = tokio::time::interval(WINDOW);
     tokio::pin!(stop);
     let stopped = loop {
         tokio::select! {
             stopped = &mut stop => break stopped,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => admit(stream, &slots, &mut connections, &daemon, limits),
+                Ok((stream, _)) => admit(stream, &admission, &mut connections, &daemon, limits),
                 Err(error) => {
                     tracing::warn!(%error, "accepting a connection failed");
                     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
@@ -74,10 +104,12 @@ pub async fn serve_until<S>(
                     }
                 }
             }
+            _ = summaries.tick() => daemon.warn_budget.flush(),
         }
     };
     // New callers now get "connection refused" instead of waiting in the backlog.
     drop(listener);
+    daemon.warn_budget.flush();
     (stopped, OpenConnections(connections))
 }
 
@@ -85,7 +117,7 @@ pub async fn serve_until<S>(
 /// connection's task — or closes the connection, saying why.
 fn admit(
     stream: UnixStream,
-    slots: &Arc<Semaphore>,
+    admission: &Arc<Admission>,
     connections: &mut JoinSet<()>,
     daemon: &Arc<DaemonState>,
     limits: Limits,
@@ -97,32 +129,59 @@ fn admit(
             pid: cred.pid(),
         },
         Err(error) => {
-            tracing::warn!(%error, "closing a connection whose peer credentials cannot be read");
+            if daemon.warn_budget.allow(UNKNOWN_UID) {
+                tracing::warn!(%error, "closing a connection whose peer credentials cannot be read");
+            }
             return;
         }
     };
-    let Ok(slot) = slots.clone().try_acquire_owned() else {
-        tracing::warn!(
-            uid = peer.uid,
-            gid = peer.gid,
-            pid = peer.pid,
-            max_connections = limits.max_connections,
-            "connection limit reached: closing the new connection"
-        );
-        return;
+    let standing = daemon.access.standing(&peer);
+    let slot = match admission.admit(&peer, standing) {
+        Ok(slot) => slot,
+        Err(refusal) => {
+            if daemon.warn_budget.allow(peer.uid) {
+                tracing::warn!(
+                    uid = peer.uid,
+                    gid = peer.gid,
+                    pid = peer.pid,
+                    reason = %refusal,
+                    "closing a new connection at once"
+                );
+            }
+            return;
+        }
     };
     tracing::debug!(
         uid = peer.uid,
         gid = peer.gid,
         pid = peer.pid,
+        pool = ?slot.pool,
         "connection accepted"
     );
     let span = tracing::info_span!("connection", uid = peer.uid, gid = peer.gid, pid = peer.pid);
     let service = ConnectionService::new(peer, daemon.clone());
-    let max_requests = limits.max_requests_per_connection;
+    let daemon = daemon.clone();
     connections.spawn(
         async move {
-            connection::serve(stream, service, max_requests).await;
+            let serving = connection::serve(
+                stream,
+                service,
+                limits.max_requests_per_connection,
+                limits.timeouts,
+                &daemon,
+                peer.uid,
+            );
+            if slot.pool == Pool::Strangers {
+                // Long enough to hear its refusal, never long enough to camp.
+                if tokio::time::timeout(STRANGER_LIFETIME, serving)
+                    .await
+                    .is_err()
+                {
+                    tracing::debug!("closing a stranger's connection at the end of its lifetime");
+                }
+            } else {
+                serving.await;
+            }
             drop(slot);
         }
         .instrument(span),

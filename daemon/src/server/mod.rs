@@ -15,6 +15,7 @@
 //! `supervision` (what systemd is told, and when).
 
 mod accept;
+mod admission;
 mod connection;
 mod deadline;
 mod service;
@@ -24,6 +25,8 @@ mod supervision;
 mod testing;
 #[cfg(test)]
 mod tests;
+mod timed_stream;
+mod warn_budget;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -60,11 +63,9 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         started: Instant::now(),
         socket_path: socket_path.clone(),
         state_dir: config.state_dir.clone(),
+        warn_budget: Default::default(),
     });
-    let limits = Limits {
-        max_connections: config.max_connections,
-        max_requests_per_connection: config.max_requests_per_connection,
-    };
+    let limits = Limits::from_config(&config);
     tracing::info!(
         socket = %socket_path.display(),
         driver = driver.name(),

@@ -15,6 +15,7 @@ use sandboxd_protocol::{
 };
 use tarpc::context::Context;
 
+use super::warn_budget::WarnBudget;
 use crate::access::{AccessPolicy, Call, Peer};
 use crate::provisioner::{Driver, SandboxKey};
 
@@ -26,6 +27,8 @@ pub struct DaemonState {
     pub started: Instant,
     pub socket_path: PathBuf,
     pub state_dir: PathBuf,
+    /// Keeps one peer's refusals and broken frames from flooding the log.
+    pub warn_budget: WarnBudget,
 }
 
 /// The service as one connection sees it: the shared state, and the peer
@@ -44,7 +47,17 @@ impl ConnectionService {
     /// Every call starts here: a debug line naming it, then the access check.
     fn authorize(&self, call: Call) -> Result<(), SandboxError> {
         tracing::debug!(call = call.name(), "call");
-        self.daemon.access.authorize(&self.peer, call)
+        let decision = self.daemon.access.decide(&self.peer, call);
+        if decision.is_err() && self.daemon.warn_budget.allow(self.peer.uid) {
+            tracing::warn!(
+                uid = self.peer.uid,
+                gid = self.peer.gid,
+                pid = self.peer.pid,
+                call = call.name(),
+                "call refused by the access allow-lists"
+            );
+        }
+        decision
     }
 
     fn driver(&self) -> &dyn Driver {

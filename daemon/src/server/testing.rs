@@ -165,6 +165,7 @@ pub fn daemon_state(driver: Arc<FakeDriver>, lists: AccessConfig) -> Arc<DaemonS
         started: Instant::now(),
         socket_path: PathBuf::from("/run/test/sandboxd.sock"),
         state_dir: PathBuf::from("/var/lib/test"),
+        warn_budget: Default::default(),
     })
 }
 

@@ -5,6 +5,7 @@ mod config;
 mod connection_limits;
 mod drivers;
 mod logging;
+mod peer_origin;
 mod provisioner;
 mod server;
 mod shutdown;

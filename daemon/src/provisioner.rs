@@ -49,6 +49,15 @@ pub trait Driver: Send + Sync + 'static {
     /// One short line on the runtime's health, for `status`.
     fn health(&self) -> String;
 
+    /// Where the connecting process `pid` comes from: one of this driver's
+    /// sandboxes, or not (see [`crate::peer_origin`]). Asked at accept,
+    /// before the peer gets a slot, so it must be quick and must not block.
+    /// The default cannot tell: right for a tier whose sandboxes cannot
+    /// reach the socket (it is never mounted into a container).
+    fn origin_of_peer(&self, _pid: i32) -> crate::peer_origin::PeerOrigin {
+        crate::peer_origin::PeerOrigin::Unknown
+    }
+
     /// Absent → provision; stopped → start; running → fast path.
     async fn ensure(
         &self,

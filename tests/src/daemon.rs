@@ -44,6 +44,9 @@ pub struct Options {
     pub socket: Option<PathBuf>,
     /// `log_level` in the config file (`RUST_LOG` is removed from the daemon's environment).
     pub log_level: String,
+    /// Run the daemon itself as this uid (gid nogroup) instead of root: its
+    /// state directory and socket directory are made for it first.
+    pub daemon_uid: Option<u32>,
 }
 
 impl Default for Options {
@@ -58,6 +61,7 @@ impl Default for Options {
             args: Vec::new(),
             socket: None,
             log_level: "debug".to_string(),
+            daemon_uid: None,
         }
     }
 }
@@ -197,7 +201,24 @@ impl TestDaemon {
             command.env_remove(name);
         }
         command.envs(self.options.env.iter().map(|(key, value)| (key, value)));
+        if let Some(uid) = self.options.daemon_uid {
+            self.make_dirs_for(uid);
+            command.uid(uid).gid(NOBODY).current_dir("/");
+        }
         self.child = Some(procs::spawn(&mut command).expect("spawn sandboxd"));
+    }
+
+    /// Creates the state directory and the socket's directory owned by
+    /// `uid:nogroup`, so a daemon running as `uid` may write them.
+    fn make_dirs_for(&self, uid: u32) {
+        let socket_dir = self.socket.parent().expect("the socket's directory");
+        for dir in [self.state_dir.as_path(), socket_dir] {
+            fs::create_dir_all(dir)
+                .unwrap_or_else(|error| panic!("create {}: {error}", dir.display()));
+            set_mode(dir, 0o755);
+            std::os::unix::fs::chown(dir, Some(uid), Some(NOBODY))
+                .unwrap_or_else(|error| panic!("chown {}: {error}", dir.display()));
+        }
     }
 
     /// Waits until the socket accepts connections; panics (with the log)

@@ -9,6 +9,9 @@
 //! kernel's backlog with no answer until their deadline, and let a handful
 //! of idle connections silently stall every other caller; closing gives the
 //! caller an immediate error and the operator a log line.
+//!
+//! First of all, a process inside a sandbox is closed at once whatever its
+//! uid: the driver tells (see [`crate::peer_origin`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,6 +28,7 @@ use super::timed_stream::Timeouts;
 use super::warn_budget::WINDOW;
 use crate::access::Peer;
 use crate::config::Config;
+use crate::peer_origin::PeerOrigin;
 
 /// How long to pause after a failed accept (out of file descriptors, say),
 /// so the loop does not spin while the condition lasts.
@@ -135,6 +139,21 @@ fn admit(
             return;
         }
     };
+    if let Some(pid) = peer.pid {
+        if let PeerOrigin::Sandbox { base_name, how } = daemon.driver.origin_of_peer(pid) {
+            if daemon.warn_budget.allow(peer.uid) {
+                tracing::warn!(
+                    uid = peer.uid,
+                    gid = peer.gid,
+                    pid,
+                    sandbox = %base_name,
+                    seen_by = how,
+                    "closing a connection from inside a sandbox: a sandbox may never call the daemon"
+                );
+            }
+            return;
+        }
+    }
     let standing = daemon.access.standing(&peer);
     let slot = match admission.admit(&peer, standing) {
         Ok(slot) => slot,

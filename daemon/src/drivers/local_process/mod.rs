@@ -13,6 +13,7 @@ mod deferred;
 mod identity;
 mod ledger;
 mod logs;
+mod peer_check;
 mod proc_stat;
 pub mod reaper;
 mod spawn;
@@ -418,6 +419,10 @@ async fn watch_runner(
 impl Driver for LocalProcessDriver {
     fn name(&self) -> &'static str {
         "local-process"
+    }
+
+    fn origin_of_peer(&self, pid: i32) -> crate::peer_origin::PeerOrigin {
+        self.inner.origin_of_peer(pid)
     }
 
     fn health(&self) -> String {

@@ -24,6 +24,11 @@ pub struct SandboxKey {
 }
 
 impl SandboxKey {
+    /// The id as a person should read it, for logs: see [`sandboxd_protocol::Shown`].
+    pub fn shown_id(&self) -> sandboxd_protocol::Shown<'_> {
+        sandboxd_protocol::Shown(&self.id)
+    }
+
     pub fn new(scope: Scope, id: impl Into<String>) -> Self {
         let id = id.into();
         let base_name = naming::base_name(scope, &id);
@@ -48,6 +53,13 @@ pub trait Driver: Send + Sync + 'static {
 
     /// One short line on the runtime's health, for `status`.
     fn health(&self) -> String;
+
+    /// The verdict on the runtime's health, with reasons, for `status`
+    /// (the runner command missing, the image absent, the engine down).
+    /// The default has nothing to check.
+    async fn health_verdict(&self) -> sandboxd_protocol::Health {
+        sandboxd_protocol::Health::healthy()
+    }
 
     /// Where the connecting process `pid` comes from: one of this driver's
     /// sandboxes, or not (see [`crate::peer_origin`]). Asked at accept,

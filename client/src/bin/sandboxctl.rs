@@ -2,11 +2,14 @@
 //!
 //! Exit codes: 0 success, 1 the call failed (message on stderr), 2 the
 //! command line is wrong (clap's usage errors, and a `--token-env` variable
-//! that is unset). Usage problems are all found before connecting, so a
+//! that is unset); `status --check` exits 3 when the daemon is degraded and
+//! 4 when it is unhealthy, as `systemctl is-active` tells by its code. Usage problems are all found before connecting, so a
 //! typo never depends on whether the daemon happens to be up.
 
 // The binary's modules live in `sandboxctl/`; a crate root resolves
 // `mod` paths from its own directory, hence the explicit paths.
+#[path = "sandboxctl/checks.rs"]
+mod checks;
 #[path = "sandboxctl/cli.rs"]
 mod cli;
 #[path = "sandboxctl/logs.rs"]
@@ -23,7 +26,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use sandboxd_client::{default_socket_path, ClientError, SandboxEnv, SandboxdClient, Scope};
+use sandboxd_client::{
+    default_socket_path, ClientError, HealthVerdict, SandboxEnv, SandboxdClient, Scope,
+};
 use serde::Serialize;
 
 use crate::cli::{Cli, Command, ConnectCommand, EnvArgs};
@@ -37,6 +42,9 @@ enum Failure {
     Call(ClientError),
     /// The answer could not be printed: exit 1.
     Output(String),
+    /// `status --check` found the daemon not healthy: print the answer,
+    /// exit with this code.
+    NotHealthy { text: String, code: u8 },
 }
 
 impl From<ClientError> for Failure {
@@ -59,6 +67,10 @@ fn main() -> ExitCode {
         Err(Failure::Usage(message)) => fail(2, &message),
         Err(Failure::Call(error)) => fail(1, &error.to_string()),
         Err(Failure::Output(message)) => fail(1, &message),
+        Err(Failure::NotHealthy { text, code }) => match print(&text) {
+            ExitCode::SUCCESS => ExitCode::from(code),
+            failed => failed,
+        },
     }
 }
 
@@ -87,12 +99,21 @@ async fn run(cli: Cli) -> Result<String, Failure> {
         command,
     } = cli;
     let socket = socket_path(socket)?;
+    checks::arguments(&command)?;
     let connect = || SandboxdClient::connect(&socket);
 
     match command {
-        Command::Status => {
+        Command::Status { check } => {
             let status = connect().await?.status().await?;
-            emit(json, &status, render::status)
+            if !check {
+                return emit(json, &status, render::status);
+            }
+            let text = emit(json, &status.health, render::verdict)?;
+            match status.health.verdict {
+                HealthVerdict::Healthy => Ok(text),
+                HealthVerdict::Degraded => Err(Failure::NotHealthy { text, code: 3 }),
+                HealthVerdict::Unhealthy => Err(Failure::NotHealthy { text, code: 4 }),
+            }
         }
         Command::List { scope } => {
             let sandboxes = connect().await?.list(scope).await?;

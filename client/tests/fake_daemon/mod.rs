@@ -70,6 +70,7 @@ impl Sandboxd for FakeDaemon {
             created: call == 1,
             generation: 1,
             pid: Some(100),
+            differs: Vec::new(),
         })
     }
 
@@ -163,6 +164,7 @@ impl Sandboxd for FakeDaemon {
             counts: Default::default(),
             socket_path: String::new(),
             state_dir: String::new(),
+            health: sandboxd_protocol::Health::healthy(),
         })
     }
 

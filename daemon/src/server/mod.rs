@@ -18,6 +18,7 @@ mod accept;
 mod admission;
 mod connection;
 mod deadline;
+mod differences;
 mod service;
 mod socket;
 mod supervision;
@@ -64,6 +65,7 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         socket_path: socket_path.clone(),
         state_dir: config.state_dir.clone(),
         warn_budget: Default::default(),
+        differences: Default::default(),
     });
     let limits = Limits::from_config(&config);
     tracing::info!(

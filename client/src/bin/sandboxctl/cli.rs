@@ -31,8 +31,13 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Show the daemon's version, driver, uptime and sandbox counts.
-    Status,
+    /// Show the daemon's version, driver, health, uptime and sandbox counts.
+    Status {
+        /// Print only the health verdict, and exit 0 when healthy, 3 when
+        /// degraded, 4 when unhealthy (1 when the daemon cannot be asked).
+        #[arg(long)]
+        check: bool,
+    },
 
     /// List the sandboxes the daemon owns.
     List {

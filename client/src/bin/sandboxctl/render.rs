@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 
 use sandboxd_client::{
-    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, SandboxInfo, Scope,
+    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, Health, SandboxInfo, Scope, Shown,
 };
 
 use crate::time::{ago, duration, rfc3339_utc};
@@ -26,6 +26,7 @@ pub fn status(status: &DaemonStatus) -> String {
             "driver",
             format!("{} ({})", status.driver, status.driver_health),
         ),
+        ("health", health(&status.health)),
         ("uptime", duration(status.uptime_secs)),
         ("socket", status.socket_path.clone()),
         ("state dir", status.state_dir.clone()),
@@ -37,6 +38,28 @@ pub fn status(status: &DaemonStatus) -> String {
             ),
         ),
     ])
+}
+
+/// `healthy`, or `unhealthy: reason; reason`.
+fn health(health: &Health) -> String {
+    if health.reasons.is_empty() {
+        health.verdict.to_string()
+    } else {
+        format!("{}: {}", health.verdict, health.reasons.join("; "))
+    }
+}
+
+/// `status --check`: the verdict on its own line, then one line per reason.
+pub fn verdict(health: &Health) -> String {
+    let mut out = format!(
+        "{}
+",
+        health.verdict
+    );
+    for reason in &health.reasons {
+        let _ = writeln!(out, "  {reason}");
+    }
+    out
 }
 
 /// A table, one sandbox per row, columns padded to their widest cell.
@@ -120,7 +143,15 @@ pub fn ensure(scope: Scope, id: &str, report: &EnsureReport) -> String {
     if let Some(pid) = report.pid {
         let _ = write!(details, ", pid {pid}");
     }
-    format!("{scope} {}: {} ({details})\n", shown(id), report.state)
+    let mut line = format!("{scope} {}: {} ({details})\n", shown(id), report.state);
+    if !report.differs.is_empty() {
+        let _ = writeln!(
+            line,
+            "note: it keeps running with its own {}: the request's differ (deprovision it to start one with the new ones)",
+            report.differs.join(", ")
+        );
+    }
+    line
 }
 
 /// `session abc: deprovisioned` and its variants.
@@ -171,13 +202,11 @@ fn or_missing(value: &str) -> String {
     }
 }
 
-/// `value` with control characters escaped, so it cannot drive the terminal.
+/// `value` with control characters, bidi controls and invisible
+/// characters escaped (see [`Shown`]), so it can neither drive the terminal
+/// nor pass for another.
 fn shown(value: &str) -> String {
-    if value.chars().any(char::is_control) {
-        value.escape_debug().collect()
-    } else {
-        value.to_string()
-    }
+    Shown(value).to_string()
 }
 
 fn key_values(lines: &[(&str, String)]) -> String {
@@ -319,6 +348,7 @@ mod tests {
             created: true,
             generation: 1,
             pid: Some(123),
+            differs: Vec::new(),
         };
         assert_eq!(
             ensure(Scope::Session, "abc", &report),
@@ -332,6 +362,16 @@ mod tests {
         assert_eq!(
             ensure(Scope::Workflow, "wf", &fast),
             "workflow wf: running (already running, generation 1)\n"
+        );
+        let other_queue = EnsureReport {
+            differs: vec!["task_queue".into(), "token".into()],
+            ..fast
+        };
+        assert!(
+            ensure(Scope::Workflow, "wf", &other_queue)
+                .contains("\nnote: it keeps running with its own task_queue, token: "),
+            "{}",
+            ensure(Scope::Workflow, "wf", &other_queue)
         );
     }
 
@@ -373,8 +413,20 @@ mod tests {
             },
             socket_path: "/run/stigmer/sandboxd.sock".into(),
             state_dir: "/var/lib/stigmer".into(),
+            health: Health {
+                verdict: sandboxd_client::HealthVerdict::Unhealthy,
+                reasons: vec!["runner 'x' not found".into()],
+            },
         };
         let text = status(&daemon);
+        assert!(
+            text.contains("health:    unhealthy: runner 'x' not found\n"),
+            "{text}"
+        );
+        assert_eq!(
+            verdict(&daemon.health),
+            "unhealthy\n  runner 'x' not found\n"
+        );
         assert!(text.contains("driver:    local-process (ok)\n"), "{text}");
         assert!(text.contains("uptime:    1h 2m\n"), "{text}");
         assert!(text.contains("2 session, 1 workflow, 0 connect (2 running, 1 stopped)"));
@@ -388,5 +440,12 @@ mod tests {
         };
         assert!(!describe(&hostile, NOW).contains('\u{1b}'));
         assert!(!list(&[hostile], NOW).contains('\u{1b}'));
+        let lookalike = SandboxInfo {
+            id: "\u{feff}ab\u{202e}c\u{200b}".into(),
+            ..info()
+        };
+        let text = list(std::slice::from_ref(&lookalike), NOW);
+        assert!(text.contains("\\u{feff}ab\\u{202e}c\\u{200b}"), "{text}");
+        assert!(describe(&lookalike, NOW).contains("\\u{202e}"));
     }
 }

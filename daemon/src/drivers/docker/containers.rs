@@ -68,7 +68,7 @@ pub async fn create(
         })
         .await?;
     for warning in &created.warnings {
-        tracing::warn!(scope = %key.scope, id = %key.id, container = %created.id, %warning, "engine warning on create");
+        tracing::warn!(scope = %key.scope, id = %key.shown_id(), container = %created.id, %warning, "engine warning on create");
     }
     Ok(created.id)
 }

@@ -12,6 +12,7 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 
 pub use crate::connection_limits::ConnectionsConfig;
+use crate::instance::Instance;
 
 /// Where the file is read from when `--config` is not given (and it exists).
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/stigmer/sandboxd.toml";
@@ -174,6 +175,7 @@ struct FileConfig {
     access: Option<AccessConfig>,
     docker: Option<DockerConfig>,
     connections: Option<ConnectionsConfig>,
+    instance: Option<String>,
 }
 
 /// The resolved configuration.
@@ -209,6 +211,8 @@ pub struct Config {
     pub docker: DockerConfig,
     /// How the socket shares its slots out and bounds slow or idle peers.
     pub connections: ConnectionsConfig,
+    /// This daemon's instance on a shared runtime (see [`crate::instance`]).
+    pub instance: Instance,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -291,6 +295,7 @@ impl Config {
             access: file.access.unwrap_or_default(),
             docker,
             connections: file.connections.unwrap_or_default(),
+            instance: Instance::from_config(file.instance.as_deref())?,
         };
         config.validate()?;
         Ok(config)

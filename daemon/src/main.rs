@@ -4,6 +4,7 @@ mod access;
 mod config;
 mod connection_limits;
 mod drivers;
+mod instance;
 mod logging;
 mod peer_origin;
 mod provisioner;
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
         }
     };
     logging::init(config.log_level.as_deref());
+    config.instance.clone().install();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .on_thread_start(slice::request_short_slice)
         .enable_all()

@@ -241,3 +241,25 @@ async fn the_cli_names_its_own_arguments_in_its_errors() {
     );
     assert!(daemon.workspaces().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_on_the_docker_tier_is_unhealthy_when_the_runner_image_is_absent() {
+    let test = "status_on_the_docker_tier_is_unhealthy_when_the_runner_image_is_absent";
+    if !sandboxd_tests::docker_image::engine_ready(test) {
+        return;
+    }
+    let daemon = TestDaemon::start(Options {
+        args: vec!["--driver".into(), "docker".into()],
+        extra_toml: "runner_image = \"sandboxd-test-no-such-image:absent\"\n".into(),
+        ..Options::default()
+    });
+    let check = daemon.sandboxctl(&["status", "--check"]);
+    assert_eq!(check.status.code(), Some(4), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("sandboxd-test-no-such-image:absent is not on the engine"),
+        "{}",
+        stdout(&check)
+    );
+    let healthy = TestDaemon::start(sandboxd_tests::docker_image::docker_options(""));
+    assert_eq!(ok(&healthy.sandboxctl(&["status", "--check"])), "healthy\n");
+}

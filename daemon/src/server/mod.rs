@@ -71,6 +71,7 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
     tracing::info!(
         socket = %socket_path.display(),
         driver = driver.name(),
+        instance = config.instance.display_name(),
         state_dir = %config.state_dir.display(),
         config_file = %config
             .source_file

@@ -12,6 +12,8 @@
 mod checks;
 #[path = "sandboxctl/cli.rs"]
 mod cli;
+#[path = "sandboxctl/generated.rs"]
+mod generated;
 #[path = "sandboxctl/logs.rs"]
 mod logs;
 #[path = "sandboxctl/render.rs"]
@@ -20,6 +22,8 @@ mod render;
 mod time;
 #[path = "sandboxctl/token.rs"]
 mod token;
+#[path = "sandboxctl/versions.rs"]
+mod versions;
 
 use std::io::{self, Write as _};
 use std::path::PathBuf;
@@ -94,15 +98,31 @@ fn print(text: &str) -> ExitCode {
 
 async fn run(cli: Cli) -> Result<String, Failure> {
     let Cli {
+        version,
         socket,
         json,
         command,
     } = cli;
+    let command = match command {
+        Some(command) if !version => command,
+        _ => Command::Version,
+    };
+    // Generated from the clap definitions; no daemon needed.
+    match command {
+        Command::Completions { shell } => return Ok(generated::completions(shell)),
+        Command::ManPage => return generated::man_page().map_err(Failure::Output),
+        _ => {}
+    }
     let socket = socket_path(socket)?;
     checks::arguments(&command)?;
     let connect = || SandboxdClient::connect(&socket);
 
     match command {
+        Command::Completions { .. } | Command::ManPage => unreachable!("answered above"),
+        Command::Version => {
+            let versions = versions::ask(&socket).await;
+            emit(json, &versions, versions::render)
+        }
         Command::Status { check } => {
             let status = connect().await?.status().await?;
             if !check {
@@ -115,10 +135,24 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 HealthVerdict::Unhealthy => Err(Failure::NotHealthy { text, code: 4 }),
             }
         }
-        Command::List { scope } => {
-            let sandboxes = connect().await?.list(scope).await?;
+        Command::List {
+            scope,
+            no_headers,
+            quiet,
+            output,
+        } => {
+            let sandboxes = render::sorted(&connect().await?.list(scope).await?);
+            let style = render::ListStyle {
+                wide: output.is_some(),
+                headers: !no_headers,
+                width: terminal_width(),
+            };
             emit(json, &sandboxes, |sandboxes| {
-                render::list(sandboxes, now_unix_ms())
+                if quiet {
+                    render::ids(sandboxes)
+                } else {
+                    render::list_styled(sandboxes, now_unix_ms(), style)
+                }
             })
         }
         Command::Probe { scope, id } => {
@@ -177,6 +211,16 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             })
         }
     }
+}
+
+/// The width the narrow `list` fits: `$COLUMNS` when a shell exports it,
+/// else the classic 80.
+fn terminal_width() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|columns| columns.parse::<usize>().ok())
+        .filter(|&columns| columns >= 40)
+        .unwrap_or(80)
 }
 
 /// `--socket`, else the library's default (which reads `SANDBOXD_SOCKET`).

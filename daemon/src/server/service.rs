@@ -302,8 +302,9 @@ impl Sandboxd for ConnectionService {
     ) -> Result<Vec<SandboxInfo>, SandboxError> {
         self.authorize(Call::List)?;
         let mut sandboxes = self.driver().list(scope).await?;
-        // One order whatever the tier: by name, then id.
-        sandboxes.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
+        // One order whatever the tier: by scope, then id (what a person
+        // looks for; the name is only a hash).
+        sandboxes.sort_by(|a, b| a.scope.cmp(&b.scope).then_with(|| a.id.cmp(&b.id)));
         Ok(sandboxes)
     }
 

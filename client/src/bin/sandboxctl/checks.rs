@@ -25,7 +25,11 @@ pub fn id_name(scope: Scope) -> &'static str {
 /// Checks every id and environment value the command carries.
 pub fn arguments(command: &Command) -> Result<(), Failure> {
     let checked = match command {
-        Command::Status { .. } | Command::List { .. } => Ok(()),
+        Command::Version
+        | Command::Completions { .. }
+        | Command::ManPage
+        | Command::Status { .. }
+        | Command::List { .. } => Ok(()),
         Command::Probe { scope, id }
         | Command::Describe { scope, id }
         | Command::Deprovision { scope, id, .. }

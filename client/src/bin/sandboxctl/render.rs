@@ -62,14 +62,71 @@ pub fn verdict(health: &Health) -> String {
     out
 }
 
-/// A table, one sandbox per row, columns padded to their widest cell.
+/// How `list` lays its table out.
+#[derive(Debug, Clone, Copy)]
+pub struct ListStyle {
+    /// Every column, ids in full (`-o wide`).
+    pub wide: bool,
+    /// The header line (off with `--no-headers`).
+    pub headers: bool,
+    /// The terminal width the narrow table must fit.
+    pub width: usize,
+}
+
+/// The narrowest an id column is squeezed to.
+const MIN_ID_WIDTH: usize = 8;
+
+/// The wide table with headers, in the order given.
+#[cfg(test)]
 pub fn list(sandboxes: &[SandboxInfo], now_unix_ms: u64) -> String {
+    list_styled(
+        sandboxes,
+        now_unix_ms,
+        ListStyle {
+            wide: true,
+            headers: true,
+            width: usize::MAX,
+        },
+    )
+}
+
+/// The sandboxes sorted by scope, then id: the order `list` prints.
+pub fn sorted(sandboxes: &[SandboxInfo]) -> Vec<SandboxInfo> {
+    let mut sorted = sandboxes.to_vec();
+    sorted.sort_by(|a, b| a.scope.cmp(&b.scope).then_with(|| a.id.cmp(&b.id)));
+    sorted
+}
+
+/// `-q`: the ids alone, one a line (escaped as everywhere a person reads them).
+pub fn ids(sandboxes: &[SandboxInfo]) -> String {
+    sandboxes
+        .iter()
+        .map(|info| format!("{}\n", shown(&info.id)))
+        .collect()
+}
+
+/// What the runner column holds on this tier: a pid on the process tier,
+/// a container id on the container tiers.
+fn runner_header(sandboxes: &[SandboxInfo]) -> &'static str {
+    if sandboxes.iter().any(|info| info.container_id.is_some()) {
+        "CONTAINER"
+    } else {
+        "PID"
+    }
+}
+
+/// The table `list` prints: by default the columns that fit `width`, long
+/// ids cut with an ellipsis; with `wide`, every column and every id in full.
+pub fn list_styled(sandboxes: &[SandboxInfo], now_unix_ms: u64, style: ListStyle) -> String {
+    if !style.wide {
+        return narrow_list(sandboxes, now_unix_ms, style);
+    }
     let header = [
         "NAME",
         "SCOPE",
         "ID",
         "STATE",
-        "PID",
+        runner_header(sandboxes),
         "GEN",
         "RESTARTS",
         "STARTED",
@@ -93,7 +150,63 @@ pub fn list(sandboxes: &[SandboxInfo], now_unix_ms: u64) -> String {
             or_missing(&info.task_queue),
         ]
     });
-    table(std::iter::once(header).chain(rows).collect())
+    let header = style.headers.then_some(header);
+    table(header.into_iter().chain(rows).collect())
+}
+
+/// SCOPE, ID, STATE, the runner, RESTARTS and STARTED, the ids cut to
+/// whatever the other columns leave of `style.width`.
+fn narrow_list(sandboxes: &[SandboxInfo], now_unix_ms: u64, style: ListStyle) -> String {
+    let header = [
+        "SCOPE",
+        "ID",
+        "STATE",
+        runner_header(sandboxes),
+        "RESTARTS",
+        "STARTED",
+    ]
+    .map(str::to_string);
+    let mut rows: Vec<[String; 6]> = sandboxes
+        .iter()
+        .map(|info| {
+            [
+                info.scope.to_string(),
+                shown(&info.id),
+                info.state.to_string(),
+                runner(info),
+                info.restarts.to_string(),
+                info.started_at_unix_ms
+                    .map_or_else(|| MISSING.to_string(), |at| ago(at, now_unix_ms)),
+            ]
+        })
+        .collect();
+    let width_of = |column: usize, rows: &[[String; 6]]| {
+        rows.iter()
+            .map(|row| row[column].chars().count())
+            .chain(std::iter::once(header[column].len()))
+            .max()
+            .unwrap_or(0)
+    };
+    let others: usize = (0..6)
+        .filter(|&column| column != 1)
+        .map(|column| width_of(column, &rows))
+        .sum();
+    let id_width = style.width.saturating_sub(others + 2 * 5).max(MIN_ID_WIDTH);
+    for row in &mut rows {
+        row[1] = ellipsized(&row[1], id_width);
+    }
+    let header = style.headers.then_some(header);
+    table(header.into_iter().chain(rows).collect())
+}
+
+/// `text` cut to `width` characters, its last one an ellipsis, when longer.
+fn ellipsized(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }
 
 /// `key: value` lines about one sandbox.
@@ -317,6 +430,36 @@ mod tests {
         assert!(lines[1].contains("4242") && lines[1].contains("5m 0s ago"));
         assert!(lines[1].contains("signal 9") && lines[1].ends_with("session:abc"));
         assert!(lines[2].ends_with(" -"));
+    }
+
+    #[test]
+    fn the_runner_column_is_named_for_the_tier_and_long_ids_are_cut() {
+        let container = SandboxInfo {
+            pid: None,
+            container_id: Some("0123456789abcdef0123".into()),
+            id: "i".repeat(100),
+            ..info()
+        };
+        let style = ListStyle {
+            wide: false,
+            headers: true,
+            width: 80,
+        };
+        let text = list_styled(std::slice::from_ref(&container), NOW, style);
+        assert!(text.lines().next().unwrap().contains("CONTAINER"), "{text}");
+        assert!(
+            text.contains("0123456789ab") && text.contains('…'),
+            "{text}"
+        );
+        assert!(
+            text.lines().all(|line| line.chars().count() <= 80),
+            "{text}"
+        );
+        let process = list_styled(&[info()], NOW, style);
+        assert!(
+            process.lines().next().unwrap().contains(" PID "),
+            "{process}"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -28,6 +29,7 @@ use super::timed_stream::Timeouts;
 use super::warn_budget::WINDOW;
 use crate::access::Peer;
 use crate::config::Config;
+use crate::fd_limit;
 use crate::peer_origin::PeerOrigin;
 
 /// How long to pause after a failed accept (out of file descriptors, say),
@@ -90,14 +92,20 @@ pub async fn serve_until<S>(
     let admission = Admission::new(limits.max_connections, limits.reserve, limits.per_uid);
     let mut connections = JoinSet::new();
     let mut summaries = tokio::time::interval(WINDOW);
+    let mut spare = SpareDescriptor::open();
     tokio::pin!(stop);
     let stopped = loop {
         tokio::select! {
             stopped = &mut stop => break stopped,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => admit(stream, &admission, &mut connections, &daemon, limits),
+                Err(error) if fd_limit::is_exhaustion(&error) => {
+                    spare.shed_one(&listener, &daemon, &error).await;
+                }
                 Err(error) => {
-                    tracing::warn!(%error, "accepting a connection failed");
+                    if daemon.warn_budget.allow(UNKNOWN_UID) {
+                        tracing::warn!(%error, "accepting a connection failed");
+                    }
                     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                 }
             },
@@ -115,6 +123,45 @@ pub async fn serve_until<S>(
     drop(listener);
     daemon.warn_budget.flush();
     (stopped, OpenConnections(connections))
+}
+
+/// One descriptor held in reserve for the moment the daemon has none left.
+///
+/// Out of descriptors, `accept` fails with EMFILE and the connection stays
+/// in the kernel's backlog: its caller would wait, unanswered, until its
+/// deadline, and the loop would spin on it. So the spare is closed, the
+/// waiting connection accepted with it and closed at once (its caller gets
+/// an immediate error), and the spare taken again.
+struct SpareDescriptor(Option<std::fs::File>);
+
+impl SpareDescriptor {
+    fn open() -> SpareDescriptor {
+        SpareDescriptor(std::fs::File::open("/dev/null").ok())
+    }
+
+    async fn shed_one(
+        &mut self,
+        listener: &UnixListener,
+        daemon: &DaemonState,
+        error: &std::io::Error,
+    ) {
+        if daemon.warn_budget.allow(UNKNOWN_UID) {
+            tracing::warn!(
+                error = %fd_limit::describe(error),
+                "out of file descriptors: closing new connections at once until some are free"
+            );
+        }
+        self.0 = None;
+        // Ready at once: the connection that failed is still waiting.
+        if let Some(Ok((stream, _))) = listener.accept().now_or_never() {
+            drop(stream);
+        }
+        *self = SpareDescriptor::open();
+        if self.0.is_none() {
+            // Still none free: do not spin.
+            tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+        }
+    }
 }
 
 /// Reads the peer's credentials, takes a connection slot, and spawns the

@@ -32,7 +32,9 @@
 //! client library is meant to be used). `--daemon PATH` measures another
 //! `sandboxd` binary (a build from before a change, say) in its place;
 //! `--no-docker` skips the docker row (which otherwise runs when an engine
-//! answers and the test image is built).
+//! answers and the test image is built). Last comes (s), a daemon of its
+//! own holding 10,000 running sandboxes (200 with `--quick`: see
+//! `bench/scale.rs`); `--scale-only` runs that row alone.
 
 #[path = "bench/docker.rs"]
 mod docker;
@@ -44,6 +46,8 @@ mod raw;
 mod report;
 #[path = "bench/rows.rs"]
 mod rows;
+#[path = "bench/scale.rs"]
+mod scale;
 #[path = "bench/setup.rs"]
 mod setup;
 #[path = "bench/stats.rs"]
@@ -77,6 +81,8 @@ struct Counts {
     warmup: usize,
     /// Docker row: new containers each way.
     containers: usize,
+    /// (s) running sandboxes held at once.
+    scale: usize,
 }
 
 const FULL: Counts = Counts {
@@ -87,6 +93,7 @@ const FULL: Counts = Counts {
     tasks: 64,
     warmup: 1_000,
     containers: 20,
+    scale: 10_000,
 };
 
 const QUICK: Counts = Counts {
@@ -97,6 +104,7 @@ const QUICK: Counts = Counts {
     tasks: 64,
     warmup: 100,
     containers: 2,
+    scale: 200,
 };
 
 #[derive(Debug)]
@@ -108,6 +116,8 @@ struct Options {
     daemon: Option<std::path::PathBuf>,
     /// Skip the docker row.
     no_docker: bool,
+    /// Run only the scale row (s).
+    scale_only: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -117,6 +127,7 @@ fn parse_args() -> Result<Options, String> {
         burst_connections: 1,
         daemon: None,
         no_docker: false,
+        scale_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -124,6 +135,7 @@ fn parse_args() -> Result<Options, String> {
             "--quick" => options.quick = true,
             "--keep" => options.keep = true,
             "--no-docker" => options.no_docker = true,
+            "--scale-only" => options.scale_only = true,
             "--burst-connections" => {
                 let value = args.next().ok_or("--burst-connections needs a value")?;
                 options.burst_connections = value
@@ -138,7 +150,7 @@ fn parse_args() -> Result<Options, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--no-docker]\n\n\
+                    "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--no-docker] [--scale-only]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -221,6 +233,22 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         runner_user
     );
 
+    if options.scale_only {
+        step(started, &format!("(s) {} running sandboxes", counts.scale));
+        let (rows, info) = scale::measure(dir.path(), &binaries, counts.scale).await?;
+        print!("{}", report::table(&rows));
+        println!("\ninfo: {info}");
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "scale",
+            "machine": { "nproc": machine.nproc, "kernel": machine.kernel, "mem_total_mib": machine.mem_total_mib },
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
     let fs_type = raw::fs_type(dir.path());
     let (file_creates, dir_creates) = raw::inode_costs(dir.path())?;
     step(started, "starting sandboxd");
@@ -414,6 +442,8 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     drop((client, burst_clients));
     step(started, "stopping sandboxd");
     daemon.stop()?;
+    step(started, &format!("(s) {} running sandboxes", counts.scale));
+    let (scale_rows, scale_info) = scale::measure(dir.path(), &binaries, counts.scale).await?;
 
     // The docker row, when an engine and the test image are here.
     let docker_check = if options.no_docker {
@@ -724,7 +754,9 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         file_creates_later.p50(),
         dir_creates.p50(),
     );
+    rows.extend(scale_rows);
     print!("{}", report::table(&rows));
+    println!("\ninfo: {scale_info}");
     println!(
         "\ninfo: (d) burst over {} connection(s); (g) {} probes (one per {:?}) during a second \
          burst ({:.0} ensures/s); daemon warm VmRSS before the burst {rss_warm} KiB; group \

@@ -12,6 +12,7 @@ use sandboxd_protocol::{SandboxEnv, SandboxError};
 use super::clone_exec::{ExecPlan, RunnerProcess};
 use super::identity::RunnerIdentity;
 use super::logs::RunnerLogs;
+use crate::fd_limit;
 use crate::provisioner::SandboxKey;
 
 /// Everything about runners that comes from the daemon's configuration.
@@ -102,17 +103,21 @@ impl RunnerSettings {
         };
         let program = self.resolve_command().map_err(unavailable)?;
         let workspace = self.workspace(key);
-        self.prepare_workspace(&workspace)
-            .map_err(|error| unavailable(format!("workspace {}: {error}", workspace.display())))?;
+        // Every I/O error below names the open-file limit when it is the
+        // reason (EMFILE): a daemon holding thousands of runners meets it.
+        let io = fd_limit::describe;
+        self.prepare_workspace(&workspace).map_err(|error| {
+            unavailable(format!("workspace {}: {}", workspace.display(), io(&error)))
+        })?;
         let log_path = self.log_file(key);
-        let log = logs
-            .open_output(&key.base_name)
-            .map_err(|error| unavailable(format!("log file {}: {error}", log_path.display())))?;
+        let log = logs.open_output(&key.base_name).map_err(|error| {
+            unavailable(format!("log file {}: {}", log_path.display(), io(&error)))
+        })?;
         let log_for_stderr = log
             .try_clone()
-            .map_err(|error| unavailable(format!("log file: {error}")))?;
-        let stdin =
-            File::open("/dev/null").map_err(|error| unavailable(format!("/dev/null: {error}")))?;
+            .map_err(|error| unavailable(format!("log file: {}", io(&error))))?;
+        let stdin = File::open("/dev/null")
+            .map_err(|error| unavailable(format!("/dev/null: {}", io(&error))))?;
 
         let mut vars: Vec<(&OsStr, &OsStr)> = self
             .inherited_env
@@ -158,10 +163,12 @@ impl RunnerSettings {
         .map_err(unavailable)?;
         let child = plan.spawn().map_err(|error| {
             unavailable(format!(
-                "'{}' as {} in {}: {error}",
+                "'{}' as {} in {}: {}: {}",
                 program.display(),
                 self.identity.display,
-                workspace.display()
+                workspace.display(),
+                error.step,
+                io(&error.error)
             ))
         })?;
         let pid = child.id();

@@ -14,9 +14,15 @@ use sandboxd_protocol::{
 use crate::client::Resend;
 use crate::{ClientError, SandboxdClient};
 
-/// The field name general (scope, id) calls report in validation errors,
-/// matching the service's parameter name.
-const ID: &str = "id";
+/// The field name general (scope, id) calls report in validation errors:
+/// the one the daemon uses for that scope, so both ends say the same.
+fn id_field(scope: Scope) -> &'static str {
+    match scope {
+        Scope::Session => "session_id",
+        Scope::Workflow => "execution_id",
+        Scope::Connect => "sandbox_id",
+    }
+}
 
 impl SandboxdClient {
     /// Ensures the session's sandbox is running: absent → provision,
@@ -95,7 +101,7 @@ impl SandboxdClient {
 
     /// The sandbox's live state, read from the runtime by the daemon.
     pub async fn probe(&self, scope: Scope, id: &str) -> Result<ProbeState, ClientError> {
-        validate::sandbox_id(ID, id)?;
+        validate::sandbox_id(id_field(scope), id)?;
         self.call(Resend::Once, |rpc, ctx| {
             let id = id.to_string();
             async move { rpc.probe(ctx, scope, id).await }
@@ -106,7 +112,7 @@ impl SandboxdClient {
     /// One sandbox's facts (never the token). An unknown sandbox is
     /// reported `absent`, not as an error.
     pub async fn describe(&self, scope: Scope, id: &str) -> Result<SandboxInfo, ClientError> {
-        validate::sandbox_id(ID, id)?;
+        validate::sandbox_id(id_field(scope), id)?;
         self.call(Resend::Once, |rpc, ctx| {
             let id = id.to_string();
             async move { rpc.describe(ctx, scope, id).await }
@@ -156,7 +162,7 @@ impl SandboxdClient {
         start: LogStart,
         max_bytes: u32,
     ) -> Result<LogChunk, ClientError> {
-        validate::sandbox_id(ID, id)?;
+        validate::sandbox_id(id_field(scope), id)?;
         self.call(Resend::Once, |rpc, ctx| {
             let id = id.to_string();
             async move { rpc.logs(ctx, scope, id, start, max_bytes).await }
@@ -173,7 +179,7 @@ impl SandboxdClient {
         id: &str,
         env: &SandboxEnv,
     ) -> Result<EnsureReport, ClientError> {
-        validate::sandbox_id(ID, id)?;
+        validate::sandbox_id(id_field(scope), id)?;
         self.ensure_checked(scope, id, env).await
     }
 
@@ -185,7 +191,7 @@ impl SandboxdClient {
         id: &str,
         keep_workspace: bool,
     ) -> Result<DeprovisionReport, ClientError> {
-        validate::sandbox_id(ID, id)?;
+        validate::sandbox_id(id_field(scope), id)?;
         self.deprovision_checked(scope, id, keep_workspace).await
     }
 

@@ -43,3 +43,4 @@ pub use sandboxd_protocol::{
     ProbeState, SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Scope, Token, MAX_LOG_CHUNK,
     PROTOCOL_VERSION,
 };
+pub use sandboxd_protocol::{Health, HealthVerdict, Shown};

@@ -95,6 +95,18 @@ impl Call {
     }
 }
 
+/// Where a peer stands before any call, from its credentials alone: what
+/// the accept loop decides a connection slot by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Root or the daemon's own uid.
+    Owner,
+    /// On at least one allow-list.
+    Listed,
+    /// On none: it may only ask the protocol version.
+    Stranger,
+}
+
 /// The allow-lists and the daemon's own uid, fixed at start.
 #[derive(Debug, Clone)]
 pub struct AccessPolicy {
@@ -105,6 +117,22 @@ pub struct AccessPolicy {
 impl AccessPolicy {
     pub fn new(lists: AccessConfig, daemon_uid: u32) -> Self {
         AccessPolicy { daemon_uid, lists }
+    }
+
+    /// Where `peer` stands, before any call.
+    pub fn standing(&self, peer: &Peer) -> Standing {
+        let lists = &self.lists;
+        if peer.uid == 0 || peer.uid == self.daemon_uid {
+            Standing::Owner
+        } else if lists.mutate_uids.contains(&peer.uid)
+            || lists.read_uids.contains(&peer.uid)
+            || lists.mutate_gids.contains(&peer.gid)
+            || lists.read_gids.contains(&peer.gid)
+        {
+            Standing::Listed
+        } else {
+            Standing::Stranger
+        }
     }
 
     /// The decision, with no side effect. A refusal names the uid, the gid
@@ -134,21 +162,6 @@ impl AccessPolicy {
             peer.gid,
             call.name()
         )))
-    }
-
-    /// [`decide`](Self::decide), logging a refusal with the peer and the call.
-    pub fn authorize(&self, peer: &Peer, call: Call) -> Result<(), SandboxError> {
-        let decision = self.decide(peer, call);
-        if decision.is_err() {
-            tracing::warn!(
-                uid = peer.uid,
-                gid = peer.gid,
-                pid = peer.pid,
-                call = call.name(),
-                "call refused by the access allow-lists"
-            );
-        }
-        decision
     }
 }
 
@@ -246,8 +259,18 @@ mod tests {
     }
 
     #[test]
+    fn standing_tells_owners_listed_peers_and_strangers_apart() {
+        let policy = policy();
+        assert_eq!(policy.standing(&peer(0, 1)), Standing::Owner);
+        assert_eq!(policy.standing(&peer(DAEMON_UID, 1)), Standing::Owner);
+        assert_eq!(policy.standing(&peer(1002, 1)), Standing::Listed);
+        assert_eq!(policy.standing(&peer(5, 2001)), Standing::Listed);
+        assert_eq!(policy.standing(&peer(1234, 1234)), Standing::Stranger);
+    }
+
+    #[test]
     fn a_refusal_names_the_uid_gid_and_call() {
-        match policy().authorize(&peer(1234, 1235), Call::Ensure) {
+        match policy().decide(&peer(1234, 1235), Call::Ensure) {
             Err(SandboxError::PermissionDenied(message)) => {
                 assert!(
                     message.starts_with("uid 1234 (gid 1235) may not call ensure: "),

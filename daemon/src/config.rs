@@ -11,6 +11,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
+pub use crate::connection_limits::ConnectionsConfig;
+use crate::instance::Instance;
+
 /// Where the file is read from when `--config` is not given (and it exists).
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/stigmer/sandboxd.toml";
 
@@ -234,6 +237,8 @@ struct FileConfig {
     cgroup_root: Option<PathBuf>,
     containment: Option<ContainmentMode>,
     limits: Option<LimitsConfig>,
+    connections: Option<ConnectionsConfig>,
+    instance: Option<String>,
 }
 
 /// The resolved configuration.
@@ -279,6 +284,10 @@ pub struct Config {
     pub containment: ContainmentMode,
     /// The process tier's per-sandbox limits.
     pub limits: LimitsConfig,
+    /// How the socket shares its slots out and bounds slow or idle peers.
+    pub connections: ConnectionsConfig,
+    /// This daemon's instance on a shared runtime (see [`crate::instance`]).
+    pub instance: Instance,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -370,6 +379,8 @@ impl Config {
             cgroup_root: file.cgroup_root,
             containment: file.containment.unwrap_or_default(),
             limits: file.limits.unwrap_or_default(),
+            connections: file.connections.unwrap_or_default(),
+            instance: Instance::from_config(file.instance.as_deref())?,
         };
         config.validate()?;
         Ok(config)
@@ -415,7 +426,8 @@ impl Config {
             }
         }
         self.limits.validate()?;
-        self.docker.validate()
+        self.docker.validate()?;
+        self.connections.validate(self.max_connections)
     }
 
     /// True when `state_dir` is the default of a root daemon.
@@ -757,13 +769,13 @@ mod tests {
         let top = known_keys("");
         assert!(top.contains(&"driver".to_string()), "{top:?}");
         for key in &top {
-            if key == "access" || key == "docker" || key == "limits" {
+            if key == "access" || key == "docker" || key == "limits" || key == "connections" {
                 assert!(text.contains(&format!("\n[{key}]\n")), "no [{key}] table");
                 continue;
             }
             assert!(shown("", key), "the example config does not show `{key}`");
         }
-        for table in ["access", "docker", "limits"] {
+        for table in ["access", "docker", "limits", "connections"] {
             let keys = known_keys(table);
             let least = if table == "limits" { 3 } else { 4 };
             assert!(keys.len() >= least, "[{table}]: {keys:?}");

@@ -2,8 +2,12 @@
 
 mod access;
 mod config;
+mod connection_limits;
 mod drivers;
+mod fd_limit;
+mod instance;
 mod logging;
+mod peer_origin;
 mod provisioner;
 mod server;
 mod shutdown;
@@ -14,13 +18,61 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// The environment variables the daemon reads, for `--help`. Flags beat
+/// them, and they beat the configuration file.
+const ENVIRONMENT: &str = "\
+Environment:
+  SANDBOX_PROVISIONER_TYPE          the isolation tier (as --driver)
+  STIGMER_SANDBOX_RUNNER_COMMAND    the process tier's runner (as --runner-command)
+  STIGMER_SANDBOX_RUNNER_IMAGE      the container tiers' runner image (runner_image)
+  STIGMER_SANDBOX_BACKEND_ENDPOINT  given to runners as STIGMER_BACKEND_ENDPOINT (backend_endpoint)
+  STIGMER_SANDBOX_TEMPORAL_ADDRESS  given to runners as TEMPORAL_SERVICE_ADDRESS (temporal_address)
+  DOCKER_HOST                       the docker tier's engine when [docker] host is unset
+  RUST_LOG                          the log filter; beats log_level
+  PATH                              where a runner_command without '/' is looked up
+  NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID, LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES,
+  JOURNAL_STREAM                    set by systemd: readiness, watchdog, socket activation, journald
+
+The configuration file (default /etc/stigmer/sandboxd.toml) documents every key.";
+
 /// The sandbox daemon: owns isolated agent runners and serves ensure,
 /// deprovision and probe calls on a local Unix socket.
 #[derive(Debug, Parser)]
-#[command(name = "sandboxd", version, about)]
+#[command(name = "sandboxd", version, about, after_help = ENVIRONMENT)]
 struct Cli {
     #[command(flatten)]
     flags: config::Flags,
+    /// Print a shell completion script and exit (systemd/install.sh uses it).
+    #[arg(long, hide = true, value_name = "SHELL")]
+    print_completions: Option<clap_complete::Shell>,
+    /// Print the man page (roff) and exit (systemd/install.sh uses it).
+    #[arg(long, hide = true)]
+    print_man_page: bool,
+}
+
+/// `--print-completions` and `--print-man-page`: generated from the clap
+/// definitions (`clap_complete`, `clap_mangen`), so they cannot drift.
+fn print_generated(cli: &Cli) -> Option<ExitCode> {
+    use clap::CommandFactory;
+    use std::io::Write;
+    let mut out = Vec::new();
+    if let Some(shell) = cli.print_completions {
+        clap_complete::generate(shell, &mut Cli::command(), "sandboxd", &mut out);
+    } else if cli.print_man_page {
+        if let Err(error) = clap_mangen::Man::new(Cli::command()).render(&mut out) {
+            eprintln!("sandboxd: cannot render the man page: {error}");
+            return Some(ExitCode::FAILURE);
+        }
+    } else {
+        return None;
+    }
+    match std::io::stdout().write_all(&out) {
+        Ok(()) => Some(ExitCode::SUCCESS),
+        Err(error) => {
+            eprintln!("sandboxd: cannot write: {error}");
+            Some(ExitCode::FAILURE)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -37,6 +89,9 @@ fn main() -> ExitCode {
         }
     };
     let cli = Cli::parse();
+    if let Some(code) = print_generated(&cli) {
+        return code;
+    }
     let config = match config::Config::load(&cli.flags) {
         Ok(config) => config,
         Err(error) => {
@@ -45,6 +100,7 @@ fn main() -> ExitCode {
         }
     };
     logging::init(config.log_level.as_deref());
+    config.instance.clone().install();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .on_thread_start(slice::request_short_slice)
         .enable_all()

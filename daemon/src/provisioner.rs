@@ -24,6 +24,11 @@ pub struct SandboxKey {
 }
 
 impl SandboxKey {
+    /// The id as a person should read it, for logs: see [`sandboxd_protocol::Shown`].
+    pub fn shown_id(&self) -> sandboxd_protocol::Shown<'_> {
+        sandboxd_protocol::Shown(&self.id)
+    }
+
     pub fn new(scope: Scope, id: impl Into<String>) -> Self {
         let id = id.into();
         let base_name = naming::base_name(scope, &id);
@@ -52,6 +57,22 @@ pub trait Driver: Send + Sync + 'static {
     /// How the tier contains its sandboxes' processes, for `status`.
     fn containment(&self) -> String {
         "the runtime's own (containers)".to_string()
+    }
+
+    /// The verdict on the runtime's health, with reasons, for `status`
+    /// (the runner command missing, the image absent, the engine down).
+    /// The default has nothing to check.
+    async fn health_verdict(&self) -> sandboxd_protocol::Health {
+        sandboxd_protocol::Health::healthy()
+    }
+
+    /// Where the connecting process `pid` comes from: one of this driver's
+    /// sandboxes, or not (see [`crate::peer_origin`]). Asked at accept,
+    /// before the peer gets a slot, so it must be quick and must not block.
+    /// The default cannot tell: right for a tier whose sandboxes cannot
+    /// reach the socket (it is never mounted into a container).
+    fn origin_of_peer(&self, _pid: i32) -> crate::peer_origin::PeerOrigin {
+        crate::peer_origin::PeerOrigin::Unknown
     }
 
     /// Absent → provision; stopped → start; running → fast path.

@@ -1,6 +1,6 @@
 //! The one error type that crosses the wire.
 //!
-//! Its five kinds are the ones a caller can act on differently: fix the
+//! Its kinds are the ones a caller can act on differently: fix the
 //! input, get access, retry later, fix the state, or report a bug. The
 //! message always names what was wrong and with which input.
 
@@ -25,6 +25,10 @@ pub enum SandboxError {
     /// A bug or an unexpected condition inside the daemon.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The sandbox the call is about does not exist (never ensured, or
+    /// deprovisioned): for calls that need one to exist, such as `logs`.
+    #[error("no such sandbox: {0}")]
+    NotFound(String),
 }
 
 impl SandboxError {
@@ -36,6 +40,7 @@ impl SandboxError {
             SandboxError::Unavailable(_) => "unavailable",
             SandboxError::FailedPrecondition(_) => "failed_precondition",
             SandboxError::Internal(_) => "internal",
+            SandboxError::NotFound(_) => "not_found",
         }
     }
 }

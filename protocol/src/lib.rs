@@ -8,10 +8,12 @@
 pub mod error;
 pub mod naming;
 pub mod service;
+pub mod shown;
 pub mod types;
 pub mod validate;
 pub mod wire;
 
 pub use error::SandboxError;
 pub use service::{Sandboxd, SandboxdClient, PROTOCOL_VERSION};
+pub use shown::Shown;
 pub use types::*;

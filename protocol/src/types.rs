@@ -139,6 +139,11 @@ pub struct EnsureReport {
     pub generation: u64,
     /// The runner's pid (process tier).
     pub pid: Option<u32>,
+    /// On the fast path, the requested fields that differ from what the
+    /// running sandbox runs with (`task_queue`, `caller_class`, `token`):
+    /// the call changed nothing, and says so. Empty otherwise.
+    #[serde(default)]
+    pub differs: Vec<String>,
 }
 
 /// What a deprovision did.
@@ -287,6 +292,59 @@ pub struct DaemonStatus {
     /// How the driver contains its sandboxes' processes (e.g. "cgroup v2 …
     /// (kill: cgroup.kill; …)" or the process-group fallback and why).
     pub containment: String,
+    /// The verdict on the daemon's health, with its reasons.
+    pub health: Health,
+}
+
+/// How well the daemon can serve, from what it checks itself (the runner
+/// command, the runner image, the engine, its reaper).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthVerdict {
+    /// Everything it checks is in order.
+    Healthy,
+    /// It serves, but something is wrong that may fail some calls.
+    Degraded,
+    /// Calls that create or start sandboxes will fail until it is fixed.
+    Unhealthy,
+}
+
+impl HealthVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthVerdict::Healthy => "healthy",
+            HealthVerdict::Degraded => "degraded",
+            HealthVerdict::Unhealthy => "unhealthy",
+        }
+    }
+}
+
+impl fmt::Display for HealthVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A verdict and the reasons for it (empty when healthy).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub verdict: HealthVerdict,
+    pub reasons: Vec<String>,
+}
+
+impl Health {
+    pub fn healthy() -> Health {
+        Health {
+            verdict: HealthVerdict::Healthy,
+            reasons: Vec::new(),
+        }
+    }
+
+    /// Adds a reason; the verdict becomes the worse of the two.
+    pub fn add(&mut self, verdict: HealthVerdict, reason: impl Into<String>) {
+        self.verdict = self.verdict.max(verdict);
+        self.reasons.push(reason.into());
+    }
 }
 
 /// The most bytes one `logs` call returns. A chunk travels in one frame,

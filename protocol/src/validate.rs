@@ -82,19 +82,30 @@ pub fn sandbox_id(field: &str, id: &str) -> Result<(), SandboxError> {
 
 /// A task queue: 1–512 bytes, no control characters.
 pub fn task_queue(queue: &str) -> Result<(), SandboxError> {
-    check_length("task_queue", queue, MAX_TASK_QUEUE_LEN)?;
-    check_no_control("task_queue", queue)
+    task_queue_as("task_queue", queue)
+}
+
+/// [`task_queue`], its errors naming the field as the caller knows it (a
+/// command-line flag, say).
+pub fn task_queue_as(field: &str, queue: &str) -> Result<(), SandboxError> {
+    check_length(field, queue, MAX_TASK_QUEUE_LEN)?;
+    check_no_control(field, queue)
 }
 
 /// A caller class: 1–64 characters of `[a-z0-9_.-]`.
 pub fn caller_class(class: &str) -> Result<(), SandboxError> {
-    check_length("caller_class", class, MAX_CALLER_CLASS_LEN)?;
+    caller_class_as("caller_class", class)
+}
+
+/// [`caller_class`], its errors naming the field as the caller knows it.
+pub fn caller_class_as(field: &str, class: &str) -> Result<(), SandboxError> {
+    check_length(field, class, MAX_CALLER_CLASS_LEN)?;
     if let Some(bad) = class
         .chars()
         .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | '-')))
     {
         return Err(invalid(
-            "caller_class",
+            field,
             format_args!(
                 "\"{}\" contains {:?}; allowed are a-z 0-9 _ . -",
                 shown(class),

@@ -44,3 +44,11 @@ pub fn runner_fixture() -> PathBuf {
         None => find("runner-fixture", "sandboxd-tests"),
     }
 }
+
+/// This package's socket holder, which opens connections and holds them.
+pub fn socket_holder() -> PathBuf {
+    match option_env!("CARGO_BIN_EXE_socket-holder") {
+        Some(path) => PathBuf::from(path),
+        None => find("socket-holder", "sandboxd-tests"),
+    }
+}

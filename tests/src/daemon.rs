@@ -51,6 +51,9 @@ pub struct Options {
     /// A cgroup v2 directory to start the daemon in (as systemd starts a
     /// unit in its own cgroup), joined before the daemon's exec.
     pub cgroup: Option<PathBuf>,
+    /// Run the daemon itself as this uid (gid nogroup) instead of root: its
+    /// state directory and socket directory are made for it first.
+    pub daemon_uid: Option<u32>,
 }
 
 impl Default for Options {
@@ -66,6 +69,7 @@ impl Default for Options {
             socket: None,
             log_level: "debug".to_string(),
             cgroup: None,
+            daemon_uid: None,
         }
     }
 }
@@ -226,7 +230,24 @@ impl TestDaemon {
                 });
             }
         }
+        if let Some(uid) = self.options.daemon_uid {
+            self.make_dirs_for(uid);
+            command.uid(uid).gid(NOBODY).current_dir("/");
+        }
         self.child = Some(procs::spawn(&mut command).expect("spawn sandboxd"));
+    }
+
+    /// Creates the state directory and the socket's directory owned by
+    /// `uid:nogroup`, so a daemon running as `uid` may write them.
+    fn make_dirs_for(&self, uid: u32) {
+        let socket_dir = self.socket.parent().expect("the socket's directory");
+        for dir in [self.state_dir.as_path(), socket_dir] {
+            fs::create_dir_all(dir)
+                .unwrap_or_else(|error| panic!("create {}: {error}", dir.display()));
+            set_mode(dir, 0o755);
+            std::os::unix::fs::chown(dir, Some(uid), Some(NOBODY))
+                .unwrap_or_else(|error| panic!("chown {}: {error}", dir.display()));
+        }
     }
 
     /// Waits until the socket accepts connections; panics (with the log)
@@ -384,6 +405,18 @@ impl TestDaemon {
 
     pub fn config_path(&self) -> &Path {
         &self.config
+    }
+
+    /// A copy of the executable `from` in this test's `bin` directory,
+    /// which every uid may run (the originals under `target/` may not be
+    /// reachable by a non-root uid).
+    pub fn executable_copy(&self, from: &Path) -> PathBuf {
+        let name = from.file_name().expect("an executable's file name");
+        let copy = self.dir.join("bin").join(name);
+        if !copy.exists() {
+            copy_executable(from, &copy);
+        }
+        copy
     }
 
     /// This test's copy of the runner fixture (executable by nobody).

@@ -2,13 +2,18 @@
 //!
 //! Exit codes: 0 success, 1 the call failed (message on stderr), 2 the
 //! command line is wrong (clap's usage errors, and a `--token-env` variable
-//! that is unset). Usage problems are all found before connecting, so a
+//! that is unset); `status --check` exits 3 when the daemon is degraded and
+//! 4 when it is unhealthy, as `systemctl is-active` tells by its code. Usage problems are all found before connecting, so a
 //! typo never depends on whether the daemon happens to be up.
 
 // The binary's modules live in `sandboxctl/`; a crate root resolves
 // `mod` paths from its own directory, hence the explicit paths.
+#[path = "sandboxctl/checks.rs"]
+mod checks;
 #[path = "sandboxctl/cli.rs"]
 mod cli;
+#[path = "sandboxctl/generated.rs"]
+mod generated;
 #[path = "sandboxctl/logs.rs"]
 mod logs;
 #[path = "sandboxctl/render.rs"]
@@ -17,13 +22,17 @@ mod render;
 mod time;
 #[path = "sandboxctl/token.rs"]
 mod token;
+#[path = "sandboxctl/versions.rs"]
+mod versions;
 
 use std::io::{self, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use sandboxd_client::{default_socket_path, ClientError, SandboxEnv, SandboxdClient, Scope};
+use sandboxd_client::{
+    default_socket_path, ClientError, HealthVerdict, SandboxEnv, SandboxdClient, Scope,
+};
 use serde::Serialize;
 
 use crate::cli::{Cli, Command, ConnectCommand, EnvArgs};
@@ -37,6 +46,9 @@ enum Failure {
     Call(ClientError),
     /// The answer could not be printed: exit 1.
     Output(String),
+    /// `status --check` found the daemon not healthy: print the answer,
+    /// exit with this code.
+    NotHealthy { text: String, code: u8 },
 }
 
 impl From<ClientError> for Failure {
@@ -59,6 +71,10 @@ fn main() -> ExitCode {
         Err(Failure::Usage(message)) => fail(2, &message),
         Err(Failure::Call(error)) => fail(1, &error.to_string()),
         Err(Failure::Output(message)) => fail(1, &message),
+        Err(Failure::NotHealthy { text, code }) => match print(&text) {
+            ExitCode::SUCCESS => ExitCode::from(code),
+            failed => failed,
+        },
     }
 }
 
@@ -82,22 +98,61 @@ fn print(text: &str) -> ExitCode {
 
 async fn run(cli: Cli) -> Result<String, Failure> {
     let Cli {
+        version,
         socket,
         json,
         command,
     } = cli;
+    let command = match command {
+        Some(command) if !version => command,
+        _ => Command::Version,
+    };
+    // Generated from the clap definitions; no daemon needed.
+    match command {
+        Command::Completions { shell } => return Ok(generated::completions(shell)),
+        Command::ManPage => return generated::man_page().map_err(Failure::Output),
+        _ => {}
+    }
     let socket = socket_path(socket)?;
+    checks::arguments(&command)?;
     let connect = || SandboxdClient::connect(&socket);
 
     match command {
-        Command::Status => {
-            let status = connect().await?.status().await?;
-            emit(json, &status, render::status)
+        Command::Completions { .. } | Command::ManPage => unreachable!("answered above"),
+        Command::Version => {
+            let versions = versions::ask(&socket).await;
+            emit(json, &versions, versions::render)
         }
-        Command::List { scope } => {
-            let sandboxes = connect().await?.list(scope).await?;
+        Command::Status { check } => {
+            let status = connect().await?.status().await?;
+            if !check {
+                return emit(json, &status, render::status);
+            }
+            let text = emit(json, &status.health, render::verdict)?;
+            match status.health.verdict {
+                HealthVerdict::Healthy => Ok(text),
+                HealthVerdict::Degraded => Err(Failure::NotHealthy { text, code: 3 }),
+                HealthVerdict::Unhealthy => Err(Failure::NotHealthy { text, code: 4 }),
+            }
+        }
+        Command::List {
+            scope,
+            no_headers,
+            quiet,
+            output,
+        } => {
+            let sandboxes = render::sorted(&connect().await?.list(scope).await?);
+            let style = render::ListStyle {
+                wide: output.is_some(),
+                headers: !no_headers,
+                width: terminal_width(),
+            };
             emit(json, &sandboxes, |sandboxes| {
-                render::list(sandboxes, now_unix_ms())
+                if quiet {
+                    render::ids(sandboxes)
+                } else {
+                    render::list_styled(sandboxes, now_unix_ms(), style)
+                }
             })
         }
         Command::Workspaces { scope } => {
@@ -162,6 +217,16 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             })
         }
     }
+}
+
+/// The width the narrow `list` fits: `$COLUMNS` when a shell exports it,
+/// else the classic 80.
+fn terminal_width() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|columns| columns.parse::<usize>().ok())
+        .filter(|&columns| columns >= 40)
+        .unwrap_or(80)
 }
 
 /// `--socket`, else the library's default (which reads `SANDBOXD_SOCKET`).

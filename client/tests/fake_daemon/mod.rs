@@ -71,6 +71,7 @@ impl Sandboxd for FakeDaemon {
             created: call == 1,
             generation: 1,
             pid: Some(100),
+            differs: Vec::new(),
         })
     }
 
@@ -168,6 +169,7 @@ impl Sandboxd for FakeDaemon {
             socket_path: String::new(),
             state_dir: String::new(),
             containment: String::new(),
+            health: sandboxd_protocol::Health::healthy(),
         })
     }
 

@@ -1,5 +1,6 @@
 //! The isolation tiers behind [`crate::provisioner::Driver`].
 
+pub mod differs;
 pub mod docker;
 use std::future::Future;
 

@@ -1,34 +1,69 @@
-//! The accept loop: peer credentials, the global connection cap, and one
+//! The accept loop: peer credentials, a slot from [`Admission`], and one
 //! task per connection.
 //!
-//! Over the cap (`max_connections`), a new connection is accepted and closed
-//! at once, with a warning naming the peer. Waiting instead would leave it
-//! in the kernel's backlog with no answer until its deadline, and let a
-//! handful of idle connections silently stall every other caller; closing
-//! it gives the caller an immediate error and the operator a log line.
+//! Everything a connection is refused for is decided here, from its peer
+//! credentials, before a byte of it is read: a stranger is kept out of the
+//! shared slots, a uid over its cap and a connection over the global cap
+//! are closed at once, with one warning (within the uid's log budget) naming
+//! the peer and the reason. Waiting instead would leave them in the
+//! kernel's backlog with no answer until their deadline, and let a handful
+//! of idle connections silently stall every other caller; closing gives the
+//! caller an immediate error and the operator a log line.
+//!
+//! First of all, a process inside a sandbox is closed at once whatever its
+//! uid: the driver tells (see [`crate::peer_origin`]).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use super::admission::{Admission, Pool, STRANGER_LIFETIME};
 use super::connection;
 use super::service::{ConnectionService, DaemonState};
+use super::timed_stream::Timeouts;
+use super::warn_budget::WINDOW;
 use crate::access::Peer;
+use crate::config::Config;
+use crate::fd_limit;
+use crate::peer_origin::PeerOrigin;
 
 /// How long to pause after a failed accept (out of file descriptors, say),
 /// so the loop does not spin while the condition lasts.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// The warning budget's key for peers whose credentials cannot be read.
+const UNKNOWN_UID: u32 = u32::MAX;
 
 /// The serving limits, from the configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_connections: usize,
     pub max_requests_per_connection: usize,
+    /// Slots of `max_connections` only root and the daemon's uid may take.
+    pub reserve: usize,
+    pub per_uid: usize,
+    pub timeouts: Timeouts,
+}
+
+impl Limits {
+    pub fn from_config(config: &Config) -> Limits {
+        let connections = &config.connections;
+        Limits {
+            max_connections: config.max_connections,
+            max_requests_per_connection: config.max_requests_per_connection,
+            reserve: connections.reserve(config.max_connections),
+            per_uid: connections.per_uid,
+            timeouts: Timeouts {
+                frame: connections.frame_timeout,
+                idle: connections.idle_timeout,
+            },
+        }
+    }
 }
 
 /// The connections still open when accepting stopped.
@@ -54,16 +89,23 @@ pub async fn serve_until<S>(
     limits: Limits,
     stop: impl Future<Output = S>,
 ) -> (S, OpenConnections) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let admission = Admission::new(limits.max_connections, limits.reserve, limits.per_uid);
     let mut connections = JoinSet::new();
+    let mut summaries = tokio::time::interval(WINDOW);
+    let mut spare = SpareDescriptor::open();
     tokio::pin!(stop);
     let stopped = loop {
         tokio::select! {
             stopped = &mut stop => break stopped,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => admit(stream, &slots, &mut connections, &daemon, limits),
+                Ok((stream, _)) => admit(stream, &admission, &mut connections, &daemon, limits),
+                Err(error) if fd_limit::is_exhaustion(&error) => {
+                    spare.shed_one(&listener, &daemon, &error).await;
+                }
                 Err(error) => {
-                    tracing::warn!(%error, "accepting a connection failed");
+                    if daemon.warn_budget.allow(UNKNOWN_UID) {
+                        tracing::warn!(%error, "accepting a connection failed");
+                    }
                     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                 }
             },
@@ -74,18 +116,59 @@ pub async fn serve_until<S>(
                     }
                 }
             }
+            _ = summaries.tick() => daemon.warn_budget.flush(),
         }
     };
     // New callers now get "connection refused" instead of waiting in the backlog.
     drop(listener);
+    daemon.warn_budget.flush();
     (stopped, OpenConnections(connections))
+}
+
+/// One descriptor held in reserve for the moment the daemon has none left.
+///
+/// Out of descriptors, `accept` fails with EMFILE and the connection stays
+/// in the kernel's backlog: its caller would wait, unanswered, until its
+/// deadline, and the loop would spin on it. So the spare is closed, the
+/// waiting connection accepted with it and closed at once (its caller gets
+/// an immediate error), and the spare taken again.
+struct SpareDescriptor(Option<std::fs::File>);
+
+impl SpareDescriptor {
+    fn open() -> SpareDescriptor {
+        SpareDescriptor(std::fs::File::open("/dev/null").ok())
+    }
+
+    async fn shed_one(
+        &mut self,
+        listener: &UnixListener,
+        daemon: &DaemonState,
+        error: &std::io::Error,
+    ) {
+        if daemon.warn_budget.allow(UNKNOWN_UID) {
+            tracing::warn!(
+                error = %fd_limit::describe(error),
+                "out of file descriptors: closing new connections at once until some are free"
+            );
+        }
+        self.0 = None;
+        // Ready at once: the connection that failed is still waiting.
+        if let Some(Ok((stream, _))) = listener.accept().now_or_never() {
+            drop(stream);
+        }
+        *self = SpareDescriptor::open();
+        if self.0.is_none() {
+            // Still none free: do not spin.
+            tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+        }
+    }
 }
 
 /// Reads the peer's credentials, takes a connection slot, and spawns the
 /// connection's task — or closes the connection, saying why.
 fn admit(
     stream: UnixStream,
-    slots: &Arc<Semaphore>,
+    admission: &Arc<Admission>,
     connections: &mut JoinSet<()>,
     daemon: &Arc<DaemonState>,
     limits: Limits,
@@ -97,32 +180,74 @@ fn admit(
             pid: cred.pid(),
         },
         Err(error) => {
-            tracing::warn!(%error, "closing a connection whose peer credentials cannot be read");
+            if daemon.warn_budget.allow(UNKNOWN_UID) {
+                tracing::warn!(%error, "closing a connection whose peer credentials cannot be read");
+            }
             return;
         }
     };
-    let Ok(slot) = slots.clone().try_acquire_owned() else {
-        tracing::warn!(
-            uid = peer.uid,
-            gid = peer.gid,
-            pid = peer.pid,
-            max_connections = limits.max_connections,
-            "connection limit reached: closing the new connection"
-        );
-        return;
+    if let Some(pid) = peer.pid {
+        if let PeerOrigin::Sandbox { base_name, how } = daemon.driver.origin_of_peer(pid) {
+            if daemon.warn_budget.allow(peer.uid) {
+                tracing::warn!(
+                    uid = peer.uid,
+                    gid = peer.gid,
+                    pid,
+                    sandbox = %base_name,
+                    seen_by = how,
+                    "closing a connection from inside a sandbox: a sandbox may never call the daemon"
+                );
+            }
+            return;
+        }
+    }
+    let standing = daemon.access.standing(&peer);
+    let slot = match admission.admit(&peer, standing) {
+        Ok(slot) => slot,
+        Err(refusal) => {
+            if daemon.warn_budget.allow(peer.uid) {
+                tracing::warn!(
+                    uid = peer.uid,
+                    gid = peer.gid,
+                    pid = peer.pid,
+                    reason = %refusal,
+                    "closing a new connection at once"
+                );
+            }
+            return;
+        }
     };
     tracing::debug!(
         uid = peer.uid,
         gid = peer.gid,
         pid = peer.pid,
+        pool = ?slot.pool,
         "connection accepted"
     );
     let span = tracing::info_span!("connection", uid = peer.uid, gid = peer.gid, pid = peer.pid);
     let service = ConnectionService::new(peer, daemon.clone());
-    let max_requests = limits.max_requests_per_connection;
+    let daemon = daemon.clone();
     connections.spawn(
         async move {
-            connection::serve(stream, service, max_requests).await;
+            let serving = connection::serve(
+                stream,
+                service,
+                limits.max_requests_per_connection,
+                limits.timeouts,
+                &daemon,
+                peer.uid,
+            );
+            if slot.pool == Pool::Strangers {
+                // Long enough to hear its refusal, never long enough to camp.
+                if tokio::time::timeout(STRANGER_LIFETIME, serving)
+                    .await
+                    .is_err()
+                {
+                    tracing::debug!("closing a stranger's connection at the end of its lifetime");
+                }
+            } else {
+                serving.await;
+            }
             drop(slot);
         }
         .instrument(span),

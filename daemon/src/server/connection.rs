@@ -11,6 +11,11 @@
 //! a `for_each_concurrent` limit would stop polling it exactly when the
 //! handlers wait for their responses to be written.
 //!
+//! The bytes pass through a [`TimedStream`]: a frame must arrive whole
+//! within `frame_timeout`, and a connection with nothing in flight is closed
+//! after `idle_timeout`. Warnings about a broken peer go through the
+//! daemon's per-uid [`WarnBudget`](super::warn_budget::WarnBudget).
+//!
 //! A peer that sends garbage, an oversized frame (the length header is
 //! checked against the 1 MiB limit before any buffer is reserved), or a
 //! frame bincode cannot decode ends the request stream with an error: that
@@ -29,11 +34,21 @@ use tokio::net::UnixStream;
 use tokio_util::codec::Framed;
 
 use super::deadline::ClampDeadline;
-use super::service::ConnectionService;
+use super::service::{ConnectionService, DaemonState};
+use super::timed_stream::{InFlight, TimedStream, Timeouts};
 
-/// Serves every request of one connection until the peer leaves or breaks
-/// the protocol.
-pub async fn serve(stream: UnixStream, service: ConnectionService, max_requests: usize) {
+/// Serves every request of one connection until the peer leaves, breaks
+/// the protocol, is too slow sending a frame, or stays idle too long.
+pub async fn serve(
+    stream: UnixStream,
+    service: ConnectionService,
+    max_requests: usize,
+    timeouts: Timeouts,
+    daemon: &DaemonState,
+    uid: u32,
+) {
+    let in_flight = InFlight::default();
+    let stream = TimedStream::new(stream, timeouts, in_flight.clone());
     let framed = Framed::new(stream, wire::frame_codec());
     let transport = tarpc::serde_transport::new(framed, ClampDeadline::new(wire::body_codec()));
     let channel: BaseChannel<SandboxdRequest, SandboxdResponse, _> =
@@ -44,23 +59,31 @@ pub async fn serve(stream: UnixStream, service: ConnectionService, max_requests:
         .requests()
         .take_while(|next| {
             if let Err(error) = next {
-                log_broken(error);
+                log_broken(error, daemon, uid);
             }
             ready(next.is_ok())
         })
         .filter_map(|next| ready(next.ok()))
-        .for_each_concurrent(None, |request| request.execute(serve.clone()))
+        .for_each_concurrent(None, |request| {
+            let call = in_flight.enter();
+            let running = request.execute(serve.clone());
+            async move {
+                running.await;
+                drop(call);
+            }
+        })
         .await;
     tracing::debug!("connection closed");
 }
 
 /// A peer that hung up mid-way is routine (debug); one that sent bytes we
-/// cannot read is worth an operator's attention (warn).
-fn log_broken(error: &(dyn Error + 'static)) {
+/// cannot read is worth an operator's attention (warn, within the uid's
+/// budget).
+fn log_broken(error: &(dyn Error + 'static), daemon: &DaemonState, uid: u32) {
     let chain = error_chain(error);
     if is_hang_up(error) {
         tracing::debug!(error = %chain, "connection ended by the peer");
-    } else {
+    } else if daemon.warn_budget.allow(uid) {
         tracing::warn!(error = %chain, "closing a connection that broke the protocol");
     }
 }

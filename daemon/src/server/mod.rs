@@ -15,8 +15,10 @@
 //! `supervision` (what systemd is told, and when).
 
 mod accept;
+mod admission;
 mod connection;
 mod deadline;
+mod differences;
 mod service;
 mod socket;
 mod supervision;
@@ -24,6 +26,8 @@ mod supervision;
 mod testing;
 #[cfg(test)]
 mod tests;
+mod timed_stream;
+mod warn_budget;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -60,14 +64,14 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         started: Instant::now(),
         socket_path: socket_path.clone(),
         state_dir: config.state_dir.clone(),
+        warn_budget: Default::default(),
+        differences: Default::default(),
     });
-    let limits = Limits {
-        max_connections: config.max_connections,
-        max_requests_per_connection: config.max_requests_per_connection,
-    };
+    let limits = Limits::from_config(&config);
     tracing::info!(
         socket = %socket_path.display(),
         driver = driver.name(),
+        instance = config.instance.display_name(),
         state_dir = %config.state_dir.display(),
         config_file = %config
             .source_file

@@ -9,12 +9,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sandboxd_protocol::{
-    validate, DaemonStatus, DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState,
-    SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Sandboxd, Scope, WorkspaceInfo,
-    MAX_LOG_CHUNK, PROTOCOL_VERSION,
+    validate, DaemonStatus, DeprovisionReport, EnsureReport, HealthVerdict, LogChunk, LogStart,
+    ProbeState, SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Sandboxd, Scope,
+    WorkspaceInfo, MAX_LOG_CHUNK, PROTOCOL_VERSION,
 };
 use tarpc::context::Context;
 
+use super::differences::DifferenceLog;
+use super::warn_budget::WarnBudget;
 use crate::access::{AccessPolicy, Call, Peer};
 use crate::provisioner::{Driver, SandboxKey};
 
@@ -26,6 +28,10 @@ pub struct DaemonState {
     pub started: Instant,
     pub socket_path: PathBuf,
     pub state_dir: PathBuf,
+    /// Keeps one peer's refusals and broken frames from flooding the log.
+    pub warn_budget: WarnBudget,
+    /// Which ensure differences have been logged already.
+    pub differences: DifferenceLog,
 }
 
 /// The service as one connection sees it: the shared state, and the peer
@@ -44,7 +50,17 @@ impl ConnectionService {
     /// Every call starts here: a debug line naming it, then the access check.
     fn authorize(&self, call: Call) -> Result<(), SandboxError> {
         tracing::debug!(call = call.name(), "call");
-        self.daemon.access.authorize(&self.peer, call)
+        let decision = self.daemon.access.decide(&self.peer, call);
+        if decision.is_err() && self.daemon.warn_budget.allow(self.peer.uid) {
+            tracing::warn!(
+                uid = self.peer.uid,
+                gid = self.peer.gid,
+                pid = self.peer.pid,
+                call = call.name(),
+                "call refused by the access allow-lists"
+            );
+        }
+        decision
     }
 
     fn driver(&self) -> &dyn Driver {
@@ -67,21 +83,40 @@ fn key(scope: Scope, field: &str, id: String) -> Result<SandboxKey, SandboxError
     Ok(SandboxKey::new(scope, id))
 }
 
-fn log_ensure(call: Call, key: &SandboxKey, result: &Result<EnsureReport, SandboxError>) {
+fn log_ensure(
+    call: Call,
+    key: &SandboxKey,
+    result: &Result<EnsureReport, SandboxError>,
+    differences: &DifferenceLog,
+) {
     match result {
+        Ok(report)
+            if !report.differs.is_empty()
+                && differences.first_time(&key.base_name, report.generation, &report.differs) =>
+        {
+            tracing::info!(
+                call = call.name(),
+                scope = %key.scope,
+                id = %key.shown_id(),
+                name = %key.base_name,
+                generation = report.generation,
+                differs = %report.differs.join(","),
+                "sandbox already running with other settings than asked; it keeps its own"
+            )
+        }
         // The fast path is the common case (every execution ensures): keep
         // it out of the info log.
         Ok(report) if !report.created => tracing::debug!(
             call = call.name(),
             scope = %key.scope,
-            id = %key.id,
+            id = %key.shown_id(),
             generation = report.generation,
             "sandbox already running"
         ),
         Ok(report) => tracing::info!(
             call = call.name(),
             scope = %key.scope,
-            id = %key.id,
+            id = %key.shown_id(),
             name = %key.base_name,
             created = report.created,
             pid = report.pid,
@@ -91,7 +126,7 @@ fn log_ensure(call: Call, key: &SandboxKey, result: &Result<EnsureReport, Sandbo
         Err(error) => tracing::warn!(
             call = call.name(),
             scope = %key.scope,
-            id = %key.id,
+            id = %key.shown_id(),
             kind = error.kind(),
             %error,
             "ensure failed"
@@ -104,7 +139,7 @@ fn log_deprovision(call: Call, key: &SandboxKey, result: &Result<DeprovisionRepo
         Ok(report) => tracing::info!(
             call = call.name(),
             scope = %key.scope,
-            id = %key.id,
+            id = %key.shown_id(),
             name = %key.base_name,
             was_present = report.was_present,
             forced = report.forced,
@@ -113,12 +148,27 @@ fn log_deprovision(call: Call, key: &SandboxKey, result: &Result<DeprovisionRepo
         Err(error) => tracing::warn!(
             call = call.name(),
             scope = %key.scope,
-            id = %key.id,
+            id = %key.shown_id(),
             kind = error.kind(),
             %error,
             "deprovision failed"
         ),
     }
+}
+
+/// Why a sandbox that is absent has nothing to show.
+fn no_such_sandbox(key: &SandboxKey, generation: u64) -> String {
+    let why = if generation == 0 {
+        "the daemon has no record of it: it was never ensured, or was deprovisioned"
+    } else {
+        "it is gone: deprovisioned, or its container removed"
+    };
+    format!(
+        "{} '{}' has no output to show ({}): {why}",
+        key.scope,
+        key.shown_id(),
+        key.base_name
+    )
 }
 
 /// Sandbox counts by scope and by state.
@@ -163,7 +213,7 @@ impl Sandboxd for ConnectionService {
         let key = key(scope, id_field(scope), id)?;
         validate::env(&env)?;
         let result = self.driver().ensure(&key, &env).await;
-        log_ensure(Call::Ensure, &key, &result);
+        log_ensure(Call::Ensure, &key, &result, &self.daemon.differences);
         result
     }
 
@@ -177,6 +227,7 @@ impl Sandboxd for ConnectionService {
         self.authorize(Call::Deprovision)?;
         let key = key(scope, id_field(scope), id)?;
         let result = self.driver().deprovision(&key, keep_workspace).await;
+        self.daemon.differences.forget(&key.base_name);
         log_deprovision(Call::Deprovision, &key, &result);
         result
     }
@@ -196,7 +247,7 @@ impl Sandboxd for ConnectionService {
             Ok(existing) if !existing.created => {
                 tracing::warn!(
                     call = Call::CreateConnect.name(),
-                    id = %key.id,
+                    id = %key.shown_id(),
                     name = %key.base_name,
                     pid = existing.pid,
                     generation = existing.generation,
@@ -208,7 +259,7 @@ impl Sandboxd for ConnectionService {
                 )))
             }
             _ => {
-                log_ensure(Call::CreateConnect, &key, &report);
+                log_ensure(Call::CreateConnect, &key, &report, &self.daemon.differences);
                 report.map(|_| key.id)
             }
         }
@@ -222,6 +273,7 @@ impl Sandboxd for ConnectionService {
         self.authorize(Call::DeprovisionConnect)?;
         let key = key(Scope::Connect, "sandbox_id", sandbox_id)?;
         let result = self.driver().deprovision(&key, false).await;
+        self.daemon.differences.forget(&key.base_name);
         log_deprovision(Call::DeprovisionConnect, &key, &result);
         result
     }
@@ -250,8 +302,9 @@ impl Sandboxd for ConnectionService {
     ) -> Result<Vec<SandboxInfo>, SandboxError> {
         self.authorize(Call::List)?;
         let mut sandboxes = self.driver().list(scope).await?;
-        // One order whatever the tier: by name, then id.
-        sandboxes.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
+        // One order whatever the tier: by scope, then id (what a person
+        // looks for; the name is only a hash).
+        sandboxes.sort_by(|a, b| a.scope.cmp(&b.scope).then_with(|| a.id.cmp(&b.id)));
         Ok(sandboxes)
     }
 
@@ -259,12 +312,17 @@ impl Sandboxd for ConnectionService {
         self.authorize(Call::Status)?;
         let daemon = &self.daemon;
         let mut driver_health = daemon.driver.health();
+        let mut health = self.driver().health_verdict().await;
         // The daemon's own facts are worth having exactly when the runtime
         // is down: a failed count is reported in the health line instead.
         let counts = match self.driver().list(None).await {
             Ok(sandboxes) => count(&sandboxes),
             Err(error) => {
                 driver_health.push_str(&format!("; cannot count sandboxes: {error}"));
+                health.add(
+                    HealthVerdict::Unhealthy,
+                    format!("cannot list the sandboxes: {error}"),
+                );
                 SandboxCounts::default()
             }
         };
@@ -278,6 +336,7 @@ impl Sandboxd for ConnectionService {
             socket_path: daemon.socket_path.display().to_string(),
             state_dir: daemon.state_dir.display().to_string(),
             containment: daemon.driver.containment(),
+            health,
         })
     }
 
@@ -298,7 +357,19 @@ impl Sandboxd for ConnectionService {
         }
         // More than one frame can carry is never asked of the driver.
         let max_bytes = max_bytes.min(MAX_LOG_CHUNK);
-        self.driver().logs(&key, start, max_bytes).await
+        match self.driver().logs(&key, start, max_bytes).await {
+            // No output: say "no such sandbox" when there is none at all,
+            // so a follower can tell "gone" from "nothing yet".
+            Err(SandboxError::FailedPrecondition(message)) => {
+                Err(match self.driver().describe(&key).await {
+                    Ok(info) if info.state == ProbeState::Absent => {
+                        SandboxError::NotFound(no_such_sandbox(&key, info.generation))
+                    }
+                    _ => SandboxError::FailedPrecondition(message),
+                })
+            }
+            other => other,
+        }
     }
 
     async fn workspaces(

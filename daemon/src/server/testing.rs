@@ -78,6 +78,7 @@ impl Driver for FakeDriver {
             created,
             generation,
             pid: Some(4242),
+            differs: Vec::new(),
         })
     }
 
@@ -165,6 +166,8 @@ pub fn daemon_state(driver: Arc<FakeDriver>, lists: AccessConfig) -> Arc<DaemonS
         started: Instant::now(),
         socket_path: PathBuf::from("/run/test/sandboxd.sock"),
         state_dir: PathBuf::from("/var/lib/test"),
+        warn_budget: Default::default(),
+        differences: Default::default(),
     })
 }
 

@@ -21,6 +21,7 @@ use tokio_util::codec::Framed;
 use super::accept::{serve_until, Limits, OpenConnections};
 use super::socket;
 use super::testing::{daemon_state, FakeDriver};
+use super::timed_stream::Timeouts;
 use crate::config::AccessConfig;
 
 const PATIENCE: Duration = Duration::from_secs(5);
@@ -78,6 +79,14 @@ fn limits(max_connections: usize, max_requests_per_connection: usize) -> Limits 
     Limits {
         max_connections,
         max_requests_per_connection,
+        // The peers of these tests are root, an owner: no reserve, so the
+        // cap is exactly `max_connections` for them.
+        reserve: 0,
+        per_uid: max_connections,
+        timeouts: Timeouts {
+            frame: Duration::from_secs(30),
+            idle: Duration::from_secs(300),
+        },
     }
 }
 

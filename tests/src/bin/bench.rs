@@ -36,6 +36,9 @@
 //! answers and the test image is built). `--only-output` runs only the
 //! output row (see `bench/output.rs`), which a full run measures after the
 //! other local-process rows.
+//! A full run ends with (s), a daemon of its
+//! own holding 10,000 running sandboxes (200 with `--quick`: see
+//! `bench/scale.rs`); `--scale-only` runs that row alone.
 
 #[path = "bench/docker.rs"]
 mod docker;
@@ -49,6 +52,8 @@ mod raw;
 mod report;
 #[path = "bench/rows.rs"]
 mod rows;
+#[path = "bench/scale.rs"]
+mod scale;
 #[path = "bench/setup.rs"]
 mod setup;
 #[path = "bench/stats.rs"]
@@ -85,6 +90,8 @@ struct Counts {
     /// Output row: bytes the runner writes, and the cap on its output.
     output_bytes: u64,
     output_cap: u64,
+    /// (s) running sandboxes held at once.
+    scale: usize,
 }
 
 const FULL: Counts = Counts {
@@ -97,6 +104,7 @@ const FULL: Counts = Counts {
     containers: 20,
     output_bytes: 1024 * output::MIB,
     output_cap: 16 * output::MIB,
+    scale: 10_000,
 };
 
 const QUICK: Counts = Counts {
@@ -109,6 +117,7 @@ const QUICK: Counts = Counts {
     containers: 2,
     output_bytes: 32 * output::MIB,
     output_cap: 4 * output::MIB,
+    scale: 200,
 };
 
 #[derive(Debug)]
@@ -122,6 +131,8 @@ struct Options {
     no_docker: bool,
     /// Run only the output row.
     only_output: bool,
+    /// Run only the scale row (s).
+    scale_only: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -132,6 +143,7 @@ fn parse_args() -> Result<Options, String> {
         daemon: None,
         no_docker: false,
         only_output: false,
+        scale_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -140,6 +152,7 @@ fn parse_args() -> Result<Options, String> {
             "--keep" => options.keep = true,
             "--no-docker" => options.no_docker = true,
             "--only-output" => options.only_output = true,
+            "--scale-only" => options.scale_only = true,
             "--burst-connections" => {
                 let value = args.next().ok_or("--burst-connections needs a value")?;
                 options.burst_connections = value
@@ -154,7 +167,7 @@ fn parse_args() -> Result<Options, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--no-docker] [--only-output]\n\n\
+                    "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--no-docker] [--only-output] [--scale-only]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -253,6 +266,22 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             "mode": if options.quick { "quick" } else { "full" },
             "date": date,
             "only": "output",
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
+    if options.scale_only {
+        step(started, &format!("(s) {} running sandboxes", counts.scale));
+        let (rows, info) = scale::measure(dir.path(), &binaries, counts.scale).await?;
+        print!("{}", report::table(&rows));
+        println!("\ninfo: {info}");
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "scale",
+            "machine": { "nproc": machine.nproc, "kernel": machine.kernel, "mem_total_mib": machine.mem_total_mib },
             "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
         });
         println!("{line}");
@@ -464,6 +493,8 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         counts.output_cap,
     )
     .await?;
+    step(started, &format!("(s) {} running sandboxes", counts.scale));
+    let (scale_rows, scale_info) = scale::measure(dir.path(), &binaries, counts.scale).await?;
 
     // The docker row, when an engine and the test image are here.
     let docker_check = if options.no_docker {
@@ -789,7 +820,9 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         file_creates_later.p50(),
         dir_creates.p50(),
     );
+    rows.extend(scale_rows);
     print!("{}", report::table(&rows));
+    println!("\ninfo: {scale_info}");
     println!(
         "\ninfo: (d) burst over {} connection(s); (g) {} probes (one per {:?}) during a second \
          burst ({:.0} ensures/s); daemon warm VmRSS before the burst {rss_warm} KiB; group \

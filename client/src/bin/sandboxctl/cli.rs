@@ -14,8 +14,12 @@ use sandboxd_client::Scope;
 
 /// Admin CLI for sandboxd, the daemon that owns agent-runner sandboxes.
 #[derive(Debug, Parser)]
-#[command(name = "sandboxctl", version)]
+#[command(name = "sandboxctl", arg_required_else_help = true)]
 pub struct Cli {
+    /// Print the client's and the daemon's versions (as `sandboxctl version`).
+    #[arg(long, short = 'V')]
+    pub version: bool,
+
     /// The daemon's socket [default: $SANDBOXD_SOCKET, else /run/stigmer/sandboxd.sock
     /// as root, else $XDG_RUNTIME_DIR/stigmer/sandboxd.sock]
     #[arg(long, global = true, value_name = "PATH")]
@@ -26,19 +30,47 @@ pub struct Cli {
     pub json: bool,
 
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Show the daemon's version, driver, uptime and sandbox counts.
-    Status,
+    /// Print the client's and the daemon's versions and protocol versions.
+    Version,
 
-    /// List the sandboxes the daemon owns.
+    /// Print a shell completion script (systemd/install.sh installs them).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+
+    /// Print the man page, in roff (systemd/install.sh installs it).
+    #[command(hide = true)]
+    ManPage,
+
+    /// Show the daemon's version, driver, health, uptime and sandbox counts.
+    Status {
+        /// Print only the health verdict, and exit 0 when healthy, 3 when
+        /// degraded, 4 when unhealthy (1 when the daemon cannot be asked).
+        #[arg(long)]
+        check: bool,
+    },
+
+    /// List the sandboxes the daemon owns, by scope and then id.
     List {
         /// Only sandboxes of this scope.
         #[arg(long, value_name = "SCOPE", value_parser = any_scope())]
         scope: Option<Scope>,
+        /// Leave the header line out.
+        #[arg(long)]
+        no_headers: bool,
+        /// Print only the ids, one a line.
+        #[arg(long, short = 'q')]
+        quiet: bool,
+        /// `wide`: every column, and ids in full [default: the columns that
+        /// fit the terminal ($COLUMNS, else 80), long ids cut with …].
+        #[arg(long, short = 'o', value_name = "FORMAT", value_parser = ["wide"])]
+        output: Option<String>,
     },
 
     /// List every workspace kept on the daemon's disk (process tier),
@@ -205,16 +237,17 @@ mod tests {
         assert_eq!(cli.socket, Some(PathBuf::from("/tmp/s.sock")));
         assert!(matches!(
             cli.command,
-            Command::List {
-                scope: Some(Scope::Workflow)
-            }
+            Some(Command::List {
+                scope: Some(Scope::Workflow),
+                ..
+            })
         ));
     }
 
     #[test]
     fn ensure_defaults_the_caller_class_to_internal() {
         let cli = parse(&["ensure", "session", "abc", "--task-queue", "session:abc"]).unwrap();
-        let Command::Ensure { scope, id, env } = cli.command else {
+        let Command::Ensure { scope, id, env } = cli.command.unwrap() else {
             panic!("not ensure")
         };
         assert_eq!((scope, id.as_str()), (Scope::Session, "abc"));
@@ -267,7 +300,8 @@ mod tests {
             "MY_TOKEN",
         ])
         .unwrap();
-        let Command::Connect(ConnectCommand::Create { request_id, env }) = cli.command else {
+        let Command::Connect(ConnectCommand::Create { request_id, env }) = cli.command.unwrap()
+        else {
             panic!("not connect create")
         };
         assert_eq!(request_id, "req-1");
@@ -276,7 +310,7 @@ mod tests {
 
         let cli = parse(&["connect", "deprovision", "sbx-1"]).unwrap();
         assert!(matches!(
-            cli.command,
+            cli.command.unwrap(),
             Command::Connect(ConnectCommand::Deprovision { sandbox_id }) if sandbox_id == "sbx-1"
         ));
     }
@@ -300,7 +334,7 @@ mod tests {
     fn logs_takes_tail_and_follow() {
         let cli = parse(&["logs", "workflow", "wf-1", "--tail", "20", "-f"]).unwrap();
         assert!(matches!(
-            cli.command,
+            cli.command.unwrap(),
             Command::Logs {
                 scope: Scope::Workflow,
                 tail: Some(20),
@@ -310,7 +344,7 @@ mod tests {
         ));
         let cli = parse(&["logs", "session", "s"]).unwrap();
         assert!(matches!(
-            cli.command,
+            cli.command.unwrap(),
             Command::Logs {
                 tail: None,
                 follow: false,
@@ -325,7 +359,7 @@ mod tests {
     fn deprovision_takes_keep_workspace() {
         let cli = parse(&["deprovision", "connect", "sbx", "--keep-workspace"]).unwrap();
         assert!(matches!(
-            cli.command,
+            cli.command.unwrap(),
             Command::Deprovision {
                 scope: Scope::Connect,
                 keep_workspace: true,

@@ -6,7 +6,9 @@
 //! end, and with `--follow` keeps asking every [`FOLLOW_POLL`]. The daemon
 //! carries the cursor across rotations and container restarts; output lost
 //! before it could be read (rotated away, or gone with a removed container)
-//! is reported on stderr as a gap, never skipped silently.
+//! is reported on stderr as a gap, never skipped silently. A follow whose
+//! sandbox is deprovisioned (the daemon answers "no such sandbox") ends
+//! cleanly, exit 0, saying so on stderr.
 //!
 //! Runner output is untrusted. On a terminal, control characters other than
 //! newline, tab and carriage return are shown escaped, so an escape
@@ -16,7 +18,9 @@
 use std::io::{self, IsTerminal, Write};
 use std::time::Duration;
 
-use sandboxd_client::{LogStart, SandboxdClient, Scope, MAX_LOG_CHUNK};
+use sandboxd_client::{
+    ClientError, LogStart, SandboxError, SandboxdClient, Scope, Shown, MAX_LOG_CHUNK,
+};
 
 use crate::Failure;
 
@@ -39,8 +43,21 @@ pub async fn print(
         Some(lines) => LogStart::Tail { lines },
         None => LogStart::Beginning,
     };
+    let mut followed = false;
     loop {
-        let chunk = client.logs(scope, id, start, MAX_LOG_CHUNK).await?;
+        let chunk = match client.logs(scope, id, start, MAX_LOG_CHUNK).await {
+            Ok(chunk) => chunk,
+            // A follow whose sandbox went away has simply come to its end.
+            Err(ClientError::Sandbox(SandboxError::NotFound(_))) if followed => {
+                eprintln!(
+                    "sandboxctl: {scope} {}: sandbox deprovisioned; its output ends here",
+                    Shown(id)
+                );
+                break;
+            }
+            Err(error) => return Err(error.into()),
+        };
+        followed = follow;
         if chunk.gap {
             eprintln!(
                 "sandboxctl: some output of {scope} {id} was lost before it was read (rotated away, or gone with a removed container)"

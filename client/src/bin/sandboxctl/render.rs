@@ -9,7 +9,8 @@
 use std::fmt::Write as _;
 
 use sandboxd_client::{
-    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, SandboxInfo, Scope, WorkspaceInfo,
+    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, Health, SandboxInfo, Scope, Shown,
+    WorkspaceInfo,
 };
 
 use crate::time::{ago, duration, rfc3339_utc};
@@ -26,6 +27,7 @@ pub fn status(status: &DaemonStatus) -> String {
             "driver",
             format!("{} ({})", status.driver, status.driver_health),
         ),
+        ("health", health(&status.health)),
         ("uptime", duration(status.uptime_secs)),
         ("socket", status.socket_path.clone()),
         ("state dir", status.state_dir.clone()),
@@ -40,14 +42,93 @@ pub fn status(status: &DaemonStatus) -> String {
     ])
 }
 
-/// A table, one sandbox per row, columns padded to their widest cell.
+/// `healthy`, or `unhealthy: reason; reason`.
+fn health(health: &Health) -> String {
+    if health.reasons.is_empty() {
+        health.verdict.to_string()
+    } else {
+        format!("{}: {}", health.verdict, health.reasons.join("; "))
+    }
+}
+
+/// `status --check`: the verdict on its own line, then one line per reason.
+pub fn verdict(health: &Health) -> String {
+    let mut out = format!(
+        "{}
+",
+        health.verdict
+    );
+    for reason in &health.reasons {
+        let _ = writeln!(out, "  {reason}");
+    }
+    out
+}
+
+/// How `list` lays its table out.
+#[derive(Debug, Clone, Copy)]
+pub struct ListStyle {
+    /// Every column, ids in full (`-o wide`).
+    pub wide: bool,
+    /// The header line (off with `--no-headers`).
+    pub headers: bool,
+    /// The terminal width the narrow table must fit.
+    pub width: usize,
+}
+
+/// The narrowest an id column is squeezed to.
+const MIN_ID_WIDTH: usize = 8;
+
+/// The wide table with headers, in the order given.
+#[cfg(test)]
 pub fn list(sandboxes: &[SandboxInfo], now_unix_ms: u64) -> String {
+    list_styled(
+        sandboxes,
+        now_unix_ms,
+        ListStyle {
+            wide: true,
+            headers: true,
+            width: usize::MAX,
+        },
+    )
+}
+
+/// The sandboxes sorted by scope, then id: the order `list` prints.
+pub fn sorted(sandboxes: &[SandboxInfo]) -> Vec<SandboxInfo> {
+    let mut sorted = sandboxes.to_vec();
+    sorted.sort_by(|a, b| a.scope.cmp(&b.scope).then_with(|| a.id.cmp(&b.id)));
+    sorted
+}
+
+/// `-q`: the ids alone, one a line (escaped as everywhere a person reads them).
+pub fn ids(sandboxes: &[SandboxInfo]) -> String {
+    sandboxes
+        .iter()
+        .map(|info| format!("{}\n", shown(&info.id)))
+        .collect()
+}
+
+/// What the runner column holds on this tier: a pid on the process tier,
+/// a container id on the container tiers.
+fn runner_header(sandboxes: &[SandboxInfo]) -> &'static str {
+    if sandboxes.iter().any(|info| info.container_id.is_some()) {
+        "CONTAINER"
+    } else {
+        "PID"
+    }
+}
+
+/// The table `list` prints: by default the columns that fit `width`, long
+/// ids cut with an ellipsis; with `wide`, every column and every id in full.
+pub fn list_styled(sandboxes: &[SandboxInfo], now_unix_ms: u64, style: ListStyle) -> String {
+    if !style.wide {
+        return narrow_list(sandboxes, now_unix_ms, style);
+    }
     let header = [
         "NAME",
         "SCOPE",
         "ID",
         "STATE",
-        "PID",
+        runner_header(sandboxes),
         "GEN",
         "RESTARTS",
         "STARTED",
@@ -71,7 +152,63 @@ pub fn list(sandboxes: &[SandboxInfo], now_unix_ms: u64) -> String {
             or_missing(&info.task_queue),
         ]
     });
-    table(std::iter::once(header).chain(rows).collect())
+    let header = style.headers.then_some(header);
+    table(header.into_iter().chain(rows).collect())
+}
+
+/// SCOPE, ID, STATE, the runner, RESTARTS and STARTED, the ids cut to
+/// whatever the other columns leave of `style.width`.
+fn narrow_list(sandboxes: &[SandboxInfo], now_unix_ms: u64, style: ListStyle) -> String {
+    let header = [
+        "SCOPE",
+        "ID",
+        "STATE",
+        runner_header(sandboxes),
+        "RESTARTS",
+        "STARTED",
+    ]
+    .map(str::to_string);
+    let mut rows: Vec<[String; 6]> = sandboxes
+        .iter()
+        .map(|info| {
+            [
+                info.scope.to_string(),
+                shown(&info.id),
+                info.state.to_string(),
+                runner(info),
+                info.restarts.to_string(),
+                info.started_at_unix_ms
+                    .map_or_else(|| MISSING.to_string(), |at| ago(at, now_unix_ms)),
+            ]
+        })
+        .collect();
+    let width_of = |column: usize, rows: &[[String; 6]]| {
+        rows.iter()
+            .map(|row| row[column].chars().count())
+            .chain(std::iter::once(header[column].len()))
+            .max()
+            .unwrap_or(0)
+    };
+    let others: usize = (0..6)
+        .filter(|&column| column != 1)
+        .map(|column| width_of(column, &rows))
+        .sum();
+    let id_width = style.width.saturating_sub(others + 2 * 5).max(MIN_ID_WIDTH);
+    for row in &mut rows {
+        row[1] = ellipsized(&row[1], id_width);
+    }
+    let header = style.headers.then_some(header);
+    table(header.into_iter().chain(rows).collect())
+}
+
+/// `text` cut to `width` characters, its last one an ellipsis, when longer.
+fn ellipsized(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }
 
 /// A table, one workspace per row. A workspace no record names shows `-`
@@ -162,7 +299,15 @@ pub fn ensure(scope: Scope, id: &str, report: &EnsureReport) -> String {
     if let Some(pid) = report.pid {
         let _ = write!(details, ", pid {pid}");
     }
-    format!("{scope} {}: {} ({details})\n", shown(id), report.state)
+    let mut line = format!("{scope} {}: {} ({details})\n", shown(id), report.state);
+    if !report.differs.is_empty() {
+        let _ = writeln!(
+            line,
+            "note: it keeps running with its own {}: the request's differ (deprovision it to start one with the new ones)",
+            report.differs.join(", ")
+        );
+    }
+    line
 }
 
 /// `session abc: deprovisioned` and its variants.
@@ -213,13 +358,11 @@ fn or_missing(value: &str) -> String {
     }
 }
 
-/// `value` with control characters escaped, so it cannot drive the terminal.
+/// `value` with control characters, bidi controls and invisible
+/// characters escaped (see [`Shown`]), so it can neither drive the terminal
+/// nor pass for another.
 fn shown(value: &str) -> String {
-    if value.chars().any(char::is_control) {
-        value.escape_debug().collect()
-    } else {
-        value.to_string()
-    }
+    Shown(value).to_string()
 }
 
 fn key_values(lines: &[(&str, String)]) -> String {
@@ -397,6 +540,36 @@ mod tests {
     }
 
     #[test]
+    fn the_runner_column_is_named_for_the_tier_and_long_ids_are_cut() {
+        let container = SandboxInfo {
+            pid: None,
+            container_id: Some("0123456789abcdef0123".into()),
+            id: "i".repeat(100),
+            ..info()
+        };
+        let style = ListStyle {
+            wide: false,
+            headers: true,
+            width: 80,
+        };
+        let text = list_styled(std::slice::from_ref(&container), NOW, style);
+        assert!(text.lines().next().unwrap().contains("CONTAINER"), "{text}");
+        assert!(
+            text.contains("0123456789ab") && text.contains('…'),
+            "{text}"
+        );
+        assert!(
+            text.lines().all(|line| line.chars().count() <= 80),
+            "{text}"
+        );
+        let process = list_styled(&[info()], NOW, style);
+        assert!(
+            process.lines().next().unwrap().contains(" PID "),
+            "{process}"
+        );
+    }
+
+    #[test]
     fn an_empty_list_is_just_the_header() {
         assert_eq!(list(&[], NOW).lines().count(), 1);
     }
@@ -425,6 +598,7 @@ mod tests {
             created: true,
             generation: 1,
             pid: Some(123),
+            differs: Vec::new(),
         };
         assert_eq!(
             ensure(Scope::Session, "abc", &report),
@@ -438,6 +612,16 @@ mod tests {
         assert_eq!(
             ensure(Scope::Workflow, "wf", &fast),
             "workflow wf: running (already running, generation 1)\n"
+        );
+        let other_queue = EnsureReport {
+            differs: vec!["task_queue".into(), "token".into()],
+            ..fast
+        };
+        assert!(
+            ensure(Scope::Workflow, "wf", &other_queue)
+                .contains("\nnote: it keeps running with its own task_queue, token: "),
+            "{}",
+            ensure(Scope::Workflow, "wf", &other_queue)
         );
     }
 
@@ -480,8 +664,20 @@ mod tests {
             socket_path: "/run/stigmer/sandboxd.sock".into(),
             state_dir: "/var/lib/stigmer".into(),
             containment: "process groups".into(),
+            health: Health {
+                verdict: sandboxd_client::HealthVerdict::Unhealthy,
+                reasons: vec!["runner 'x' not found".into()],
+            },
         };
         let text = status(&daemon);
+        assert!(
+            text.contains("health:    unhealthy: runner 'x' not found\n"),
+            "{text}"
+        );
+        assert_eq!(
+            verdict(&daemon.health),
+            "unhealthy\n  runner 'x' not found\n"
+        );
         assert!(text.contains("driver:    local-process (ok)\n"), "{text}");
         assert!(text.contains("uptime:    1h 2m\n"), "{text}");
         assert!(text.contains("isolation: process groups\n"), "{text}");
@@ -496,5 +692,12 @@ mod tests {
         };
         assert!(!describe(&hostile, NOW).contains('\u{1b}'));
         assert!(!list(&[hostile], NOW).contains('\u{1b}'));
+        let lookalike = SandboxInfo {
+            id: "\u{feff}ab\u{202e}c\u{200b}".into(),
+            ..info()
+        };
+        let text = list(std::slice::from_ref(&lookalike), NOW);
+        assert!(text.contains("\\u{feff}ab\\u{202e}c\\u{200b}"), "{text}");
+        assert!(describe(&lookalike, NOW).contains("\\u{202e}"));
     }
 }

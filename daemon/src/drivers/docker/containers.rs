@@ -17,6 +17,7 @@ use sandboxd_protocol::Scope;
 
 use super::engine::{CallError, Engine, READ_TIMEOUT, WRITE_TIMEOUT};
 use super::observed::Lookup;
+use crate::instance::Instance;
 use crate::provisioner::SandboxKey;
 
 /// How long a removal under way may take before we report it.
@@ -26,10 +27,12 @@ const REMOVAL_POLL: Duration = Duration::from_millis(100);
 
 /// The container that has this sandbox's name, if any, in our terms.
 pub async fn inspect(engine: &Engine, key: &SandboxKey) -> Result<Lookup, CallError> {
-    Ok(match inspect_raw(engine, &key.base_name).await? {
-        Some(inspect) => Lookup::from_inspect(key, inspect),
-        None => Lookup::Absent,
-    })
+    Ok(
+        match inspect_raw(engine, &Instance::current().object_name(&key.base_name)).await? {
+            Some(inspect) => Lookup::from_inspect(key, inspect),
+            None => Lookup::Absent,
+        },
+    )
 }
 
 /// The engine's inspect of a container by name or id; `None` when there is none.
@@ -60,7 +63,7 @@ pub async fn create(
     body: ContainerCreateBody,
 ) -> Result<String, CallError> {
     let options = CreateContainerOptionsBuilder::new()
-        .name(&key.base_name)
+        .name(&Instance::current().object_name(&key.base_name))
         .build();
     let created = engine
         .call(WRITE_TIMEOUT, |docker| async move {
@@ -68,7 +71,7 @@ pub async fn create(
         })
         .await?;
     for warning in &created.warnings {
-        tracing::warn!(scope = %key.scope, id = %key.id, container = %created.id, %warning, "engine warning on create");
+        tracing::warn!(scope = %key.scope, id = %key.shown_id(), container = %created.id, %warning, "engine warning on create");
     }
     Ok(created.id)
 }
@@ -187,23 +190,34 @@ pub async fn logs(
         .await
 }
 
-/// Every container with our managed-by label (optionally of one scope), in any state.
+/// Every container with our managed-by label (optionally of one scope) of
+/// this daemon's instance, in any state.
 pub async fn list(
     engine: &Engine,
     scope: Option<Scope>,
 ) -> Result<Vec<ContainerSummary>, CallError> {
+    let instance = Instance::current();
     let mut labels = vec![format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")];
     if let Some(scope) = scope {
         labels.push(format!("{LABEL_SCOPE}={scope}"));
+    }
+    if let Some((label, name)) = instance.label() {
+        labels.push(format!("{label}={name}"));
     }
     let filters = HashMap::from([("label", labels)]);
     let options = ListContainersOptionsBuilder::new()
         .all(true)
         .filters(&filters)
         .build();
-    engine
+    let listed = engine
         .call(READ_TIMEOUT, |docker| async move {
             docker.list_containers(Some(options)).await
         })
-        .await
+        .await?;
+    // The default instance owns only unlabelled objects, which no engine
+    // filter can select: the others' are dropped here.
+    Ok(listed
+        .into_iter()
+        .filter(|summary| instance.owns(summary.labels.as_ref().unwrap_or(&HashMap::new())))
+        .collect())
 }

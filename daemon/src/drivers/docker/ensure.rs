@@ -26,6 +26,7 @@ use super::observed::{Lookup, Observed, Phase};
 use super::spec::{token_digest, RunnerSpec};
 use super::teardown;
 use super::Inner;
+use crate::drivers::differs::{differing_fields, RunsWith};
 use crate::provisioner::SandboxKey;
 
 /// How many looks at the container one ensure takes before giving up on a
@@ -110,13 +111,20 @@ async fn step(
     observed: &Observed,
 ) -> Result<Option<EnsureReport>, SandboxError> {
     let generation = inner.generation(key, Some(observed));
+    // The container is kept as it is: say what it runs with that differs.
+    let runs_with = RunsWith {
+        task_queue: observed.task_queue(),
+        caller_class: observed.caller_class(),
+        token_sha256: observed.token_digest(),
+    };
     let unchanged = |state| EnsureReport {
         state,
         created: false,
         generation,
         pid: None,
+        differs: differing_fields(env, &runs_with),
     };
-    let log = |action: &str| tracing::info!(scope = %key.scope, id = %key.id, container = %short(&observed.id), phase = observed.phase.as_str(), action, "ensuring");
+    let log = |action: &str| tracing::info!(scope = %key.scope, id = %key.shown_id(), container = %short(&observed.id), phase = observed.phase.as_str(), action, "ensuring");
     // A connect sandbox is request-scoped: one that exists in any usable
     // state is reported as it is, and create_connect refuses it.
     if key.scope == Scope::Connect && !matches!(observed.phase, Phase::Dead | Phase::Removing) {
@@ -135,7 +143,7 @@ async fn step(
         }
         Phase::Stopped => {
             if let Some(reason) = stale(observed, env, &inner.spec) {
-                tracing::info!(scope = %key.scope, id = %key.id, container = %short(&observed.id), reason, "recreating the stopped container; the workspace is kept");
+                tracing::info!(scope = %key.scope, id = %key.shown_id(), container = %short(&observed.id), reason, "recreating the stopped container; the workspace is kept");
                 teardown::remove_container(inner, key, observed).await?;
                 return Ok(None);
             }
@@ -147,6 +155,7 @@ async fn step(
                     created: true,
                     generation,
                     pid: None,
+                    differs: Vec::new(),
                 })),
                 Err(error) if error.is_not_found() => Ok(None),
                 Err(error) => Err(failure(key, "start", error)),
@@ -210,7 +219,7 @@ async fn create_and_start(
     let container = match containers::create(&inner.engine, key, body).await {
         Ok(container) => container,
         Err(error) if error.is_conflict() => {
-            tracing::info!(scope = %key.scope, id = %key.id, "another creator made this container first; using it");
+            tracing::info!(scope = %key.scope, id = %key.shown_id(), "another creator made this container first; using it");
             return Err(CreateError::NameTaken);
         }
         Err(error) if error.is_not_found() => {
@@ -225,7 +234,7 @@ async fn create_and_start(
         }
         Err(error) => return Err(CreateError::Uncertain(failure(key, "create", error))),
     };
-    tracing::info!(scope = %key.scope, id = %key.id, container = %short(&container), generation, "container created");
+    tracing::info!(scope = %key.scope, id = %key.shown_id(), container = %short(&container), generation, "container created");
     inner.record_generation(key, generation);
     match containers::start(&inner.engine, &container).await {
         Ok(()) => Ok(EnsureReport {
@@ -233,6 +242,7 @@ async fn create_and_start(
             created: true,
             generation,
             pid: None,
+            differs: Vec::new(),
         }),
         Err(error) => Err(CreateError::Final(failure(key, "start", error))),
     }

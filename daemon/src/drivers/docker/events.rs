@@ -67,7 +67,9 @@ impl Exits {
         };
         let attributes = actor.attributes.clone().unwrap_or_default();
         let container = actor.id.clone().unwrap_or_default();
-        if attributes.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_VALUE) {
+        if attributes.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_VALUE)
+            || !crate::instance::Instance::current().owns(&attributes)
+        {
             return false;
         }
         match event.action.as_deref() {

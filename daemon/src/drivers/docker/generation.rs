@@ -56,7 +56,7 @@ impl Generations {
             Ok(()) => {}
             Err(error) if error.kind() == io::ErrorKind::NotFound => {}
             Err(error) => {
-                tracing::warn!(scope = %key.scope, id = %key.id, %error, "cannot remove the generation file")
+                tracing::warn!(scope = %key.scope, id = %key.shown_id(), %error, "cannot remove the generation file")
             }
         }
     }

@@ -20,10 +20,11 @@ mod engine;
 mod ensure;
 mod events;
 mod generation;
+mod health;
 mod logs;
 mod observed;
 mod reaper;
-mod spec;
+pub(crate) mod spec;
 mod teardown;
 
 use std::sync::{Arc, Mutex};
@@ -38,6 +39,7 @@ use sandboxd_protocol::{
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, DEFAULT_DOCKER_HOST};
+use crate::drivers::differs::{differing_fields, RunsWith};
 use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
 use crate::provisioner::{Driver, SandboxKey};
@@ -87,7 +89,7 @@ impl Inner {
 
     fn record_generation(&self, key: &SandboxKey, generation: u64) {
         if let Err(error) = self.generations.record(key, generation) {
-            tracing::warn!(scope = %key.scope, id = %key.id, generation, %error, "cannot record the generation");
+            tracing::warn!(scope = %key.scope, id = %key.shown_id(), generation, %error, "cannot record the generation");
         }
     }
 
@@ -212,6 +214,10 @@ impl Driver for DockerDriver {
         "docker"
     }
 
+    async fn health_verdict(&self) -> sandboxd_protocol::Health {
+        health::check(&self.inner).await
+    }
+
     fn health(&self) -> String {
         format!(
             "{}; runner image {}",
@@ -229,11 +235,17 @@ impl Driver for DockerDriver {
         if let Lookup::Ours(observed) = self.inner.inspect(key).await? {
             if observed.phase == observed::Phase::Running {
                 let generation = self.inner.generation(key, Some(&observed));
+                let runs_with = RunsWith {
+                    task_queue: observed.task_queue(),
+                    caller_class: observed.caller_class(),
+                    token_sha256: observed.token_digest(),
+                };
                 return Ok(EnsureReport {
                     state: ProbeState::Running,
                     created: false,
                     generation,
                     pid: None,
+                    differs: differing_fields(env, &runs_with),
                 });
             }
         }

@@ -14,6 +14,7 @@ use sandboxd_protocol::naming::{
 use sandboxd_protocol::{ExitInfo, ProbeState, SandboxInfo};
 
 use super::spec::{LABEL_CALLER_CLASS, LABEL_GENERATION, LABEL_TASK_QUEUE, LABEL_TOKEN_SHA256};
+use crate::instance::Instance;
 use crate::provisioner::SandboxKey;
 
 /// The container's lifecycle phase, as the ensure state machine cares.
@@ -100,24 +101,30 @@ pub struct Observed {
 }
 
 /// True when `labels` mark a container of this sandbox.
+/// (and of this daemon's instance: another daemon's never matches).
 pub fn labels_match(key: &SandboxKey, labels: &HashMap<String, String>) -> bool {
     labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY_VALUE)
         && labels.get(LABEL_SCOPE).map(String::as_str) == Some(key.scope.as_str())
         && labels.get(LABEL_SANDBOX_ID) == Some(&key.id)
+        && Instance::current().owns(labels)
 }
 
 /// The sandbox a listed container belongs to: its labels name the scope
 /// and id, and its name must be the base name they derive (a container
 /// whose labels were copied onto another name is not one of ours).
 pub fn key_of(labels: &HashMap<String, String>, names: &[String]) -> Option<SandboxKey> {
-    if labels.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_VALUE) {
+    let instance = Instance::current();
+    if labels.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_VALUE)
+        || !instance.owns(labels)
+    {
         return None;
     }
     let scope = labels.get(LABEL_SCOPE)?.parse().ok()?;
     let key = SandboxKey::new(scope, labels.get(LABEL_SANDBOX_ID)?.clone());
+    let object_name = instance.object_name(&key.base_name);
     let named = names
         .iter()
-        .any(|name| name.trim_start_matches('/') == key.base_name);
+        .any(|name| name.trim_start_matches('/') == object_name);
     named.then_some(key)
 }
 

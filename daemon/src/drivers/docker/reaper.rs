@@ -115,7 +115,7 @@ async fn reap_if_leaked(inner: &Inner, settings: &ReaperSettings, summary: &Cont
             inner.exits.forget(&key);
             tracing::warn!(
                 scope = %key.scope,
-                id = %key.id,
+                id = %key.shown_id(),
                 container = %short(container),
                 age_ms = age.as_millis() as u64,
                 never_started,
@@ -125,7 +125,7 @@ async fn reap_if_leaked(inner: &Inner, settings: &ReaperSettings, summary: &Cont
         }
         Err(error) => tracing::warn!(
             scope = %key.scope,
-            id = %key.id,
+            id = %key.shown_id(),
             container = %short(container),
             %error,
             "cannot remove a leaked connect sandbox"

@@ -12,6 +12,7 @@ use sandboxd_protocol::{naming, SandboxEnv, Scope, Token};
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
+use crate::instance::Instance;
 use crate::provisioner::SandboxKey;
 
 /// The generation the container was created at (starts after that are
@@ -153,7 +154,10 @@ impl RunnerSpec {
 /// connect sandboxes have none (their scratch volume is anonymous).
 pub fn workspace_volume(key: &SandboxKey) -> Option<String> {
     match key.scope {
-        Scope::Session | Scope::Workflow => Some(format!("{}-workspace", key.base_name)),
+        Scope::Session | Scope::Workflow => Some(format!(
+            "{}-workspace",
+            Instance::current().object_name(&key.base_name)
+        )),
         Scope::Connect => None,
     }
 }
@@ -178,10 +182,12 @@ fn workspace_mount(key: &SandboxKey) -> Mount {
     }
 }
 
-/// The three labels every runtime object of the sandbox carries.
+/// The three labels every runtime object of the sandbox carries, and the
+/// instance label when this daemon has a named instance.
 pub fn sandbox_labels(key: &SandboxKey) -> HashMap<String, String> {
     naming::labels(key.scope, &key.id)
         .into_iter()
+        .chain(Instance::current().label())
         .map(|(name, value)| (name.to_string(), value))
         .collect()
 }

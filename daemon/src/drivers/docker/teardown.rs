@@ -41,7 +41,7 @@ pub async fn deprovision(
     let (had_container, forced) = match lookup {
         Lookup::Ours(observed) => (true, remove_container(inner, key, &observed).await?),
         Lookup::Foreign { id } => {
-            tracing::warn!(scope = %key.scope, id = %key.id, container = %short(&id), "a container with this sandbox's name is not ours; leaving it");
+            tracing::warn!(scope = %key.scope, id = %key.shown_id(), container = %short(&id), "a container with this sandbox's name is not ours; leaving it");
             (false, false)
         }
         Lookup::Absent => (false, false),
@@ -54,7 +54,7 @@ pub async fn deprovision(
     inner.exits.forget(key);
     let was_present = had_container || had_volume;
     if was_present {
-        tracing::info!(scope = %key.scope, id = %key.id, forced, keep_workspace, "sandbox deprovisioned");
+        tracing::info!(scope = %key.scope, id = %key.shown_id(), forced, keep_workspace, "sandbox deprovisioned");
     }
     Ok(DeprovisionReport {
         was_present,
@@ -117,7 +117,7 @@ pub async fn stop(
         Signalled::Stopped | Signalled::WasNotRunning => return Ok(false),
         Signalled::StillRunning => {}
     }
-    tracing::warn!(scope = %key.scope, id = %key.id, container = %short(container), grace = ?grace, "runner ignored SIGTERM; killing it");
+    tracing::warn!(scope = %key.scope, id = %key.shown_id(), container = %short(container), grace = ?grace, "runner ignored SIGTERM; killing it");
     match signal_and_wait(engine, container, "SIGKILL", KILL_WAIT)
         .await
         .map_err(|error| failed("kill", error))?
@@ -211,7 +211,7 @@ async fn remove_workspace(
             .await
             .map_err(failed),
         Ok(_) => {
-            tracing::warn!(scope = %key.scope, id = %key.id, volume, "a volume with this sandbox's workspace name is not ours; leaving it");
+            tracing::warn!(scope = %key.scope, id = %key.shown_id(), volume, "a volume with this sandbox's workspace name is not ours; leaving it");
             Ok(false)
         }
         Err(error) if error.is_not_found() => Ok(false),

@@ -19,6 +19,7 @@ mod deferred;
 mod identity;
 mod ledger;
 mod logs;
+mod peer_check;
 mod proc_stat;
 pub mod reaper;
 mod spawn;
@@ -48,6 +49,7 @@ use sandboxd_protocol::{
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::drivers::differs::{differing_fields, token_sha256, RunsWith};
 use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
 use crate::provisioner::{Driver, SandboxKey};
@@ -63,6 +65,9 @@ use uid_pool::SandboxUids;
 struct Record {
     task_queue: String,
     caller_class: String,
+    /// SHA-256 of the runner's token, to tell a caller that asks for another
+    /// one that it did not take (see [`crate::drivers::differs`]).
+    token_sha256: String,
     /// How many runners this sandbox has had.
     generation: u64,
     last_exit: Option<ExitInfo>,
@@ -245,15 +250,23 @@ impl Inner {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
-    /// The running runner's report, if there is one. Touches nothing but the table.
-    fn fast_path(&self, key: &SandboxKey) -> Option<EnsureReport> {
+    /// The running runner's report, if there is one, naming what `env`
+    /// asks for that it does not run with. Touches nothing but the table.
+    fn fast_path(&self, key: &SandboxKey, env: &SandboxEnv) -> Option<EnsureReport> {
         let records = self.records();
-        let running = records.get(key)?.running.as_ref()?;
+        let record = records.get(key)?;
+        let running = record.running.as_ref()?;
+        let runs_with = RunsWith {
+            task_queue: &record.task_queue,
+            caller_class: &record.caller_class,
+            token_sha256: Some(&record.token_sha256),
+        };
         Some(EnsureReport {
             state: ProbeState::Running,
             created: false,
             generation: running.generation,
             pid: Some(running.pid),
+            differs: differing_fields(env, &runs_with),
         })
     }
 
@@ -267,7 +280,7 @@ impl Inner {
         // Before the workspace is touched: it is never on disk unnamed.
         self.catalog.note_active(key, now_unix_ms());
         let child = self.spawn_as_its_uid(key, env).inspect_err(|error| {
-            tracing::error!(scope = %key.scope, id = %key.id, %error, "runner failed to start");
+            tracing::error!(scope = %key.scope, id = %key.shown_id(), %error, "runner failed to start");
         })?;
         let pid = child.id();
         let start_time = child
@@ -290,6 +303,7 @@ impl Inner {
             let record = records.entry(key.clone()).or_insert_with(|| Record {
                 task_queue: String::new(),
                 caller_class: String::new(),
+                token_sha256: String::new(),
                 generation: 0,
                 last_exit: None,
                 running: None,
@@ -297,6 +311,7 @@ impl Inner {
             record.generation += 1;
             record.task_queue.clone_from(&env.task_queue);
             record.caller_class.clone_from(&env.caller_class);
+            record.token_sha256 = token_sha256(env);
             record.running = Some(Running {
                 pid,
                 generation: record.generation,
@@ -305,7 +320,7 @@ impl Inner {
             });
             record.generation
         };
-        tracing::info!(scope = %key.scope, id = %key.id, pid, generation, "runner started");
+        tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, generation, "runner started");
         tokio::spawn(watch_runner(
             self.clone(),
             key.clone(),
@@ -318,6 +333,7 @@ impl Inner {
             created: true,
             generation,
             pid: Some(pid),
+            differs: Vec::new(),
         })
     }
 
@@ -365,7 +381,7 @@ impl Inner {
             self.remove_workspace(key).await?;
         }
         if was_present {
-            tracing::info!(scope = %key.scope, id = %key.id, forced, keep_workspace, "sandbox deprovisioned");
+            tracing::info!(scope = %key.scope, id = %key.shown_id(), forced, keep_workspace, "sandbox deprovisioned");
         }
         Ok(DeprovisionReport {
             was_present,
@@ -505,7 +521,7 @@ async fn watch_runner(
             }
         }
     }
-    tracing::info!(scope = %key.scope, id = %key.id, pid, generation, exit = %exit, "runner exited");
+    tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, generation, exit = %exit, "runner exited");
     let _ = gone.send(true);
 }
 
@@ -513,6 +529,32 @@ async fn watch_runner(
 impl Driver for LocalProcessDriver {
     fn name(&self) -> &'static str {
         "local-process"
+    }
+
+    async fn health_verdict(&self) -> sandboxd_protocol::Health {
+        let mut health = sandboxd_protocol::Health::healthy();
+        match self.inner.settings.resolve_command() {
+            Err(problem) => health.add(sandboxd_protocol::HealthVerdict::Unhealthy, problem),
+            Ok(program) if !spawn::is_executable_file(&program) => health.add(
+                sandboxd_protocol::HealthVerdict::Unhealthy,
+                format!(
+                    "runner command {} is not an executable file: every ensure will fail",
+                    program.display()
+                ),
+            ),
+            Ok(_) => {}
+        }
+        if !self.inner.reaper.is_alive() {
+            health.add(
+                sandboxd_protocol::HealthVerdict::Unhealthy,
+                "the group reaper is dead: runners may outlive a crashed daemon",
+            );
+        }
+        health
+    }
+
+    fn origin_of_peer(&self, pid: i32) -> crate::peer_origin::PeerOrigin {
+        self.inner.origin_of_peer(pid)
     }
 
     fn health(&self) -> String {
@@ -540,7 +582,7 @@ impl Driver for LocalProcessDriver {
         key: &SandboxKey,
         env: &SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
-        if let Some(report) = self.inner.fast_path(key) {
+        if let Some(report) = self.inner.fast_path(key, env) {
             return Ok(report);
         }
         if self.inner.stopping.load(Ordering::Acquire) {
@@ -564,7 +606,7 @@ impl Driver for LocalProcessDriver {
                 guard = inner.key_locks.lock(&key) => guard,
                 () = reply.closed() => return,
             };
-            if let Some(report) = inner.fast_path(&key) {
+            if let Some(report) = inner.fast_path(&key, &env) {
                 let _ = reply.send(Ok(report));
                 return;
             }
@@ -666,7 +708,7 @@ impl Driver for LocalProcessDriver {
         let stops = keys.iter().map(|key| self.deprovision(key, true));
         for (key, result) in keys.iter().zip(futures::future::join_all(stops).await) {
             if let Err(error) = result {
-                tracing::error!(scope = %key.scope, id = %key.id, %error, "runner did not stop cleanly");
+                tracing::error!(scope = %key.scope, id = %key.shown_id(), %error, "runner did not stop cleanly");
             }
         }
         // Whatever the records missed goes with its cgroup.

@@ -14,6 +14,7 @@ use super::cgroup::{kill, CgroupTree};
 use super::clone_exec::{ExecPlan, RunnerProcess};
 use super::identity::RunnerIdentity;
 use super::logs::RunnerLogs;
+use crate::fd_limit;
 use crate::provisioner::SandboxKey;
 
 /// Everything about runners that comes from the daemon's configuration.
@@ -109,17 +110,22 @@ impl RunnerSettings {
         let program = self.resolve_command().map_err(unavailable)?;
         let workspace = self.workspace(key);
         let privileges = self.identity.privileges(sandbox_uid);
+        // Every I/O error below names the open-file limit when it is the
+        // reason (EMFILE): a daemon holding thousands of runners meets it.
+        let io = fd_limit::describe;
         self.prepare_workspace(&workspace, privileges.user)
-            .map_err(|error| unavailable(format!("workspace {}: {error}", workspace.display())))?;
+            .map_err(|error| {
+                unavailable(format!("workspace {}: {}", workspace.display(), io(&error)))
+            })?;
         let log_path = self.log_file(key);
-        let log = logs
-            .open_output(&key.base_name)
-            .map_err(|error| unavailable(format!("log file {}: {error}", log_path.display())))?;
+        let log = logs.open_output(&key.base_name).map_err(|error| {
+            unavailable(format!("log file {}: {}", log_path.display(), io(&error)))
+        })?;
         let log_for_stderr = log
             .try_clone()
-            .map_err(|error| unavailable(format!("output pipe: {error}")))?;
-        let stdin =
-            File::open("/dev/null").map_err(|error| unavailable(format!("/dev/null: {error}")))?;
+            .map_err(|error| unavailable(format!("output pipe: {}", io(&error))))?;
+        let stdin = File::open("/dev/null")
+            .map_err(|error| unavailable(format!("/dev/null: {}", io(&error))))?;
 
         let mut vars: Vec<(&OsStr, &OsStr)> = self
             .inherited_env
@@ -173,9 +179,11 @@ impl RunnerSettings {
                 None => self.identity.display.clone(),
             };
             unavailable(format!(
-                "'{}' as {who} in {}: {error}",
+                "'{}' as {who} in {}: {}: {}",
                 program.display(),
-                workspace.display()
+                workspace.display(),
+                error.step,
+                io(&error.error)
             ))
         })?;
         let pid = child.id();
@@ -212,7 +220,7 @@ impl RunnerSettings {
     }
 }
 
-fn is_executable_file(path: &Path) -> bool {
+pub(super) fn is_executable_file(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path)
         .is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)

@@ -130,12 +130,7 @@ pub fn lock(root: &Path) -> anyhow::Result<Flock<File>> {
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// Each runner holds a pidfd in the daemon; 1,000 runners need more than
-/// the common soft limit of 1,024 descriptors.
+/// the common soft limit of 1,024 descriptors (see [`crate::fd_limit`]).
 pub fn raise_open_file_limit() {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard {
-            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-        }
-    }
+    crate::fd_limit::raise();
 }

@@ -1,0 +1,84 @@
+//! `sandboxctl version`: the client's and the daemon's versions, as
+//! `docker version` prints both sides.
+//!
+//! It must answer when nothing else can: against a daemon of another
+//! protocol version (the handshake's mismatch error carries the daemon's
+//! protocol), against a daemon that does not let this user read its status
+//! (then only the protocol is known), and with no daemon at all.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use sandboxd_client::{ClientError, SandboxdClient, PROTOCOL_VERSION};
+use serde::Serialize;
+
+/// Both sides' versions; what is unknown of the daemon is `None`.
+#[derive(Debug, Serialize)]
+pub struct Versions {
+    pub client: Side,
+    pub daemon: Side,
+    /// Why some of the daemon's facts are missing, if they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daemon_error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Side {
+    pub version: Option<String>,
+    pub protocol_version: Option<u32>,
+}
+
+/// Asks the daemon at `socket` what it can.
+pub async fn ask(socket: &Path) -> Versions {
+    let client = Side {
+        version: Some(env!("CARGO_PKG_VERSION").to_string()),
+        protocol_version: Some(PROTOCOL_VERSION),
+    };
+    let unknown = |protocol_version, error: String| Versions {
+        client: Side {
+            version: client.version.clone(),
+            protocol_version: client.protocol_version,
+        },
+        daemon: Side {
+            version: None,
+            protocol_version,
+        },
+        daemon_error: Some(error),
+    };
+    let connection = match SandboxdClient::connect(socket).await {
+        Ok(connection) => connection,
+        Err(error @ ClientError::ProtocolMismatch { daemon, .. }) => {
+            return unknown(Some(daemon), error.to_string())
+        }
+        Err(error) => return unknown(None, error.to_string()),
+    };
+    match connection.status().await {
+        Ok(status) => Versions {
+            client,
+            daemon: Side {
+                version: Some(status.version),
+                protocol_version: Some(status.protocol_version),
+            },
+            daemon_error: None,
+        },
+        // Connected, so the handshake agreed: the protocol is ours.
+        Err(error) => unknown(Some(PROTOCOL_VERSION), error.to_string()),
+    }
+}
+
+pub fn render(versions: &Versions) -> String {
+    let known = |value: Option<String>| value.unwrap_or_else(|| "unknown".to_string());
+    let mut out = String::new();
+    for (who, side) in [("client", &versions.client), ("daemon", &versions.daemon)] {
+        let _ = writeln!(
+            out,
+            "{who}: version {}, protocol {}",
+            known(side.version.clone()),
+            known(side.protocol_version.map(|version| version.to_string()))
+        );
+    }
+    if let Some(error) = &versions.daemon_error {
+        let _ = writeln!(out, "  (daemon: {error})");
+    }
+    out
+}

@@ -1,0 +1,219 @@
+//! Whether a connecting process runs inside a sandbox, as seen from its pid.
+//!
+//! A sandbox must never call the daemon, whatever its uid: a daemon run
+//! without root runs its runners as its own uid, which the allow-lists let
+//! do everything. So before a connection gets a slot, the accept loop asks
+//! the driver (which knows its sandboxes) where the peer's process comes
+//! from, and the driver answers with the two facts here:
+//!
+//! - its cgroups (`/proc/<pid>/cgroup`): a process in
+//!   `…/sandboxes/<base name>` (or below it) of a running sandbox is inside
+//!   that sandbox, and cannot leave it — the strongest sign, and the one
+//!   that catches a descendant that called `setsid`;
+//! - its session and process group (`/proc/<pid>/stat`): every runner is a
+//!   session leader (its pid is its session id and its group id), so a
+//!   process whose session or group is a running runner's pid belongs to
+//!   that sandbox. This is what is left when no cgroup is available.
+//!
+//! The peer's pid is the one `SO_PEERCRED` recorded at connect. Reading
+//! `/proc` by it races with the peer exiting (then nothing is found, and
+//! the peer, gone, can make no call) and, in theory, with pid reuse.
+
+use std::collections::HashMap;
+
+/// The name of the directory the per-sandbox cgroups live in, beside the
+/// daemon's own leaf.
+pub const SANDBOXES_CGROUP_DIR: &str = "sandboxes";
+
+/// Where a connecting process comes from, as far as the driver can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerOrigin {
+    /// Inside the sandbox with this base name; `how` says how it was seen.
+    Sandbox {
+        base_name: String,
+        how: &'static str,
+    },
+    /// Not inside any sandbox the driver runs.
+    Outside,
+    /// The driver cannot tell (a tier whose sandboxes cannot reach the socket).
+    Unknown,
+}
+
+/// A process's session id and process group, from `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionAndGroup {
+    pub session: i32,
+    pub group: i32,
+}
+
+/// `None` when the process is gone.
+pub fn session_and_group(pid: i32) -> Option<SessionAndGroup> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+/// Fields 5 (pgrp) and 6 (session), counted after the command name, which
+/// may hold spaces and parentheses.
+fn parse_stat(text: &str) -> Option<SessionAndGroup> {
+    let mut fields = text[text.rfind(')')? + 1..].split_ascii_whitespace();
+    let _state = fields.next()?;
+    let _ppid = fields.next()?;
+    let group = fields.next()?.parse().ok()?;
+    let session = fields.next()?.parse().ok()?;
+    Some(SessionAndGroup { session, group })
+}
+
+/// The cgroup paths of a process, one per hierarchy (v2's `0::/path` and
+/// each v1 controller's). Empty when the process is gone.
+pub fn cgroup_paths(pid: i32) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .map(|text| parse_cgroup(&text))
+        .unwrap_or_default()
+}
+
+fn parse_cgroup(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| line.splitn(3, ':').nth(2))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The sandbox a cgroup path lies in: the component after a `sandboxes`
+/// directory, when `is_sandbox` says it names one of the driver's.
+pub fn sandbox_of_cgroup(path: &str, is_sandbox: impl Fn(&str) -> bool) -> Option<String> {
+    let components: Vec<&str> = path.split('/').filter(|part| !part.is_empty()).collect();
+    components
+        .windows(2)
+        .find(|pair| pair[0] == SANDBOXES_CGROUP_DIR && is_sandbox(pair[1]))
+        .map(|pair| pair[1].to_string())
+}
+
+/// The whole check, for a driver that knows its running sandboxes' base
+/// names and their runners' pids (`runner pid → base name`).
+pub fn origin_of(
+    pid: i32,
+    is_sandbox: impl Fn(&str) -> bool,
+    runners: &HashMap<i32, String>,
+) -> PeerOrigin {
+    for path in cgroup_paths(pid) {
+        if let Some(base_name) = sandbox_of_cgroup(&path, &is_sandbox) {
+            return PeerOrigin::Sandbox {
+                base_name,
+                how: "its cgroup",
+            };
+        }
+    }
+    if let Some(ids) = session_and_group(pid) {
+        for (leader, how) in [
+            (ids.session, "its session"),
+            (ids.group, "its process group"),
+            (pid, "its pid"),
+        ] {
+            if let Some(base_name) = runners.get(&leader) {
+                return PeerOrigin::Sandbox {
+                    base_name: base_name.clone(),
+                    how,
+                };
+            }
+        }
+    }
+    PeerOrigin::Outside
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_session_and_group_past_a_hostile_command_name() {
+        let line = "4242 (a) b (c) S 1 4240 4239 0 -1 4194560 100 0 0 0 1 2";
+        assert_eq!(
+            parse_stat(line),
+            Some(SessionAndGroup {
+                session: 4239,
+                group: 4240
+            })
+        );
+    }
+
+    #[test]
+    fn finds_a_sandbox_in_v1_and_v2_paths_and_only_ours() {
+        let ours = |name: &str| name == "sbx-ses-0123456789ab";
+        let text = "12:pids:/sandboxd/sandboxes/sbx-ses-0123456789ab\n\
+                    0::/system.slice/sandboxd.service/sandboxes/sbx-ses-0123456789ab/inner\n";
+        let paths = parse_cgroup(text);
+        assert_eq!(paths.len(), 2);
+        for path in &paths {
+            assert_eq!(
+                sandbox_of_cgroup(path, ours).as_deref(),
+                Some("sbx-ses-0123456789ab")
+            );
+        }
+        assert_eq!(
+            sandbox_of_cgroup("/system.slice/sandboxes/sbx-ses-ffffffffffff", ours),
+            None
+        );
+        assert_eq!(sandbox_of_cgroup("/user.slice/session-1.scope", ours), None);
+    }
+
+    #[test]
+    fn our_own_process_is_outside_unless_its_session_is_a_runner() {
+        let me = std::process::id() as i32;
+        let none = HashMap::new();
+        assert_eq!(origin_of(me, |_| false, &none), PeerOrigin::Outside);
+        let ids = session_and_group(me).unwrap();
+        let runners = HashMap::from([(ids.session, "sbx-ses-000000000000".to_string())]);
+        assert_eq!(
+            origin_of(me, |_| false, &runners),
+            PeerOrigin::Sandbox {
+                base_name: "sbx-ses-000000000000".to_string(),
+                how: "its session"
+            }
+        );
+    }
+
+    /// A real cgroup v2 directory named as the daemon lays them out, with a
+    /// real child process moved into it. Needs root and a writable cgroup
+    /// v2 mount (`/sys/fs/cgroup/unified` on a hybrid host, else
+    /// `/sys/fs/cgroup`); skipped, saying so, where there is none.
+    #[test]
+    fn a_process_in_a_sandbox_cgroup_is_seen_inside() {
+        let Some(root) = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .into_iter()
+            .map(std::path::Path::new)
+            .find(|root| root.join("cgroup.procs").exists())
+        else {
+            eprintln!("skipped: no cgroup v2 mount");
+            return;
+        };
+        let base = format!("peer-origin-test-{}", std::process::id());
+        let dir = root
+            .join(&base)
+            .join(SANDBOXES_CGROUP_DIR)
+            .join("sbx-ses-abcdefabcdef");
+        if std::fs::create_dir_all(&dir).is_err() {
+            eprintln!("skipped: cannot create {} (not root?)", dir.display());
+            return;
+        }
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        let origin = origin_of(pid, |name| name == "sbx-ses-abcdefabcdef", &HashMap::new());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The cgroup empties once the child is reaped; then it can go.
+        let _ = std::fs::remove_dir(&dir);
+        let _ = std::fs::remove_dir(dir.parent().unwrap());
+        let _ = std::fs::remove_dir(root.join(&base));
+        assert_eq!(
+            origin,
+            PeerOrigin::Sandbox {
+                base_name: "sbx-ses-abcdefabcdef".to_string(),
+                how: "its cgroup"
+            }
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! The scale row: a daemon holding many running process-tier sandboxes
+//! (10,000 in a full run) at once.
+//!
+//! With its own daemon, so nothing of the other rows is in it: one
+//! sandbox first, and probes of it for the baseline; then the rest,
+//! ensured from 64 tasks; then its memory, the same probes again, `list`,
+//! and the time from SIGTERM to the daemon's exit with all of them running
+//! (every runner is stopped on the way). Goals (issue 11): VmRSS at most
+//! 40 MiB, probe p50 at most 1.2× the one-sandbox p50, stop within 3 s.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::report::{Goal, Row};
+use crate::rows::{self, connect};
+use crate::setup::{Binaries, Daemon};
+use crate::stats::Samples;
+
+/// Probes per measurement, after a warm-up of a tenth as many.
+const PROBES: usize = 2_000;
+/// `list` calls timed; the median is reported.
+const LISTS: usize = 5;
+/// Concurrent ensures while filling the daemon.
+const TASKS: usize = 64;
+
+/// The rows, and one line of context for the report.
+pub async fn measure(
+    dir: &Path,
+    binaries: &Binaries,
+    count: usize,
+) -> anyhow::Result<(Vec<Row>, String)> {
+    let mut daemon = Daemon::start_with(dir, "scale-", binaries, "driver = \"local-process\"\n")?;
+    let client = connect(&daemon.socket).await?;
+    let hot = "scale-hot";
+    client
+        .ensure_session_sandbox(hot, &rows::sandbox_env(hot))
+        .await?;
+    let alone = rows::probe_serial(&client, hot, PROBES, PROBES / 10).await?;
+
+    let (fill, _) = rows::burst(
+        std::slice::from_ref(&client),
+        "scale",
+        count - 1,
+        TASKS,
+        false,
+    )
+    .await?;
+    let running = client.status().await?.counts.running as usize;
+    if running != count {
+        bail!("expected {count} running sandboxes, status says {running}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_kib = daemon.rss_kib().context("cannot read the daemon's VmRSS")?;
+    let crowded = rows::probe_serial(&client, hot, PROBES, PROBES / 10).await?;
+    let mut lists = Samples::with_capacity(LISTS);
+    for _ in 0..LISTS {
+        let begun = Instant::now();
+        let listed = client.list(None).await?;
+        lists.push(begun.elapsed());
+        if listed.len() != count {
+            bail!("list returned {} of {count} sandboxes", listed.len());
+        }
+    }
+    drop(client);
+    let stopping = Instant::now();
+    daemon.stop()?;
+    let stop = stopping.elapsed();
+
+    let what = |figure: &str| format!("{figure} with {count} running");
+    let rows = vec![
+        Row {
+            row: "s",
+            what: what("daemon VmRSS"),
+            unit: "MiB",
+            value: rss_kib as f64 / 1024.0,
+            baseline_what: "—".into(),
+            baseline: None,
+            goal: Goal::AtMost(40.0, "≤ 40 MiB"),
+        },
+        Row {
+            row: "s",
+            what: what("probe p50"),
+            unit: "µs",
+            value: crowded.p50(),
+            baseline_what: "probe p50 with 1 running".into(),
+            baseline: Some(alone.p50()),
+            goal: Goal::RatioAtMost(1.2),
+        },
+        Row {
+            row: "s",
+            what: what("list"),
+            unit: "ms",
+            value: lists.p50() / 1000.0,
+            baseline_what: "—".into(),
+            baseline: None,
+            goal: Goal::Info,
+        },
+        Row {
+            row: "s",
+            what: what("SIGTERM to exit"),
+            unit: "s",
+            value: stop.as_secs_f64(),
+            baseline_what: "—".into(),
+            baseline: None,
+            goal: Goal::AtMost(3.0, "≤ 3 s"),
+        },
+    ];
+    let info = format!(
+        "(s) {count} sandboxes ensured in {:.1} s ({:.0}/s) from {TASKS} tasks",
+        fill.as_secs_f64(),
+        (count - 1) as f64 / fill.as_secs_f64()
+    );
+    Ok((rows, info))
+}

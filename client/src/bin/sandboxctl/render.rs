@@ -12,6 +12,7 @@ use sandboxd_client::{
     DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, SandboxInfo, Scope,
 };
 
+use crate::egress::EgressCheck;
 use crate::time::{ago, duration, rfc3339_utc};
 
 const MISSING: &str = "-";
@@ -144,6 +145,26 @@ pub fn deprovision(
     }
     line.push('\n');
     line
+}
+
+/// One row per address: `ADDRESS  VERDICT  REASON`, under the posture's name.
+pub fn egress_check(check: &EgressCheck) -> String {
+    let header = ["ADDRESS", "VERDICT", "REASON"].map(str::to_string);
+    let rows = check.verdicts.iter().map(|verdict| {
+        [
+            shown(&verdict.address),
+            if verdict.allowed {
+                "allowed"
+            } else {
+                "refused"
+            }
+            .to_string(),
+            verdict.reason.unwrap_or(MISSING).to_string(),
+        ]
+    });
+    let mut out = format!("posture: {}\n", check.posture);
+    out.push_str(&table(std::iter::once(header).chain(rows).collect()));
+    out
 }
 
 /// The pid on the process tier, a short container id on container tiers.
@@ -378,6 +399,23 @@ mod tests {
         assert!(text.contains("driver:    local-process (ok)\n"), "{text}");
         assert!(text.contains("uptime:    1h 2m\n"), "{text}");
         assert!(text.contains("2 session, 1 workflow, 0 connect (2 running, 1 stopped)"));
+    }
+
+    #[test]
+    fn egress_check_is_a_table_of_verdicts() {
+        let addresses = ["10.0.0.1", "169.254.169.254", "\u{1b}[2J"].map(String::from);
+        let check = EgressCheck::judge(sandboxd_client::egress::Posture::Relaxed, &addresses);
+        let text = egress_check(&check);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "posture: relaxed");
+        assert_eq!(lines[1], "ADDRESS          VERDICT  REASON");
+        assert_eq!(lines[2], "10.0.0.1         allowed  -");
+        assert_eq!(
+            lines[3],
+            "169.254.169.254  refused  link-local (cloud metadata)"
+        );
+        assert!(lines[4].ends_with("refused  unrecognized"), "{text}");
+        assert!(!text.contains('\u{1b}'));
     }
 
     #[test]

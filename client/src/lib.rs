@@ -41,7 +41,7 @@ pub use socket_path::{default_socket_path, SOCKET_ENV, SYSTEM_SOCKET, USER_SOCKE
 /// the control plane and the daemon both judge addresses with.
 pub use sandboxd_protocol::egress;
 pub use sandboxd_protocol::{
-    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, LogChunk, LogCursor, LogStart,
-    ProbeState, SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Scope, Token, MAX_LOG_CHUNK,
-    PROTOCOL_VERSION,
+    DaemonStatus, DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, LogChunk, LogCursor,
+    LogStart, ProbeState, SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Scope, Token,
+    MAX_LOG_CHUNK, PROTOCOL_VERSION,
 };

@@ -43,6 +43,11 @@ async fn human_and_json_output() {
         "{}",
         stdout(&status)
     );
+    assert!(
+        stdout(&status).contains("egress:    strict (stand-in rules)\n"),
+        "{}",
+        stdout(&status)
+    );
 
     let list = sandboxctl(&path, &["--json", "list", "--scope", "session"]).await;
     assert_eq!(list.status.code(), Some(0));

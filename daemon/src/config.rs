@@ -11,6 +11,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
+use crate::egress::EgressSetting;
+
 /// Where the file is read from when `--config` is not given (and it exists).
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/stigmer/sandboxd.toml";
 
@@ -171,6 +173,7 @@ struct FileConfig {
     runner_oom_score_adj: Option<i32>,
     access: Option<AccessConfig>,
     docker: Option<DockerConfig>,
+    egress: Option<EgressSetting>,
 }
 
 /// The resolved configuration.
@@ -204,6 +207,9 @@ pub struct Config {
     pub access: AccessConfig,
     /// The docker tier's settings; `host` is always set once resolved.
     pub docker: DockerConfig,
+    /// The egress posture every sandbox is held to: `relaxed` unless the
+    /// file says otherwise; `none` only when written.
+    pub egress: EgressSetting,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -285,6 +291,7 @@ impl Config {
             runner_oom_score_adj: file.runner_oom_score_adj.unwrap_or(0),
             access: file.access.unwrap_or_default(),
             docker,
+            egress: file.egress.unwrap_or_default(),
         };
         config.validate()?;
         Ok(config)
@@ -487,6 +494,22 @@ mod tests {
         assert!(error.to_string().contains("drvier"), "{error}");
         let error = toml::from_str::<FileConfig>("[access]\nmutate_uid = [1]").unwrap_err();
         assert!(error.to_string().contains("mutate_uid"), "{error}");
+    }
+
+    #[test]
+    fn egress_defaults_to_relaxed_and_none_must_be_written() {
+        use sandboxd_protocol::egress::Posture;
+        let config = resolve("", &[], Flags::default()).unwrap();
+        assert_eq!(config.egress, EgressSetting::Enforced(Posture::Relaxed));
+        let strict = resolve("egress = \"strict\"", &[], Flags::default()).unwrap();
+        assert_eq!(strict.egress, EgressSetting::Enforced(Posture::Strict));
+        let none = resolve("egress = \"none\"", &[], Flags::default()).unwrap();
+        assert_eq!(none.egress, EgressSetting::Unrestricted);
+        let error = resolve("egress = \"off\"", &[], Flags::default()).unwrap_err();
+        assert!(
+            error.to_string().contains("known: relaxed, strict, none"),
+            "{error}"
+        );
     }
 
     #[test]

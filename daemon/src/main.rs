@@ -3,6 +3,7 @@
 mod access;
 mod config;
 mod drivers;
+mod egress;
 mod logging;
 mod provisioner;
 mod server;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sandboxd_protocol::{
-    naming, DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
-    SandboxError, SandboxInfo, Scope,
+    naming, DeprovisionReport, EgressStatus, EnsureReport, LogChunk, LogStart, ProbeState,
+    SandboxEnv, SandboxError, SandboxInfo, Scope,
 };
 
 use crate::config::Config;
@@ -48,6 +48,11 @@ pub trait Driver: Send + Sync + 'static {
 
     /// One short line on the runtime's health, for `status`.
     fn health(&self) -> String;
+
+    /// The egress posture this tier holds its sandboxes to, and how (or
+    /// why not), for `status` and `describe`. A tier that cannot enforce
+    /// the configured posture refuses every ensure (SPEC §9: fail closed).
+    fn egress(&self) -> EgressStatus;
 
     /// Absent → provision; stopped → start; running → fast path.
     async fn ensure(

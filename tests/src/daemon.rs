@@ -44,6 +44,11 @@ pub struct Options {
     pub socket: Option<PathBuf>,
     /// `log_level` in the config file (`RUST_LOG` is removed from the daemon's environment).
     pub log_level: String,
+    /// `egress` in the config file; `None` leaves it out (the daemon's
+    /// default, `relaxed`). Defaults to `"none"`: a posture fails closed
+    /// until runners are placed in the sandboxes cgroup the rules match
+    /// (the cgroup layer), and these tests are about everything else.
+    pub egress: Option<String>,
 }
 
 impl Default for Options {
@@ -58,6 +63,7 @@ impl Default for Options {
             args: Vec::new(),
             socket: None,
             log_level: "debug".to_string(),
+            egress: Some("none".to_string()),
         }
     }
 }
@@ -160,6 +166,9 @@ impl TestDaemon {
             .collect();
         writeln!(text, "runner_args = [{}]", args.join(", ")).unwrap();
         writeln!(text, "log_level = {}", toml_string(&options.log_level)).unwrap();
+        if let Some(egress) = &options.egress {
+            writeln!(text, "egress = {}", toml_string(egress)).unwrap();
+        }
         text.push_str(&options.extra_toml);
         text.push('\n');
         if let Some(access) = &options.access_toml {

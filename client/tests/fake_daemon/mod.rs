@@ -140,6 +140,7 @@ impl Sandboxd for FakeDaemon {
             }),
             task_queue: "session:abc".into(),
             caller_class: "user".into(),
+            egress: Some(stand_in_egress()),
         })
     }
 
@@ -163,6 +164,7 @@ impl Sandboxd for FakeDaemon {
             counts: Default::default(),
             socket_path: String::new(),
             state_dir: String::new(),
+            egress: stand_in_egress(),
         })
     }
 
@@ -285,5 +287,14 @@ pub fn env() -> SandboxEnv {
         task_queue: "session:abc".into(),
         stigmer_token: Token::new("s3cr3t"),
         caller_class: "user".into(),
+    }
+}
+
+/// What the stand-in says of its egress posture.
+fn stand_in_egress() -> sandboxd_client::EgressStatus {
+    sandboxd_client::EgressStatus {
+        posture: "strict".into(),
+        enforced: true,
+        mechanism: "stand-in rules".into(),
     }
 }

@@ -240,7 +240,9 @@ impl Sandboxd for ConnectionService {
     ) -> Result<SandboxInfo, SandboxError> {
         self.authorize(Call::Describe)?;
         let key = key(scope, id_field(scope), id)?;
-        self.driver().describe(&key).await
+        let mut info = self.driver().describe(&key).await?;
+        info.egress = Some(self.daemon.driver.egress());
+        Ok(info)
     }
 
     async fn list(
@@ -277,6 +279,7 @@ impl Sandboxd for ConnectionService {
             counts,
             socket_path: daemon.socket_path.display().to_string(),
             state_dir: daemon.state_dir.display().to_string(),
+            egress: daemon.driver.egress(),
         })
     }
 

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 
 use sandboxd_client::{
-    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, SandboxInfo, Scope,
+    DaemonStatus, DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, SandboxInfo, Scope,
 };
 
 use crate::egress::EgressCheck;
@@ -37,7 +37,13 @@ pub fn status(status: &DaemonStatus) -> String {
                 counts.session, counts.workflow, counts.connect, counts.running, counts.stopped
             ),
         ),
+        ("egress", egress(&status.egress)),
     ])
+}
+
+/// `strict (nftables table …)`: the posture, then how it is held.
+fn egress(egress: &EgressStatus) -> String {
+    format!("{} ({})", shown(&egress.posture), shown(&egress.mechanism))
 }
 
 /// A table, one sandbox per row, columns padded to their widest cell.
@@ -107,6 +113,9 @@ pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
         ("task queue", or_missing(&info.task_queue)),
         ("caller class", or_missing(&info.caller_class)),
     ]);
+    if let Some(posture) = &info.egress {
+        lines.push(("egress", egress(posture)));
+    }
     key_values(&lines)
 }
 
@@ -261,6 +270,11 @@ mod tests {
             }),
             task_queue: "session:abc".into(),
             caller_class: "user".into(),
+            egress: Some(EgressStatus {
+                posture: "relaxed".into(),
+                enforced: true,
+                mechanism: "nftables table inet sandboxd_0123456789ab".into(),
+            }),
         }
     }
 
@@ -330,6 +344,10 @@ mod tests {
         );
         assert!(text.contains("last exit:    signal 9 at 2024-05-01T12:29:55Z (5m 1s ago)\n"));
         assert!(text.contains("caller class: user\n"), "{text}");
+        assert!(
+            text.contains("egress:       relaxed (nftables table inet sandboxd_0123456789ab)\n"),
+            "{text}"
+        );
         assert!(!text.contains("container id"));
     }
 
@@ -394,11 +412,22 @@ mod tests {
             },
             socket_path: "/run/stigmer/sandboxd.sock".into(),
             state_dir: "/var/lib/stigmer".into(),
+            egress: EgressStatus {
+                posture: "none".into(),
+                enforced: false,
+                mechanism: "unrestricted: egress = \"none\" in the configuration".into(),
+            },
         };
         let text = status(&daemon);
         assert!(text.contains("driver:    local-process (ok)\n"), "{text}");
         assert!(text.contains("uptime:    1h 2m\n"), "{text}");
         assert!(text.contains("2 session, 1 workflow, 0 connect (2 running, 1 stopped)"));
+        assert!(
+            text.contains(
+                "egress:    none (unrestricted: egress = \"none\" in the configuration)\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

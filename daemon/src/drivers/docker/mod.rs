@@ -32,14 +32,15 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use futures::StreamExt;
 use sandboxd_protocol::{
-    DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv, SandboxError,
-    SandboxInfo, Scope,
+    DeprovisionReport, EgressStatus, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
+    SandboxError, SandboxInfo, Scope,
 };
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, DEFAULT_DOCKER_HOST};
 use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
+use crate::egress::EgressSetting;
 use crate::provisioner::{Driver, SandboxKey};
 use engine::{CallError, Engine, READ_TIMEOUT};
 use events::Exits;
@@ -55,6 +56,9 @@ pub struct DockerDriver {
     inner: Arc<Inner>,
     /// The events watcher and the reaper; stopped with the driver.
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The configured egress posture, which this tier cannot enforce yet:
+    /// any posture but `none` refuses every start (SPEC §9, fail closed).
+    egress: EgressSetting,
 }
 
 /// What every operation shares.
@@ -151,9 +155,13 @@ impl DockerDriver {
             tokio::spawn(events::watch(inner.engine.clone(), inner.exits.clone())),
             tokio::spawn(reaper::run(inner.clone(), reaper)),
         ];
+        if config.egress != EgressSetting::Unrestricted {
+            tracing::error!(egress = %config.egress, "the docker tier does not enforce an egress posture yet, so every ensure will be refused; set egress = \"none\" to run containers unrestricted");
+        }
         Ok(DockerDriver {
             inner,
             tasks: Mutex::new(tasks),
+            egress: config.egress,
         })
     }
 }
@@ -237,6 +245,12 @@ impl Driver for DockerDriver {
                 });
             }
         }
+        if self.egress != EgressSetting::Unrestricted {
+            return Err(SandboxError::Unavailable(format!(
+                "egress posture '{}' is not in force, so no sandbox may start: the docker tier does not enforce egress postures in this version of sandboxd (set egress = \"none\" to run containers unrestricted)",
+                self.egress
+            )));
+        }
         // In a task of its own: a caller that stops waiting must not leave
         // a container created but never started, or a generation recorded
         // for a start that was never made.
@@ -246,6 +260,22 @@ impl Driver for DockerDriver {
             ensure::ensure(&inner, &key, &env).await
         })
         .await
+    }
+
+    fn egress(&self) -> EgressStatus {
+        EgressStatus {
+            posture: self.egress.to_string(),
+            enforced: false,
+            mechanism: match self.egress {
+                EgressSetting::Unrestricted => {
+                    "unrestricted: egress = \"none\" in the configuration".to_string()
+                }
+                EgressSetting::Enforced(_) => {
+                    "NOT ENFORCED, ensure refused: the docker tier does not enforce egress postures yet"
+                        .to_string()
+                }
+            },
+        }
     }
 
     async fn deprovision(

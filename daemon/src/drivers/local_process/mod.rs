@@ -31,14 +31,15 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use async_trait::async_trait;
 use sandboxd_protocol::{
-    DeprovisionReport, EnsureReport, ExitInfo, LogChunk, LogStart, ProbeState, SandboxEnv,
-    SandboxError, SandboxInfo, Scope,
+    DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, LogChunk, LogStart, ProbeState,
+    SandboxEnv, SandboxError, SandboxInfo, Scope,
 };
 use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
+use crate::egress::{self, Egress};
 use crate::provisioner::{Driver, SandboxKey};
 use identity::RunnerIdentity;
 use ledger::{Ledger, LedgerRecord};
@@ -83,6 +84,8 @@ struct Inner {
     spawner: Spawner,
     /// The runners' output files: their size cap and reading them back.
     logs: Arc<logs::RunnerLogs>,
+    /// The egress posture's rules; an ensure is refused while not in force.
+    egress: Arc<Egress>,
     stopping: AtomicBool,
     /// Held for the daemon's life: one daemon per state directory.
     _state_lock: nix::fcntl::Flock<std::fs::File>,
@@ -154,6 +157,21 @@ impl LocalProcessDriver {
                 tracing::error!("{problem}: every ensure will fail until it is installed")
             }
         }
+        // MERGE HOOK (egress + cgroups): the sandboxes' parent cgroup, as
+        // its path below the cgroup v2 root, once every runner is cloned
+        // into `<it>/<base name>`. The rules are loaded on it here, before
+        // the daemon serves; it must exist by now (nft resolves it to an
+        // id at load). Until runners live under it, no kernel rule can
+        // tell their traffic apart, so any posture but `none` fails closed.
+        let sandboxes_cgroup: Option<PathBuf> = None;
+        let setting = config.egress;
+        let egress = Arc::new(
+            tokio::task::spawn_blocking(move || {
+                Egress::establish(setting, sandboxes_cgroup.as_deref())
+            })
+            .await?,
+        );
+        tokio::spawn(egress::keep_verified(Arc::downgrade(&egress)));
         let inner = Arc::new(Inner {
             settings,
             stop_grace: config.stop_grace,
@@ -164,6 +182,7 @@ impl LocalProcessDriver {
             reaper,
             spawner: Spawner::start()?,
             logs: runner_logs.clone(),
+            egress,
             stopping: AtomicBool::new(false),
             _state_lock: state_lock,
         });
@@ -346,6 +365,7 @@ impl Inner {
             last_exit: record.last_exit,
             task_queue: record.task_queue.clone(),
             caller_class: record.caller_class.clone(),
+            egress: None,
         }
     }
 }
@@ -449,6 +469,8 @@ impl Driver for LocalProcessDriver {
                 "sandboxd is shutting down".into(),
             ));
         }
+        // Fail closed: no runner starts unless the egress rules are in force.
+        self.inner.egress.check()?;
         // The slow path runs in a task of its own, and the spawn itself on a
         // spawner thread, so this connection's other calls and the runtime's
         // workers never wait on a spawn. A caller that gives up while waiting
@@ -561,10 +583,21 @@ impl Driver for LocalProcessDriver {
         tracing::info!(sandboxes = keys.len(), "stopping every process-tier runner");
         // Workspaces are kept: a session ensured again after a restart finds its files.
         let stops = keys.iter().map(|key| self.deprovision(key, true));
+        let mut all_stopped = true;
         for (key, result) in keys.iter().zip(futures::future::join_all(stops).await) {
             if let Err(error) = result {
+                all_stopped = false;
                 tracing::error!(scope = %key.scope, id = %key.id, %error, "runner did not stop cleanly");
             }
         }
+        // The rules go only once no runner is left for them to hold.
+        if all_stopped {
+            let egress = self.inner.egress.clone();
+            let _ = tokio::task::spawn_blocking(move || egress.remove()).await;
+        }
+    }
+
+    fn egress(&self) -> EgressStatus {
+        self.inner.egress.status()
     }
 }

@@ -1,0 +1,211 @@
+//! The egress posture, enforced by the kernel on every sandbox (SPEC §9).
+//!
+//! The process tier: an nftables table of the daemon's own whose
+//! output-hook chain matches every packet whose socket was made by a
+//! process under the sandboxes cgroup and refuses the posture's ranges —
+//! every TCP connect and every UDP send, IPv4 and IPv6 (an IPv4-mapped
+//! IPv6 destination leaves as IPv4 and meets the IPv4 rules). The ranges
+//! come from the one table in `sandboxd_protocol::egress`.
+//!
+//! Fail closed: [`Egress::establish`] never errors; when the rules cannot
+//! be installed and verified, it remembers why and [`Egress::check`]
+//! refuses every ensure with `unavailable` naming it, so no sandbox runs
+//! unenforced. Only `egress = "none"`, written explicitly, runs sandboxes
+//! unrestricted.
+//!
+//! Life cycle: installed at start, before the daemon serves, by one atomic
+//! nft transaction that replaces the table a previous instance left (so a
+//! restart has no window without rules); re-verified periodically; removed
+//! on a clean stop, after every runner is stopped. A crashed daemon leaves
+//! its table in force, so runners it leaves behind stay held to it until
+//! the next start's sweep kills them.
+
+mod cgroup_target;
+mod nft;
+mod ruleset;
+mod setting;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use sandboxd_protocol::egress::Posture;
+use sandboxd_protocol::{EgressStatus, SandboxError};
+
+use cgroup_target::{find_v2_mount, CgroupTarget};
+use nft::Nft;
+use ruleset::Ruleset;
+pub use setting::EgressSetting;
+
+/// The posture's state on this daemon.
+pub struct Egress {
+    setting: EgressSetting,
+    state: Mutex<State>,
+}
+
+enum State {
+    /// `egress = "none"`.
+    Unrestricted,
+    /// The table is installed and was verified.
+    InForce { nft: Nft, ruleset: Ruleset },
+    /// Why the posture cannot be enforced; every ensure is refused.
+    Unenforceable(String),
+}
+
+impl Egress {
+    /// Installs and verifies the rules for `setting` on the sandboxes
+    /// cgroup, given by its path below the cgroup v2 root. Blocking (it
+    /// runs nft). `None` means the tier has no cgroup v2 to put runners
+    /// in, and then any posture is unenforceable.
+    pub fn establish(setting: EgressSetting, sandboxes_cgroup: Option<&Path>) -> Egress {
+        let state = match setting {
+            EgressSetting::Unrestricted => {
+                tracing::warn!("egress = \"none\": sandboxes may connect anywhere, the cloud metadata endpoint included");
+                State::Unrestricted
+            }
+            EgressSetting::Enforced(posture) => match install(posture, sandboxes_cgroup) {
+                Ok((nft, ruleset)) => {
+                    tracing::info!(posture = %posture, table = %ruleset.table_spec(), cgroup = %ruleset.target.dir.display(), "egress rules in force");
+                    State::InForce { nft, ruleset }
+                }
+                Err(reason) => {
+                    tracing::error!(posture = %posture, "egress posture cannot be enforced, so every ensure will be refused: {reason}");
+                    State::Unenforceable(reason)
+                }
+            },
+        };
+        Egress {
+            setting,
+            state: Mutex::new(state),
+        }
+    }
+
+    /// Ok when a sandbox may start: the rules are in force, or egress is
+    /// unrestricted by configuration. Cheap: no syscall.
+    pub fn check(&self) -> Result<(), SandboxError> {
+        match &*self.state() {
+            State::Unrestricted | State::InForce { .. } => Ok(()),
+            State::Unenforceable(reason) => Err(SandboxError::Unavailable(format!(
+                "egress posture '{}' is not in force, so no sandbox may start: {reason}",
+                self.setting
+            ))),
+        }
+    }
+
+    /// The posture and how it is enforced, for `status` and `describe`.
+    pub fn status(&self) -> EgressStatus {
+        let (enforced, mechanism) = match &*self.state() {
+            State::Unrestricted => (
+                false,
+                "unrestricted: egress = \"none\" in the configuration".to_string(),
+            ),
+            State::InForce { ruleset, .. } => (
+                true,
+                format!(
+                    "nftables table {} refuses the posture's ranges to every socket under cgroup {}",
+                    ruleset.table_spec(),
+                    ruleset.target.dir.display()
+                ),
+            ),
+            State::Unenforceable(reason) => {
+                (false, format!("NOT ENFORCED, ensure refused: {reason}"))
+            }
+        };
+        EgressStatus {
+            posture: self.setting.to_string(),
+            enforced,
+            mechanism,
+        }
+    }
+
+    /// Lists the table again and checks it; when it is gone or altered,
+    /// installs it anew, and when that fails too, refuses ensures from now
+    /// on. Blocking.
+    pub fn reverify(&self) {
+        let mut state = self.state();
+        let State::InForce { nft, ruleset } = &*state else {
+            return;
+        };
+        let listed = nft.list_table(&ruleset.table_spec());
+        let Err(problem) = listed.and_then(|listing| ruleset.verify(&listing)) else {
+            return;
+        };
+        tracing::warn!(table = %ruleset.table_spec(), "egress rules no longer verify ({problem}); installing them again");
+        let again = nft
+            .apply(&ruleset.script())
+            .and_then(|()| nft.list_table(&ruleset.table_spec()))
+            .and_then(|listing| ruleset.verify(&listing));
+        if let Err(reason) = again {
+            tracing::error!(
+                "egress rules cannot be restored, so every ensure will be refused: {reason}"
+            );
+            *state = State::Unenforceable(format!(
+                "the rules were altered after start ({problem}) and cannot be restored: {reason}"
+            ));
+        }
+    }
+
+    /// Removes the table. Only on a clean stop, once no runner is left.
+    /// Blocking.
+    pub fn remove(&self) {
+        if let State::InForce { nft, ruleset } = &*self.state() {
+            match nft.delete_table(&ruleset.table_spec()) {
+                Ok(()) => tracing::info!(table = %ruleset.table_spec(), "egress rules removed"),
+                Err(error) => tracing::warn!("egress rules left in place: {error}"),
+            }
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+}
+
+/// How often the installed rules are listed and checked again.
+pub const REVERIFY_EVERY: Duration = Duration::from_secs(30);
+
+/// Re-verifies the rules every [`REVERIFY_EVERY`] until the driver that
+/// owns `egress` is dropped.
+pub async fn keep_verified(egress: Weak<Egress>) {
+    let mut ticker = tokio::time::interval(REVERIFY_EVERY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await; // The first tick is immediate: start just verified.
+    loop {
+        ticker.tick().await;
+        let Some(egress) = egress.upgrade() else {
+            return;
+        };
+        let _ = tokio::task::spawn_blocking(move || egress.reverify()).await;
+    }
+}
+
+/// Finds nft, locates the cgroup, loads the table and checks the kernel
+/// lists back exactly what was loaded.
+fn install(posture: Posture, sandboxes_cgroup: Option<&Path>) -> Result<(Nft, Ruleset), String> {
+    let nft = Nft::find()?;
+    let relative = sandboxes_cgroup.ok_or(
+        "runners are not placed in a cgroup v2 of their own on this daemon, so no kernel rule can tell their traffic apart",
+    )?;
+    let target = CgroupTarget::new(&find_v2_mount()?, relative)?;
+    if !target.dir.is_dir() {
+        return Err(format!(
+            "the sandboxes cgroup {} does not exist",
+            target.dir.display()
+        ));
+    }
+    let ruleset = Ruleset::new(posture, target);
+    nft.apply(&ruleset.script())?;
+    let listing = nft.list_table(&ruleset.table_spec())?;
+    ruleset.verify(&listing).map_err(|why| {
+        format!(
+            "the table {} does not hold the rules loaded: {why}",
+            ruleset.table_spec()
+        )
+    })?;
+    Ok((nft, ruleset))
+}

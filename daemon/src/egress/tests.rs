@@ -183,8 +183,11 @@ fn strict_refuses_loopback_in_both_families_and_relaxed_allows_it() {
     }
 }
 
-/// A network namespace with `169.254.77.1` on its end of a veth pair
-/// whose host end is `169.254.77.2`, point to point. Removed on drop.
+/// A network namespace with `169.254.77.1` and `fe80::77:1` on its end of
+/// a veth pair whose host end is `169.254.77.2` and `fe80::77:2`, point to
+/// point (IPv6
+/// link-local routes are per interface and need a zone, so they divert
+/// nothing either). Removed on drop.
 struct LinkLocalPeer {
     namespace: String,
     host_link: String,
@@ -192,6 +195,7 @@ struct LinkLocalPeer {
 
 const PEER: &str = "169.254.77.1";
 const HOST_SIDE: &str = "169.254.77.2";
+const PEER_V6: &str = "fe80::77:1";
 
 impl LinkLocalPeer {
     fn new() -> LinkLocalPeer {
@@ -210,9 +214,20 @@ impl LinkLocalPeer {
             ],
             vec!["link", "set", &ns_link, "netns", ns],
             vec!["addr", "add", HOST_SIDE, "peer", PEER, "dev", host],
+            vec!["addr", "add", "fe80::77:2/64", "dev", host, "nodad"],
             vec!["link", "set", host, "up"],
             vec![
                 "-n", ns, "addr", "add", PEER, "peer", HOST_SIDE, "dev", &ns_link,
+            ],
+            vec![
+                "-n",
+                ns,
+                "addr",
+                "add",
+                "fe80::77:1/64",
+                "dev",
+                &ns_link,
+                "nodad",
             ],
             vec!["-n", ns, "link", "set", &ns_link, "up"],
             vec!["-n", ns, "link", "set", "lo", "up"],
@@ -222,13 +237,20 @@ impl LinkLocalPeer {
         peer
     }
 
-    /// A TCP listener on the peer address, made inside the namespace.
+    /// `fe80::77:1%<host end>`: the peer's IPv6 link-local address as the
+    /// host reaches it.
+    fn peer_v6(&self) -> String {
+        format!("{PEER_V6}%{}", self.host_link)
+    }
+
+    /// A TCP listener on every address of the namespace (its own: nothing
+    /// else can reach it), made inside it.
     fn listen(&self) -> TcpListener {
         let netns = File::open(format!("/run/netns/{}", self.namespace)).expect("open the netns");
         std::thread::spawn(move || {
             // This thread alone enters the namespace; the socket stays there.
             nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            TcpListener::bind((PEER, 0)).expect("listen on the peer address")
+            TcpListener::bind("[::]:0").expect("listen in the namespace")
         })
         .join()
         .expect("the listener thread")
@@ -265,20 +287,29 @@ fn link_local_is_refused_under_both_postures_and_reachable_with_none() {
     let cgroup = TestCgroup::new();
     let sandbox = cgroup.sandbox("sbx-wfx-000000000002");
 
+    let peers = [PEER.to_string(), peer.peer_v6()];
+
     let none = Egress::establish(EgressSetting::Unrestricted, Some(&cgroup.relative));
     assert_eq!(none.check(), Ok(()));
     assert!(!none.status().enforced);
-    let (ok, stderr) = run_in(&sandbox, &tcp(PEER, port));
-    assert!(
-        ok,
-        "with none, the test's own link-local peer is unreachable: {stderr}"
-    );
+    for address in &peers {
+        let (ok, stderr) = run_in(&sandbox, &tcp(address, port));
+        assert!(
+            ok,
+            "with none, the test's own peer {address} is unreachable: {stderr}"
+        );
+    }
 
     for setting in [RELAXED, STRICT] {
         let _rules = install(setting, &cgroup);
-        let (ok, stderr) = run_in(&sandbox, &tcp(PEER, port));
-        assert!(!ok, "{setting} let a sandbox reach {PEER}");
-        assert!(stderr.contains("Connection refused"), "{setting}: {stderr}");
+        for address in &peers {
+            let (ok, stderr) = run_in(&sandbox, &tcp(address, port));
+            assert!(!ok, "{setting} let a sandbox reach {address}");
+            assert!(
+                stderr.contains("Connection refused"),
+                "{setting}, {address}: {stderr}"
+            );
+        }
     }
 }
 

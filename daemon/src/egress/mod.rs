@@ -18,7 +18,7 @@
 //! restart has no window without rules); re-verified periodically; removed
 //! on a clean stop, after every runner is stopped. A crashed daemon leaves
 //! its table in force, so runners it leaves behind stay held to it until
-//! the next start's sweep kills them.
+//! the next start's sweep kills them; a next start with `none` deletes it.
 
 mod cgroup_target;
 mod nft;
@@ -64,6 +64,7 @@ impl Egress {
         let state = match setting {
             EgressSetting::Unrestricted => {
                 tracing::warn!("egress = \"none\": sandboxes may connect anywhere, the cloud metadata endpoint included");
+                remove_leftover(sandboxes_cgroup);
                 State::Unrestricted
             }
             EgressSetting::Enforced(posture) => match install(posture, sandboxes_cgroup) {
@@ -181,6 +182,29 @@ pub async fn keep_verified(egress: Weak<Egress>) {
             return;
         };
         let _ = tokio::task::spawn_blocking(move || egress.reverify()).await;
+    }
+}
+
+/// Deletes the table a crashed instance with a posture left on the same
+/// cgroup, so that `none` means what `status` says. Best effort: with no
+/// nft or no such table there is nothing to remove.
+fn remove_leftover(sandboxes_cgroup: Option<&Path>) {
+    let (Some(relative), Ok(nft), Ok(mount)) = (sandboxes_cgroup, Nft::find(), find_v2_mount())
+    else {
+        return;
+    };
+    let Ok(target) = CgroupTarget::new(&mount, relative) else {
+        return;
+    };
+    // The table's name does not depend on the posture.
+    let table = Ruleset::new(Posture::Relaxed, target).table_spec();
+    if nft.list_table(&table).is_ok() {
+        match nft.delete_table(&table) {
+            Ok(()) => tracing::info!(%table, "removed the egress rules an earlier sandboxd left"),
+            Err(error) => tracing::error!(
+                "egress = \"none\", but an earlier sandboxd's rules stay in force: {error}"
+            ),
+        }
     }
 }
 

@@ -360,3 +360,24 @@ fn rules_altered_behind_the_daemon_are_restored() {
     let listing = nft.list_table(&table).expect("the table is back");
     assert!(listing.contains("jump sandboxes"), "{listing}");
 }
+
+#[test]
+fn none_removes_the_rules_a_crashed_daemon_left() {
+    require_root();
+    let cgroup = TestCgroup::new();
+    // A daemon that never stopped cleanly: its rules are never removed.
+    let crashed = Egress::establish(STRICT, Some(&cgroup.relative));
+    let (nft, table) = match &*crashed.state() {
+        State::InForce { nft, ruleset } => (nft.clone(), ruleset.table_spec()),
+        _ => panic!("not in force"),
+    };
+    drop(crashed);
+    assert!(nft.list_table(&table).is_ok(), "the leftover table");
+
+    let none = Egress::establish(EgressSetting::Unrestricted, Some(&cgroup.relative));
+    assert_eq!(none.check(), Ok(()));
+    assert!(
+        nft.list_table(&table).is_err(),
+        "{table} outlived egress = none"
+    );
+}

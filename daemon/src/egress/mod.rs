@@ -4,8 +4,11 @@
 //! output-hook chain matches every packet whose socket was made by a
 //! process under the sandboxes cgroup and refuses the posture's ranges —
 //! every TCP connect and every UDP send, IPv4 and IPv6 (an IPv4-mapped
-//! IPv6 destination leaves as IPv4 and meets the IPv4 rules). The ranges
-//! come from the one table in `sandboxd_protocol::egress`.
+//! IPv6 destination leaves as IPv4 and meets the IPv4 rules). The docker
+//! tier: the same kind of table on every packet arriving from the bridge
+//! of the daemon's own network (forward and input hooks; under `strict`
+//! the host itself is refused too). The ranges come from the one table in
+//! `sandboxd_protocol::egress`.
 //!
 //! Fail closed: [`Egress::establish`] never errors; when the rules cannot
 //! be installed and verified, it remembers why and [`Egress::check`]
@@ -13,7 +16,9 @@
 //! unenforced. Only `egress = "none"`, written explicitly, runs sandboxes
 //! unrestricted.
 //!
-//! Life cycle: installed at start, before the daemon serves, by one atomic
+//! Life cycle (process tier; the docker tier keeps its table on a clean
+//! stop, since containers outlive the daemon): installed at start, before
+//! the daemon serves, by one atomic
 //! nft transaction that replaces the table a previous instance left (so a
 //! restart has no window without rules); re-verified periodically; removed
 //! on a clean stop, after every runner is stopped. A crashed daemon leaves
@@ -37,7 +42,7 @@ use sandboxd_protocol::{EgressStatus, SandboxError};
 
 use cgroup_target::{find_v2_mount, CgroupTarget};
 use nft::Nft;
-use ruleset::Ruleset;
+use ruleset::{Matched, Ruleset};
 pub use setting::EgressSetting;
 
 /// The posture's state on this daemon.
@@ -61,15 +66,28 @@ impl Egress {
     /// runs nft). `None` means the tier has no cgroup v2 to put runners
     /// in, and then any posture is unenforceable.
     pub fn establish(setting: EgressSetting, sandboxes_cgroup: Option<&Path>) -> Egress {
+        Egress::establish_on(setting, || locate_cgroup(sandboxes_cgroup))
+    }
+
+    /// The same for a container tier: every packet arriving from the
+    /// bridge interface of the daemon's own network. Blocking.
+    pub fn establish_for_bridge(setting: EgressSetting, bridge: &str) -> Egress {
+        Egress::establish_on(setting, || Ok(Matched::Bridge(bridge.to_string())))
+    }
+
+    fn establish_on(
+        setting: EgressSetting,
+        matched: impl FnOnce() -> Result<Matched, String>,
+    ) -> Egress {
         let state = match setting {
             EgressSetting::Unrestricted => {
                 tracing::warn!("egress = \"none\": sandboxes may connect anywhere, the cloud metadata endpoint included");
-                remove_leftover(sandboxes_cgroup);
+                remove_leftover(matched());
                 State::Unrestricted
             }
-            EgressSetting::Enforced(posture) => match install(posture, sandboxes_cgroup) {
+            EgressSetting::Enforced(posture) => match install(posture, matched) {
                 Ok((nft, ruleset)) => {
-                    tracing::info!(posture = %posture, table = %ruleset.table_spec(), cgroup = %ruleset.target.dir.display(), "egress rules in force");
+                    tracing::info!(posture = %posture, "egress rules in force: {}", ruleset.describe());
                     State::InForce { nft, ruleset }
                 }
                 Err(reason) => {
@@ -77,6 +95,22 @@ impl Egress {
                     State::Unenforceable(reason)
                 }
             },
+        };
+        Egress {
+            setting,
+            state: Mutex::new(state),
+        }
+    }
+
+    /// Nothing installed and nothing removed: `none` as it is, and any
+    /// posture unenforceable for `reason` (every ensure refused).
+    pub fn not_installed(setting: EgressSetting, reason: String) -> Egress {
+        let state = match setting {
+            EgressSetting::Unrestricted => State::Unrestricted,
+            EgressSetting::Enforced(posture) => {
+                tracing::error!(posture = %posture, "egress posture cannot be enforced, so every ensure will be refused: {reason}");
+                State::Unenforceable(reason)
+            }
         };
         Egress {
             setting,
@@ -103,14 +137,7 @@ impl Egress {
                 false,
                 "unrestricted: egress = \"none\" in the configuration".to_string(),
             ),
-            State::InForce { ruleset, .. } => (
-                true,
-                format!(
-                    "nftables table {} refuses the posture's ranges to every socket under cgroup {}",
-                    ruleset.table_spec(),
-                    ruleset.target.dir.display()
-                ),
-            ),
+            State::InForce { ruleset, .. } => (true, ruleset.describe()),
             State::Unenforceable(reason) => {
                 (false, format!("NOT ENFORCED, ensure refused: {reason}"))
             }
@@ -186,18 +213,14 @@ pub async fn keep_verified(egress: Weak<Egress>) {
 }
 
 /// Deletes the table a crashed instance with a posture left on the same
-/// cgroup, so that `none` means what `status` says. Best effort: with no
-/// nft or no such table there is nothing to remove.
-fn remove_leftover(sandboxes_cgroup: Option<&Path>) {
-    let (Some(relative), Ok(nft), Ok(mount)) = (sandboxes_cgroup, Nft::find(), find_v2_mount())
-    else {
-        return;
-    };
-    let Ok(target) = CgroupTarget::new(&mount, relative) else {
+/// cgroup (or bridge), so that `none` means what `status` says. Best
+/// effort: with no nft or no such table there is nothing to remove.
+fn remove_leftover(matched: Result<Matched, String>) {
+    let (Ok(matched), Ok(nft)) = (matched, Nft::find()) else {
         return;
     };
     // The table's name does not depend on the posture.
-    let table = Ruleset::new(Posture::Relaxed, target).table_spec();
+    let table = Ruleset::new(Posture::Relaxed, matched).table_spec();
     if nft.list_table(&table).is_ok() {
         match nft.delete_table(&table) {
             Ok(()) => tracing::info!(%table, "removed the egress rules an earlier sandboxd left"),
@@ -208,10 +231,9 @@ fn remove_leftover(sandboxes_cgroup: Option<&Path>) {
     }
 }
 
-/// Finds nft, locates the cgroup, loads the table and checks the kernel
-/// lists back exactly what was loaded.
-fn install(posture: Posture, sandboxes_cgroup: Option<&Path>) -> Result<(Nft, Ruleset), String> {
-    let nft = Nft::find()?;
+/// The sandboxes cgroup, located for nft; it must exist (nft resolves it
+/// to an id when the rules are loaded).
+fn locate_cgroup(sandboxes_cgroup: Option<&Path>) -> Result<Matched, String> {
     let relative = sandboxes_cgroup.ok_or(
         "runners are not placed in a cgroup v2 of their own on this daemon, so no kernel rule can tell their traffic apart",
     )?;
@@ -222,7 +244,17 @@ fn install(posture: Posture, sandboxes_cgroup: Option<&Path>) -> Result<(Nft, Ru
             target.dir.display()
         ));
     }
-    let ruleset = Ruleset::new(posture, target);
+    Ok(Matched::Cgroup(target))
+}
+
+/// Finds nft, locates what the rules hold, loads the table and checks
+/// the kernel lists back exactly what was loaded.
+fn install(
+    posture: Posture,
+    matched: impl FnOnce() -> Result<Matched, String>,
+) -> Result<(Nft, Ruleset), String> {
+    let nft = Nft::find()?;
+    let ruleset = Ruleset::new(posture, matched()?);
     nft.apply(&ruleset.script())?;
     let listing = nft.list_table(&ruleset.table_spec())?;
     ruleset.verify(&listing).map_err(|why| {

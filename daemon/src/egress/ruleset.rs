@@ -2,13 +2,17 @@
 //! and checked against what the kernel lists back.
 //!
 //! One table of the daemon's own (`inet`, so IPv4 and IPv6 in one place),
-//! never touching anyone else's. Its output-hook chain sends every packet
-//! whose socket belongs to a process under the sandboxes cgroup to a chain
-//! that refuses the posture's ranges: TCP with a reset (the connect fails
-//! at once with ECONNREFUSED instead of hanging), everything else dropped
-//! (a UDP send fails with EPERM). The check is by destination address on
-//! every packet, so a host name that resolves to a refused address is
-//! refused whatever DNS said.
+//! never touching anyone else's. On the process tier its output-hook chain
+//! sends every packet whose socket belongs to a process under the
+//! sandboxes cgroup to a chain that refuses the posture's ranges; on a
+//! container tier its forward- and input-hook chains do the same for every
+//! packet arriving from the daemon's own bridge (and under `strict` the
+//! input chain refuses the host itself, whatever its addresses). TCP gets
+//! a reset (the connect fails at once with ECONNREFUSED instead of
+//! hanging), everything else is dropped (a UDP send from the host fails
+//! with EPERM). The check is by destination address on every packet, so a
+//! host name that resolves to a refused address is refused whatever DNS
+//! said.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -19,26 +23,48 @@ use sha2::{Digest, Sha256};
 
 use super::cgroup_target::CgroupTarget;
 
-/// The rules for one posture on one sandboxes cgroup.
+/// Whose traffic the rules hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Matched {
+    /// Every socket made under this cgroup (the process tier).
+    Cgroup(CgroupTarget),
+    /// Every packet arriving from this bridge interface (a container
+    /// tier's own network). Matched by name, so the rules hold before the
+    /// bridge exists and whenever it is recreated.
+    Bridge(String),
+}
+
+impl Matched {
+    /// What the table's name is derived from.
+    fn key(&self) -> String {
+        match self {
+            Matched::Cgroup(target) => target.nft_path.clone(),
+            Matched::Bridge(bridge) => format!("bridge:{bridge}"),
+        }
+    }
+}
+
+/// The rules for one posture on one sandboxes cgroup or bridge.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ruleset {
     pub posture: Posture,
-    pub target: CgroupTarget,
-    /// `sandboxd_<12 hex>`: one per sandboxes cgroup, so several daemons
-    /// on one host each own a table and never touch another's.
+    pub matched: Matched,
+    /// `sandboxd_<12 hex>`: one per sandboxes cgroup (or bridge), so
+    /// several daemons on one host each own a table and never touch
+    /// another's.
     pub table: String,
 }
 
 impl Ruleset {
-    pub fn new(posture: Posture, target: CgroupTarget) -> Ruleset {
-        let digest = Sha256::digest(target.nft_path.as_bytes());
+    pub fn new(posture: Posture, matched: Matched) -> Ruleset {
+        let digest = Sha256::digest(matched.key().as_bytes());
         let hex: String = digest[..6]
             .iter()
             .map(|byte| format!("{byte:02x}"))
             .collect();
         Ruleset {
             posture,
-            target,
+            matched,
             table: format!("sandboxd_{hex}"),
         }
     }
@@ -69,36 +95,38 @@ impl Ruleset {
                 elements.join(", ")
             );
         }
-        let _ = writeln!(script, "    chain output {{");
-        let _ = writeln!(script, "        {}", OUTPUT_HEAD);
-        let _ = writeln!(script, "        {}", self.jump_rule());
-        let _ = writeln!(script, "    }}");
-        let _ = writeln!(script, "    chain sandboxes {{");
-        for rule in SANDBOX_RULES {
-            let _ = writeln!(script, "        {rule}");
+        for chain in self.chains() {
+            let _ = writeln!(script, "    chain {} {{", chain.name);
+            for line in chain.lines() {
+                let _ = writeln!(script, "        {line}");
+            }
+            let _ = writeln!(script, "    }}");
         }
-        let _ = writeln!(script, "    }}");
         let _ = writeln!(script, "}}");
         script
     }
 
     /// Checks `listing` (`nft list table inet …`) holds exactly these rules:
-    /// both chains rule for rule, both sets element for element, and the
+    /// every chain rule for rule, both sets element for element, and the
     /// cgroup still resolving to its path (nft lists a bare id once the
     /// cgroup it was loaded for is gone, and then nothing matches).
     pub fn verify(&self, listing: &str) -> Result<(), String> {
         let flat = listing.split_whitespace().collect::<Vec<_>>().join(" ");
-        let output = format!("chain output {{ {OUTPUT_HEAD} {} }}", self.jump_rule());
-        if !flat.contains(&output) {
-            return Err(format!(
-                "its output chain is not `{}` (is the cgroup {} still there?)",
-                self.jump_rule(),
-                self.target.dir.display()
-            ));
-        }
-        let sandboxes = format!("chain sandboxes {{ {} }}", SANDBOX_RULES.join(" "));
-        if !flat.contains(&sandboxes) {
-            return Err("its sandboxes chain is not the one installed".to_string());
+        for chain in self.chains() {
+            let wanted = format!("chain {} {{ {} }}", chain.name, chain.lines().join(" "));
+            if !flat.contains(&wanted) {
+                let hint = match &self.matched {
+                    Matched::Cgroup(target) => {
+                        format!(" (is the cgroup {} still there?)", target.dir.display())
+                    }
+                    Matched::Bridge(_) => String::new(),
+                };
+                return Err(format!(
+                    "its {} chain is not `{}`{hint}",
+                    chain.name,
+                    chain.rules.join("; ")
+                ));
+            }
         }
         for (name, v6) in [("refused_ipv4", false), ("refused_ipv6", true)] {
             let listed = set_elements(&flat, name)
@@ -117,11 +145,75 @@ impl Ruleset {
         Ok(())
     }
 
-    fn jump_rule(&self) -> String {
-        format!(
-            "socket cgroupv2 level {} \"{}\" jump sandboxes",
-            self.target.level, self.target.nft_path
-        )
+    /// What the rules hold, for `status`.
+    pub fn describe(&self) -> String {
+        match &self.matched {
+            Matched::Cgroup(target) => format!(
+                "nftables table {} refuses the posture's ranges to every socket under cgroup {}",
+                self.table_spec(),
+                target.dir.display()
+            ),
+            Matched::Bridge(bridge) => format!(
+                "nftables table {} refuses the posture's ranges{} to every packet from bridge {bridge}",
+                self.table_spec(),
+                if self.posture == Posture::Strict {
+                    ", and the host itself,"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+
+    /// The table's chains, the hooked ones first.
+    fn chains(&self) -> Vec<Chain> {
+        let sandboxes = Chain {
+            name: "sandboxes",
+            head: None,
+            rules: SANDBOX_RULES.map(String::from).to_vec(),
+        };
+        match &self.matched {
+            Matched::Cgroup(target) => vec![
+                Chain {
+                    name: "output",
+                    head: Some(hook("output")),
+                    rules: vec![format!(
+                        "socket cgroupv2 level {} \"{}\" jump sandboxes",
+                        target.level, target.nft_path
+                    )],
+                },
+                sandboxes,
+            ],
+            Matched::Bridge(bridge) => {
+                let host = match self.posture {
+                    // Whatever address the host answers on, the host is not
+                    // for sandboxes (IPv6 neighbour discovery excepted).
+                    Posture::Strict => vec![
+                        "meta l4proto tcp reject with tcp reset".to_string(),
+                        "meta l4proto != ipv6-icmp drop".to_string(),
+                    ],
+                    Posture::Relaxed => vec!["jump sandboxes".to_string()],
+                };
+                vec![
+                    Chain {
+                        name: "forward",
+                        head: Some(hook("forward")),
+                        rules: vec![format!("iifname \"{bridge}\" jump sandboxes")],
+                    },
+                    Chain {
+                        name: "input",
+                        head: Some(hook("input")),
+                        rules: vec![format!("iifname \"{bridge}\" jump host")],
+                    },
+                    Chain {
+                        name: "host",
+                        head: None,
+                        rules: host,
+                    },
+                    sandboxes,
+                ]
+            }
+        }
     }
 
     fn refused(&self, v6: bool) -> impl Iterator<Item = &'static Range> {
@@ -131,7 +223,28 @@ impl Ruleset {
     }
 }
 
-const OUTPUT_HEAD: &str = "type filter hook output priority filter; policy accept;";
+/// One chain: its hook line (base chains only), then its rules.
+struct Chain {
+    name: &'static str,
+    head: Option<String>,
+    rules: Vec<String>,
+}
+
+impl Chain {
+    fn lines(&self) -> Vec<&str> {
+        self.head
+            .iter()
+            .chain(&self.rules)
+            .map(String::as_str)
+            .collect()
+    }
+}
+
+/// A base chain's first line: it sees every packet of `hook`, accepting
+/// what no rule refuses (other tables' chains still have their say).
+fn hook(hook: &str) -> String {
+    format!("type filter hook {hook} priority filter; policy accept;")
+}
 
 const SANDBOX_RULES: [&str; 4] = [
     "ip daddr @refused_ipv4 meta l4proto tcp reject with tcp reset",
@@ -173,7 +286,7 @@ mod tests {
             Path::new("d/sandboxes"),
         )
         .unwrap();
-        Ruleset::new(posture, target)
+        Ruleset::new(posture, Matched::Cgroup(target))
     }
 
     /// What nft 1.0.6 lists back for the strict script (its own layout).
@@ -249,6 +362,7 @@ mod tests {
         // The cgroup was removed after loading: nft lists its id.
         let stale = STRICT_LISTING.replace("\"unified/d/sandboxes\"", "405");
         let error = ruleset(Posture::Strict).verify(&stale).unwrap_err();
+        assert!(error.contains("output chain"), "{error}");
         assert!(error.contains("is the cgroup"), "{error}");
         // Someone added a rule to our output chain.
         let added = STRICT_LISTING.replace("jump sandboxes\n", "jump sandboxes\n\t\taccept\n");
@@ -263,8 +377,23 @@ mod tests {
         let other =
             CgroupTarget::new(Path::new("/sys/fs/cgroup"), Path::new("e/sandboxes")).unwrap();
         let a = ruleset(Posture::Strict).table;
-        let b = Ruleset::new(Posture::Strict, other).table;
+        let b = Ruleset::new(Posture::Strict, Matched::Cgroup(other)).table;
+        let c = Ruleset::new(Posture::Strict, Matched::Bridge("d/sandboxes".into())).table;
+        assert_ne!(a, c);
         assert_ne!(a, b);
         assert!(a.starts_with("sandboxd_") && a.len() == "sandboxd_".len() + 12);
+    }
+
+    #[test]
+    fn a_bridge_is_held_on_forward_and_input_and_strict_refuses_the_host() {
+        let relaxed = Ruleset::new(Posture::Relaxed, Matched::Bridge("sbxd0".into())).script();
+        assert!(relaxed.contains("chain forward {\n        type filter hook forward priority filter; policy accept;\n        iifname \"sbxd0\" jump sandboxes\n"), "{relaxed}");
+        assert!(relaxed.contains("iifname \"sbxd0\" jump host"), "{relaxed}");
+        assert!(
+            relaxed.contains("chain host {\n        jump sandboxes\n"),
+            "{relaxed}"
+        );
+        let strict = Ruleset::new(Posture::Strict, Matched::Bridge("sbxd0".into())).script();
+        assert!(strict.contains("chain host {\n        meta l4proto tcp reject with tcp reset\n        meta l4proto != ipv6-icmp drop\n"), "{strict}");
     }
 }

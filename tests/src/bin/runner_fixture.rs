@@ -16,6 +16,9 @@
 //!   it is resident, not merely reserved), then go on holding it; `pid` is
 //!   written only once it is all touched. Under a smaller memory limit the
 //!   kernel's OOM killer ends the runner on the way.
+//! - `--connect HOST:PORT`: try one TCP connect (5 s at most) and print
+//!   `runner-fixture: connect HOST:PORT: ok` or `…: failed: ERROR` to
+//!   stdout, then go on.
 //! - `--allocate-when NAME`: with `--allocate-mib`, write `pid` first and
 //!   allocate only once `$WORKSPACE_ROOT_DIR/NAME` exists (looked for every
 //!   10 ms; a SIGTERM meanwhile waits until then), so a test decides when.
@@ -36,6 +39,7 @@ struct Flags {
     print_lines: u32,
     allocate_mib: usize,
     allocate_when: Option<String>,
+    connect: Option<String>,
 }
 
 fn parse_flags() -> Result<Flags, String> {
@@ -65,6 +69,9 @@ fn parse_flags() -> Result<Flags, String> {
                     .parse()
                     .map_err(|_| format!("bad size in MiB '{value}'"))?;
             }
+            "--connect" => {
+                flags.connect = Some(args.next().ok_or("--connect needs HOST:PORT")?);
+            }
             "--allocate-when" => {
                 let value = args.next().ok_or("--allocate-when needs a file name")?;
                 flags.allocate_when = Some(value);
@@ -88,6 +95,20 @@ fn allocate_resident(mib: usize) -> Option<Vec<u8>> {
     }
     eprintln!("runner-fixture: holding {mib} MiB");
     Some(std::hint::black_box(memory))
+}
+
+/// `ok`, or `failed: ERROR`, for one TCP connect to `target`.
+fn try_connect(target: &str) -> String {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let address = match target.to_socket_addrs().map(|mut all| all.next()) {
+        Ok(Some(address)) => address,
+        Ok(None) => return "failed: no address".to_string(),
+        Err(error) => return format!("failed: {error}"),
+    };
+    match TcpStream::connect_timeout(&address, std::time::Duration::from_secs(5)) {
+        Ok(_) => "ok".to_string(),
+        Err(error) => format!("failed: {error}"),
+    }
 }
 
 /// Writes `contents` to `dir/name` through a temporary name and a rename.
@@ -136,6 +157,10 @@ fn main() -> ExitCode {
         // Blocked from the start, so a SIGTERM that arrives early is still a
         // clean exit 0 once we wait for it below.
         term.thread_block().expect("block SIGTERM");
+    }
+
+    if let Some(target) = &flags.connect {
+        println!("runner-fixture: connect {target}: {}", try_connect(target));
     }
 
     if let Err(error) = write_atomically(&workspace, "env.json", &environment_json()) {

@@ -16,6 +16,7 @@
 //! `logs` (runner output, from the engine's log of the container).
 
 mod containers;
+mod egress_network;
 mod engine;
 mod ensure;
 mod events;
@@ -40,7 +41,7 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, DEFAULT_DOCKER_HOST};
 use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
-use crate::egress::EgressSetting;
+use crate::egress::{Egress, EgressSetting};
 use crate::provisioner::{Driver, SandboxKey};
 use engine::{CallError, Engine, READ_TIMEOUT};
 use events::Exits;
@@ -56,9 +57,12 @@ pub struct DockerDriver {
     inner: Arc<Inner>,
     /// The events watcher and the reaper; stopped with the driver.
     tasks: Mutex<Vec<JoinHandle<()>>>,
-    /// The configured egress posture, which this tier cannot enforce yet:
-    /// any posture but `none` refuses every start (SPEC §9, fail closed).
-    egress: EgressSetting,
+    /// The egress posture's rules on the daemon's own network; an ensure
+    /// is refused while they are not in force (SPEC §9, fail closed).
+    egress: Arc<Egress>,
+    /// True when runners join [`egress_network::NETWORK`] (a posture on the
+    /// default network).
+    own_network: bool,
 }
 
 /// What every operation shares.
@@ -129,7 +133,30 @@ impl DockerDriver {
     /// daemon starts whether or not it answers), and starts the events
     /// watcher and the connect reaper.
     pub async fn start(config: &Config) -> anyhow::Result<DockerDriver> {
-        let spec = RunnerSpec::from_config(config).map_err(anyhow::Error::msg)?;
+        let mut spec = RunnerSpec::from_config(config).map_err(anyhow::Error::msg)?;
+        // Under a posture, the default network is replaced by the daemon's
+        // own, whose bridge the rules hold; any other network cannot be.
+        let own_network = config.egress != EgressSetting::Unrestricted && spec.network == "bridge";
+        let setting = config.egress;
+        let egress = Arc::new(if own_network {
+            spec.network = egress_network::NETWORK.to_string();
+            // Kept on a clean stop: containers outlive the daemon.
+            tokio::task::spawn_blocking(move || {
+                Egress::establish_for_bridge(setting, egress_network::BRIDGE)
+            })
+            .await?
+        } else {
+            // `none` leaves the network's rules alone: containers an earlier
+            // daemon started on it under a posture stay held to it.
+            Egress::not_installed(
+                setting,
+                format!(
+                    "[docker] network '{}' is not the daemon's own; postures are enforced on the default ('bridge'), which runners then leave for {}",
+                    spec.network,
+                    egress_network::NETWORK
+                ),
+            )
+        });
         let host = config
             .docker
             .host
@@ -151,17 +178,18 @@ impl DockerDriver {
             ttl: config.docker.connect_ttl,
             creation_grace: config.docker.connect_creation_grace,
         };
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(events::watch(inner.engine.clone(), inner.exits.clone())),
             tokio::spawn(reaper::run(inner.clone(), reaper)),
         ];
-        if config.egress != EgressSetting::Unrestricted {
-            tracing::error!(egress = %config.egress, "the docker tier does not enforce an egress posture yet, so every ensure will be refused; set egress = \"none\" to run containers unrestricted");
-        }
+        tasks.push(tokio::spawn(crate::egress::keep_verified(Arc::downgrade(
+            &egress,
+        ))));
         Ok(DockerDriver {
             inner,
             tasks: Mutex::new(tasks),
-            egress: config.egress,
+            egress,
+            own_network,
         })
     }
 }
@@ -245,11 +273,11 @@ impl Driver for DockerDriver {
                 });
             }
         }
-        if self.egress != EgressSetting::Unrestricted {
-            return Err(SandboxError::Unavailable(format!(
-                "egress posture '{}' is not in force, so no sandbox may start: the docker tier does not enforce egress postures in this version of sandboxd (set egress = \"none\" to run containers unrestricted)",
-                self.egress
-            )));
+        // Fail closed: no container starts unless the egress rules are in
+        // force, and then only on the network they hold.
+        self.egress.check()?;
+        if self.own_network {
+            egress_network::ensure(&self.inner.engine).await?;
         }
         // In a task of its own: a caller that stops waiting must not leave
         // a container created but never started, or a generation recorded
@@ -263,19 +291,7 @@ impl Driver for DockerDriver {
     }
 
     fn egress(&self) -> EgressStatus {
-        EgressStatus {
-            posture: self.egress.to_string(),
-            enforced: false,
-            mechanism: match self.egress {
-                EgressSetting::Unrestricted => {
-                    "unrestricted: egress = \"none\" in the configuration".to_string()
-                }
-                EgressSetting::Enforced(_) => {
-                    "NOT ENFORCED, ensure refused: the docker tier does not enforce egress postures yet"
-                        .to_string()
-                }
-            },
-        }
+        self.egress.status()
     }
 
     async fn deprovision(

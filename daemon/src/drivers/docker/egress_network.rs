@@ -1,0 +1,74 @@
+//! The docker tier's own network, the one the egress rules hold.
+//!
+//! With a posture configured, runner containers join this bridge network
+//! instead of Docker's default one. Its bridge interface has a name the
+//! daemon chooses, so the nftables rules (see `crate::egress`) can match
+//! it by name before the network exists and after it is recreated.
+
+use std::collections::HashMap;
+
+use bollard::models::NetworkCreateRequest;
+use bollard::query_parameters::InspectNetworkOptions;
+use sandboxd_protocol::naming::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
+use sandboxd_protocol::SandboxError;
+
+use super::engine::{Engine, READ_TIMEOUT, WRITE_TIMEOUT};
+
+/// The network runner containers join under a posture.
+pub const NETWORK: &str = "sandboxd-egress";
+/// Its bridge interface (at most 15 characters, the kernel's limit).
+pub const BRIDGE: &str = "sbxd-egress";
+
+/// Creates the network unless it exists: an inspect, and a create when
+/// there is none. Engines before API 1.44 accept a second network of the
+/// same name, so the name is looked up rather than left to a conflict; a
+/// create that loses a race is settled by looking again.
+pub async fn ensure(engine: &Engine) -> Result<(), SandboxError> {
+    if exists(engine).await? {
+        return Ok(());
+    }
+    let request = NetworkCreateRequest {
+        name: NETWORK.to_string(),
+        driver: Some("bridge".to_string()),
+        options: Some(HashMap::from([(
+            "com.docker.network.bridge.name".to_string(),
+            BRIDGE.to_string(),
+        )])),
+        labels: Some(HashMap::from([(
+            LABEL_MANAGED_BY.to_string(),
+            MANAGED_BY_VALUE.to_string(),
+        )])),
+        ..NetworkCreateRequest::default()
+    };
+    let created = engine
+        .call(WRITE_TIMEOUT, |docker| async move {
+            docker.create_network(request).await
+        })
+        .await;
+    match created {
+        Ok(_) => Ok(()),
+        Err(_) if exists(engine).await? => Ok(()),
+        Err(error) => {
+            Err(error
+                .into_sandbox_error(&format!("cannot create the sandboxes' network {NETWORK}")))
+        }
+    }
+}
+
+async fn exists(engine: &Engine) -> Result<bool, SandboxError> {
+    let inspected = engine
+        .call(READ_TIMEOUT, |docker| async move {
+            docker
+                .inspect_network(NETWORK, None::<InspectNetworkOptions>)
+                .await
+        })
+        .await;
+    match inspected {
+        Ok(_) => Ok(true),
+        Err(error) if error.is_not_found() => Ok(false),
+        Err(error) => {
+            Err(error
+                .into_sandbox_error(&format!("cannot inspect the sandboxes' network {NETWORK}")))
+        }
+    }
+}

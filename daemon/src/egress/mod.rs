@@ -48,7 +48,10 @@ pub use setting::EgressSetting;
 /// The posture's state on this daemon.
 pub struct Egress {
     setting: EgressSetting,
+    /// Held only to read or replace the state, never across an nft call.
     state: Mutex<State>,
+    /// Held across the nft calls made after start.
+    work: Mutex<()>,
 }
 
 enum State {
@@ -99,6 +102,7 @@ impl Egress {
         Egress {
             setting,
             state: Mutex::new(state),
+            work: Mutex::new(()),
         }
     }
 
@@ -115,6 +119,7 @@ impl Egress {
         Egress {
             setting,
             state: Mutex::new(state),
+            work: Mutex::new(()),
         }
     }
 
@@ -153,8 +158,8 @@ impl Egress {
     /// installs it anew, and when that fails too, refuses ensures from now
     /// on. Blocking.
     pub fn reverify(&self) {
-        let mut state = self.state();
-        let State::InForce { nft, ruleset } = &*state else {
+        let _work = self.work();
+        let Some((nft, ruleset)) = self.in_force() else {
             return;
         };
         let listed = nft.list_table(&ruleset.table_spec());
@@ -170,21 +175,40 @@ impl Egress {
             tracing::error!(
                 "egress rules cannot be restored, so every ensure will be refused: {reason}"
             );
-            *state = State::Unenforceable(format!(
+            *self.state() = State::Unenforceable(format!(
                 "the rules were altered after start ({problem}) and cannot be restored: {reason}"
             ));
         }
     }
 
-    /// Removes the table. Only on a clean stop, once no runner is left.
-    /// Blocking.
+    /// Removes the table. Only on a clean stop, once no runner is left;
+    /// nothing starts or reinstalls it afterwards. Blocking.
     pub fn remove(&self) {
-        if let State::InForce { nft, ruleset } = &*self.state() {
-            match nft.delete_table(&ruleset.table_spec()) {
-                Ok(()) => tracing::info!(table = %ruleset.table_spec(), "egress rules removed"),
-                Err(error) => tracing::warn!("egress rules left in place: {error}"),
-            }
+        let _work = self.work();
+        let Some((nft, ruleset)) = self.in_force() else {
+            return;
+        };
+        *self.state() = State::Unenforceable("sandboxd is stopping: its rules were removed".into());
+        match nft.delete_table(&ruleset.table_spec()) {
+            Ok(()) => tracing::info!(table = %ruleset.table_spec(), "egress rules removed"),
+            Err(error) => tracing::warn!("egress rules left in place: {error}"),
         }
+    }
+
+    /// The tool and the rules, when in force; the state lock is held only
+    /// for the copy, so `check` never waits on nft.
+    fn in_force(&self) -> Option<(Nft, Ruleset)> {
+        match &*self.state() {
+            State::InForce { nft, ruleset } => Some((nft.clone(), ruleset.clone())),
+            _ => None,
+        }
+    }
+
+    /// Serializes the calls that run nft after start (re-verify, remove).
+    fn work(&self) -> MutexGuard<'_, ()> {
+        self.work
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

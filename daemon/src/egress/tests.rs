@@ -381,3 +381,22 @@ fn none_removes_the_rules_a_crashed_daemon_left() {
         "{table} outlived egress = none"
     );
 }
+
+#[test]
+fn rules_removed_on_a_clean_stop_are_not_reinstalled() {
+    require_root();
+    let cgroup = TestCgroup::new();
+    let egress = Egress::establish(STRICT, Some(&cgroup.relative));
+    let (nft, table) = match &*egress.state() {
+        State::InForce { nft, ruleset } => (nft.clone(), ruleset.table_spec()),
+        _ => panic!("not in force"),
+    };
+    egress.remove();
+    assert!(nft.list_table(&table).is_err(), "{table} outlived remove");
+    egress.reverify();
+    assert!(
+        nft.list_table(&table).is_err(),
+        "{table} came back after remove"
+    );
+    assert!(egress.check().is_err());
+}

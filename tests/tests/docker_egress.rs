@@ -103,8 +103,12 @@ async fn strict_refuses_the_host_side_of_the_daemons_network_and_relaxed_allows_
         return;
     }
     build_image_tagged(IMAGE).expect("build the egress test image");
-    let ids = [unique_id("egress-strict"), unique_id("egress-relaxed")];
-    let _cleanup = Cleanup::new(&[ids[0].as_str(), ids[1].as_str()]);
+    let ids = [
+        unique_id("egress-strict"),
+        unique_id("egress-relaxed"),
+        unique_id("egress-foreign"),
+    ];
+    let _cleanup = Cleanup::new(&ids.each_ref().map(String::as_str));
     let mut network = OwnNetwork::create();
     let listener = TcpListener::bind((network.gateway.as_str(), 0)).expect("listen on the gateway");
     let target = format!(
@@ -163,4 +167,30 @@ async fn strict_refuses_the_host_side_of_the_daemons_network_and_relaxed_allows_
         );
         client.deprovision(Scope::Session, id, false).await.unwrap();
     }
+
+    // A network of that name on another bridge is not one the rules hold.
+    docker_ok(&["network", "rm", NETWORK]);
+    docker_ok(&[
+        "network",
+        "create",
+        "-o",
+        "com.docker.network.bridge.name=sbxd-foreign",
+        NETWORK,
+    ]);
+    let daemon = daemon("strict", &target);
+    let client = daemon.client().await;
+    let env = sandbox_env(&format!("session:{}", ids[2]), "tok-egress");
+    let error = client
+        .ensure_session_sandbox(&ids[2], &env)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("exists with bridge sbxd-foreign instead of sbxd-egress"),
+        "{error}"
+    );
+    assert!(docker(&["inspect", &base_name(Scope::Session, &ids[2])])
+        .status
+        .code()
+        .is_some_and(|code| code != 0));
 }

@@ -18,6 +18,8 @@ use super::engine::{Engine, READ_TIMEOUT, WRITE_TIMEOUT};
 pub const NETWORK: &str = "sandboxd-egress";
 /// Its bridge interface (at most 15 characters, the kernel's limit).
 pub const BRIDGE: &str = "sbxd-egress";
+/// The network option that names the bridge interface.
+const BRIDGE_OPTION: &str = "com.docker.network.bridge.name";
 
 /// Creates the network unless it exists: an inspect, and a create when
 /// there is none. Engines before API 1.44 accept a second network of the
@@ -31,7 +33,7 @@ pub async fn ensure(engine: &Engine) -> Result<(), SandboxError> {
         name: NETWORK.to_string(),
         driver: Some("bridge".to_string()),
         options: Some(HashMap::from([(
-            "com.docker.network.bridge.name".to_string(),
+            BRIDGE_OPTION.to_string(),
             BRIDGE.to_string(),
         )])),
         labels: Some(HashMap::from([(
@@ -64,7 +66,21 @@ async fn exists(engine: &Engine) -> Result<bool, SandboxError> {
         })
         .await;
     match inspected {
-        Ok(_) => Ok(true),
+        Ok(network) => {
+            // A network of that name whose bridge is another interface is
+            // not one the rules hold: fail closed rather than run on it.
+            let bridge = network
+                .options
+                .as_ref()
+                .and_then(|options| options.get(BRIDGE_OPTION));
+            if bridge.map(String::as_str) != Some(BRIDGE) {
+                return Err(SandboxError::Unavailable(format!(
+                    "the network {NETWORK} exists with bridge {} instead of {BRIDGE}, so the egress rules cannot hold it; remove it and ensure again",
+                    bridge.map_or("(unnamed)", String::as_str)
+                )));
+            }
+            Ok(true)
+        }
         Err(error) if error.is_not_found() => Ok(false),
         Err(error) => {
             Err(error

@@ -37,10 +37,13 @@ pub use deadline::{DEFAULT_DEADLINE, MAX_DEADLINE};
 pub use error::ClientError;
 pub use socket_path::{default_socket_path, SOCKET_ENV, SYSTEM_SOCKET, USER_SOCKET_SUFFIX};
 
+/// The egress postures and their address table (SPEC §9): the one table
+/// the control plane and the daemon both judge addresses with.
+pub use sandboxd_protocol::egress;
 pub use sandboxd_protocol::WorkspaceInfo;
 pub use sandboxd_protocol::{
-    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, LogChunk, LogCursor, LogStart,
-    ProbeState, SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Scope, Token, MAX_LOG_CHUNK,
-    PROTOCOL_VERSION,
+    DaemonStatus, DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, LogChunk, LogCursor,
+    LogStart, ProbeState, SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Scope, Token,
+    MAX_LOG_CHUNK, PROTOCOL_VERSION,
 };
 pub use sandboxd_protocol::{Health, HealthVerdict, Shown};

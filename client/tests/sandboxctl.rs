@@ -43,6 +43,11 @@ async fn human_and_json_output() {
         "{}",
         stdout(&status)
     );
+    assert!(
+        stdout(&status).contains("egress:    strict (stand-in rules)\n"),
+        "{}",
+        stdout(&status)
+    );
 
     let list = sandboxctl(&path, &["--json", "list", "--scope", "session"]).await;
     assert_eq!(list.status.code(), Some(0));
@@ -232,4 +237,84 @@ async fn logs_follow_the_cursor_to_the_end_and_pass_bytes_through() {
     );
 
     instance.stop().await;
+}
+
+#[tokio::test]
+async fn egress_check_judges_offline_and_exits_like_diff() {
+    // No daemon at all, and a socket path nothing listens on.
+    let nowhere = std::env::temp_dir().join("sandboxctl-egress-check-no-daemon.sock");
+
+    let allowed = sandboxctl(&nowhere, &["egress", "check", "10.0.0.1", "::1"]).await;
+    assert_eq!(allowed.status.code(), Some(0), "{}", stderr(&allowed));
+    assert_eq!(
+        stdout(&allowed),
+        "posture: relaxed\nADDRESS   VERDICT  REASON\n10.0.0.1  allowed  -\n::1       allowed  -\n"
+    );
+
+    let strict = sandboxctl(
+        &nowhere,
+        &[
+            "egress",
+            "check",
+            "--posture",
+            "strict",
+            "104.16.0.1",
+            "[::ffff:127.0.0.1]",
+            "fe80::1%eth0",
+            "example.com",
+        ],
+    )
+    .await;
+    assert_eq!(strict.status.code(), Some(1), "{}", stderr(&strict));
+    assert_eq!(stderr(&strict), "");
+    let text = stdout(&strict);
+    assert!(text.contains("104.16.0.1          allowed  -\n"), "{text}");
+    assert!(
+        text.contains("[::ffff:127.0.0.1]  refused  loopback\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fe80::1%eth0        refused  link-local (cloud metadata)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("example.com         refused  unrecognized\n"),
+        "{text}"
+    );
+
+    let json = sandboxctl(
+        &nowhere,
+        &[
+            "--json",
+            "egress",
+            "check",
+            "--posture",
+            "strict",
+            "0.0.0.0",
+            "2606:4700::1",
+        ],
+    )
+    .await;
+    assert_eq!(json.status.code(), Some(1));
+    let answer: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        answer,
+        serde_json::json!({
+            "posture": "strict",
+            "verdicts": [
+                {"address": "0.0.0.0", "allowed": false, "reason": "unspecified"},
+                {"address": "2606:4700::1", "allowed": true, "reason": null},
+            ]
+        })
+    );
+
+    let usage = sandboxctl(&nowhere, &["egress", "check", "--posture", "lax", "::1"]).await;
+    assert_eq!(usage.status.code(), Some(2));
+    assert!(
+        stderr(&usage).contains("relaxed, strict"),
+        "{}",
+        stderr(&usage)
+    );
+    let empty = sandboxctl(&nowhere, &["egress", "check"]).await;
+    assert_eq!(empty.status.code(), Some(2));
 }

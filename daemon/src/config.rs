@@ -12,6 +12,7 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 
 pub use crate::connection_limits::ConnectionsConfig;
+use crate::egress::EgressSetting;
 use crate::instance::Instance;
 
 /// Where the file is read from when `--config` is not given (and it exists).
@@ -239,6 +240,7 @@ struct FileConfig {
     limits: Option<LimitsConfig>,
     connections: Option<ConnectionsConfig>,
     instance: Option<String>,
+    egress: Option<EgressSetting>,
 }
 
 /// The resolved configuration.
@@ -288,6 +290,9 @@ pub struct Config {
     pub connections: ConnectionsConfig,
     /// This daemon's instance on a shared runtime (see [`crate::instance`]).
     pub instance: Instance,
+    /// The egress posture every sandbox is held to: `relaxed` unless the
+    /// file says otherwise; `none` only when written.
+    pub egress: EgressSetting,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -381,6 +386,7 @@ impl Config {
             limits: file.limits.unwrap_or_default(),
             connections: file.connections.unwrap_or_default(),
             instance: Instance::from_config(file.instance.as_deref())?,
+            egress: file.egress.unwrap_or_default(),
         };
         config.validate()?;
         Ok(config)
@@ -621,6 +627,22 @@ mod tests {
         assert!(error.to_string().contains("drvier"), "{error}");
         let error = toml::from_str::<FileConfig>("[access]\nmutate_uid = [1]").unwrap_err();
         assert!(error.to_string().contains("mutate_uid"), "{error}");
+    }
+
+    #[test]
+    fn egress_defaults_to_relaxed_and_none_must_be_written() {
+        use sandboxd_protocol::egress::Posture;
+        let config = resolve("", &[], Flags::default()).unwrap();
+        assert_eq!(config.egress, EgressSetting::Enforced(Posture::Relaxed));
+        let strict = resolve("egress = \"strict\"", &[], Flags::default()).unwrap();
+        assert_eq!(strict.egress, EgressSetting::Enforced(Posture::Strict));
+        let none = resolve("egress = \"none\"", &[], Flags::default()).unwrap();
+        assert_eq!(none.egress, EgressSetting::Unrestricted);
+        let error = resolve("egress = \"off\"", &[], Flags::default()).unwrap_err();
+        assert!(
+            error.to_string().contains("known: relaxed, strict, none"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@ mod access;
 mod config;
 mod connection_limits;
 mod drivers;
+mod egress;
 mod fd_limit;
 mod instance;
 mod logging;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sandboxd_protocol::{
-    naming, DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
-    SandboxError, SandboxInfo, Scope, WorkspaceInfo,
+    naming, DeprovisionReport, EgressStatus, EnsureReport, LogChunk, LogStart, ProbeState,
+    SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 
 use crate::config::Config;
@@ -74,6 +74,11 @@ pub trait Driver: Send + Sync + 'static {
     fn origin_of_peer(&self, _pid: i32) -> crate::peer_origin::PeerOrigin {
         crate::peer_origin::PeerOrigin::Unknown
     }
+
+    /// The egress posture this tier holds its sandboxes to, and how (or
+    /// why not), for `status` and `describe`. A tier that cannot enforce
+    /// the configured posture refuses every ensure (SPEC §9: fail closed).
+    fn egress(&self) -> EgressStatus;
 
     /// Absent → provision; stopped → start; running → fast path.
     async fn ensure(

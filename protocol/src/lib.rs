@@ -5,6 +5,7 @@
 //! rules, the error enum and the framing. The crate does no I/O, so the
 //! control plane can link it without pulling in the daemon.
 
+pub mod egress;
 pub mod error;
 pub mod naming;
 pub mod service;

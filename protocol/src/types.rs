@@ -236,6 +236,9 @@ pub struct SandboxInfo {
     pub last_exit: Option<ExitInfo>,
     pub task_queue: String,
     pub caller_class: String,
+    /// The egress posture this sandbox runs under, and how it is enforced
+    /// (the daemon's, filled in by `describe`).
+    pub egress: Option<EgressStatus>,
 }
 
 impl SandboxInfo {
@@ -261,6 +264,7 @@ impl SandboxInfo {
             last_exit,
             task_queue: String::new(),
             caller_class: String::new(),
+            egress: None,
         }
     }
 }
@@ -294,6 +298,8 @@ pub struct DaemonStatus {
     pub containment: String,
     /// The verdict on the daemon's health, with its reasons.
     pub health: Health,
+    /// The egress posture in force on every sandbox, and how.
+    pub egress: EgressStatus,
 }
 
 /// How well the daemon can serve, from what it checks itself (the runner
@@ -345,6 +351,19 @@ impl Health {
         self.verdict = self.verdict.max(verdict);
         self.reasons.push(reason.into());
     }
+}
+
+/// The egress posture a daemon holds its sandboxes to (SPEC §9).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EgressStatus {
+    /// `relaxed`, `strict`, or `none` (unrestricted, only when configured so).
+    pub posture: String,
+    /// True when the kernel's rules are verified in force. While a posture
+    /// is configured but not enforced, every ensure is refused.
+    pub enforced: bool,
+    /// How it is enforced (e.g. the nftables table and the cgroup it
+    /// matches), or why it is not.
+    pub mechanism: String,
 }
 
 /// The most bytes one `logs` call returns. A chunk travels in one frame,

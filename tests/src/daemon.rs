@@ -54,6 +54,9 @@ pub struct Options {
     /// Run the daemon itself as this uid (gid nogroup) instead of root: its
     /// state directory and socket directory are made for it first.
     pub daemon_uid: Option<u32>,
+    /// `egress` in the config file; `None` leaves it out (the daemon's
+    /// default, `relaxed`, which every end-to-end test then runs under).
+    pub egress: Option<String>,
 }
 
 impl Default for Options {
@@ -70,6 +73,7 @@ impl Default for Options {
             log_level: "debug".to_string(),
             cgroup: None,
             daemon_uid: None,
+            egress: None,
         }
     }
 }
@@ -172,6 +176,9 @@ impl TestDaemon {
             .collect();
         writeln!(text, "runner_args = [{}]", args.join(", ")).unwrap();
         writeln!(text, "log_level = {}", toml_string(&options.log_level)).unwrap();
+        if let Some(egress) = &options.egress {
+            writeln!(text, "egress = {}", toml_string(egress)).unwrap();
+        }
         text.push_str(&options.extra_toml);
         text.push('\n');
         if let Some(access) = &options.access_toml {

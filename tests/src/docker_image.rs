@@ -67,10 +67,16 @@ fn probe_engine() -> Result<String, String> {
 
 /// Runs the CI script, which keeps an image built from this very fixture.
 fn build_image() -> Result<(), String> {
+    build_image_tagged(TEST_IMAGE)
+}
+
+/// The same image under another tag, for a test that needs this build's
+/// fixture whatever another checkout on the same engine last built.
+pub fn build_image_tagged(tag: &str) -> Result<(), String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/build-test-image.sh");
     let mut command = Command::new("bash");
     command.arg(&script).arg(binaries::runner_fixture());
-    command.env("SANDBOXD_TEST_IMAGE", TEST_IMAGE);
+    command.env("SANDBOXD_TEST_IMAGE", tag);
     let output = run_with_timeout(command, Duration::from_secs(120));
     if output.status.success() {
         Ok(())

@@ -291,13 +291,14 @@ fn a_handoff_that_cannot_be_served_is_refused_by_name() {
 }
 
 /// The capabilities sandboxd.service keeps, as setpriv(1) names them.
-const UNIT_CAPABILITIES: [&str; 6] = [
+const UNIT_CAPABILITIES: [&str; 7] = [
     "setuid",
     "setgid",
     "setpcap",
     "kill",
     "chown",
     "dac_override",
+    "net_admin",
 ];
 
 /// `CapabilityBoundingSet=` of the shipped unit, lower-cased without `CAP_`.
@@ -392,7 +393,14 @@ async fn the_units_capability_set_is_enough_and_each_capability_is_needed() {
         .expect("a runner's whole life works with the unit's capabilities");
     // CAP_KILL is left out here: without it a stop waits out the full
     // SIGKILL timeout (30 s) before failing.
-    for missing in ["setuid", "setgid", "setpcap", "chown", "dac_override"] {
+    for missing in [
+        "setuid",
+        "setgid",
+        "setpcap",
+        "chown",
+        "dac_override",
+        "net_admin",
+    ] {
         let fewer: Vec<&str> = UNIT_CAPABILITIES
             .iter()
             .copied()

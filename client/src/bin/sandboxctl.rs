@@ -3,7 +3,9 @@
 //! Exit codes: 0 success, 1 the call failed (message on stderr), 2 the
 //! command line is wrong (clap's usage errors, and a `--token-env` variable
 //! that is unset); `status --check` exits 3 when the daemon is degraded and
-//! 4 when it is unhealthy, as `systemctl is-active` tells by its code. Usage problems are all found before connecting, so a
+//! 4 when it is unhealthy, as `systemctl is-active` tells by its code.
+//! `egress check` asks no daemon and exits like `diff`: 0
+//! when every address is allowed, 1 when any is refused, 2 on usage. Usage problems are all found before connecting, so a
 //! typo never depends on whether the daemon happens to be up.
 
 // The binary's modules live in `sandboxctl/`; a crate root resolves
@@ -12,6 +14,8 @@
 mod checks;
 #[path = "sandboxctl/cli.rs"]
 mod cli;
+#[path = "sandboxctl/egress.rs"]
+mod egress;
 #[path = "sandboxctl/generated.rs"]
 mod generated;
 #[path = "sandboxctl/logs.rs"]
@@ -30,12 +34,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use sandboxd_client::egress as egress_posture;
 use sandboxd_client::{
     default_socket_path, ClientError, HealthVerdict, SandboxEnv, SandboxdClient, Scope,
 };
 use serde::Serialize;
 
-use crate::cli::{Cli, Command, ConnectCommand, EnvArgs};
+use crate::cli::{Cli, Command, ConnectCommand, EgressCommand, EnvArgs};
+use crate::egress::EgressCheck;
 use crate::time::now_unix_ms;
 
 /// Why a run did not succeed, which decides the exit code.
@@ -59,6 +65,10 @@ impl From<ClientError> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Offline: before the socket is even looked for.
+    if let Some(Command::Egress(EgressCommand::Check { posture, addresses })) = &cli.command {
+        return egress_check(cli.json, *posture, addresses);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -75,6 +85,22 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS => ExitCode::from(code),
             failed => failed,
         },
+    }
+}
+
+/// `egress check`: prints every verdict, then exits 1 if any was a refusal.
+fn egress_check(json: bool, posture: egress_posture::Posture, addresses: &[String]) -> ExitCode {
+    let check = EgressCheck::judge(posture, addresses);
+    let text = match emit(json, &check, render::egress_check) {
+        Ok(text) => text,
+        Err(Failure::Output(message)) => return fail(1, &message),
+        Err(_) => return fail(1, "cannot print the verdicts"),
+    };
+    let printed = print(&text);
+    if printed == ExitCode::SUCCESS && check.any_refused() {
+        ExitCode::from(1)
+    } else {
+        printed
     }
 }
 
@@ -206,6 +232,12 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             // Streamed as it arrives rather than returned: it may not end.
             logs::print(&connect().await?, scope, &id, tail, follow, json).await?;
             Ok(String::new())
+        }
+        // `main` answers this before any socket is looked for (its exit
+        // code depends on the verdicts); the arm keeps the match total.
+        Command::Egress(EgressCommand::Check { posture, addresses }) => {
+            let check = EgressCheck::judge(posture, &addresses);
+            emit(json, &check, render::egress_check)
         }
         Command::Connect(ConnectCommand::Deprovision { sandbox_id }) => {
             let report = connect()

@@ -145,6 +145,7 @@ impl Sandboxd for FakeDaemon {
             }),
             task_queue: "session:abc".into(),
             caller_class: "user".into(),
+            egress: Some(stand_in_egress()),
         })
     }
 
@@ -170,6 +171,7 @@ impl Sandboxd for FakeDaemon {
             state_dir: String::new(),
             containment: String::new(),
             health: sandboxd_protocol::Health::healthy(),
+            egress: stand_in_egress(),
         })
     }
 
@@ -314,5 +316,14 @@ pub fn env() -> SandboxEnv {
         task_queue: "session:abc".into(),
         stigmer_token: Token::new("s3cr3t"),
         caller_class: "user".into(),
+    }
+}
+
+/// What the stand-in says of its egress posture.
+fn stand_in_egress() -> sandboxd_client::EgressStatus {
+    sandboxd_client::EgressStatus {
+        posture: "strict".into(),
+        enforced: true,
+        mechanism: "stand-in rules".into(),
     }
 }

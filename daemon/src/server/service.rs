@@ -292,7 +292,9 @@ impl Sandboxd for ConnectionService {
     ) -> Result<SandboxInfo, SandboxError> {
         self.authorize(Call::Describe)?;
         let key = key(scope, id_field(scope), id)?;
-        self.driver().describe(&key).await
+        let mut info = self.driver().describe(&key).await?;
+        info.egress = Some(self.daemon.driver.egress());
+        Ok(info)
     }
 
     async fn list(
@@ -337,6 +339,7 @@ impl Sandboxd for ConnectionService {
             state_dir: daemon.state_dir.display().to_string(),
             containment: daemon.driver.containment(),
             health,
+            egress: daemon.driver.egress(),
         })
     }
 

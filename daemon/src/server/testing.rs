@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use sandboxd_protocol::{
-    DeprovisionReport, EnsureReport, LogChunk, LogCursor, LogStart, ProbeState, SandboxEnv,
-    SandboxError, SandboxInfo, Scope,
+    DeprovisionReport, EgressStatus, EnsureReport, LogChunk, LogCursor, LogStart, ProbeState,
+    SandboxEnv, SandboxError, SandboxInfo, Scope,
 };
 use tokio::sync::Semaphore;
 
@@ -145,6 +145,14 @@ impl Driver for FakeDriver {
     }
 
     async fn shutdown(&self) {}
+
+    fn egress(&self) -> EgressStatus {
+        EgressStatus {
+            posture: "none".to_string(),
+            enforced: false,
+            mechanism: "the stand-in driver runs nothing".to_string(),
+        }
+    }
 }
 
 fn info(scope: Scope, id: &str, state: ProbeState) -> SandboxInfo {

@@ -27,6 +27,9 @@
 //! - `--fork-many N`: fork N children that sleep forever, and write
 //!   `forks` (`started <n> refused <m> errno <e>`): under a pids limit the
 //!   forks past it fail (EAGAIN).
+//! - `--connect HOST:PORT`: try one TCP connect (5 s at most) and print
+//!   `runner-fixture: connect HOST:PORT: ok` or `…: failed: ERROR` to
+//!   stdout, then go on.
 //! - `--allocate-when NAME`: with `--allocate-mib`, write `pid` first and
 //!   allocate only once `$WORKSPACE_ROOT_DIR/NAME` exists (looked for every
 //!   10 ms; a SIGTERM meanwhile waits until then), so a test decides when.
@@ -56,6 +59,7 @@ struct Flags {
     escape: bool,
     fork_many: u32,
     serve_attacks: bool,
+    connect: Option<String>,
 }
 
 fn parse_flags() -> Result<Flags, String> {
@@ -98,6 +102,9 @@ fn parse_flags() -> Result<Flags, String> {
                 flags.allocate_mib = value
                     .parse()
                     .map_err(|_| format!("bad size in MiB '{value}'"))?;
+            }
+            "--connect" => {
+                flags.connect = Some(args.next().ok_or("--connect needs HOST:PORT")?);
             }
             "--allocate-when" => {
                 let value = args.next().ok_or("--allocate-when needs a file name")?;
@@ -146,6 +153,20 @@ fn write_bytes(total: u64) -> std::io::Result<()> {
     }
     writeln!(stdout, "runner-fixture wrote {total} bytes")?;
     stdout.flush()
+}
+
+/// `ok`, or `failed: ERROR`, for one TCP connect to `target`.
+fn try_connect(target: &str) -> String {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let address = match target.to_socket_addrs().map(|mut all| all.next()) {
+        Ok(Some(address)) => address,
+        Ok(None) => return "failed: no address".to_string(),
+        Err(error) => return format!("failed: {error}"),
+    };
+    match TcpStream::connect_timeout(&address, std::time::Duration::from_secs(5)) {
+        Ok(_) => "ok".to_string(),
+        Err(error) => format!("failed: {error}"),
+    }
 }
 
 /// Writes `contents` to `dir/name` through a temporary name and a rename.
@@ -253,6 +274,10 @@ fn main() -> ExitCode {
         // Blocked from the start, so a SIGTERM that arrives early is still a
         // clean exit 0 once we wait for it below.
         term.thread_block().expect("block SIGTERM");
+    }
+
+    if let Some(target) = &flags.connect {
+        println!("runner-fixture: connect {target}: {}", try_connect(target));
     }
 
     if let Err(error) = write_atomically(&workspace, "env.json", &environment_json()) {

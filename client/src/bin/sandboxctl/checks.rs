@@ -30,7 +30,8 @@ pub fn arguments(command: &Command) -> Result<(), Failure> {
         | Command::ManPage
         | Command::Status { .. }
         | Command::List { .. }
-        | Command::Workspaces { .. } => Ok(()),
+        | Command::Workspaces { .. }
+        | Command::Egress(_) => Ok(()),
         Command::Probe { scope, id }
         | Command::Describe { scope, id }
         | Command::Deprovision { scope, id, .. }

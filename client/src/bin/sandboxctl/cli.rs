@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
+use sandboxd_client::egress::Posture;
 use sandboxd_client::Scope;
 
 /// Admin CLI for sandboxd, the daemon that owns agent-runner sandboxes.
@@ -142,6 +143,27 @@ pub enum Command {
         #[arg(long, short = 'f')]
         follow: bool,
     },
+
+    /// The egress postures' address table, offline (no daemon needed).
+    #[command(subcommand)]
+    Egress(EgressCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EgressCommand {
+    /// Say whether a posture lets a sandbox dial each address, and why not.
+    /// Exits 0 when every address is allowed and 1 when any is refused
+    /// (like `diff`), so scripts can test it.
+    Check {
+        /// The posture to judge by: relaxed refuses only link-local (cloud
+        /// metadata); strict also loopback, private and unspecified.
+        #[arg(long, value_name = "POSTURE", default_value = "relaxed", value_parser = posture())]
+        posture: Posture,
+        /// IP addresses (IPv4, IPv6, `[::1]`, `fe80::1%eth0`). Host names
+        /// are not resolved: they are refused as unrecognized.
+        #[arg(value_name = "ADDRESS", required = true)]
+        addresses: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -183,6 +205,12 @@ const SCOPE_WORDS: [&str; 3] = ["session", "workflow", "connect"];
 /// Any of the three scopes, listed in `--help` and in the error.
 fn any_scope() -> impl TypedValueParser<Value = Scope> {
     PossibleValuesParser::new(SCOPE_WORDS).try_map(|word: String| word.parse::<Scope>())
+}
+
+/// `relaxed` or `strict`, listed in `--help` and in the error.
+fn posture() -> impl TypedValueParser<Value = Posture> {
+    PossibleValuesParser::new(Posture::ALL.map(Posture::as_str))
+        .try_map(|word: String| word.parse::<Posture>())
 }
 
 /// Session or workflow. Connect gets its own message because `ensure` is
@@ -353,6 +381,31 @@ mod tests {
         ));
         let error = parse(&["logs", "session", "s", "--tail", "-1"]).unwrap_err();
         assert_eq!(error.exit_code(), 2);
+    }
+
+    #[test]
+    fn egress_check_takes_a_posture_and_addresses() {
+        let cli = parse(&["egress", "check", "--posture", "strict", "::1", "10.0.0.1"]).unwrap();
+        let Some(Command::Egress(EgressCommand::Check { posture, addresses })) = cli.command else {
+            panic!("not egress check")
+        };
+        assert_eq!(posture, Posture::Strict);
+        assert_eq!(addresses, ["::1", "10.0.0.1"]);
+
+        let cli = parse(&["egress", "check", "169.254.169.254"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Egress(EgressCommand::Check {
+                posture: Posture::Relaxed,
+                ..
+            }))
+        ));
+
+        let error = parse(&["egress", "check"]).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::MissingRequiredArgument);
+        let error = parse(&["egress", "check", "--posture", "none", "::1"]).unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+        assert!(error.to_string().contains("relaxed, strict"), "{error}");
     }
 
     #[test]

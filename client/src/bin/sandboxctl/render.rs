@@ -9,10 +9,11 @@
 use std::fmt::Write as _;
 
 use sandboxd_client::{
-    DaemonStatus, DeprovisionReport, EnsureReport, ExitInfo, Health, SandboxInfo, Scope, Shown,
-    WorkspaceInfo,
+    DaemonStatus, DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, Health, SandboxInfo,
+    Scope, Shown, WorkspaceInfo,
 };
 
+use crate::egress::EgressCheck;
 use crate::time::{ago, duration, rfc3339_utc};
 
 const MISSING: &str = "-";
@@ -39,6 +40,7 @@ pub fn status(status: &DaemonStatus) -> String {
                 counts.session, counts.workflow, counts.connect, counts.running, counts.stopped
             ),
         ),
+        ("egress", egress(&status.egress)),
     ])
 }
 
@@ -77,6 +79,11 @@ pub struct ListStyle {
 
 /// The narrowest an id column is squeezed to.
 const MIN_ID_WIDTH: usize = 8;
+
+/// `strict (nftables table …)`: the posture, then how it is held.
+fn egress(egress: &EgressStatus) -> String {
+    format!("{} ({})", shown(&egress.posture), shown(&egress.mechanism))
+}
 
 /// The wide table with headers, in the order given.
 #[cfg(test)]
@@ -285,6 +292,9 @@ pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
         ("task queue", or_missing(&info.task_queue)),
         ("caller class", or_missing(&info.caller_class)),
     ]);
+    if let Some(posture) = &info.egress {
+        lines.push(("egress", egress(posture)));
+    }
     key_values(&lines)
 }
 
@@ -331,6 +341,26 @@ pub fn deprovision(
     }
     line.push('\n');
     line
+}
+
+/// One row per address: `ADDRESS  VERDICT  REASON`, under the posture's name.
+pub fn egress_check(check: &EgressCheck) -> String {
+    let header = ["ADDRESS", "VERDICT", "REASON"].map(str::to_string);
+    let rows = check.verdicts.iter().map(|verdict| {
+        [
+            shown(&verdict.address),
+            if verdict.allowed {
+                "allowed"
+            } else {
+                "refused"
+            }
+            .to_string(),
+            verdict.reason.unwrap_or(MISSING).to_string(),
+        ]
+    });
+    let mut out = format!("posture: {}\n", check.posture);
+    out.push_str(&table(std::iter::once(header).chain(rows).collect()));
+    out
 }
 
 /// The pid on the process tier, a short container id on container tiers.
@@ -428,6 +458,11 @@ mod tests {
             }),
             task_queue: "session:abc".into(),
             caller_class: "user".into(),
+            egress: Some(EgressStatus {
+                posture: "relaxed".into(),
+                enforced: true,
+                mechanism: "nftables table inet sandboxd_0123456789ab".into(),
+            }),
         }
     }
 
@@ -588,6 +623,10 @@ mod tests {
         );
         assert!(text.contains("last exit:    signal 9 at 2024-05-01T12:29:55Z (5m 1s ago)\n"));
         assert!(text.contains("caller class: user\n"), "{text}");
+        assert!(
+            text.contains("egress:       relaxed (nftables table inet sandboxd_0123456789ab)\n"),
+            "{text}"
+        );
         assert!(!text.contains("container id"));
     }
 
@@ -668,6 +707,11 @@ mod tests {
                 verdict: sandboxd_client::HealthVerdict::Unhealthy,
                 reasons: vec!["runner 'x' not found".into()],
             },
+            egress: EgressStatus {
+                posture: "none".into(),
+                enforced: false,
+                mechanism: "unrestricted: egress = \"none\" in the configuration".into(),
+            },
         };
         let text = status(&daemon);
         assert!(
@@ -682,6 +726,29 @@ mod tests {
         assert!(text.contains("uptime:    1h 2m\n"), "{text}");
         assert!(text.contains("isolation: process groups\n"), "{text}");
         assert!(text.contains("2 session, 1 workflow, 0 connect (2 running, 1 stopped)"));
+        assert!(
+            text.contains(
+                "egress:    none (unrestricted: egress = \"none\" in the configuration)\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn egress_check_is_a_table_of_verdicts() {
+        let addresses = ["10.0.0.1", "169.254.169.254", "\u{1b}[2J"].map(String::from);
+        let check = EgressCheck::judge(sandboxd_client::egress::Posture::Relaxed, &addresses);
+        let text = egress_check(&check);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "posture: relaxed");
+        assert_eq!(lines[1], "ADDRESS          VERDICT  REASON");
+        assert_eq!(lines[2], "10.0.0.1         allowed  -");
+        assert_eq!(
+            lines[3],
+            "169.254.169.254  refused  link-local (cloud metadata)"
+        );
+        assert!(lines[4].ends_with("refused  unrecognized"), "{text}");
+        assert!(!text.contains('\u{1b}'));
     }
 
     #[test]

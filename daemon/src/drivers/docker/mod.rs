@@ -16,6 +16,7 @@
 //! `logs` (runner output, from the engine's log of the container).
 
 mod containers;
+mod egress_network;
 mod engine;
 mod ensure;
 mod events;
@@ -33,8 +34,8 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use futures::StreamExt;
 use sandboxd_protocol::{
-    DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv, SandboxError,
-    SandboxInfo, Scope,
+    DeprovisionReport, EgressStatus, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
+    SandboxError, SandboxInfo, Scope,
 };
 use tokio::task::JoinHandle;
 
@@ -42,6 +43,7 @@ use crate::config::{Config, DEFAULT_DOCKER_HOST};
 use crate::drivers::differs::{differing_fields, RunsWith};
 use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
+use crate::egress::{Egress, EgressSetting};
 use crate::provisioner::{Driver, SandboxKey};
 use engine::{CallError, Engine, READ_TIMEOUT};
 use events::Exits;
@@ -57,6 +59,12 @@ pub struct DockerDriver {
     inner: Arc<Inner>,
     /// The events watcher and the reaper; stopped with the driver.
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The egress posture's rules on the daemon's own network; an ensure
+    /// is refused while they are not in force (SPEC §9, fail closed).
+    egress: Arc<Egress>,
+    /// True when runners join [`egress_network::network`] (a posture on the
+    /// default network).
+    own_network: bool,
 }
 
 /// What every operation shares.
@@ -127,7 +135,30 @@ impl DockerDriver {
     /// daemon starts whether or not it answers), and starts the events
     /// watcher and the connect reaper.
     pub async fn start(config: &Config) -> anyhow::Result<DockerDriver> {
-        let spec = RunnerSpec::from_config(config).map_err(anyhow::Error::msg)?;
+        let mut spec = RunnerSpec::from_config(config).map_err(anyhow::Error::msg)?;
+        // Under a posture, the default network is replaced by the daemon's
+        // own, whose bridge the rules hold; any other network cannot be.
+        let own_network = config.egress != EgressSetting::Unrestricted && spec.network == "bridge";
+        let setting = config.egress;
+        let egress = Arc::new(if own_network {
+            spec.network = egress_network::network();
+            // Kept on a clean stop: containers outlive the daemon.
+            tokio::task::spawn_blocking(move || {
+                Egress::establish_for_bridge(setting, &egress_network::bridge())
+            })
+            .await?
+        } else {
+            // `none` leaves the network's rules alone: containers an earlier
+            // daemon started on it under a posture stay held to it.
+            Egress::not_installed(
+                setting,
+                format!(
+                    "[docker] network '{}' is not the daemon's own; postures are enforced on the default ('bridge'), which runners then leave for {}",
+                    spec.network,
+                    egress_network::network()
+                ),
+            )
+        });
         let host = config
             .docker
             .host
@@ -149,13 +180,18 @@ impl DockerDriver {
             ttl: config.docker.connect_ttl,
             creation_grace: config.docker.connect_creation_grace,
         };
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(events::watch(inner.engine.clone(), inner.exits.clone())),
             tokio::spawn(reaper::run(inner.clone(), reaper)),
         ];
+        tasks.push(tokio::spawn(crate::egress::keep_verified(Arc::downgrade(
+            &egress,
+        ))));
         Ok(DockerDriver {
             inner,
             tasks: Mutex::new(tasks),
+            egress,
+            own_network,
         })
     }
 }
@@ -249,6 +285,12 @@ impl Driver for DockerDriver {
                 });
             }
         }
+        // Fail closed: no container starts unless the egress rules are in
+        // force, and then only on the network they hold.
+        self.egress.check()?;
+        if self.own_network {
+            egress_network::ensure(&self.inner.engine).await?;
+        }
         // In a task of its own: a caller that stops waiting must not leave
         // a container created but never started, or a generation recorded
         // for a start that was never made.
@@ -258,6 +300,10 @@ impl Driver for DockerDriver {
             ensure::ensure(&inner, &key, &env).await
         })
         .await
+    }
+
+    fn egress(&self) -> EgressStatus {
+        self.egress.status()
     }
 
     async fn deprovision(

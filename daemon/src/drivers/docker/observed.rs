@@ -215,6 +215,7 @@ impl Observed {
             last_exit: self.last_exit(),
             task_queue: self.task_queue().to_string(),
             caller_class: self.caller_class().to_string(),
+            egress: None,
         }
     }
 }

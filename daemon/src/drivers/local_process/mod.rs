@@ -43,8 +43,8 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use cgroup::Containment;
 use sandboxd_protocol::{
-    DeprovisionReport, EnsureReport, ExitInfo, LogChunk, LogStart, ProbeState, SandboxEnv,
-    SandboxError, SandboxInfo, Scope, WorkspaceInfo,
+    DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, LogChunk, LogStart, ProbeState,
+    SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 use tokio::sync::watch;
 
@@ -52,6 +52,7 @@ use crate::config::Config;
 use crate::drivers::differs::{differing_fields, token_sha256, RunsWith};
 use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
+use crate::egress::{self, Egress};
 use crate::provisioner::{Driver, SandboxKey};
 use identity::RunnerIdentity;
 use ledger::{Ledger, LedgerRecord};
@@ -108,6 +109,8 @@ struct Inner {
     workspace_ttl: Option<Duration>,
     /// Each sandbox's uid, when each has its own (a root daemon without `run_as`).
     uids: Option<SandboxUids>,
+    /// The egress posture's rules; an ensure is refused while not in force.
+    egress: Arc<Egress>,
     stopping: AtomicBool,
     /// Held for the daemon's life: one daemon per state directory.
     _state_lock: nix::fcntl::Flock<std::fs::File>,
@@ -219,6 +222,21 @@ impl LocalProcessDriver {
                 tracing::error!("{problem}: every ensure will fail until it is installed")
             }
         }
+        // The egress rules match the sandboxes' parent cgroup, which every
+        // runner is cloned into a child of; they are loaded here, before the
+        // daemon serves, on a cgroup that exists by now (nft resolves it to
+        // an id at load). On the process-group fallback no kernel rule can
+        // tell a runner's traffic apart, so any posture but `none` fails
+        // closed.
+        let sandboxes_cgroup = containment.tree().map(|tree| tree.sandboxes().v2.clone());
+        let setting = config.egress;
+        let egress = Arc::new(
+            tokio::task::spawn_blocking(move || {
+                Egress::establish(setting, sandboxes_cgroup.as_deref())
+            })
+            .await?,
+        );
+        tokio::spawn(egress::keep_verified(Arc::downgrade(&egress)));
         let inner = Arc::new(Inner {
             settings,
             stop_grace: config.stop_grace,
@@ -233,6 +251,7 @@ impl LocalProcessDriver {
             catalog,
             workspace_ttl: config.workspace_ttl,
             uids,
+            egress,
             stopping: AtomicBool::new(false),
             _state_lock: state_lock,
         });
@@ -444,6 +463,7 @@ impl Inner {
             last_exit: record.last_exit,
             task_queue: record.task_queue.clone(),
             caller_class: record.caller_class.clone(),
+            egress: None,
         }
     }
 }
@@ -590,6 +610,8 @@ impl Driver for LocalProcessDriver {
                 "sandboxd is shutting down".into(),
             ));
         }
+        // Fail closed: no runner starts unless the egress rules are in force.
+        self.inner.egress.check()?;
         // The slow path runs in a task of its own, and the spawn itself on a
         // spawner thread, so this connection's other calls and the runtime's
         // workers never wait on a spawn. A caller that gives up while waiting
@@ -706,8 +728,10 @@ impl Driver for LocalProcessDriver {
         tracing::info!(sandboxes = keys.len(), "stopping every process-tier runner");
         // Workspaces are kept: a session ensured again after a restart finds its files.
         let stops = keys.iter().map(|key| self.deprovision(key, true));
+        let mut all_stopped = true;
         for (key, result) in keys.iter().zip(futures::future::join_all(stops).await) {
             if let Err(error) = result {
+                all_stopped = false;
                 tracing::error!(scope = %key.scope, id = %key.shown_id(), %error, "runner did not stop cleanly");
             }
         }
@@ -719,5 +743,14 @@ impl Driver for LocalProcessDriver {
             })
             .await;
         }
+        // The rules go only once no runner is left for them to hold.
+        if all_stopped {
+            let egress = self.inner.egress.clone();
+            let _ = tokio::task::spawn_blocking(move || egress.remove()).await;
+        }
+    }
+
+    fn egress(&self) -> EgressStatus {
+        self.inner.egress.status()
     }
 }

@@ -1,0 +1,306 @@
+//! The egress posture, enforced by the kernel on every sandbox (SPEC §9).
+//!
+//! The process tier: an nftables table of the daemon's own whose
+//! output-hook chain matches every packet whose socket was made by a
+//! process under the sandboxes cgroup and refuses the posture's ranges —
+//! every TCP connect and every UDP send, IPv4 and IPv6 (an IPv4-mapped
+//! IPv6 destination leaves as IPv4 and meets the IPv4 rules). The docker
+//! tier: the same kind of table on every packet arriving from the bridge
+//! of the daemon's own network (forward and input hooks; under `strict`
+//! the host itself is refused too). The ranges come from the one table in
+//! `sandboxd_protocol::egress`.
+//!
+//! Fail closed: [`Egress::establish`] never errors; when the rules cannot
+//! be installed and verified, it remembers why and [`Egress::check`]
+//! refuses every ensure with `unavailable` naming it, so no sandbox runs
+//! unenforced. Only `egress = "none"`, written explicitly, runs sandboxes
+//! unrestricted.
+//!
+//! Life cycle (process tier; the docker tier keeps its table on a clean
+//! stop, since containers outlive the daemon): installed at start, before
+//! the daemon serves, by one atomic
+//! nft transaction that replaces the table a previous instance left (so a
+//! restart has no window without rules); re-verified periodically; removed
+//! on a clean stop, after every runner is stopped. A crashed daemon leaves
+//! its table in force, so runners it leaves behind stay held to it until
+//! the next start's sweep kills them; a next start with `none` deletes it.
+
+mod cgroup_target;
+mod nft;
+mod ruleset;
+mod setting;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use sandboxd_protocol::egress::Posture;
+use sandboxd_protocol::{EgressStatus, SandboxError};
+
+use cgroup_target::{find_v2_mount, CgroupTarget};
+use nft::Nft;
+use ruleset::{Matched, Ruleset};
+pub use setting::EgressSetting;
+
+/// The posture's state on this daemon.
+pub struct Egress {
+    setting: EgressSetting,
+    /// Held only to read or replace the state, never across an nft call.
+    state: Mutex<State>,
+    /// Held across the nft calls made after start.
+    work: Mutex<()>,
+}
+
+enum State {
+    /// `egress = "none"`.
+    Unrestricted,
+    /// The table is installed and was verified.
+    InForce { nft: Nft, ruleset: Ruleset },
+    /// Why the posture cannot be enforced; every ensure is refused.
+    Unenforceable(String),
+}
+
+impl Egress {
+    /// Installs and verifies the rules for `setting` on the sandboxes
+    /// cgroup, given by its path below the cgroup v2 root. Blocking (it
+    /// runs nft). `None` means the tier has no cgroup v2 to put runners
+    /// in, and then any posture is unenforceable.
+    pub fn establish(setting: EgressSetting, sandboxes_cgroup: Option<&Path>) -> Egress {
+        Egress::establish_on(setting, || locate_cgroup(sandboxes_cgroup))
+    }
+
+    /// The same for a container tier: every packet arriving from the
+    /// bridge interface of the daemon's own network. Blocking.
+    pub fn establish_for_bridge(setting: EgressSetting, bridge: &str) -> Egress {
+        Egress::establish_on(setting, || Ok(Matched::Bridge(bridge.to_string())))
+    }
+
+    fn establish_on(
+        setting: EgressSetting,
+        matched: impl FnOnce() -> Result<Matched, String>,
+    ) -> Egress {
+        let state = match setting {
+            EgressSetting::Unrestricted => {
+                tracing::warn!("egress = \"none\": sandboxes may connect anywhere, the cloud metadata endpoint included");
+                remove_leftover(matched());
+                State::Unrestricted
+            }
+            EgressSetting::Enforced(posture) => match install(posture, matched) {
+                Ok((nft, ruleset)) => {
+                    tracing::info!(posture = %posture, "egress rules in force: {}", ruleset.describe());
+                    State::InForce { nft, ruleset }
+                }
+                Err(reason) => {
+                    tracing::error!(posture = %posture, "egress posture cannot be enforced, so every ensure will be refused: {reason}");
+                    State::Unenforceable(reason)
+                }
+            },
+        };
+        Egress {
+            setting,
+            state: Mutex::new(state),
+            work: Mutex::new(()),
+        }
+    }
+
+    /// Nothing installed and nothing removed: `none` as it is, and any
+    /// posture unenforceable for `reason` (every ensure refused).
+    pub fn not_installed(setting: EgressSetting, reason: String) -> Egress {
+        let state = match setting {
+            EgressSetting::Unrestricted => State::Unrestricted,
+            EgressSetting::Enforced(posture) => {
+                tracing::error!(posture = %posture, "egress posture cannot be enforced, so every ensure will be refused: {reason}");
+                State::Unenforceable(reason)
+            }
+        };
+        Egress {
+            setting,
+            state: Mutex::new(state),
+            work: Mutex::new(()),
+        }
+    }
+
+    /// Ok when a sandbox may start: the rules are in force, or egress is
+    /// unrestricted by configuration. Cheap: no syscall.
+    pub fn check(&self) -> Result<(), SandboxError> {
+        match &*self.state() {
+            State::Unrestricted | State::InForce { .. } => Ok(()),
+            State::Unenforceable(reason) => Err(SandboxError::Unavailable(format!(
+                "egress posture '{}' is not in force, so no sandbox may start: {reason}",
+                self.setting
+            ))),
+        }
+    }
+
+    /// The posture and how it is enforced, for `status` and `describe`.
+    pub fn status(&self) -> EgressStatus {
+        let (enforced, mechanism) = match &*self.state() {
+            State::Unrestricted => (
+                false,
+                "unrestricted: egress = \"none\" in the configuration".to_string(),
+            ),
+            State::InForce { ruleset, .. } => (true, ruleset.describe()),
+            State::Unenforceable(reason) => {
+                (false, format!("NOT ENFORCED, ensure refused: {reason}"))
+            }
+        };
+        EgressStatus {
+            posture: self.setting.to_string(),
+            enforced,
+            mechanism,
+        }
+    }
+
+    /// Lists the table again and checks it; when it is gone or altered,
+    /// installs it anew, and when that fails too, refuses ensures from now
+    /// on. Blocking.
+    pub fn reverify(&self) {
+        let _work = self.work();
+        let Some((nft, ruleset)) = self.in_force() else {
+            return;
+        };
+        let listed = nft.list_table(&ruleset.table_spec());
+        let Err(problem) = listed.and_then(|listing| ruleset.verify(&listing)) else {
+            return;
+        };
+        tracing::warn!(table = %ruleset.table_spec(), "egress rules no longer verify ({problem}); installing them again");
+        let again = nft
+            .apply(&ruleset.script())
+            .and_then(|()| nft.list_table(&ruleset.table_spec()))
+            .and_then(|listing| ruleset.verify(&listing));
+        if let Err(reason) = again {
+            tracing::error!(
+                "egress rules cannot be restored, so every ensure will be refused: {reason}"
+            );
+            *self.state() = State::Unenforceable(format!(
+                "the rules were altered after start ({problem}) and cannot be restored: {reason}"
+            ));
+        }
+    }
+
+    /// Removes the table. Only on a clean stop, once no runner is left;
+    /// nothing starts or reinstalls it afterwards. Blocking.
+    pub fn remove(&self) {
+        let _work = self.work();
+        let Some((nft, ruleset)) = self.in_force() else {
+            return;
+        };
+        *self.state() = State::Unenforceable("sandboxd is stopping: its rules were removed".into());
+        match nft.delete_table(&ruleset.table_spec()) {
+            Ok(()) => tracing::info!(table = %ruleset.table_spec(), "egress rules removed"),
+            Err(error) => tracing::warn!("egress rules left in place: {error}"),
+        }
+    }
+
+    /// The tool and the rules, when in force; the state lock is held only
+    /// for the copy, so `check` never waits on nft.
+    fn in_force(&self) -> Option<(Nft, Ruleset)> {
+        match &*self.state() {
+            State::InForce { nft, ruleset } => Some((nft.clone(), ruleset.clone())),
+            _ => None,
+        }
+    }
+
+    /// Serializes the calls that run nft after start (re-verify, remove).
+    fn work(&self) -> MutexGuard<'_, ()> {
+        self.work
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+}
+
+/// How often the installed rules are listed and checked again.
+pub const REVERIFY_EVERY: Duration = Duration::from_secs(30);
+
+/// Re-verifies the rules every [`REVERIFY_EVERY`] until the driver that
+/// owns `egress` is dropped.
+pub async fn keep_verified(egress: Weak<Egress>) {
+    let mut ticker = tokio::time::interval(REVERIFY_EVERY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await; // The first tick is immediate: start just verified.
+    loop {
+        ticker.tick().await;
+        let Some(egress) = egress.upgrade() else {
+            return;
+        };
+        let _ = tokio::task::spawn_blocking(move || egress.reverify()).await;
+    }
+}
+
+/// Deletes the table a crashed instance with a posture left on the same
+/// cgroup (or bridge), so that `none` means what `status` says. Best
+/// effort: with no nft or no such table there is nothing to remove.
+fn remove_leftover(matched: Result<Matched, String>) {
+    let (Ok(matched), Ok(nft)) = (matched, Nft::find()) else {
+        return;
+    };
+    // The table's name does not depend on the posture.
+    let table = Ruleset::new(Posture::Relaxed, matched).table_spec();
+    if nft.list_table(&table).is_ok() {
+        match nft.delete_table(&table) {
+            Ok(()) => tracing::info!(%table, "removed the egress rules an earlier sandboxd left"),
+            Err(error) => tracing::error!(
+                "egress = \"none\", but an earlier sandboxd's rules stay in force: {error}"
+            ),
+        }
+    }
+}
+
+/// The sandboxes cgroup, located for nft; it must exist (nft resolves it
+/// to an id when the rules are loaded).
+/// The rules' match on `sandboxes_cgroup`: an absolute path below the
+/// cgroup v2 mount, or one relative to it.
+fn locate_cgroup(sandboxes_cgroup: Option<&Path>) -> Result<Matched, String> {
+    let dir = sandboxes_cgroup.ok_or(
+        "runners are not placed in a cgroup v2 of their own on this daemon, so no kernel rule can tell their traffic apart",
+    )?;
+    let mount = find_v2_mount()?;
+    // Absolute (as the driver knows it), or already below the v2 root.
+    let relative = match dir.strip_prefix(&mount) {
+        Ok(relative) => relative,
+        Err(_) if dir.is_relative() => dir,
+        Err(_) => {
+            return Err(format!(
+                "the sandboxes cgroup {} is not below the cgroup v2 mount {}",
+                dir.display(),
+                mount.display()
+            ))
+        }
+    };
+    let target = CgroupTarget::new(&mount, relative)?;
+    if !target.dir.is_dir() {
+        return Err(format!(
+            "the sandboxes cgroup {} does not exist",
+            target.dir.display()
+        ));
+    }
+    Ok(Matched::Cgroup(target))
+}
+
+/// Finds nft, locates what the rules hold, loads the table and checks
+/// the kernel lists back exactly what was loaded.
+fn install(
+    posture: Posture,
+    matched: impl FnOnce() -> Result<Matched, String>,
+) -> Result<(Nft, Ruleset), String> {
+    let nft = Nft::find()?;
+    let ruleset = Ruleset::new(posture, matched()?);
+    nft.apply(&ruleset.script())?;
+    let listing = nft.list_table(&ruleset.table_spec())?;
+    ruleset.verify(&listing).map_err(|why| {
+        format!(
+            "the table {} does not hold the rules loaded: {why}",
+            ruleset.table_spec()
+        )
+    })?;
+    Ok((nft, ruleset))
+}

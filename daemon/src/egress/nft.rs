@@ -1,0 +1,101 @@
+//! Running the `nft` tool.
+//!
+//! Why the tool and not a crate: the rule that matters here,
+//! `socket cgroupv2 level N "PATH"`, cannot be said in nft's JSON (nft
+//! 1.0.6 rejects the key, "Invalid socket key value"), and the `nftables`
+//! crate, which speaks that JSON, has no `level` either. nft's own rule
+//! language is its stable interface, and the script is small enough to
+//! read (see [`super::ruleset`]). Hand-written netlink would be far more.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The `nft` executable found on `PATH`.
+#[derive(Debug, Clone)]
+pub struct Nft {
+    program: PathBuf,
+}
+
+impl Nft {
+    /// Looks `nft` up on the daemon's `PATH`.
+    pub fn find() -> Result<Nft, String> {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("nft"))
+            .find(|candidate| is_executable(candidate))
+            .map(|program| Nft { program })
+            .ok_or_else(|| {
+                format!(
+                    "the nft tool (nftables) is not on the daemon's PATH ({})",
+                    std::env::join_paths(std::env::split_paths(&path))
+                        .map(|joined| joined.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                )
+            })
+    }
+
+    /// Applies `script` as one transaction (`nft -f -`).
+    pub fn apply(&self, script: &str) -> Result<(), String> {
+        let mut child = Command::new(&self.program)
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|error| format!("cannot run {}: {error}", self.program.display()))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // A failed write shows up as nft's own error below.
+            let _ = stdin.write_all(script.as_bytes());
+        }
+        let output = child
+            .wait_with_output()
+            .map_err(|error| format!("cannot wait for {}: {error}", self.program.display()))?;
+        self.answer(&output, "load the rules").map(drop)
+    }
+
+    /// `nft list table <spec>`.
+    pub fn list_table(&self, spec: &str) -> Result<String, String> {
+        let output = self.run(&["list", "table", spec])?;
+        self.answer(&output, &format!("list table {spec}"))
+    }
+
+    /// `nft delete table <spec>`.
+    pub fn delete_table(&self, spec: &str) -> Result<(), String> {
+        let output = self.run(&["delete", "table", spec])?;
+        self.answer(&output, &format!("delete table {spec}"))
+            .map(drop)
+    }
+
+    fn run(&self, args: &[&str]) -> Result<std::process::Output, String> {
+        Command::new(&self.program)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|error| format!("cannot run {}: {error}", self.program.display()))
+    }
+
+    /// Stdout on success; nft's first error line, and the action, otherwise.
+    fn answer(&self, output: &std::process::Output, action: &str) -> Result<String, String> {
+        if output.status.success() {
+            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let reason = stderr
+            .lines()
+            .find(|line| line.contains("Error"))
+            .or_else(|| stderr.lines().next())
+            .unwrap_or("no message")
+            .trim();
+        Err(format!(
+            "nft could not {action} ({}): {reason}",
+            output.status
+        ))
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}

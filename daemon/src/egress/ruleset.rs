@@ -1,0 +1,399 @@
+//! The daemon's nftables table: rendered from the shared address table,
+//! and checked against what the kernel lists back.
+//!
+//! One table of the daemon's own (`inet`, so IPv4 and IPv6 in one place),
+//! never touching anyone else's. On the process tier its output-hook chain
+//! sends every packet whose socket belongs to a process under the
+//! sandboxes cgroup to a chain that refuses the posture's ranges; on a
+//! container tier its forward- and input-hook chains do the same for every
+//! packet arriving from the daemon's own bridge (and under `strict` the
+//! input chain refuses the host itself, whatever its addresses). TCP gets
+//! a reset (the connect fails at once with ECONNREFUSED instead of
+//! hanging), everything else is dropped (a UDP send from the host fails
+//! with EPERM). The check is by destination address on every packet, so a
+//! host name that resolves to a refused address is refused whatever DNS
+//! said.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use sandboxd_protocol::egress::{Posture, Range};
+use sha2::{Digest, Sha256};
+
+use super::cgroup_target::CgroupTarget;
+
+/// Whose traffic the rules hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Matched {
+    /// Every socket made under this cgroup (the process tier).
+    Cgroup(CgroupTarget),
+    /// Every packet arriving from this bridge interface (a container
+    /// tier's own network). Matched by name, so the rules hold before the
+    /// bridge exists and whenever it is recreated.
+    Bridge(String),
+}
+
+impl Matched {
+    /// What the table's name is derived from.
+    fn key(&self) -> String {
+        match self {
+            Matched::Cgroup(target) => target.nft_path.clone(),
+            Matched::Bridge(bridge) => format!("bridge:{bridge}"),
+        }
+    }
+}
+
+/// The rules for one posture on one sandboxes cgroup or bridge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ruleset {
+    pub posture: Posture,
+    pub matched: Matched,
+    /// `sandboxd_<12 hex>`: one per sandboxes cgroup (or bridge), so
+    /// several daemons on one host each own a table and never touch
+    /// another's.
+    pub table: String,
+}
+
+impl Ruleset {
+    pub fn new(posture: Posture, matched: Matched) -> Ruleset {
+        let digest = Sha256::digest(matched.key().as_bytes());
+        let hex: String = digest[..6]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        Ruleset {
+            posture,
+            matched,
+            table: format!("sandboxd_{hex}"),
+        }
+    }
+
+    /// `inet sandboxd_…`, as nft commands name it.
+    pub fn table_spec(&self) -> String {
+        format!("inet {}", self.table)
+    }
+
+    /// One nft script that replaces the table atomically: nft applies a
+    /// file as one transaction, so an existing table (a restarted daemon's)
+    /// stays in force until the new one takes its place, with no window.
+    pub fn script(&self) -> String {
+        let table = &self.table;
+        let mut script = String::new();
+        // Creating it first makes the delete succeed on a fresh host.
+        let _ = writeln!(script, "table inet {table} {{}}");
+        let _ = writeln!(script, "delete table inet {table}");
+        let _ = writeln!(script, "table inet {table} {{");
+        for (name, family) in [("refused_ipv4", "ipv4_addr"), ("refused_ipv6", "ipv6_addr")] {
+            let elements: Vec<String> = self
+                .refused(name == "refused_ipv6")
+                .map(|range| range.to_string())
+                .collect();
+            let _ = writeln!(
+                script,
+                "    set {name} {{ type {family}; flags interval; elements = {{ {} }} }}",
+                elements.join(", ")
+            );
+        }
+        for chain in self.chains() {
+            let _ = writeln!(script, "    chain {} {{", chain.name);
+            for line in chain.lines() {
+                let _ = writeln!(script, "        {line}");
+            }
+            let _ = writeln!(script, "    }}");
+        }
+        let _ = writeln!(script, "}}");
+        script
+    }
+
+    /// Checks `listing` (`nft list table inet …`) holds exactly these rules:
+    /// every chain rule for rule, both sets element for element, and the
+    /// cgroup still resolving to its path (nft lists a bare id once the
+    /// cgroup it was loaded for is gone, and then nothing matches).
+    pub fn verify(&self, listing: &str) -> Result<(), String> {
+        let flat = listing.split_whitespace().collect::<Vec<_>>().join(" ");
+        for chain in self.chains() {
+            let wanted = format!("chain {} {{ {} }}", chain.name, chain.lines().join(" "));
+            if !flat.contains(&wanted) {
+                let hint = match &self.matched {
+                    Matched::Cgroup(target) => {
+                        format!(" (is the cgroup {} still there?)", target.dir.display())
+                    }
+                    Matched::Bridge(_) => String::new(),
+                };
+                return Err(format!(
+                    "its {} chain is not `{}`{hint}",
+                    chain.name,
+                    chain.rules.join("; ")
+                ));
+            }
+        }
+        for (name, v6) in [("refused_ipv4", false), ("refused_ipv6", true)] {
+            let listed = set_elements(&flat, name)
+                .ok_or_else(|| format!("its set {name} is missing or unreadable"))?;
+            let wanted: BTreeSet<(IpAddr, u8)> = self
+                .refused(v6)
+                .map(|range| (range.network, range.prefix_len))
+                .collect();
+            if listed != wanted {
+                return Err(format!(
+                    "its set {name} holds {listed:?}, not the {} posture's {wanted:?}",
+                    self.posture
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What the rules hold, for `status`.
+    pub fn describe(&self) -> String {
+        match &self.matched {
+            Matched::Cgroup(target) => format!(
+                "nftables table {} refuses the posture's ranges to every socket under cgroup {}",
+                self.table_spec(),
+                target.dir.display()
+            ),
+            Matched::Bridge(bridge) => format!(
+                "nftables table {} refuses the posture's ranges{} to every packet from bridge {bridge}",
+                self.table_spec(),
+                if self.posture == Posture::Strict {
+                    ", and the host itself,"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+
+    /// The table's chains, the hooked ones first.
+    fn chains(&self) -> Vec<Chain> {
+        let sandboxes = Chain {
+            name: "sandboxes",
+            head: None,
+            rules: SANDBOX_RULES.map(String::from).to_vec(),
+        };
+        match &self.matched {
+            Matched::Cgroup(target) => vec![
+                Chain {
+                    name: "output",
+                    head: Some(hook("output")),
+                    rules: vec![format!(
+                        "socket cgroupv2 level {} \"{}\" jump sandboxes",
+                        target.level, target.nft_path
+                    )],
+                },
+                sandboxes,
+            ],
+            Matched::Bridge(bridge) => {
+                let host = match self.posture {
+                    // Whatever address the host answers on, the host is not
+                    // for sandboxes (IPv6 neighbour discovery excepted).
+                    Posture::Strict => vec![
+                        "meta l4proto tcp reject with tcp reset".to_string(),
+                        "meta l4proto != ipv6-icmp drop".to_string(),
+                    ],
+                    Posture::Relaxed => vec!["jump sandboxes".to_string()],
+                };
+                vec![
+                    Chain {
+                        name: "forward",
+                        head: Some(hook("forward")),
+                        rules: vec![format!("iifname \"{bridge}\" jump sandboxes")],
+                    },
+                    Chain {
+                        name: "input",
+                        head: Some(hook("input")),
+                        rules: vec![format!("iifname \"{bridge}\" jump host")],
+                    },
+                    Chain {
+                        name: "host",
+                        head: None,
+                        rules: host,
+                    },
+                    sandboxes,
+                ]
+            }
+        }
+    }
+
+    fn refused(&self, v6: bool) -> impl Iterator<Item = &'static Range> {
+        self.posture
+            .refused_ranges()
+            .filter(move |range| range.network.is_ipv6() == v6)
+    }
+}
+
+/// One chain: its hook line (base chains only), then its rules.
+struct Chain {
+    name: &'static str,
+    head: Option<String>,
+    rules: Vec<String>,
+}
+
+impl Chain {
+    fn lines(&self) -> Vec<&str> {
+        self.head
+            .iter()
+            .chain(&self.rules)
+            .map(String::as_str)
+            .collect()
+    }
+}
+
+/// A base chain's first line: it sees every packet of `hook`, accepting
+/// what no rule refuses (other tables' chains still have their say).
+fn hook(hook: &str) -> String {
+    format!("type filter hook {hook} priority filter; policy accept;")
+}
+
+const SANDBOX_RULES: [&str; 4] = [
+    "ip daddr @refused_ipv4 meta l4proto tcp reject with tcp reset",
+    "ip daddr @refused_ipv4 drop",
+    "ip6 daddr @refused_ipv6 meta l4proto tcp reject with tcp reset",
+    "ip6 daddr @refused_ipv6 drop",
+];
+
+/// The elements of set `name` in a whitespace-flattened listing, as
+/// `(network, prefix)`; a bare address is a full-length prefix.
+fn set_elements(flat: &str, name: &str) -> Option<BTreeSet<(IpAddr, u8)>> {
+    let set = &flat[flat.find(&format!("set {name} {{"))?..];
+    let elements = &set[set.find("elements = {")? + "elements = {".len()..];
+    let elements = &elements[..elements.find('}')?];
+    elements
+        .split(',')
+        .map(|element| {
+            let element = element.trim();
+            let (address, prefix) = match element.split_once('/') {
+                Some((address, prefix)) => (address, Some(prefix.parse::<u8>().ok()?)),
+                None => (element, None),
+            };
+            let ip: IpAddr = address.parse().ok()?;
+            let full = if ip.is_ipv4() { 32 } else { 128 };
+            Some((ip, prefix.unwrap_or(full)))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn ruleset(posture: Posture) -> Ruleset {
+        let target = CgroupTarget::new(
+            Path::new("/sys/fs/cgroup/unified"),
+            Path::new("d/sandboxes"),
+        )
+        .unwrap();
+        Ruleset::new(posture, Matched::Cgroup(target))
+    }
+
+    /// What nft 1.0.6 lists back for the strict script (its own layout).
+    const STRICT_LISTING: &str = r#"table inet TABLE {
+	set refused_ipv4 {
+		type ipv4_addr
+		flags interval
+		elements = { 0.0.0.0/8, 10.0.0.0/8,
+			     127.0.0.0/8, 169.254.0.0/16,
+			     172.16.0.0/12, 192.168.0.0/16 }
+	}
+
+	set refused_ipv6 {
+		type ipv6_addr
+		flags interval
+		elements = { ::,
+			     ::1,
+			     fc00::/7,
+			     fe80::/10 }
+	}
+
+	chain output {
+		type filter hook output priority filter; policy accept;
+		socket cgroupv2 level 2 "unified/d/sandboxes" jump sandboxes
+	}
+
+	chain sandboxes {
+		ip daddr @refused_ipv4 meta l4proto tcp reject with tcp reset
+		ip daddr @refused_ipv4 drop
+		ip6 daddr @refused_ipv6 meta l4proto tcp reject with tcp reset
+		ip6 daddr @refused_ipv6 drop
+	}
+}
+"#;
+
+    #[test]
+    fn the_script_is_built_from_the_shared_table() {
+        let script = ruleset(Posture::Relaxed).script();
+        assert!(script.contains(
+            "set refused_ipv4 { type ipv4_addr; flags interval; elements = { 169.254.0.0/16 } }"
+        ));
+        assert!(script.contains(
+            "set refused_ipv6 { type ipv6_addr; flags interval; elements = { fe80::/10 } }"
+        ));
+        assert!(script.contains("socket cgroupv2 level 2 \"unified/d/sandboxes\" jump sandboxes"));
+        let strict = ruleset(Posture::Strict).script();
+        for range in [
+            "127.0.0.0/8",
+            "10.0.0.0/8",
+            "172.16.0.0/12",
+            "192.168.0.0/16",
+            "0.0.0.0/8",
+        ] {
+            assert!(strict.contains(range), "{range}");
+        }
+        for range in ["::1/128", "fc00::/7", "fe80::/10", "::/128"] {
+            assert!(strict.contains(range), "{range}");
+        }
+    }
+
+    #[test]
+    fn a_listing_of_the_same_rules_verifies() {
+        assert_eq!(ruleset(Posture::Strict).verify(STRICT_LISTING), Ok(()));
+    }
+
+    #[test]
+    fn a_listing_that_differs_is_named() {
+        // Relaxed's sets are smaller than what is listed.
+        let error = ruleset(Posture::Relaxed)
+            .verify(STRICT_LISTING)
+            .unwrap_err();
+        assert!(error.contains("refused_ipv4"), "{error}");
+        // The cgroup was removed after loading: nft lists its id.
+        let stale = STRICT_LISTING.replace("\"unified/d/sandboxes\"", "405");
+        let error = ruleset(Posture::Strict).verify(&stale).unwrap_err();
+        assert!(error.contains("output chain"), "{error}");
+        assert!(error.contains("is the cgroup"), "{error}");
+        // Someone added a rule to our output chain.
+        let added = STRICT_LISTING.replace("jump sandboxes\n", "jump sandboxes\n\t\taccept\n");
+        assert!(ruleset(Posture::Strict).verify(&added).is_err());
+        let gutted = STRICT_LISTING.replace("\t\tip daddr @refused_ipv4 drop\n", "");
+        assert!(ruleset(Posture::Strict).verify(&gutted).is_err());
+        assert!(ruleset(Posture::Strict).verify("").is_err());
+    }
+
+    #[test]
+    fn each_sandboxes_cgroup_gets_a_table_of_its_own() {
+        let other =
+            CgroupTarget::new(Path::new("/sys/fs/cgroup"), Path::new("e/sandboxes")).unwrap();
+        let a = ruleset(Posture::Strict).table;
+        let b = Ruleset::new(Posture::Strict, Matched::Cgroup(other)).table;
+        let c = Ruleset::new(Posture::Strict, Matched::Bridge("d/sandboxes".into())).table;
+        assert_ne!(a, c);
+        assert_ne!(a, b);
+        assert!(a.starts_with("sandboxd_") && a.len() == "sandboxd_".len() + 12);
+    }
+
+    #[test]
+    fn a_bridge_is_held_on_forward_and_input_and_strict_refuses_the_host() {
+        let relaxed = Ruleset::new(Posture::Relaxed, Matched::Bridge("sbxd0".into())).script();
+        assert!(relaxed.contains("chain forward {\n        type filter hook forward priority filter; policy accept;\n        iifname \"sbxd0\" jump sandboxes\n"), "{relaxed}");
+        assert!(relaxed.contains("iifname \"sbxd0\" jump host"), "{relaxed}");
+        assert!(
+            relaxed.contains("chain host {\n        jump sandboxes\n"),
+            "{relaxed}"
+        );
+        let strict = Ruleset::new(Posture::Strict, Matched::Bridge("sbxd0".into())).script();
+        assert!(strict.contains("chain host {\n        meta l4proto tcp reject with tcp reset\n        meta l4proto != ipv6-icmp drop\n"), "{strict}");
+    }
+}

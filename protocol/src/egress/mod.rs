@@ -1,0 +1,22 @@
+//! The egress postures and the one address table they share (SPEC §9).
+//!
+//! A posture says which destinations a sandbox, or the control plane
+//! reaching a URL a user supplied, may not dial. Both postures read the
+//! same table ([`RANGES`]); neither owns a copy of the ranges, and the
+//! daemon builds its kernel rules from that table too, so the words a
+//! caller sees and the packets the kernel refuses cannot drift apart.
+//!
+//! Everything here is total and synchronous: an address that does not
+//! parse is refused as `"unrecognized"`, never an error, and nothing does
+//! I/O (a caller resolves host names itself and hands over the list).
+
+mod judge;
+mod posture;
+mod table;
+
+pub use judge::{blocked_reason, blocked_reason_ip, host_blocked_reason, parse_address};
+pub use posture::{Posture, UnknownPosture};
+pub use table::{Range, RangeKind, RANGES, UNRECOGNIZED};
+
+#[cfg(test)]
+mod tests;

@@ -394,8 +394,27 @@ async fn a_runner_forking_past_the_pids_limit_is_refused_while_another_sandbox_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_usable_cgroup_the_process_group_fallback_serves_and_status_says_so() {
+    // Under an egress posture the fallback fails closed: no kernel rule can
+    // tell a runner's traffic apart without the sandboxes' cgroup.
+    let closed = TestDaemon::start(Options {
+        extra_toml: "containment = \"process-group\"".to_string(),
+        ..Options::default()
+    });
+    let refused = closed
+        .client()
+        .await
+        .ensure_session_sandbox("fallback", &sandbox_env("session:fallback", "tok"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("unavailable") && refused.contains("cgroup"),
+        "{refused}"
+    );
+    drop(closed);
     let options = Options {
         extra_toml: "containment = \"process-group\"".to_string(),
+        egress: Some("none".to_string()),
         ..Options::default()
     };
     let daemon = TestDaemon::start(options);

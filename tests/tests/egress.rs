@@ -2,12 +2,62 @@
 //! say, and failing closed — a posture whose rules cannot be installed
 //! refuses every ensure, naming why, and starts nothing.
 //!
-//! The kernel rules themselves (strict refusing loopback, link-local
-//! refused in a namespace of the test's own) are exercised against real
-//! sockets in the daemon's `egress::tests`.
+//! A runner's own connect to the test's loopback listeners, refused under
+//! `strict` and allowed under `relaxed`, shows the rules hold the process
+//! tier's sandboxes cgroup end to end. The kernel rules' other cases
+//! (link-local refused in a namespace of the test's own, UDP) are
+//! exercised against real sockets in the daemon's `egress::tests`.
+
+use std::net::TcpListener;
+use std::time::Duration;
 
 use sandboxd_client::{ClientError, ProbeState, SandboxError, Scope};
-use sandboxd_tests::{sandbox_env, Options, TestDaemon};
+use sandboxd_tests::{sandbox_env, wait_until, Options, TestDaemon};
+
+/// What the runner fixture printed of its one connect to `target`, under
+/// `posture`: `ok`, or `failed: …`.
+async fn runner_connect_under(posture: &str, target: &str) -> String {
+    let daemon = TestDaemon::start(Options {
+        egress: Some(posture.to_string()),
+        ..Options::with_runner_args(&["--connect", target])
+    });
+    let client = daemon.client().await;
+    client
+        .ensure_session_sandbox("dialer", &sandbox_env("session:dialer", "tok"))
+        .await
+        .unwrap();
+    let log = daemon.runner_log(Scope::Session, "dialer");
+    let prefix = format!("runner-fixture: connect {target}: ");
+    let mut verdict = None;
+    wait_until(Duration::from_secs(20), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        verdict = text
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix).map(str::to_string));
+        verdict.is_some()
+    });
+    verdict.unwrap_or_else(|| {
+        panic!(
+            "the runner never tried {target}; log:\n{}",
+            daemon.log_text()
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_refuses_a_runners_loopback_connect_and_relaxed_allows_it() {
+    for (family, bind) in [("IPv4", "127.0.0.1:0"), ("IPv6", "[::1]:0")] {
+        let listener = TcpListener::bind(bind).unwrap();
+        let target = listener.local_addr().unwrap().to_string();
+        let strict = runner_connect_under("strict", &target).await;
+        assert!(
+            strict.starts_with("failed") && strict.contains("refused"),
+            "{family}: strict let a runner reach the host's loopback: {strict}"
+        );
+        let relaxed = runner_connect_under("relaxed", &target).await;
+        assert_eq!(relaxed, "ok", "{family}: relaxed refused loopback");
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_posture_that_cannot_be_installed_refuses_every_ensure_naming_why() {
@@ -57,7 +107,10 @@ async fn a_posture_that_cannot_be_installed_refuses_every_ensure_naming_why() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn egress_none_is_said_to_be_unrestricted() {
-    let daemon = TestDaemon::start(Options::default());
+    let daemon = TestDaemon::start(Options {
+        egress: Some("none".to_string()),
+        ..Options::default()
+    });
     let client = daemon.client().await;
     let status = client.status().await.unwrap();
     assert_eq!(status.egress.posture, "none");

@@ -47,7 +47,14 @@ async fn a_runner_calling_the_daemon_is_refused(daemon_uid: Option<u32>) {
         socket: Some(socket),
         // nobody may reach the socket, and may mutate: only its being a
         // sandbox stands between it and the deprovision.
-        extra_toml: "socket_group = \"nogroup\"\n".into(),
+        // Under a root daemon every runner runs as nobody (`run_as`), so its
+        // uid is one the socket lets in. A daemon that is not root cannot
+        // install egress rules, so it runs with none.
+        extra_toml: match daemon_uid {
+            None => "socket_group = \"nogroup\"\nrun_as = \"nobody:nogroup\"\n".into(),
+            Some(_) => "socket_group = \"nogroup\"\n".into(),
+        },
+        egress: daemon_uid.map(|_| "none".to_string()),
         access_toml: Some(format!("mutate_uids = [{NOBODY}]")),
         daemon_uid,
         ..Options::default()

@@ -1,0 +1,124 @@
+//! Whether the daemon's identity may do what the tier does, asked of the
+//! API server once at start (one `SelfSubjectAccessReview` per verb and
+//! resource), for `sandboxctl status`. The answer is advice: each call is
+//! still authorized by the API server, and a denied one says which verb
+//! and resource it lacked.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+
+use super::config::Cluster;
+use super::errors::CallError;
+
+/// Every (verb, group, resource, subresource) the tier uses, and no more:
+/// the same list as deploy/kubernetes/rbac.yaml.
+pub const NEEDED: [(&str, &str, &str, &str); 13] = [
+    ("create", "", "secrets", ""),
+    ("patch", "", "secrets", ""),
+    ("delete", "", "secrets", ""),
+    ("create", "", "persistentvolumeclaims", ""),
+    ("delete", "", "persistentvolumeclaims", ""),
+    ("get", "apps", "deployments", ""),
+    ("list", "apps", "deployments", ""),
+    ("create", "apps", "deployments", ""),
+    ("patch", "apps", "deployments", ""),
+    ("delete", "apps", "deployments", ""),
+    ("patch", "apps", "deployments", "scale"),
+    ("list", "", "pods", ""),
+    ("get", "", "pods", "log"),
+];
+
+/// How long to wait between tries while the API server does not answer.
+const RETRY: Duration = Duration::from_secs(10);
+
+/// What `status` says about the daemon's permissions.
+#[derive(Clone)]
+pub struct Permissions(Arc<Mutex<String>>);
+
+impl Permissions {
+    pub fn new() -> Permissions {
+        Permissions(Arc::new(Mutex::new(
+            "permissions not checked yet".to_string(),
+        )))
+    }
+
+    pub fn summary(&self) -> String {
+        self.0
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .clone()
+    }
+
+    fn set(&self, summary: String) {
+        *self.0.lock().unwrap_or_else(|poison| poison.into_inner()) = summary;
+    }
+
+    /// Asks until the API server answers, then keeps the answer.
+    pub async fn check(self, cluster: Cluster) {
+        loop {
+            match review_all(&cluster).await {
+                Ok(missing) if missing.is_empty() => {
+                    tracing::info!(server = %cluster.server, namespace = %cluster.namespace, "the daemon's permissions suffice");
+                    self.set("permissions sufficient".to_string());
+                    return;
+                }
+                Ok(missing) => {
+                    let missing = missing.join(", ");
+                    tracing::error!(server = %cluster.server, namespace = %cluster.namespace, %missing, "the daemon lacks permissions the kubernetes tier needs (deploy/kubernetes/rbac.yaml)");
+                    self.set(format!("permissions MISSING: {missing}"));
+                    return;
+                }
+                Err(error) => {
+                    self.set(format!("permissions unknown: {error}"));
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+    }
+}
+
+/// `verb resource[/subresource]` of every needed permission the server denies.
+async fn review_all(cluster: &Cluster) -> Result<Vec<String>, String> {
+    let api: Api<SelfSubjectAccessReview> = Api::all(cluster.client.clone());
+    let mut missing = Vec::new();
+    for (verb, group, resource, subresource) in NEEDED {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(cluster.namespace.clone()),
+                    verb: Some(verb.to_string()),
+                    group: Some(group.to_string()),
+                    resource: Some(resource.to_string()),
+                    subresource: (!subresource.is_empty()).then(|| subresource.to_string()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let answer = cluster
+            .call(api.create(&PostParams::default(), &review))
+            .await
+            .map_err(|error| match error {
+                CallError::Unreachable(why) => {
+                    format!("the API server at {} is unreachable: {why}", cluster.server)
+                }
+                CallError::Api(status) => format!("{} ({})", status.message, status.code),
+                CallError::Other(why) => why,
+            })?;
+        if !answer.status.is_some_and(|status| status.allowed) {
+            let name = if subresource.is_empty() {
+                resource.to_string()
+            } else {
+                format!("{resource}/{subresource}")
+            };
+            missing.push(format!("{verb} {name}"));
+        }
+    }
+    Ok(missing)
+}

@@ -1,0 +1,180 @@
+//! The cluster a kubernetes test runs against: the in-process stand-in API
+//! server ([`crate::k8s_standin`]), or a real cluster when
+//! `SANDBOXD_TEST_KUBECONFIG` names its kubeconfig. Each test gets a
+//! namespace of its own, deleted when it ends, and prints which cluster it
+//! ran against. Tests of what only the stand-in can do (stop the API
+//! server, insert a pod, hold the daemon to a Role) say so and skip on a
+//! real cluster.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::daemon::Options;
+use crate::k8s_standin::StandIn;
+use crate::make_test_dir;
+
+/// The variable that points the tests at a real cluster.
+pub const REAL_CLUSTER_ENV: &str = "SANDBOXD_TEST_KUBECONFIG";
+
+/// The image named in every test Deployment (no pod runs it on the stand-in).
+pub const TEST_IMAGE: &str = "sandboxd-test-runner:k8s";
+
+pub struct TestCluster {
+    standin: Option<StandIn>,
+    /// The kubeconfig the daemon is given.
+    pub daemon_kubeconfig: PathBuf,
+    /// The test's own client (allowed everything).
+    pub admin: kube::Client,
+    pub namespace: String,
+    /// "the stand-in API server at …" or "the real cluster of …".
+    pub description: String,
+    dir: PathBuf,
+}
+
+async fn client_from(path: &Path) -> kube::Client {
+    let kubeconfig = Kubeconfig::read_from(path)
+        .unwrap_or_else(|error| panic!("read kubeconfig {}: {error}", path.display()));
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|error| panic!("kubeconfig {}: {error}", path.display()));
+    kube::Client::try_from(config).expect("a client")
+}
+
+/// A namespace name no other test (or earlier run) uses.
+fn unique_namespace(test: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    let test: String = test
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(30)
+        .collect();
+    format!(
+        "sbxt-{}-{}-{nanos:x}",
+        test.trim_matches('-'),
+        std::process::id()
+    )
+}
+
+impl TestCluster {
+    /// The stand-in (or the real cluster), with a fresh namespace for `test`.
+    pub async fn start(test: &str) -> TestCluster {
+        let dir = make_test_dir();
+        let (standin, daemon_kubeconfig, admin_kubeconfig, description) = match std::env::var(
+            REAL_CLUSTER_ENV,
+        )
+        .ok()
+        .filter(|value| !value.is_empty())
+        {
+            Some(path) => {
+                let path = PathBuf::from(path);
+                let description = format!("the real cluster of {}", path.display());
+                (None, path.clone(), path, description)
+            }
+            None => {
+                let standin = StandIn::start();
+                let (daemon, admin) = standin.write_kubeconfigs(&dir);
+                let description = format!(
+                        "the in-process STAND-IN API server at {} (set {REAL_CLUSTER_ENV} for a real cluster)",
+                        standin.url()
+                    );
+                (Some(standin), daemon, admin, description)
+            }
+        };
+        let admin = client_from(&admin_kubeconfig).await;
+        let namespace = unique_namespace(test);
+        let namespaces: Api<Namespace> = Api::all(admin.clone());
+        let object: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}
+        }))
+        .expect("a namespace");
+        namespaces
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|error| panic!("create namespace {namespace}: {error}"));
+        eprintln!("kubernetes test '{test}' runs against {description}, in namespace {namespace}");
+        TestCluster {
+            standin,
+            daemon_kubeconfig,
+            admin,
+            namespace,
+            description,
+            dir,
+        }
+    }
+
+    /// The stand-in, when the test runs against it; `None` (with a line
+    /// saying what is skipped) on a real cluster.
+    pub fn standin(&self, what: &str) -> Option<&StandIn> {
+        if self.standin.is_none() {
+            eprintln!("SKIPPED on {}: {what} needs the stand-in", self.description);
+        }
+        self.standin.as_ref()
+    }
+
+    pub fn standin_mut(&mut self) -> Option<&mut StandIn> {
+        self.standin.as_mut()
+    }
+
+    /// This test's own directory (kubeconfigs of the stand-in live there).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.admin.clone(), &self.namespace)
+    }
+
+    /// A daemon on the kubernetes driver, pointed at this cluster and namespace.
+    pub fn daemon_options(&self, kubernetes_toml: &str) -> Options {
+        Options {
+            args: vec!["--driver".to_string(), "kubernetes".to_string()],
+            extra_toml: format!(
+                "runner_image = \"{TEST_IMAGE}\"\nbackend_endpoint = \"http://backend.test:7080\"\n\
+                 [kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"{}\"\nrequest_timeout = \"3s\"\n{kubernetes_toml}\n",
+                self.daemon_kubeconfig.display(),
+                self.namespace
+            ),
+            ..Options::default()
+        }
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if self.standin.is_some() {
+            return;
+        }
+        // A real cluster: delete the namespace and everything in it.
+        let (client, namespace) = (self.admin.clone(), self.namespace.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let namespaces: Api<Namespace> = Api::all(client);
+                let _ = namespaces
+                    .delete(&namespace, &DeleteParams::default())
+                    .await;
+            });
+        })
+        .join();
+    }
+}

@@ -820,3 +820,136 @@ async fn leaked_connect_sandboxes_are_reaped_and_sessions_are_not() {
         .log_text()
         .contains("removed a leaked connect sandbox"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_that_never_answers_is_unavailable_within_the_request_timeout() {
+    let setup = setup("server-frozen", "").await;
+    let Some(standin) = setup.cluster.standin("freezing the API server") else {
+        return;
+    };
+    standin.freeze();
+    let result = setup.client.probe(Scope::Session, "ses-frozen").await;
+    match result {
+        Err(ClientError::Sandbox(SandboxError::Unavailable(message))) => {
+            assert!(
+                message.contains(&standin.url()) && message.contains("request timeout"),
+                "{message}"
+            )
+        }
+        other => panic!("with the API server frozen: {other:?}"),
+    }
+    // Status counts the sandboxes too: it answers once that listing times out.
+    assert!(
+        setup.client.status().await.is_ok(),
+        "the daemon keeps serving"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_claim_is_kept_and_never_replaced() {
+    let setup = setup("claim-kept", "").await;
+    let id = "ses-claim";
+    let name = format!("{}-workspace", base_name(Scope::Session, id));
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "labels": labels_of(id, "session")},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "3Gi"}}},
+    }))
+    .unwrap();
+    let api: Api<PersistentVolumeClaim> = setup.cluster.api();
+    let made = api
+        .create(&Default::default(), &claim)
+        .await
+        .expect("an operator's claim");
+    setup
+        .client
+        .ensure_session_sandbox(id, &sandbox_env("session:k", TOKEN))
+        .await
+        .expect("ensure beside an existing claim");
+    let kept = setup.claim(Scope::Session, id).await.unwrap();
+    assert_eq!(kept["metadata"]["uid"], json!(made.metadata.uid));
+    assert_eq!(kept["spec"]["resources"]["requests"]["storage"], "3Gi");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_humans_label_stays_and_sandboxds_own_fields_are_restored() {
+    let setup = setup("managers", "").await;
+    let id = "ses-managers";
+    let env = sandbox_env("session:m", TOKEN);
+    setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    let api: Api<Deployment> = setup.cluster.api();
+    let name = base_name(Scope::Session, id);
+    let as_manager = |manager: &str| PatchParams {
+        field_manager: Some(manager.to_string()),
+        ..PatchParams::default()
+    };
+    // `kubectl label`, and a human's `kubectl set image`.
+    api.patch(
+        &name,
+        &as_manager("kubectl-label"),
+        &Patch::Merge(json!({"metadata": {"labels": {"team": "infra"}}})),
+    )
+    .await
+    .unwrap();
+    let mut edited = setup.deployment(Scope::Session, id).await.unwrap();
+    edited["spec"]["template"]["spec"]["containers"][0]["image"] = json!("someone-else:latest");
+    api.patch(
+        &name,
+        &as_manager("kubectl-set"),
+        &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": edited["spec"]["template"]["spec"]["containers"]}}}})),
+    )
+    .await
+    .unwrap();
+    setup.kubectl_scale(Scope::Session, id, 0).await;
+    setup
+        .client
+        .ensure_session_sandbox(id, &env)
+        .await
+        .expect("no conflict with other managers");
+    let deployment = setup.deployment(Scope::Session, id).await.unwrap();
+    assert_eq!(
+        deployment["metadata"]["labels"]["team"], "infra",
+        "the human's label stays"
+    );
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        sandboxd_tests::k8s::TEST_IMAGE,
+        "sandboxd's image is restored"
+    );
+    assert_eq!(deployment["spec"]["replicas"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ensure_cut_short_after_the_secret_is_finished_by_the_next_one() {
+    let setup = setup("half-made", "").await;
+    let Some(standin) = setup.cluster.standin("refusing the Deployment's creation") else {
+        return;
+    };
+    standin.set_role(vec![
+        Rule::new(&["secrets"], &["create", "patch", "delete"]),
+        Rule::new(&["persistentvolumeclaims"], &["create", "delete"]),
+        Rule::new(&["deployments"], &["get", "list"]),
+    ]);
+    let id = "ses-half";
+    let env = sandbox_env("session:h", TOKEN);
+    let refused = setup.client.ensure_session_sandbox(id, &env).await;
+    match &refused {
+        Err(ClientError::Sandbox(SandboxError::PermissionDenied(message))) => {
+            assert!(message.contains("deployments"), "{message}")
+        }
+        other => panic!("a Deployment the daemon may not make: {other:?}"),
+    }
+    assert!(
+        setup.secret(Scope::Session, id).await.is_some(),
+        "the Secret was made"
+    );
+    assert_eq!(
+        setup.client.probe(Scope::Session, id).await.unwrap(),
+        ProbeState::Absent
+    );
+    standin.allow_everything();
+    let report = setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    assert!(report.created);
+    assert!(setup.claim(Scope::Session, id).await.is_some());
+    assert!(setup.deployment(Scope::Session, id).await.is_some());
+}

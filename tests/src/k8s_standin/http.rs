@@ -8,6 +8,7 @@
 //! (get, with `limitBytes` and `tailLines`); `selfsubjectaccessreviews`
 //! (create). Anything else is a 404 `Status`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use http_body_util::{BodyExt, Full};
@@ -174,8 +175,13 @@ fn object_name(route: &Route) -> String {
 /// Answers one request.
 pub async fn serve(
     store: Arc<Mutex<Store>>,
+    frozen: Arc<AtomicBool>,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    if frozen.load(Ordering::SeqCst) {
+        // Frozen: the request is read by no one and answered never.
+        std::future::pending::<()>().await;
+    }
     Ok(answer(store, request).await.unwrap_or_else(failure))
 }
 

@@ -51,6 +51,7 @@ use store::Store;
 pub struct StandIn {
     address: SocketAddr,
     store: Arc<Mutex<Store>>,
+    frozen: Arc<std::sync::atomic::AtomicBool>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -66,6 +67,8 @@ impl StandIn {
         let store = Arc::new(Mutex::new(Store::default()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let shared = store.clone();
+        let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let frozen_flag = frozen.clone();
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -79,9 +82,11 @@ impl StandIn {
                             continue;
                         };
                         let store = shared.clone();
+                        let frozen = frozen_flag.clone();
                         tokio::spawn(async move {
-                            let service =
-                                service_fn(move |request| http::serve(store.clone(), request));
+                            let service = service_fn(move |request| {
+                                http::serve(store.clone(), frozen.clone(), request)
+                            });
                             let _ = http1::Builder::new()
                                 .serve_connection(TokioIo::new(stream), service)
                                 .await;
@@ -98,6 +103,7 @@ impl StandIn {
         StandIn {
             address,
             store,
+            frozen,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -147,6 +153,17 @@ impl StandIn {
     /// Holds the daemon's identity to these rules from now on.
     pub fn set_role(&self, rules: Vec<Rule>) {
         self.store().role = Some(rules);
+    }
+
+    /// Lets the daemon's identity do everything again.
+    pub fn allow_everything(&self) {
+        self.store().role = None;
+    }
+
+    /// Keeps accepting connections but answers nothing from now on, as an
+    /// API server behind a black-holed route or stuck on etcd would.
+    pub fn freeze(&self) {
+        self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Inserts a pod as the cluster's controllers and kubelet would make it,

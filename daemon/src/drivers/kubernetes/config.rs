@@ -75,7 +75,7 @@ impl Cluster {
         call: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, CallError> {
         match tokio::time::timeout(self.timeout, call).await {
-            Ok(result) => result.map_err(CallError::from_kube),
+            Ok(result) => result.map_err(|error| CallError::from_kube(error, self.timeout)),
             Err(_) => Err(CallError::timed_out(self.timeout)),
         }
     }

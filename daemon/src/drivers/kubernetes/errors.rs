@@ -55,14 +55,24 @@ impl CallError {
         ))
     }
 
-    pub fn from_kube(error: kube::Error) -> CallError {
-        match error {
-            kube::Error::Api(status) => CallError::Api(status),
-            kube::Error::HyperError(error) => CallError::Unreachable(error.to_string()),
-            kube::Error::Service(error) => CallError::Unreachable(error.to_string()),
-            kube::Error::RustlsTls(error) => CallError::Unreachable(error.to_string()),
-            kube::Error::Auth(error) => CallError::Unreachable(format!("credentials: {error}")),
-            other => CallError::Other(other.to_string()),
+    /// `timeout` is the request timeout the client was given: a read that
+    /// ran into it surfaces as a transport error, reported as the timeout.
+    pub fn from_kube(error: kube::Error, timeout: Duration) -> CallError {
+        let transport = match &error {
+            kube::Error::Api(_) => None,
+            kube::Error::HyperError(_)
+            | kube::Error::Service(_)
+            | kube::Error::RustlsTls(_)
+            | kube::Error::Auth(_) => Some(chain(&error)),
+            _ => None,
+        };
+        match (error, transport) {
+            (kube::Error::Api(status), _) => CallError::Api(status),
+            (error, Some(why)) if timed_out(&error) => CallError::Unreachable(format!(
+                "no answer within the request timeout of {timeout:?} ({why})"
+            )),
+            (_, Some(why)) => CallError::Unreachable(why),
+            (other, None) => CallError::Other(chain(&other)),
         }
     }
 
@@ -154,6 +164,38 @@ impl CallError {
             },
         }
     }
+}
+
+/// The error and its causes, outermost first: hyper's own message
+/// ("client error (SendRequest)") says little without them.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// True when a cause of `error` is an I/O timeout (the client's read or
+/// connect timeout).
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 #[cfg(test)]

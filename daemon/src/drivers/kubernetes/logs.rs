@@ -15,7 +15,7 @@ use sandboxd_protocol::naming::{LABEL_MANAGED_BY, LABEL_SANDBOX_ID, MANAGED_BY_V
 use sandboxd_protocol::{LogChunk, LogCursor, LogStart, SandboxError};
 use sha2::{Digest, Sha256};
 
-use super::errors::Action;
+use super::errors::{Action, CallError};
 use super::observe::Lookup;
 use super::shapes::CONTAINER;
 use super::Inner;
@@ -118,7 +118,14 @@ pub async fn read(
             Ok(data)
         })
         .await
-        .map_err(|error| inner.cluster.error(&context, GET_LOG, error))?;
+        .map_err(|error| match error {
+            // The container has no log to give (waiting to start, its image
+            // not pulled): a state of the sandbox, not a bad request.
+            CallError::Api(status) if status.code == 400 => SandboxError::FailedPrecondition(
+                format!("{context}: pod {name}: {}", status.message),
+            ),
+            error => inner.cluster.error(&context, GET_LOG, error),
+        })?;
     let total = data.len() as u64;
     let (chunk, at_end) = match start {
         LogStart::Tail { lines } => (tail(&data, lines, max_bytes as usize).to_vec(), true),

@@ -122,3 +122,49 @@ async fn review_all(cluster: &Cluster) -> Result<Vec<String>, String> {
     }
     Ok(missing)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// `["a", "b"]` → a, b.
+    fn list(text: &str) -> Vec<String> {
+        text.trim()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .split(',')
+            .map(|item| item.trim().trim_matches('"').to_string())
+            .filter(|item| !item.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn the_shipped_role_grants_exactly_what_the_tier_asks_for() {
+        let role = include_str!("../../../../deploy/kubernetes/rbac.yaml");
+        let mut granted = BTreeSet::new();
+        let mut resources = Vec::new();
+        for line in role.lines().map(str::trim) {
+            if let Some(rest) = line.strip_prefix("resources:") {
+                resources = list(rest);
+            } else if let Some(rest) = line.strip_prefix("verbs:") {
+                for resource in &resources {
+                    for verb in list(rest) {
+                        granted.insert(format!("{verb} {resource}"));
+                    }
+                }
+            }
+        }
+        let needed: BTreeSet<String> = NEEDED
+            .iter()
+            .map(|(verb, _, resource, subresource)| {
+                if subresource.is_empty() {
+                    format!("{verb} {resource}")
+                } else {
+                    format!("{verb} {resource}/{subresource}")
+                }
+            })
+            .collect();
+        assert_eq!(granted, needed);
+    }
+}

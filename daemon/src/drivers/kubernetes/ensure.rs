@@ -44,13 +44,25 @@ fn apply_params() -> PatchParams {
 }
 
 /// Brings the sandbox to running. The caller holds the key's lock.
+///
+/// `absent` says the caller's own look, just before it took the lock, found
+/// no Deployment: that look stands in for the first one here. Provisioning
+/// is idempotent (applies, and a create whose conflict keeps the claim), so
+/// even if a concurrent ensure made the sandbox in between, repeating its
+/// writes changes nothing. Any other state is looked at again under the lock.
 pub async fn ensure(
     inner: &Inner,
     key: &SandboxKey,
     env: &SandboxEnv,
+    mut absent: bool,
 ) -> Result<EnsureReport, SandboxError> {
     for _ in 0..MAX_STEPS {
-        let step = match inner.lookup(key).await? {
+        let lookup = if std::mem::take(&mut absent) {
+            Lookup::Absent
+        } else {
+            inner.lookup(key).await?
+        };
+        let step = match lookup {
             Lookup::Absent => provision(inner, key, env).await?,
             Lookup::Foreign => {
                 return Err(SandboxError::FailedPrecondition(format!(

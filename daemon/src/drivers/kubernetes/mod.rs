@@ -129,22 +129,24 @@ impl Driver for KubernetesDriver {
         env: &SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
         // The fast path: one GET, no lock, no write.
-        if let Lookup::Ours(deployment) = self.inner.lookup(key).await? {
-            if state_of(&deployment) == ProbeState::Running {
+        let first = self.inner.lookup(key).await?;
+        if let Lookup::Ours(deployment) = &first {
+            if state_of(deployment) == ProbeState::Running {
                 return Ok(EnsureReport {
                     state: ProbeState::Running,
                     created: false,
-                    generation: generation_of(&deployment),
+                    generation: generation_of(deployment),
                     pid: None,
                 });
             }
         }
+        let absent = matches!(first, Lookup::Absent);
         // In a task of its own: a caller that stops waiting must not leave
         // a Secret applied and its Deployment never made.
         let (inner, key, env) = (self.inner.clone(), key.clone(), env.clone());
         run_to_completion("ensure", async move {
             let _guard = inner.key_locks.lock(&key).await;
-            ensure::ensure(&inner, &key, &env).await
+            ensure::ensure(&inner, &key, &env, absent).await
         })
         .await
     }

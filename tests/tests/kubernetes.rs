@@ -457,7 +457,15 @@ async fn deprovision_deletes_deployment_secret_claim_in_order_and_again_is_succe
     assert!(report.was_present, "{report:?}");
     assert!(setup.deployment(Scope::Session, id).await.is_none());
     assert!(setup.secret(Scope::Session, id).await.is_none());
-    assert!(setup.claim(Scope::Session, id).await.is_none());
+    // On a real cluster pvc-protection holds the claim until its controller
+    // sees no pod using it: gone, or on its way out.
+    let claim = setup.claim(Scope::Session, id).await;
+    assert!(
+        claim
+            .as_ref()
+            .is_none_or(|claim| claim["metadata"]["deletionTimestamp"].is_string()),
+        "{claim:?}"
+    );
     if let Some(standin) = setup.cluster.standin("the order of the deletes") {
         let deletes: Vec<String> = standin
             .seen()
@@ -655,7 +663,7 @@ async fn a_role_without_deployments_scale_is_permission_denied_naming_it() {
     };
     let all_but_scale = vec![
         Rule::new(&["secrets"], &["create", "patch", "delete"]),
-        Rule::new(&["persistentvolumeclaims"], &["create", "delete"]),
+        Rule::new(&["persistentvolumeclaims"], &["get", "create", "delete"]),
         Rule::new(
             &["deployments"],
             &["get", "list", "create", "patch", "delete"],
@@ -927,7 +935,7 @@ async fn an_ensure_cut_short_after_the_secret_is_finished_by_the_next_one() {
     };
     standin.set_role(vec![
         Rule::new(&["secrets"], &["create", "patch", "delete"]),
-        Rule::new(&["persistentvolumeclaims"], &["create", "delete"]),
+        Rule::new(&["persistentvolumeclaims"], &["get", "create", "delete"]),
         Rule::new(&["deployments"], &["get", "list"]),
     ]);
     let id = "ses-half";
@@ -952,4 +960,64 @@ async fn an_ensure_cut_short_after_the_secret_is_finished_by_the_next_one() {
     assert!(report.created);
     assert!(setup.claim(Scope::Session, id).await.is_some());
     assert!(setup.deployment(Scope::Session, id).await.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_still_being_deleted_is_not_reused_and_ensure_says_so() {
+    let setup = setup("claim-terminating", "").await;
+    let id = "ses-term";
+    let env = sandbox_env("session:term", TOKEN);
+    setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    let name = format!("{}-workspace", base_name(Scope::Session, id));
+    let claims: Api<PersistentVolumeClaim> = setup.cluster.api();
+    // A finalizer holds the claim, as pvc-protection does while a pod uses it.
+    let hold = PatchParams {
+        field_manager: Some("test-hold".to_string()),
+        ..PatchParams::default()
+    };
+    claims
+        .patch(
+            &name,
+            &hold,
+            &Patch::Merge(json!({"metadata": {"finalizers": ["test.sandboxd/hold"]}})),
+        )
+        .await
+        .unwrap();
+    setup.client.deprovision_session_sandbox(id).await.unwrap();
+    let held = setup
+        .claim(Scope::Session, id)
+        .await
+        .expect("held by its finalizer");
+    assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
+    let refused = setup.client.ensure_session_sandbox(id, &env).await;
+    match &refused {
+        Err(ClientError::Sandbox(SandboxError::Unavailable(message))) => {
+            assert!(
+                message.contains("still being deleted") && message.contains(&name),
+                "{message}"
+            )
+        }
+        other => panic!("ensure beside a claim being deleted: {other:?}"),
+    }
+    claims
+        .patch(
+            &name,
+            &hold,
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            setup.claim(Scope::Session, id).await.is_none()
+        })
+        .await,
+        "the claim goes once its finalizer does"
+    );
+    let report = setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    assert!(report.created);
+    let fresh = setup.claim(Scope::Session, id).await.expect("a new claim");
+    assert!(fresh["metadata"]
+        .get("deletionTimestamp")
+        .is_none_or(Value::is_null));
 }

@@ -6,7 +6,7 @@
 //! key, such as `containers` by `name`; the tier always applies whole
 //! lists, so atomic lists give it the same answers). Tracked fields are
 //! everything but `apiVersion`, `kind`, `status`, and `metadata` other than
-//! `labels` and `annotations` — as the real server tracks them.
+//! `labels`, `annotations` and `finalizers` — as the real server tracks them.
 //!
 //! - An apply by manager M sets M's applied set to the fields of its
 //!   configuration. A field another manager owns with a different value is
@@ -49,7 +49,7 @@ pub fn tracked(object: &Value) -> Value {
         tracked.remove(key);
     }
     if let Some(Value::Object(metadata)) = tracked.get_mut("metadata") {
-        metadata.retain(|key, _| key == "labels" || key == "annotations");
+        metadata.retain(|key, _| ["labels", "annotations", "finalizers"].contains(&key.as_str()));
         if metadata.is_empty() {
             tracked.remove("metadata");
         }

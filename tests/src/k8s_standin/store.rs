@@ -287,7 +287,13 @@ impl Store {
         if !value["metadata"].is_object() {
             value["metadata"] = json!({});
         }
-        let metadata_keys = ["uid", "resourceVersion", "creationTimestamp", "generation"];
+        let metadata_keys = [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "generation",
+            "deletionTimestamp",
+        ];
         match &old {
             Some(old) => {
                 for key in metadata_keys {
@@ -318,9 +324,24 @@ impl Store {
         if let Value::Object(metadata) = &mut value["metadata"] {
             metadata.remove("managedFields");
         }
+        if value["metadata"]
+            .get("deletionTimestamp")
+            .is_some_and(|t| !t.is_null())
+        {
+            value["metadata"]["deletionTimestamp"] = old.as_ref().map_or(Value::Null, |old| {
+                old["metadata"]["deletionTimestamp"].clone()
+            });
+        } else if let Value::Object(metadata) = &mut value["metadata"] {
+            metadata.remove("deletionTimestamp");
+        }
         let stored = Stored { value, entries };
         let rendered = Self::render(kind, &stored);
-        self.objects.insert(key, stored);
+        if Self::finalized(&stored.value) {
+            // Being deleted, and the last finalizer just went: gone.
+            self.objects.remove(&key);
+        } else {
+            self.objects.insert(key, stored);
+        }
         Ok(rendered)
     }
 
@@ -483,8 +504,36 @@ impl Store {
         self.commit(kind, namespace, name, value, entries)
     }
 
+    /// True when the object is being deleted and no finalizer holds it.
+    fn finalized(value: &Value) -> bool {
+        let deleting = value["metadata"]
+            .get("deletionTimestamp")
+            .is_some_and(|t| !t.is_null());
+        let held = value["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|finalizers| !finalizers.is_empty());
+        deleting && !held
+    }
+
+    /// Deletes the object, or — when finalizers hold it, as
+    /// `kubernetes.io/pvc-protection` holds a claim in use — marks it with
+    /// a `deletionTimestamp` until the last finalizer is removed.
     pub fn delete(&mut self, kind: Kind, namespace: &str, name: &str) -> Outcome {
         let key = (kind.resource, namespace.to_string(), name.to_string());
+        let held = self.objects.get(&key).is_some_and(|stored| {
+            stored.value["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|finalizers| !finalizers.is_empty())
+        });
+        if held {
+            let rv = self.stamp();
+            let stored = self.objects.get_mut(&key).expect("checked above");
+            if stored.value["metadata"].get("deletionTimestamp").is_none() {
+                stored.value["metadata"]["deletionTimestamp"] = json!(now());
+                stored.value["metadata"]["resourceVersion"] = json!(rv);
+            }
+            return Ok(Self::render(kind, stored));
+        }
         let stored = self
             .objects
             .remove(&key)

@@ -30,6 +30,7 @@ const MAX_STEPS: usize = 5;
 
 const APPLY_SECRET: Action = Action::new("patch", "secrets");
 const CREATE_CLAIM: Action = Action::new("create", "persistentvolumeclaims");
+const GET_CLAIM: Action = Action::new("get", "persistentvolumeclaims");
 const APPLY_DEPLOYMENT: Action = Action::new("patch", "deployments");
 const SCALE: Action = Action::new("patch", "deployments/scale");
 
@@ -130,9 +131,7 @@ async fn provision(
         {
             Ok(_) => tracing::info!(scope = %key.scope, id = %key.id, "workspace claim created"),
             // An existing claim is kept, never replaced: it holds the workspace.
-            Err(error) if error.is_conflict() => {
-                tracing::info!(scope = %key.scope, id = %key.id, "keeping the existing workspace claim")
-            }
+            Err(error) if error.is_conflict() => existing_claim(inner, key).await?,
             Err(error) => return Err(failure(inner, key, CREATE_CLAIM, error)),
         }
     }
@@ -156,6 +155,27 @@ async fn provision(
         generation,
         pid: None,
     }))
+}
+
+/// The claim exists: keep it, unless it is on its way out (a deprovision's
+/// delete waits on `kubernetes.io/pvc-protection` until no pod uses it). A
+/// Deployment made now would wait for a claim that is about to vanish.
+async fn existing_claim(inner: &Inner, key: &SandboxKey) -> Result<(), SandboxError> {
+    let name = super::shapes::claim_name(key);
+    let claim = inner
+        .cluster
+        .call(inner.claims().get_opt(&name))
+        .await
+        .map_err(|error| failure(inner, key, GET_CLAIM, error))?;
+    if claim.is_some_and(|claim| claim.metadata.deletion_timestamp.is_some()) {
+        return Err(SandboxError::Unavailable(format!(
+            "the workspace claim {name} of {} '{}' is still being deleted (a deprovision waits for \
+             its pods to go); try again",
+            key.scope, key.id
+        )));
+    }
+    tracing::info!(scope = %key.scope, id = %key.id, "keeping the existing workspace claim");
+    Ok(())
 }
 
 async fn apply_secret(

@@ -17,10 +17,11 @@ use super::errors::CallError;
 
 /// Every (verb, group, resource, subresource) the tier uses, and no more:
 /// the same list as deploy/kubernetes/rbac.yaml.
-pub const NEEDED: [(&str, &str, &str, &str); 13] = [
+pub const NEEDED: [(&str, &str, &str, &str); 14] = [
     ("create", "", "secrets", ""),
     ("patch", "", "secrets", ""),
     ("delete", "", "secrets", ""),
+    ("get", "", "persistentvolumeclaims", ""),
     ("create", "", "persistentvolumeclaims", ""),
     ("delete", "", "persistentvolumeclaims", ""),
     ("get", "apps", "deployments", ""),

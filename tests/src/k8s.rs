@@ -68,6 +68,22 @@ fn unique_namespace(test: &str) -> String {
     )
 }
 
+/// Says once per test binary, past the test harness's output capture (it
+/// takes only `print!`/`eprint!`), which kind of API server the kubernetes
+/// tests ran against, so a CI log shows it for passing tests too.
+fn announce(description: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use std::io::Write as _;
+        let kind = if description.contains("STAND-IN") {
+            "the in-process STAND-IN API server (no real cluster: SANDBOXD_TEST_KUBECONFIG is unset)"
+        } else {
+            description
+        };
+        let _ = writeln!(std::io::stderr(), "kubernetes tests run against {kind}");
+    });
+}
+
 impl TestCluster {
     /// The stand-in (or the real cluster), with a fresh namespace for `test`.
     pub async fn start(test: &str) -> TestCluster {
@@ -105,6 +121,7 @@ impl TestCluster {
             .await
             .unwrap_or_else(|error| panic!("create namespace {namespace}: {error}"));
         eprintln!("kubernetes test '{test}' runs against {description}, in namespace {namespace}");
+        announce(&description);
         TestCluster {
             standin,
             daemon_kubeconfig,

@@ -1,6 +1,7 @@
 //! Whether the daemon's identity may do what the tier does, asked of the
-//! API server once at start (one `SelfSubjectAccessReview` per verb and
-//! resource), for `sandboxctl status`. The answer is advice: each call is
+//! API server at start (one `SelfSubjectAccessReview` per verb and
+//! resource) and again every few minutes, so a Role fixed later shows, for
+//! `sandboxctl status`. The answer is advice: each call is
 //! still authorized by the API server, and a denied one says which verb
 //! and resource it lacked.
 
@@ -36,6 +37,8 @@ pub const NEEDED: [(&str, &str, &str, &str); 14] = [
 
 /// How long to wait between tries while the API server does not answer.
 const RETRY: Duration = Duration::from_secs(10);
+/// How long an answer stands before it is asked again.
+const RECHECK: Duration = Duration::from_secs(300);
 
 /// What `status` says about the daemon's permissions.
 #[derive(Clone)]
@@ -59,26 +62,29 @@ impl Permissions {
         *self.0.lock().unwrap_or_else(|poison| poison.into_inner()) = summary;
     }
 
-    /// Asks until the API server answers, then keeps the answer.
+    /// Asks for as long as the daemon runs: every [`RETRY`] until the API
+    /// server answers, then every [`RECHECK`]. Logs only changes.
     pub async fn check(self, cluster: Cluster) {
         loop {
-            match review_all(&cluster).await {
+            let (summary, wait) = match review_all(&cluster).await {
                 Ok(missing) if missing.is_empty() => {
-                    tracing::info!(server = %cluster.server, namespace = %cluster.namespace, "the daemon's permissions suffice");
-                    self.set("permissions sufficient".to_string());
-                    return;
+                    ("permissions sufficient".to_string(), RECHECK)
                 }
-                Ok(missing) => {
-                    let missing = missing.join(", ");
-                    tracing::error!(server = %cluster.server, namespace = %cluster.namespace, %missing, "the daemon lacks permissions the kubernetes tier needs (deploy/kubernetes/rbac.yaml)");
-                    self.set(format!("permissions MISSING: {missing}"));
-                    return;
+                Ok(missing) => (
+                    format!("permissions MISSING: {}", missing.join(", ")),
+                    RECHECK,
+                ),
+                Err(error) => (format!("permissions unknown: {error}"), RETRY),
+            };
+            if summary != self.summary() {
+                if summary.contains("MISSING") {
+                    tracing::error!(server = %cluster.server, namespace = %cluster.namespace, %summary, "the daemon lacks permissions the kubernetes tier needs (deploy/kubernetes/rbac.yaml)");
+                } else {
+                    tracing::info!(server = %cluster.server, namespace = %cluster.namespace, %summary, "the daemon's permissions");
                 }
-                Err(error) => {
-                    self.set(format!("permissions unknown: {error}"));
-                    tokio::time::sleep(RETRY).await;
-                }
+                self.set(summary);
             }
+            tokio::time::sleep(wait).await;
         }
     }
 }

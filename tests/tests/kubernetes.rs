@@ -1021,3 +1021,25 @@ async fn a_claim_still_being_deleted_is_not_reused_and_ensure_says_so() {
         .get("deletionTimestamp")
         .is_none_or(Value::is_null));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_deleted_behind_the_daemons_back_is_put_back_before_a_scale_up() {
+    let setup = setup("secret-deleted", "").await;
+    let id = "ses-nosecret";
+    let env = sandbox_env("session:ns", TOKEN);
+    setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    setup.kubectl_scale(Scope::Session, id, 0).await;
+    let secrets: Api<Secret> = setup.cluster.api();
+    secrets
+        .delete(
+            &format!("{}-env", base_name(Scope::Session, id)),
+            &DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    let secret = setup.secret(Scope::Session, id).await.expect("put back");
+    let token: k8s_openapi::ByteString =
+        serde_json::from_value(secret["data"]["STIGMER_TOKEN"].clone()).unwrap();
+    assert_eq!(token.0, TOKEN.as_bytes());
+}

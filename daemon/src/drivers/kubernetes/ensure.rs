@@ -3,8 +3,8 @@
 //! | the cluster says        | ensure does                                          |
 //! |-------------------------|------------------------------------------------------|
 //! | replicas ≥ 1            | nothing (fast path: one GET, no write)               |
-//! | replicas 0              | apply the Deployment (and the Secret, when the token |
-//! |                         | changed), then scale to 1 through `deployments/scale`|
+//! | replicas 0              | apply the Secret and the Deployment (the token, the  |
+//! |                         | queue), then scale to 1 through `deployments/scale`  |
 //! | no such Deployment      | apply Secret, create the claim, apply Deployment     |
 //!
 //! No readiness wait: a runner that never polls shows up upstream as a
@@ -215,14 +215,16 @@ async fn existing(
         }));
     }
     // Stopped. The new runner must not start with a stale token or queue:
-    // the Secret first (when the token changed), then the Deployment (its
-    // annotations, environment and the next generation), then the scale.
-    let digest = token_digest(&env.stigmer_token);
-    if annotation(deployment, ANNOTATION_TOKEN_SHA256) != Some(digest.as_str()) {
+    // the Secret first (always: applying an unchanged one changes nothing,
+    // and it puts back one deleted behind our back), then the Deployment
+    // (its annotations, environment and the next generation), then the scale.
+    if annotation(deployment, ANNOTATION_TOKEN_SHA256)
+        != Some(token_digest(&env.stigmer_token).as_str())
+    {
         tracing::info!(scope = %key.scope, id = %key.id, "the token changed: updating the Secret before scaling up");
-        if apply_secret(inner, key, env).await?.is_none() {
-            return Ok(Step::LookAgain);
-        }
+    }
+    if apply_secret(inner, key, env).await?.is_none() {
+        return Ok(Step::LookAgain);
     }
     let next = generation + 1;
     let updated = inner.shape.deployment(key, env, next, None);

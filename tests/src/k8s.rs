@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::daemon::Options;
-use crate::k8s_standin::StandIn;
+use crate::k8s_standin::{Rule, StandIn};
 use crate::make_test_dir;
 
 /// The variable that points the tests at a real cluster.
@@ -33,7 +33,12 @@ pub struct TestCluster {
     /// "the stand-in API server at …" or "the real cluster of …".
     pub description: String,
     dir: PathBuf,
+    /// The admin's kubeconfig (its cluster is copied into a restricted one).
+    admin_kubeconfig: PathBuf,
 }
+
+/// The ServiceAccount a restricted daemon runs as on a real cluster.
+const RESTRICTED: &str = "sandboxd-restricted";
 
 async fn client_from(path: &Path) -> kube::Client {
     let kubeconfig = Kubeconfig::read_from(path)
@@ -88,27 +93,26 @@ impl TestCluster {
     /// The stand-in (or the real cluster), with a fresh namespace for `test`.
     pub async fn start(test: &str) -> TestCluster {
         let dir = make_test_dir();
-        let (standin, daemon_kubeconfig, admin_kubeconfig, description) = match std::env::var(
-            REAL_CLUSTER_ENV,
-        )
-        .ok()
-        .filter(|value| !value.is_empty())
-        {
-            Some(path) => {
-                let path = PathBuf::from(path);
-                let description = format!("the real cluster of {}", path.display());
-                (None, path.clone(), path, description)
-            }
-            None => {
-                let standin = StandIn::start();
-                let (daemon, admin) = standin.write_kubeconfigs(&dir);
-                let description = format!(
+        let (standin, daemon_kubeconfig, admin_kubeconfig, description): (_, PathBuf, PathBuf, _) =
+            match std::env::var(REAL_CLUSTER_ENV)
+                .ok()
+                .filter(|value| !value.is_empty())
+            {
+                Some(path) => {
+                    let path = PathBuf::from(path);
+                    let description = format!("the real cluster of {}", path.display());
+                    (None, path.clone(), path, description)
+                }
+                None => {
+                    let standin = StandIn::start();
+                    let (daemon, admin) = standin.write_kubeconfigs(&dir);
+                    let description = format!(
                         "the in-process STAND-IN API server at {} (set {REAL_CLUSTER_ENV} for a real cluster)",
                         standin.url()
                     );
-                (Some(standin), daemon, admin, description)
-            }
-        };
+                    (Some(standin), daemon, admin, description)
+                }
+            };
         let admin = client_from(&admin_kubeconfig).await;
         let namespace = unique_namespace(test);
         let namespaces: Api<Namespace> = Api::all(admin.clone());
@@ -129,7 +133,132 @@ impl TestCluster {
             namespace,
             description,
             dir,
+            admin_kubeconfig,
         }
+    }
+
+    /// Holds the daemon's identity to `rules` in this namespace from now on
+    /// (`None`: everything). On the stand-in, its Role; on a real cluster,
+    /// a ServiceAccount bound to a Role of these rules, whose token (from a
+    /// TokenRequest) goes into a kubeconfig the daemon is then given: call
+    /// it before [`TestCluster::daemon_options`], and again to change the rules.
+    pub async fn restrict(&mut self, rules: Option<Vec<Rule>>) {
+        if let Some(standin) = &self.standin {
+            match rules {
+                Some(rules) => standin.set_role(rules),
+                None => standin.allow_everything(),
+            }
+            return;
+        }
+        let rules = rules.unwrap_or_else(|| vec![Rule::new(&["*"], &["*"])]);
+        let rules: Vec<serde_json::Value> = rules
+            .iter()
+            .map(|rule| {
+                let group = if rule.resources.iter().any(|r| r.starts_with("deployments")) {
+                    "apps"
+                } else if rule.resources.iter().any(|r| r == "*") {
+                    "*"
+                } else {
+                    ""
+                };
+                serde_json::json!({"apiGroups": [group], "resources": rule.resources, "verbs": rule.verbs})
+            })
+            .collect();
+        let apply = kube::api::PatchParams::apply("sandboxd-tests").force();
+        let namespace = self.namespace.clone();
+        let dynamic = |api_version: &str, kind: &str, plural: &str| {
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            let resource = kube::api::ApiResource {
+                group: group.to_string(),
+                version: version.to_string(),
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                plural: plural.to_string(),
+            };
+            Api::<kube::api::DynamicObject>::namespaced_with(
+                self.admin.clone(),
+                &namespace,
+                &resource,
+            )
+        };
+        let objects = [
+            (
+                "v1",
+                "ServiceAccount",
+                "serviceaccounts",
+                serde_json::json!({}),
+            ),
+            (
+                "rbac.authorization.k8s.io/v1",
+                "Role",
+                "roles",
+                serde_json::json!({"rules": rules}),
+            ),
+            (
+                "rbac.authorization.k8s.io/v1",
+                "RoleBinding",
+                "rolebindings",
+                serde_json::json!({
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RESTRICTED},
+                    "subjects": [{"kind": "ServiceAccount", "name": RESTRICTED, "namespace": namespace}],
+                }),
+            ),
+        ];
+        for (api_version, kind, plural, body) in objects {
+            let mut object = serde_json::json!({
+                "apiVersion": api_version, "kind": kind,
+                "metadata": {"name": RESTRICTED, "namespace": namespace},
+            });
+            crate::k8s::merge_into(&mut object, body);
+            let object: kube::api::DynamicObject =
+                serde_json::from_value(object).expect("an object");
+            dynamic(api_version, kind, plural)
+                .patch(RESTRICTED, &apply, &kube::api::Patch::Apply(&object))
+                .await
+                .unwrap_or_else(|error| panic!("apply {kind} {RESTRICTED}: {error}"));
+        }
+        let restricted = self.dir.join("kubeconfig-restricted");
+        if self.daemon_kubeconfig == restricted {
+            return;
+        }
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(self.admin.clone(), &self.namespace);
+        let request: k8s_openapi::api::authentication::v1::TokenRequest = serde_json::from_value(
+            serde_json::json!({"spec": {"audiences": [], "expirationSeconds": 3600}}),
+        )
+        .expect("a token request");
+        let token = accounts
+            .create_token_request(RESTRICTED, &PostParams::default(), &request)
+            .await
+            .expect("a token for the restricted ServiceAccount")
+            .status
+            .expect("the token")
+            .token;
+        let admin = Kubeconfig::read_from(&self.admin_kubeconfig).expect("the admin kubeconfig");
+        let context = admin
+            .current_context
+            .as_ref()
+            .and_then(|name| admin.contexts.iter().find(|context| &context.name == name))
+            .and_then(|context| context.context.as_ref())
+            .map(|context| context.cluster.clone())
+            .unwrap_or_default();
+        let cluster = admin
+            .clusters
+            .iter()
+            .find(|cluster| cluster.name == context)
+            .or(admin.clusters.first())
+            .expect("a cluster in the admin kubeconfig");
+        // JSON is YAML: the kubeconfig of the restricted account.
+        let kubeconfig = serde_json::json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [cluster],
+            "users": [{"name": RESTRICTED, "user": {"token": token}}],
+            "contexts": [{"name": RESTRICTED, "context": {"cluster": cluster.name, "user": RESTRICTED}}],
+            "current-context": RESTRICTED,
+        });
+        std::fs::write(&restricted, kubeconfig.to_string())
+            .expect("write the restricted kubeconfig");
+        self.daemon_kubeconfig = restricted;
     }
 
     /// The stand-in, when the test runs against it; `None` (with a line
@@ -170,6 +299,13 @@ impl TestCluster {
             ),
             ..Options::default()
         }
+    }
+}
+
+/// Merges the keys of `extra` (a map) into `object` (a map).
+fn merge_into(object: &mut serde_json::Value, extra: serde_json::Value) {
+    if let (Some(object), serde_json::Value::Object(extra)) = (object.as_object_mut(), extra) {
+        object.extend(extra);
     }
 }
 

@@ -659,10 +659,7 @@ async fn status_names_the_api_server_the_namespace_and_whether_permissions_suffi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_without_deployments_scale_is_permission_denied_naming_it() {
-    let cluster = TestCluster::start("forbidden-scale").await;
-    let Some(standin) = cluster.standin("holding the daemon to a Role") else {
-        return;
-    };
+    let mut cluster = TestCluster::start("forbidden-scale").await;
     let all_but_scale = vec![
         Rule::new(&["secrets"], &["create", "patch", "delete"]),
         Rule::new(&["persistentvolumeclaims"], &["get", "create", "delete"]),
@@ -673,7 +670,7 @@ async fn a_role_without_deployments_scale_is_permission_denied_naming_it() {
         Rule::new(&["pods"], &["list"]),
         Rule::new(&["pods/log"], &["get"]),
     ];
-    standin.set_role(all_but_scale);
+    cluster.restrict(Some(all_but_scale)).await;
     let daemon = TestDaemon::start(cluster.daemon_options(""));
     let client = daemon.client().await;
     let mut text = String::new();
@@ -931,15 +928,21 @@ async fn a_humans_label_stays_and_sandboxds_own_fields_are_restored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ensure_cut_short_after_the_secret_is_finished_by_the_next_one() {
-    let setup = setup("half-made", "").await;
-    let Some(standin) = setup.cluster.standin("refusing the Deployment's creation") else {
-        return;
+    let mut cluster = TestCluster::start("half-made").await;
+    cluster
+        .restrict(Some(vec![
+            Rule::new(&["secrets"], &["create", "patch", "delete"]),
+            Rule::new(&["persistentvolumeclaims"], &["get", "create", "delete"]),
+            Rule::new(&["deployments"], &["get", "list"]),
+        ]))
+        .await;
+    let daemon = TestDaemon::start(cluster.daemon_options(""));
+    let client = daemon.client().await;
+    let mut setup = Setup {
+        cluster,
+        daemon,
+        client,
     };
-    standin.set_role(vec![
-        Rule::new(&["secrets"], &["create", "patch", "delete"]),
-        Rule::new(&["persistentvolumeclaims"], &["get", "create", "delete"]),
-        Rule::new(&["deployments"], &["get", "list"]),
-    ]);
     let id = "ses-half";
     let env = sandbox_env("session:h", TOKEN);
     let refused = setup.client.ensure_session_sandbox(id, &env).await;
@@ -957,7 +960,7 @@ async fn an_ensure_cut_short_after_the_secret_is_finished_by_the_next_one() {
         setup.client.probe(Scope::Session, id).await.unwrap(),
         ProbeState::Absent
     );
-    standin.allow_everything();
+    setup.cluster.restrict(None).await;
     let report = setup.client.ensure_session_sandbox(id, &env).await.unwrap();
     assert!(report.created);
     assert!(setup.claim(Scope::Session, id).await.is_some());

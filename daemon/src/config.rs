@@ -177,6 +177,72 @@ impl Default for LimitsConfig {
     }
 }
 
+/// Where the kubernetes tier puts its objects when neither
+/// `STIGMER_SANDBOX_K8S_NAMESPACE` nor `[kubernetes] namespace` says.
+pub const DEFAULT_K8S_NAMESPACE: &str = "stigmer-sandboxes";
+
+/// The `[kubernetes]` table: how the kubernetes tier reaches the API server
+/// and shapes each runner's objects. Every key has a default; unknown keys
+/// are an error.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesConfig {
+    /// A kubeconfig file; unset means what every Kubernetes tool does:
+    /// `KUBECONFIG`, then `~/.kube/config`, then the pod's service account.
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use; unset means its current context.
+    pub context: Option<String>,
+    /// Where the sandboxes' objects live. `STIGMER_SANDBOX_K8S_NAMESPACE`
+    /// beats it; default [`DEFAULT_K8S_NAMESPACE`].
+    pub namespace: String,
+    /// The longest one call to the API server may take.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub request_timeout: Duration,
+    /// The runner's command line; `None` runs the image's own entrypoint.
+    pub command: Option<Vec<String>>,
+    /// The runner container's resources, as Kubernetes quantities.
+    pub cpu_request: String,
+    pub memory_request: String,
+    pub cpu_limit: String,
+    pub memory_limit: String,
+    /// The size of a session's or workflow's workspace claim.
+    pub workspace_size: String,
+    /// The claim's storage class; unset means the cluster's default.
+    pub storage_class: Option<String>,
+    /// `Always`, `IfNotPresent` or `Never`.
+    pub image_pull_policy: String,
+    /// Names of docker-registry Secrets in the namespace for pulling the image.
+    pub image_pull_secrets: Vec<String>,
+    /// A connect sandbox older than this is a leak and is removed.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub connect_ttl: Duration,
+    /// A connect sandbox younger than this is never touched by the reaper.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub connect_creation_grace: Duration,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        KubernetesConfig {
+            kubeconfig: None,
+            context: None,
+            namespace: DEFAULT_K8S_NAMESPACE.to_string(),
+            request_timeout: Duration::from_secs(5),
+            command: None,
+            cpu_request: "500m".to_string(),
+            memory_request: "512Mi".to_string(),
+            cpu_limit: "2".to_string(),
+            memory_limit: "2Gi".to_string(),
+            workspace_size: "10Gi".to_string(),
+            storage_class: None,
+            image_pull_policy: "IfNotPresent".to_string(),
+            image_pull_secrets: Vec::new(),
+            connect_ttl: Duration::from_secs(3600),
+            connect_creation_grace: Duration::from_secs(120),
+        }
+    }
+}
+
 impl LimitsConfig {
     fn validate(&self) -> anyhow::Result<()> {
         if self.memory != 0 && self.memory < DockerConfig::MIN_MEMORY {
@@ -190,6 +256,46 @@ impl LimitsConfig {
                 "[limits] cpu {} must be 0 (unlimited) or a number of at least 0.01",
                 self.cpu
             );
+        }
+        Ok(())
+    }
+}
+
+impl KubernetesConfig {
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.namespace.is_empty() {
+            bail!("[kubernetes] namespace must not be empty");
+        }
+        if self.request_timeout.is_zero() || self.request_timeout > Duration::from_secs(300) {
+            bail!(
+                "[kubernetes] request_timeout {:?} must be longer than 0 and at most 5m",
+                self.request_timeout
+            );
+        }
+        if let Some(command) = &self.command {
+            if command.first().is_none_or(String::is_empty) {
+                bail!("[kubernetes] command {command:?} must name a program first");
+            }
+        }
+        for (key, value) in [
+            ("cpu_request", &self.cpu_request),
+            ("memory_request", &self.memory_request),
+            ("cpu_limit", &self.cpu_limit),
+            ("memory_limit", &self.memory_limit),
+            ("workspace_size", &self.workspace_size),
+        ] {
+            if value.is_empty() {
+                bail!("[kubernetes] {key} must not be empty");
+            }
+        }
+        if !["Always", "IfNotPresent", "Never"].contains(&self.image_pull_policy.as_str()) {
+            bail!(
+                "[kubernetes] image_pull_policy '{}' must be Always, IfNotPresent or Never",
+                self.image_pull_policy
+            );
+        }
+        if self.connect_ttl.is_zero() {
+            bail!("[kubernetes] connect_ttl must be longer than 0");
         }
         Ok(())
     }
@@ -241,6 +347,7 @@ struct FileConfig {
     connections: Option<ConnectionsConfig>,
     instance: Option<String>,
     egress: Option<EgressSetting>,
+    kubernetes: Option<KubernetesConfig>,
 }
 
 /// The resolved configuration.
@@ -293,6 +400,8 @@ pub struct Config {
     /// The egress posture every sandbox is held to: `relaxed` unless the
     /// file says otherwise; `none` only when written.
     pub egress: EgressSetting,
+    /// The kubernetes tier's settings; `namespace` is always resolved.
+    pub kubernetes: KubernetesConfig,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -330,6 +439,10 @@ impl Config {
         if docker.host.is_none() {
             docker.host =
                 Some(env("DOCKER_HOST").unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string()));
+        }
+        let mut kubernetes = file.kubernetes.unwrap_or_default();
+        if let Some(namespace) = env("STIGMER_SANDBOX_K8S_NAMESPACE") {
+            kubernetes.namespace = namespace;
         }
         let config = Config {
             source_file,
@@ -387,6 +500,7 @@ impl Config {
             connections: file.connections.unwrap_or_default(),
             instance: Instance::from_config(file.instance.as_deref())?,
             egress: file.egress.unwrap_or_default(),
+            kubernetes,
         };
         config.validate()?;
         Ok(config)
@@ -433,7 +547,8 @@ impl Config {
         }
         self.limits.validate()?;
         self.docker.validate()?;
-        self.connections.validate(self.max_connections)
+        self.connections.validate(self.max_connections)?;
+        self.kubernetes.validate()
     }
 
     /// True when `state_dir` is the default of a root daemon.
@@ -791,13 +906,18 @@ mod tests {
         let top = known_keys("");
         assert!(top.contains(&"driver".to_string()), "{top:?}");
         for key in &top {
-            if key == "access" || key == "docker" || key == "limits" || key == "connections" {
+            if key == "access"
+                || key == "docker"
+                || key == "limits"
+                || key == "connections"
+                || key == "kubernetes"
+            {
                 assert!(text.contains(&format!("\n[{key}]\n")), "no [{key}] table");
                 continue;
             }
             assert!(shown("", key), "the example config does not show `{key}`");
         }
-        for table in ["access", "docker", "limits", "connections"] {
+        for table in ["access", "docker", "limits", "connections", "kubernetes"] {
             let keys = known_keys(table);
             let least = if table == "limits" { 3 } else { 4 };
             assert!(keys.len() >= least, "[{table}]: {keys:?}");
@@ -847,6 +967,37 @@ mod tests {
         assert!(error.to_string().contains("jail"), "{error}");
         let error = toml::from_str::<FileConfig>("[limits]\nmemroy = 1").unwrap_err();
         assert!(error.to_string().contains("memroy"), "{error}");
+    }
+
+    #[test]
+    fn kubernetes_table_defaults_env_and_keys() {
+        let config = resolve("", &[], Flags::default()).unwrap();
+        assert_eq!(config.kubernetes.namespace, "stigmer-sandboxes");
+        assert_eq!(config.kubernetes.request_timeout, Duration::from_secs(5));
+        assert_eq!(config.kubernetes.image_pull_policy, "IfNotPresent");
+        let file = "[kubernetes]\nnamespace = \"file-ns\"\nrequest_timeout = \"2s\"\n\
+                    image_pull_secrets = [\"regcred\"]\ncontext = \"kind\"";
+        let config = resolve(file, &[], Flags::default()).unwrap();
+        assert_eq!(config.kubernetes.namespace, "file-ns");
+        assert_eq!(config.kubernetes.request_timeout, Duration::from_secs(2));
+        assert_eq!(config.kubernetes.image_pull_secrets, vec!["regcred"]);
+        assert_eq!(config.kubernetes.context.as_deref(), Some("kind"));
+        let config = resolve(
+            file,
+            &[("STIGMER_SANDBOX_K8S_NAMESPACE", "env-ns")],
+            Flags::default(),
+        )
+        .unwrap();
+        assert_eq!(config.kubernetes.namespace, "env-ns", "the variable wins");
+        let error = toml::from_str::<FileConfig>("[kubernetes]\nnamespase = \"x\"").unwrap_err();
+        assert!(error.to_string().contains("namespase"), "{error}");
+        let error = resolve(
+            "[kubernetes]\nimage_pull_policy = \"Sometimes\"",
+            &[],
+            Flags::default(),
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("Sometimes"), "{error}");
     }
 
     #[test]

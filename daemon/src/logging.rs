@@ -28,9 +28,17 @@ use tracing_subscriber::EnvFilter;
 const QUIET_LIBRARIES: &str = "tarpc=warn,bollard=warn,hyper=warn,hyper_util=warn,h2=warn";
 
 /// Libraries held at `warn` even when `RUST_LOG` asks for more: they log
-/// request bodies, and container definitions carry `STIGMER_TOKEN`.
-const SECRET_BEARING_LIBRARIES: [&str; 4] =
-    ["bollard=warn", "hyper=warn", "hyper_util=warn", "h2=warn"];
+/// request bodies, and container definitions carry `STIGMER_TOKEN`. The
+/// Kubernetes client is held at `error`: it logs a whole response body at
+/// `warn` when it cannot parse one, and the kubernetes tier's Secret
+/// responses carry the token.
+const SECRET_BEARING_LIBRARIES: [&str; 5] = [
+    "bollard=warn",
+    "hyper=warn",
+    "hyper_util=warn",
+    "h2=warn",
+    "kube_client=error",
+];
 
 /// The journal's `SYSLOG_IDENTIFIER`, whatever the binary was renamed to.
 const IDENTIFIER: &str = "sandboxd";

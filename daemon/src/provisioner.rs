@@ -144,8 +144,6 @@ fn known_drivers() -> String {
 pub enum SelectError {
     #[error("unknown sandbox provisioner type '{0}' — known types: {known}", known = known_drivers())]
     Unknown(String),
-    #[error("sandbox provisioner type '{0}' is not built yet in this version of sandboxd — use 'local-process'")]
-    NotBuilt(&'static str),
     #[error("{0}")]
     Setup(String),
 }
@@ -166,7 +164,12 @@ pub async fn select(config: &Config) -> Result<Arc<dyn Driver>, SelectError> {
                 .map_err(|error| SelectError::Setup(format!("{error:#}")))?;
             Ok(Arc::new(driver))
         }
-        "kubernetes" => Err(SelectError::NotBuilt("kubernetes")),
+        "kubernetes" => {
+            let driver = crate::drivers::kubernetes::KubernetesDriver::start(config)
+                .await
+                .map_err(|error| SelectError::Setup(format!("{error:#}")))?;
+            Ok(Arc::new(driver))
+        }
         other => Err(SelectError::Unknown(other.to_string())),
     }
 }

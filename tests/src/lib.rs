@@ -19,4 +19,6 @@ pub use runner::{
 };
 pub mod activation;
 pub mod docker_image;
+pub mod k8s;
+pub mod k8s_standin;
 pub mod logs;

@@ -7,6 +7,7 @@ use std::future::Future;
 use sandboxd_protocol::SandboxError;
 
 pub mod key_lock;
+pub mod kubernetes;
 pub mod local_process;
 
 /// Runs `work` in a task of its own and waits for it. The server drops a

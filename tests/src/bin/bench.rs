@@ -39,9 +39,15 @@
 //! A full run ends with (s), a daemon of its
 //! own holding 10,000 running sandboxes (200 with `--quick`: see
 //! `bench/scale.rs`); `--scale-only` runs that row alone.
+//! The kubernetes row runs against
+//! the in-process stand-in API server (figures meaningless) unless
+//! `SANDBOXD_TEST_KUBECONFIG` names a real cluster; `--no-kubernetes`
+//! skips it and `--only-kubernetes` runs nothing else.
 
 #[path = "bench/docker.rs"]
 mod docker;
+#[path = "bench/kubernetes.rs"]
+mod kubernetes;
 #[path = "bench/machine.rs"]
 mod machine;
 #[path = "bench/output.rs"]
@@ -92,6 +98,9 @@ struct Counts {
     output_cap: u64,
     /// (s) running sandboxes held at once.
     scale: usize,
+    /// Kubernetes row: new sandboxes each way, then fast paths, probes and GETs.
+    k8s_new: usize,
+    k8s_calls: usize,
 }
 
 const FULL: Counts = Counts {
@@ -105,6 +114,8 @@ const FULL: Counts = Counts {
     output_bytes: 1024 * output::MIB,
     output_cap: 16 * output::MIB,
     scale: 10_000,
+    k8s_new: 50,
+    k8s_calls: 500,
 };
 
 const QUICK: Counts = Counts {
@@ -118,6 +129,8 @@ const QUICK: Counts = Counts {
     output_bytes: 32 * output::MIB,
     output_cap: 4 * output::MIB,
     scale: 200,
+    k8s_new: 3,
+    k8s_calls: 20,
 };
 
 #[derive(Debug)]
@@ -133,6 +146,10 @@ struct Options {
     only_output: bool,
     /// Run only the scale row (s).
     scale_only: bool,
+    /// Skip the kubernetes row.
+    no_kubernetes: bool,
+    /// Run the kubernetes row and nothing else.
+    only_kubernetes: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -144,6 +161,8 @@ fn parse_args() -> Result<Options, String> {
         no_docker: false,
         only_output: false,
         scale_only: false,
+        no_kubernetes: false,
+        only_kubernetes: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -153,6 +172,8 @@ fn parse_args() -> Result<Options, String> {
             "--no-docker" => options.no_docker = true,
             "--only-output" => options.only_output = true,
             "--scale-only" => options.scale_only = true,
+            "--no-kubernetes" => options.no_kubernetes = true,
+            "--only-kubernetes" => options.only_kubernetes = true,
             "--burst-connections" => {
                 let value = args.next().ok_or("--burst-connections needs a value")?;
                 options.burst_connections = value
@@ -167,7 +188,7 @@ fn parse_args() -> Result<Options, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--no-docker] [--only-output] [--scale-only]\n\n\
+                    "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--no-docker] [--only-output] [--scale-only] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -218,9 +239,80 @@ fn step(started: Instant, what: &str) {
     eprintln!("bench: [{:6.1}s] {what}", started.elapsed().as_secs_f64());
 }
 
+/// The kubernetes row's figures as table rows, and a note on where they came from.
+fn kubernetes_rows(figures: &kubernetes::KubernetesFigures) -> (Vec<Row>, String) {
+    let ms = |samples: &Samples, p: f64| samples.percentile_us(p) / 1e3;
+    let rows = vec![
+        Row {
+            row: "k8s",
+            what: "ensure new sandbox p50".into(),
+            unit: "ms",
+            value: ms(&figures.sandboxd_new, 50.0),
+            baseline_what: "the 3 writes with kube p50".into(),
+            baseline: Some(ms(&figures.direct_new, 50.0)),
+            goal: Goal::RatioAtMost(1.1),
+        },
+        Row {
+            row: "k8s",
+            what: "ensure fast path p50".into(),
+            unit: "ms",
+            value: ms(&figures.fast, 50.0),
+            baseline_what: "GET deployment with kube p50".into(),
+            baseline: Some(ms(&figures.direct_get, 50.0)),
+            goal: Goal::Info,
+        },
+        Row {
+            row: "k8s",
+            what: "probe p50".into(),
+            unit: "ms",
+            value: ms(&figures.probe, 50.0),
+            baseline_what: "GET deployment with kube p50".into(),
+            baseline: Some(ms(&figures.direct_get, 50.0)),
+            goal: Goal::Info,
+        },
+    ];
+    let note = format!(
+        "measured against {}: {} new sandboxes each way, {} fast paths, probes and GETs",
+        figures.cluster,
+        figures.sandboxd_new.len(),
+        figures.fast.len()
+    );
+    (rows, note)
+}
+
+/// `--only-kubernetes`: the kubernetes row alone.
+async fn run_kubernetes_only(options: &Options, counts: Counts) -> anyhow::Result<()> {
+    let binaries = Binaries::locate(options.quick)?;
+    let dir = BenchDir::create(options.keep)?;
+    let figures = kubernetes::measure(dir.path(), &binaries, counts.k8s_new, counts.k8s_calls)
+        .await
+        .context("the kubernetes row")?;
+    let (rows, note) = kubernetes_rows(&figures);
+    println!(
+        "sandboxd bench, kubernetes row only ({} mode) — {}
+{note}
+",
+        if options.quick { "quick" } else { "full" },
+        machine::utc_now()
+    );
+    print!("{}", report::table(&rows));
+    let line = json!({
+        "bench": "sandboxd",
+        "mode": if options.quick { "quick" } else { "full" },
+        "driver": "kubernetes",
+        "kubernetes": note,
+        "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+    });
+    println!("{line}");
+    Ok(())
+}
+
 async fn run(options: &Options) -> anyhow::Result<()> {
     let started = Instant::now();
     let counts = if options.quick { QUICK } else { FULL };
+    if options.only_kubernetes {
+        return run_kubernetes_only(options, counts).await;
+    }
     let machine = machine::Machine::read();
     let load_start = machine::load_average();
     let date = machine::utc_now();
@@ -521,6 +613,17 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             }
         }
     };
+    let kubernetes_figures = if options.no_kubernetes {
+        Err("skipped (--no-kubernetes)".to_string())
+    } else {
+        step(
+            started,
+            "kubernetes: new sandboxes through sandboxd and straight through kube",
+        );
+        kubernetes::measure(dir.path(), &binaries, counts.k8s_new, counts.k8s_calls)
+            .await
+            .map_err(|error| format!("{error:#}"))
+    };
     let load_end = machine::load_average();
     step(started, "done");
 
@@ -797,6 +900,14 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         }
         Err(reason) => format!("not measured: {reason}"),
     };
+    let kubernetes_note = match &kubernetes_figures {
+        Ok(figures) => {
+            let (more, note) = kubernetes_rows(figures);
+            rows.extend(more);
+            note
+        }
+        Err(reason) => format!("not measured: {reason}"),
+    };
 
     println!(
         "sandboxd bench ({} mode) — {date}\nmachine: {} × {}, kernel {}, {} MiB; load average {:.2} at start, {:.2} at end\n\
@@ -877,6 +988,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         "probe_frame_bytes": { "request": request_bytes, "response": response_bytes },
         "state_dir_fs": { "type": fs_type, "file_create_p50_us": file_creates.p50(), "file_create_before_c_p50_us": file_creates_later.p50(), "mkdir_p50_us": dir_creates.p50() },
         "docker": docker_note,
+        "kubernetes": kubernetes_note,
         "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
     });
     println!("{line}");

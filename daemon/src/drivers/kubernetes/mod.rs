@@ -1,0 +1,215 @@
+//! The `kubernetes` tier: each sandbox is a Secret, a workspace claim
+//! (session and workflow only) and a one-replica Deployment in one
+//! namespace, through the Kubernetes API (`kube` + `k8s-openapi`).
+//!
+//! The cluster is the state: nothing is kept in the daemon. A sandbox's
+//! Deployment is found by its name (the base name) and proven ours by its
+//! labels; `list` is a label selector, so a restarted daemon, or a second
+//! one, sees every sandbox at once.
+//!
+//! Rooms: `config` (finding the API server; the one client), `shapes` (the
+//! three objects), `ensure` (the state machine), `deprovision`, `observe`
+//! (probe, describe, list), `logs` (the pod's log), `reaper` (leaked
+//! connect sandboxes), `permissions` (the start-up access review),
+//! `errors` (what a failed call means for the caller).
+
+mod config;
+mod deprovision;
+mod ensure;
+mod errors;
+mod logs;
+mod observe;
+mod permissions;
+mod reaper;
+mod shapes;
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use kube::Api;
+use sandboxd_protocol::{
+    DeprovisionReport, EgressStatus, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
+    SandboxError, SandboxInfo, Scope,
+};
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::drivers::key_lock::KeyLocks;
+use crate::drivers::run_to_completion;
+use crate::egress::Egress;
+use crate::provisioner::{Driver, SandboxKey};
+use config::Cluster;
+use observe::{generation_of, state_of, Lookup};
+use permissions::Permissions;
+use reaper::ReaperSettings;
+use shapes::RunnerShape;
+
+pub struct KubernetesDriver {
+    inner: Arc<Inner>,
+    permissions: Permissions,
+    /// The egress posture. This tier installs no NetworkPolicy, so any
+    /// posture but `none` is unenforceable and refuses every ensure.
+    egress: Egress,
+    /// The reaper and the permission check; stopped with the driver.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// What every operation shares.
+struct Inner {
+    cluster: Cluster,
+    shape: RunnerShape,
+    key_locks: KeyLocks<SandboxKey>,
+}
+
+impl Inner {
+    fn deployments(&self) -> Api<Deployment> {
+        Api::namespaced(self.cluster.client.clone(), &self.cluster.namespace)
+    }
+
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.cluster.client.clone(), &self.cluster.namespace)
+    }
+
+    fn claims(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.cluster.client.clone(), &self.cluster.namespace)
+    }
+
+    fn pods_api(&self) -> Api<Pod> {
+        Api::namespaced(self.cluster.client.clone(), &self.cluster.namespace)
+    }
+}
+
+impl KubernetesDriver {
+    /// Checks the configuration and finds the API server (without calling
+    /// it: the daemon starts whether or not it answers), then starts the
+    /// permission check and the connect reaper.
+    pub async fn start(config: &Config) -> anyhow::Result<KubernetesDriver> {
+        let shape = RunnerShape::from_config(config).map_err(anyhow::Error::msg)?;
+        let cluster = Cluster::connect(&config.kubernetes).await?;
+        tracing::info!(server = %cluster.server, namespace = %cluster.namespace, image = %shape.image, timeout = ?cluster.timeout, "kubernetes driver ready");
+        let inner = Arc::new(Inner {
+            cluster,
+            shape,
+            key_locks: KeyLocks::new(),
+        });
+        let permissions = Permissions::new();
+        let reaper = ReaperSettings {
+            ttl: config.kubernetes.connect_ttl,
+            creation_grace: config.kubernetes.connect_creation_grace,
+        };
+        let tasks = vec![
+            tokio::spawn(permissions.clone().check(inner.cluster.clone())),
+            tokio::spawn(reaper::run(inner.clone(), reaper)),
+        ];
+        let egress = Egress::not_installed(
+            config.egress,
+            "the kubernetes tier installs no NetworkPolicy for it; set egress = \"none\" to run unrestricted".to_string(),
+        );
+        Ok(KubernetesDriver {
+            inner,
+            permissions,
+            egress,
+            tasks: Mutex::new(tasks),
+        })
+    }
+}
+
+#[async_trait]
+impl Driver for KubernetesDriver {
+    fn name(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    fn egress(&self) -> EgressStatus {
+        self.egress.status()
+    }
+
+    fn health(&self) -> String {
+        format!(
+            "API server {}; namespace {}; {}; runner image {}",
+            self.inner.cluster.server,
+            self.inner.cluster.namespace,
+            self.permissions.summary(),
+            self.inner.shape.image
+        )
+    }
+
+    async fn ensure(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+    ) -> Result<EnsureReport, SandboxError> {
+        // The fast path: one GET, no lock, no write.
+        let first = self.inner.lookup(key).await?;
+        if let Lookup::Ours(deployment) = &first {
+            if state_of(deployment) == ProbeState::Running {
+                return Ok(EnsureReport {
+                    state: ProbeState::Running,
+                    created: false,
+                    generation: generation_of(deployment),
+                    pid: None,
+                    differs: Vec::new(),
+                });
+            }
+        }
+        // Fail closed: nothing is created or started without the posture.
+        self.egress.check()?;
+        let absent = matches!(first, Lookup::Absent);
+        // In a task of its own: a caller that stops waiting must not leave
+        // a Secret applied and its Deployment never made.
+        let (inner, key, env) = (self.inner.clone(), key.clone(), env.clone());
+        run_to_completion("ensure", async move {
+            let _guard = inner.key_locks.lock(&key).await;
+            ensure::ensure(&inner, &key, &env, absent).await
+        })
+        .await
+    }
+
+    async fn deprovision(
+        &self,
+        key: &SandboxKey,
+        keep_workspace: bool,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        let (inner, key) = (self.inner.clone(), key.clone());
+        run_to_completion("deprovision", async move {
+            let _guard = inner.key_locks.lock(&key).await;
+            deprovision::deprovision(&inner, &key, keep_workspace).await
+        })
+        .await
+    }
+
+    async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {
+        self.inner.probe(key).await
+    }
+
+    async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError> {
+        self.inner.describe(key).await
+    }
+
+    async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError> {
+        self.inner.list(scope).await
+    }
+
+    async fn logs(
+        &self,
+        key: &SandboxKey,
+        start: LogStart,
+        max_bytes: u32,
+    ) -> Result<LogChunk, SandboxError> {
+        logs::read(&self.inner, key, start, max_bytes).await
+    }
+
+    async fn shutdown(&self) {
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
+        tracing::info!(server = %self.inner.cluster.server, "leaving the sandboxes' Deployments in place: the next sandboxd serves them");
+    }
+}

@@ -1,0 +1,269 @@
+//! What the cluster says about a sandbox, in the daemon's terms: probe from
+//! the Deployment's desired replicas, describe and list from the
+//! Deployment and its newest pod. Nothing is kept in the daemon: `list` is
+//! one label-selected listing of Deployments and one of pods, so a
+//! restarted daemon sees every sandbox at once.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::ListParams;
+use sandboxd_protocol::naming::{
+    LABEL_MANAGED_BY, LABEL_SANDBOX_ID, LABEL_SCOPE, MANAGED_BY_VALUE,
+};
+use sandboxd_protocol::{ExitInfo, ProbeState, SandboxError, SandboxInfo, Scope};
+
+use super::errors::Action;
+use super::shapes::{
+    ANNOTATION_CALLER_CLASS, ANNOTATION_GENERATION, ANNOTATION_TASK_QUEUE, CONTAINER,
+};
+use super::Inner;
+use crate::provisioner::SandboxKey;
+
+const GET_DEPLOYMENT: Action = Action::new("get", "deployments");
+const LIST_DEPLOYMENTS: Action = Action::new("list", "deployments");
+const LIST_PODS: Action = Action::new("list", "pods");
+
+/// The sandbox's Deployment, as far as it concerns us.
+pub enum Lookup {
+    Absent,
+    /// An object by our name without our labels: never touched.
+    Foreign,
+    Ours(Box<Deployment>),
+}
+
+/// The sandbox a Deployment belongs to, from its labels and name.
+pub fn key_of(deployment: &Deployment) -> Option<SandboxKey> {
+    let labels = deployment.metadata.labels.as_ref()?;
+    if labels.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_VALUE) {
+        return None;
+    }
+    let scope: Scope = labels.get(LABEL_SCOPE)?.parse().ok()?;
+    let key = SandboxKey::new(scope, labels.get(LABEL_SANDBOX_ID)?.clone());
+    (deployment.metadata.name.as_deref() == Some(key.base_name.as_str())).then_some(key)
+}
+
+/// The replicas the Deployment asks for (the API server defaults it to 1).
+pub fn desired_replicas(deployment: &Deployment) -> i32 {
+    deployment.spec.replicas.unwrap_or(1)
+}
+
+pub fn state_of(deployment: &Deployment) -> ProbeState {
+    if desired_replicas(deployment) > 0 {
+        ProbeState::Running
+    } else {
+        ProbeState::Stopped
+    }
+}
+
+pub fn annotation<'a>(deployment: &'a Deployment, name: &str) -> Option<&'a str> {
+    deployment
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(name)
+        .map(String::as_str)
+}
+
+pub fn generation_of(deployment: &Deployment) -> u64 {
+    annotation(deployment, ANNOTATION_GENERATION)
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(1)
+}
+
+/// `a=b,c=d` for these labels.
+pub fn selector(labels: &[(&str, &str)]) -> String {
+    labels
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl Inner {
+    fn context(key: &SandboxKey, what: &str) -> String {
+        format!(
+            "cannot {what} {} '{}' ({})",
+            key.scope, key.id, key.base_name
+        )
+    }
+
+    /// One GET of the sandbox's Deployment.
+    pub async fn lookup(&self, key: &SandboxKey) -> Result<Lookup, SandboxError> {
+        let found = self
+            .cluster
+            .call(self.deployments().get_opt(&key.base_name))
+            .await
+            .map_err(|error| {
+                self.cluster
+                    .error(&Self::context(key, "look up"), GET_DEPLOYMENT, error)
+            })?;
+        Ok(match found {
+            None => Lookup::Absent,
+            Some(deployment) if key_of(&deployment).as_ref() == Some(key) => {
+                Lookup::Ours(Box::new(deployment))
+            }
+            Some(_) => Lookup::Foreign,
+        })
+    }
+
+    pub async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {
+        Ok(match self.lookup(key).await? {
+            Lookup::Ours(deployment) => state_of(&deployment),
+            Lookup::Absent | Lookup::Foreign => ProbeState::Absent,
+        })
+    }
+
+    /// The pods carrying these labels, newest first.
+    pub async fn pods(
+        &self,
+        labels: &[(&str, &str)],
+        context: &str,
+    ) -> Result<Vec<Pod>, SandboxError> {
+        let params = ListParams::default().labels(&selector(labels));
+        let mut pods = self
+            .cluster
+            .call(self.pods_api().list(&params))
+            .await
+            .map_err(|error| self.cluster.error(context, LIST_PODS, error))?
+            .items;
+        pods.sort_by(|a, b| {
+            let created = |pod: &Pod| pod.metadata.creation_timestamp.clone().map(|time| time.0);
+            created(b).cmp(&created(a))
+        });
+        Ok(pods)
+    }
+
+    pub async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError> {
+        let Lookup::Ours(deployment) = self.lookup(key).await? else {
+            return Ok(SandboxInfo::absent(key.scope, &key.id, 0, None));
+        };
+        let context = Self::context(key, "describe");
+        let pods = self
+            .pods(
+                &[
+                    (LABEL_SANDBOX_ID, &key.id),
+                    (LABEL_MANAGED_BY, MANAGED_BY_VALUE),
+                ],
+                &context,
+            )
+            .await?;
+        Ok(info(key, &deployment, pods.first()))
+    }
+
+    pub async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError> {
+        let mut labels = vec![(LABEL_MANAGED_BY, MANAGED_BY_VALUE)];
+        if let Some(scope) = scope {
+            labels.push((LABEL_SCOPE, scope.as_str()));
+        }
+        let context = "cannot list the sandboxes";
+        let params = ListParams::default().labels(&selector(&labels));
+        let deployments = self
+            .cluster
+            .call(self.deployments().list(&params))
+            .await
+            .map_err(|error| self.cluster.error(context, LIST_DEPLOYMENTS, error))?
+            .items;
+        // Newest first, so the first pod seen of a sandbox is its newest.
+        let mut newest: BTreeMap<String, Pod> = BTreeMap::new();
+        for pod in self.pods(&labels, context).await? {
+            let id = pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get(LABEL_SANDBOX_ID))
+                .cloned();
+            if let Some(id) = id {
+                newest.entry(id).or_insert(pod);
+            }
+        }
+        Ok(deployments
+            .iter()
+            .filter_map(|deployment| {
+                let key = key_of(deployment)?;
+                let pod = newest.get(&key.id);
+                Some(info(&key, deployment, pod))
+            })
+            .collect())
+    }
+}
+
+fn unix_ms(time: &Time) -> u64 {
+    u64::try_from(time.0.as_millisecond()).unwrap_or_default()
+}
+
+/// How the runner container last ended, from a terminated state.
+fn exit_of(terminated: &ContainerStateTerminated) -> ExitInfo {
+    ExitInfo {
+        code: (terminated.signal.is_none()).then_some(terminated.exit_code),
+        signal: terminated.signal,
+        at_unix_ms: terminated
+            .finished_at
+            .as_ref()
+            .map(unix_ms)
+            .unwrap_or_default(),
+        oom_killed: terminated.reason.as_deref() == Some("OOMKilled"),
+        oom_limit_bytes: None,
+        pids_refused: 0,
+        pids_limit: None,
+    }
+}
+
+/// describe's answer: the Deployment's facts and its newest pod's.
+///
+/// The pod stands where the container tiers put their container: its name
+/// in `container_id`, its runner's start, restarts and last termination.
+pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> SandboxInfo {
+    let generation = generation_of(deployment);
+    let image = deployment
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|pod| pod.containers.first())
+        .and_then(|container| container.image.clone());
+    let status = pod
+        .and_then(|pod| pod.status.as_ref())
+        .and_then(|status| status.container_statuses.as_ref())
+        .and_then(|statuses| statuses.iter().find(|status| status.name == CONTAINER));
+    let started_at_unix_ms = status
+        .and_then(|status| status.state.as_ref())
+        .and_then(|state| state.running.as_ref())
+        .and_then(|running| running.started_at.as_ref())
+        .map(unix_ms);
+    let terminated = status.and_then(|status| {
+        let now = status
+            .state
+            .as_ref()
+            .and_then(|state| state.terminated.as_ref());
+        let last = status
+            .last_state
+            .as_ref()
+            .and_then(|state| state.terminated.as_ref());
+        now.or(last)
+    });
+    let container_restarts =
+        status.map_or(0, |status| u64::try_from(status.restart_count).unwrap_or(0));
+    SandboxInfo {
+        name: key.base_name.clone(),
+        scope: key.scope,
+        id: key.id.clone(),
+        state: state_of(deployment),
+        pid: None,
+        container_id: pod.and_then(|pod| pod.metadata.name.clone()),
+        image,
+        generation,
+        started_at_unix_ms,
+        restarts: generation.saturating_sub(1) + container_restarts,
+        last_exit: terminated.map(exit_of),
+        task_queue: annotation(deployment, ANNOTATION_TASK_QUEUE)
+            .unwrap_or_default()
+            .to_string(),
+        caller_class: annotation(deployment, ANNOTATION_CALLER_CLASS)
+            .unwrap_or_default()
+            .to_string(),
+        egress: None,
+    }
+}

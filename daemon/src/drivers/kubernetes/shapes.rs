@@ -1,0 +1,385 @@
+//! What a sandbox's three objects look like: the Secret `<base>-env`, the
+//! claim `<base>-workspace` (session and workflow only) and the Deployment
+//! `<base>` — all from the daemon's configuration and the request.
+//!
+//! The token reaches the pod only through the Secret (`secretKeyRef`); the
+//! Deployment carries its SHA-256 in an annotation, never the token, so a
+//! stopped sandbox whose token changed is updated before it is scaled up.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, LocalObjectReference,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec,
+    PodTemplateSpec, ResourceRequirements, Secret, SecretKeySelector, SecurityContext, Volume,
+    VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::ByteString;
+use sandboxd_protocol::{naming, SandboxEnv, Scope, Token};
+use sha2::{Digest, Sha256};
+
+use crate::config::Config;
+use crate::provisioner::SandboxKey;
+
+/// The field manager of every write: a human's `kubectl scale` or label is
+/// another manager's field, and sandboxd's own fields are restored by its
+/// next apply.
+pub const FIELD_MANAGER: &str = "sandboxd";
+/// The Secret's one key, named after the variable it becomes.
+pub const TOKEN_KEY: &str = "STIGMER_TOKEN";
+/// Where the workspace is mounted in the runner container.
+pub const WORKSPACE: &str = "/workspace";
+/// The runner container's name.
+pub const CONTAINER: &str = "runner";
+/// The pod's volume that holds the workspace.
+const WORKSPACE_VOLUME: &str = "workspace";
+
+/// SHA-256 of the token the Deployment's pods read — never the token.
+pub const ANNOTATION_TOKEN_SHA256: &str = "stigmer.ai/token-sha256";
+/// The task queue in the pod template's environment.
+pub const ANNOTATION_TASK_QUEUE: &str = "stigmer.ai/task-queue";
+/// The class of caller that provisioned it (recorded, not acted on).
+pub const ANNOTATION_CALLER_CLASS: &str = "stigmer.ai/caller-class";
+/// How many runners the sandbox has had: 1 at creation, +1 per scale-up.
+pub const ANNOTATION_GENERATION: &str = "stigmer.ai/generation";
+
+/// The runner-shaping part of the configuration, resolved once.
+#[derive(Debug, Clone)]
+pub struct RunnerShape {
+    pub image: String,
+    pub namespace: String,
+    pub command: Option<Vec<String>>,
+    pub cpu_request: String,
+    pub memory_request: String,
+    pub cpu_limit: String,
+    pub memory_limit: String,
+    pub workspace_size: String,
+    pub storage_class: Option<String>,
+    pub image_pull_policy: String,
+    pub image_pull_secrets: Vec<String>,
+    /// The pod's termination grace, in whole seconds (the daemon's stop_grace).
+    pub stop_grace_secs: i64,
+    pub backend_endpoint: String,
+    pub temporal_address: String,
+}
+
+pub fn secret_name(key: &SandboxKey) -> String {
+    format!("{}-env", key.base_name)
+}
+
+pub fn claim_name(key: &SandboxKey) -> String {
+    format!("{}-workspace", key.base_name)
+}
+
+/// Session and workflow sandboxes keep their workspace across runners;
+/// connect sandboxes get a scratch one.
+pub fn has_claim(scope: Scope) -> bool {
+    scope != Scope::Connect
+}
+
+/// The three labels, as every object and the selector carry them.
+pub fn labels(key: &SandboxKey) -> BTreeMap<String, String> {
+    naming::labels(key.scope, &key.id)
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value))
+        .collect()
+}
+
+pub fn token_digest(token: &Token) -> String {
+    let digest = Sha256::digest(token.expose().as_bytes());
+    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+impl RunnerShape {
+    /// Fails with a clear message when no runner image is configured.
+    pub fn from_config(config: &Config) -> Result<RunnerShape, String> {
+        let image = config
+            .runner_image
+            .clone()
+            .filter(|image| !image.is_empty())
+            .ok_or_else(|| {
+                "the kubernetes driver needs a runner image: set runner_image in the config file \
+                 or STIGMER_SANDBOX_RUNNER_IMAGE"
+                    .to_string()
+            })?;
+        let k8s = &config.kubernetes;
+        Ok(RunnerShape {
+            image,
+            namespace: k8s.namespace.clone(),
+            command: k8s.command.clone(),
+            cpu_request: k8s.cpu_request.clone(),
+            memory_request: k8s.memory_request.clone(),
+            cpu_limit: k8s.cpu_limit.clone(),
+            memory_limit: k8s.memory_limit.clone(),
+            workspace_size: k8s.workspace_size.clone(),
+            storage_class: k8s.storage_class.clone(),
+            image_pull_policy: k8s.image_pull_policy.clone(),
+            image_pull_secrets: k8s.image_pull_secrets.clone(),
+            stop_grace_secs: config.stop_grace.as_secs_f64().ceil() as i64,
+            backend_endpoint: config.backend_endpoint.clone(),
+            temporal_address: config.temporal_address.clone(),
+        })
+    }
+
+    fn metadata(&self, name: String, key: &SandboxKey) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(labels(key)),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// The Secret: the token under [`TOKEN_KEY`], or no data when tokenless.
+    pub fn secret(&self, key: &SandboxKey, env: &SandboxEnv) -> Secret {
+        let data = (!env.stigmer_token.is_empty()).then(|| {
+            BTreeMap::from([(
+                TOKEN_KEY.to_string(),
+                ByteString(env.stigmer_token.expose().as_bytes().to_vec()),
+            )])
+        });
+        Secret {
+            metadata: self.metadata(secret_name(key), key),
+            type_: Some("Opaque".to_string()),
+            data,
+            ..Secret::default()
+        }
+    }
+
+    /// The workspace claim: ReadWriteOnce, `workspace_size`.
+    pub fn claim(&self, key: &SandboxKey) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: self.metadata(claim_name(key), key),
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteOnce".to_string()]),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        "storage".to_string(),
+                        Quantity(self.workspace_size.clone()),
+                    )])),
+                    ..VolumeResourceRequirements::default()
+                }),
+                storage_class_name: self.storage_class.clone(),
+                ..PersistentVolumeClaimSpec::default()
+            }),
+            ..PersistentVolumeClaim::default()
+        }
+    }
+
+    /// The Deployment at `generation`. `replicas` is set only when it is
+    /// created: afterwards the count is changed through the scale
+    /// subresource alone, so an apply never fights whoever scaled it.
+    pub fn deployment(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+        generation: u64,
+        replicas: Option<i32>,
+    ) -> Deployment {
+        let mut metadata = self.metadata(key.base_name.clone(), key);
+        metadata.annotations = Some(BTreeMap::from([
+            (
+                ANNOTATION_TOKEN_SHA256.to_string(),
+                token_digest(&env.stigmer_token),
+            ),
+            (ANNOTATION_TASK_QUEUE.to_string(), env.task_queue.clone()),
+            (
+                ANNOTATION_CALLER_CLASS.to_string(),
+                env.caller_class.clone(),
+            ),
+            (ANNOTATION_GENERATION.to_string(), generation.to_string()),
+        ]));
+        Deployment {
+            metadata,
+            spec: DeploymentSpec {
+                replicas,
+                strategy: Some(DeploymentStrategy {
+                    type_: Some("Recreate".to_string()),
+                    rolling_update: None,
+                }),
+                selector: LabelSelector {
+                    match_labels: Some(labels(key)),
+                    match_expressions: None,
+                },
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels(key)),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(self.pod(key, env)),
+                },
+                ..DeploymentSpec::default()
+            },
+            ..Deployment::default()
+        }
+    }
+
+    fn pod(&self, key: &SandboxKey, env: &SandboxEnv) -> PodSpec {
+        let workspace = if has_claim(key.scope) {
+            Volume {
+                name: WORKSPACE_VOLUME.to_string(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim_name(key),
+                    read_only: None,
+                }),
+                ..Volume::default()
+            }
+        } else {
+            Volume {
+                name: WORKSPACE_VOLUME.to_string(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            }
+        };
+        let quantities = |cpu: &str, memory: &str| {
+            Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity(cpu.to_string())),
+                ("memory".to_string(), Quantity(memory.to_string())),
+            ]))
+        };
+        let pull_secrets = (!self.image_pull_secrets.is_empty()).then(|| {
+            self.image_pull_secrets
+                .iter()
+                .map(|name| LocalObjectReference { name: name.clone() })
+                .collect()
+        });
+        PodSpec {
+            automount_service_account_token: Some(false),
+            termination_grace_period_seconds: Some(self.stop_grace_secs),
+            image_pull_secrets: pull_secrets,
+            containers: vec![Container {
+                name: CONTAINER.to_string(),
+                image: Some(self.image.clone()),
+                image_pull_policy: Some(self.image_pull_policy.clone()),
+                command: self.command.clone(),
+                working_dir: Some(WORKSPACE.to_string()),
+                env: Some(self.runner_env(key, env)),
+                resources: Some(ResourceRequirements {
+                    requests: quantities(&self.cpu_request, &self.memory_request),
+                    limits: quantities(&self.cpu_limit, &self.memory_limit),
+                    ..ResourceRequirements::default()
+                }),
+                security_context: Some(SecurityContext {
+                    allow_privilege_escalation: Some(false),
+                    capabilities: Some(Capabilities {
+                        add: None,
+                        drop: Some(vec!["ALL".to_string()]),
+                    }),
+                    ..SecurityContext::default()
+                }),
+                volume_mounts: Some(vec![VolumeMount {
+                    name: WORKSPACE_VOLUME.to_string(),
+                    mount_path: WORKSPACE.to_string(),
+                    ..VolumeMount::default()
+                }]),
+                ..Container::default()
+            }],
+            volumes: Some(vec![workspace]),
+            ..PodSpec::default()
+        }
+    }
+
+    /// The runner's environment contract (SPEC §5), the token by reference.
+    fn runner_env(&self, key: &SandboxKey, env: &SandboxEnv) -> Vec<EnvVar> {
+        let value = |name: &str, value: &str| EnvVar {
+            name: name.to_string(),
+            value: Some(value.to_string()),
+            value_from: None,
+        };
+        let mut vars = vec![
+            value("MODE", "local"),
+            value("STIGMER_TASK_QUEUE", &env.task_queue),
+            value("WORKSPACE_ROOT_DIR", WORKSPACE),
+            value("HOME", WORKSPACE),
+        ];
+        if !self.backend_endpoint.is_empty() {
+            vars.push(value("STIGMER_BACKEND_ENDPOINT", &self.backend_endpoint));
+        }
+        if !self.temporal_address.is_empty() {
+            vars.push(value("TEMPORAL_SERVICE_ADDRESS", &self.temporal_address));
+        }
+        if !env.stigmer_token.is_empty() {
+            vars.push(EnvVar {
+                name: TOKEN_KEY.to_string(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: secret_name(key),
+                        key: TOKEN_KEY.to_string(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+            });
+        }
+        vars
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> RunnerShape {
+        RunnerShape {
+            image: "runner:1".to_string(),
+            namespace: "ns".to_string(),
+            command: None,
+            cpu_request: "500m".to_string(),
+            memory_request: "512Mi".to_string(),
+            cpu_limit: "2".to_string(),
+            memory_limit: "2Gi".to_string(),
+            workspace_size: "10Gi".to_string(),
+            storage_class: None,
+            image_pull_policy: "IfNotPresent".to_string(),
+            image_pull_secrets: vec![],
+            stop_grace_secs: 10,
+            backend_endpoint: "http://backend:1".to_string(),
+            temporal_address: String::new(),
+        }
+    }
+
+    fn env(token: &str) -> SandboxEnv {
+        SandboxEnv {
+            task_queue: "session:s".to_string(),
+            stigmer_token: Token::new(token),
+            caller_class: "user".to_string(),
+        }
+    }
+
+    #[test]
+    fn the_token_is_in_the_secret_and_only_referenced_by_the_deployment() {
+        let key = SandboxKey::new(Scope::Session, "s");
+        let shape = shape();
+        let deployment =
+            serde_json::to_string(&shape.deployment(&key, &env("tok-xyz"), 1, Some(1))).unwrap();
+        assert!(!deployment.contains("tok-xyz"), "{deployment}");
+        assert!(deployment.contains("secretKeyRef"), "{deployment}");
+        let secret = shape.secret(&key, &env("tok-xyz"));
+        assert_eq!(
+            secret.data.unwrap()[TOKEN_KEY].0,
+            b"tok-xyz".to_vec(),
+            "the Secret holds it"
+        );
+        let tokenless = shape.deployment(&key, &env(""), 1, Some(1));
+        let text = serde_json::to_string(&tokenless).unwrap();
+        assert!(!text.contains("STIGMER_TOKEN"), "{text}");
+        assert!(
+            !text.contains("TEMPORAL_SERVICE_ADDRESS"),
+            "empty is unset: {text}"
+        );
+        assert!(shape.secret(&key, &env("")).data.is_none());
+    }
+
+    #[test]
+    fn connect_sandboxes_get_an_empty_dir() {
+        let key = SandboxKey::new(Scope::Connect, "c");
+        let deployment = shape().deployment(&key, &env(""), 1, Some(1));
+        let pod = deployment.spec.template.spec.unwrap();
+        let volume = &pod.volumes.unwrap()[0];
+        assert!(volume.empty_dir.is_some() && volume.persistent_volume_claim.is_none());
+    }
+}

@@ -1,0 +1,336 @@
+//! The cluster a kubernetes test runs against: the in-process stand-in API
+//! server ([`crate::k8s_standin`]), or a real cluster when
+//! `SANDBOXD_TEST_KUBECONFIG` names its kubeconfig. Each test gets a
+//! namespace of its own, deleted when it ends, and prints which cluster it
+//! ran against. Tests of what only the stand-in can do (stop the API
+//! server, insert a pod, hold the daemon to a Role) say so and skip on a
+//! real cluster.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::daemon::Options;
+use crate::k8s_standin::{Rule, StandIn};
+use crate::make_test_dir;
+
+/// The variable that points the tests at a real cluster.
+pub const REAL_CLUSTER_ENV: &str = "SANDBOXD_TEST_KUBECONFIG";
+
+/// The image named in every test Deployment (no pod runs it on the stand-in).
+pub const TEST_IMAGE: &str = "sandboxd-test-runner:k8s";
+
+pub struct TestCluster {
+    standin: Option<StandIn>,
+    /// The kubeconfig the daemon is given.
+    pub daemon_kubeconfig: PathBuf,
+    /// The test's own client (allowed everything).
+    pub admin: kube::Client,
+    pub namespace: String,
+    /// "the stand-in API server at …" or "the real cluster of …".
+    pub description: String,
+    dir: PathBuf,
+    /// The admin's kubeconfig (its cluster is copied into a restricted one).
+    admin_kubeconfig: PathBuf,
+}
+
+/// The ServiceAccount a restricted daemon runs as on a real cluster.
+const RESTRICTED: &str = "sandboxd-restricted";
+
+async fn client_from(path: &Path) -> kube::Client {
+    let kubeconfig = Kubeconfig::read_from(path)
+        .unwrap_or_else(|error| panic!("read kubeconfig {}: {error}", path.display()));
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|error| panic!("kubeconfig {}: {error}", path.display()));
+    kube::Client::try_from(config).expect("a client")
+}
+
+/// A namespace name no other test (or earlier run) uses.
+fn unique_namespace(test: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    let test: String = test
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(30)
+        .collect();
+    format!(
+        "sbxt-{}-{}-{nanos:x}",
+        test.trim_matches('-'),
+        std::process::id()
+    )
+}
+
+/// Says once per test binary, past the test harness's output capture (it
+/// takes only `print!`/`eprint!`), which kind of API server the kubernetes
+/// tests ran against, so a CI log shows it for passing tests too.
+fn announce(description: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use std::io::Write as _;
+        let kind = if description.contains("STAND-IN") {
+            "the in-process STAND-IN API server (no real cluster: SANDBOXD_TEST_KUBECONFIG is unset)"
+        } else {
+            description
+        };
+        let _ = writeln!(std::io::stderr(), "kubernetes tests run against {kind}");
+    });
+}
+
+impl TestCluster {
+    /// The stand-in (or the real cluster), with a fresh namespace for `test`.
+    pub async fn start(test: &str) -> TestCluster {
+        let dir = make_test_dir();
+        let (standin, daemon_kubeconfig, admin_kubeconfig, description): (_, PathBuf, PathBuf, _) =
+            match std::env::var(REAL_CLUSTER_ENV)
+                .ok()
+                .filter(|value| !value.is_empty())
+            {
+                Some(path) => {
+                    let path = PathBuf::from(path);
+                    let description = format!("the real cluster of {}", path.display());
+                    (None, path.clone(), path, description)
+                }
+                None => {
+                    let standin = StandIn::start();
+                    let (daemon, admin) = standin.write_kubeconfigs(&dir);
+                    let description = format!(
+                        "the in-process STAND-IN API server at {} (set {REAL_CLUSTER_ENV} for a real cluster)",
+                        standin.url()
+                    );
+                    (Some(standin), daemon, admin, description)
+                }
+            };
+        let admin = client_from(&admin_kubeconfig).await;
+        let namespace = unique_namespace(test);
+        let namespaces: Api<Namespace> = Api::all(admin.clone());
+        let object: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}
+        }))
+        .expect("a namespace");
+        namespaces
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|error| panic!("create namespace {namespace}: {error}"));
+        eprintln!("kubernetes test '{test}' runs against {description}, in namespace {namespace}");
+        announce(&description);
+        TestCluster {
+            standin,
+            daemon_kubeconfig,
+            admin,
+            namespace,
+            description,
+            dir,
+            admin_kubeconfig,
+        }
+    }
+
+    /// Holds the daemon's identity to `rules` in this namespace from now on
+    /// (`None`: everything). On the stand-in, its Role; on a real cluster,
+    /// a ServiceAccount bound to a Role of these rules, whose token (from a
+    /// TokenRequest) goes into a kubeconfig the daemon is then given: call
+    /// it before [`TestCluster::daemon_options`], and again to change the rules.
+    pub async fn restrict(&mut self, rules: Option<Vec<Rule>>) {
+        if let Some(standin) = &self.standin {
+            match rules {
+                Some(rules) => standin.set_role(rules),
+                None => standin.allow_everything(),
+            }
+            return;
+        }
+        let rules = rules.unwrap_or_else(|| vec![Rule::new(&["*"], &["*"])]);
+        let rules: Vec<serde_json::Value> = rules
+            .iter()
+            .map(|rule| {
+                let group = if rule.resources.iter().any(|r| r.starts_with("deployments")) {
+                    "apps"
+                } else if rule.resources.iter().any(|r| r == "*") {
+                    "*"
+                } else {
+                    ""
+                };
+                serde_json::json!({"apiGroups": [group], "resources": rule.resources, "verbs": rule.verbs})
+            })
+            .collect();
+        let apply = kube::api::PatchParams::apply("sandboxd-tests").force();
+        let namespace = self.namespace.clone();
+        let dynamic = |api_version: &str, kind: &str, plural: &str| {
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            let resource = kube::api::ApiResource {
+                group: group.to_string(),
+                version: version.to_string(),
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                plural: plural.to_string(),
+            };
+            Api::<kube::api::DynamicObject>::namespaced_with(
+                self.admin.clone(),
+                &namespace,
+                &resource,
+            )
+        };
+        let objects = [
+            (
+                "v1",
+                "ServiceAccount",
+                "serviceaccounts",
+                serde_json::json!({}),
+            ),
+            (
+                "rbac.authorization.k8s.io/v1",
+                "Role",
+                "roles",
+                serde_json::json!({"rules": rules}),
+            ),
+            (
+                "rbac.authorization.k8s.io/v1",
+                "RoleBinding",
+                "rolebindings",
+                serde_json::json!({
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RESTRICTED},
+                    "subjects": [{"kind": "ServiceAccount", "name": RESTRICTED, "namespace": namespace}],
+                }),
+            ),
+        ];
+        for (api_version, kind, plural, body) in objects {
+            let mut object = serde_json::json!({
+                "apiVersion": api_version, "kind": kind,
+                "metadata": {"name": RESTRICTED, "namespace": namespace},
+            });
+            crate::k8s::merge_into(&mut object, body);
+            let object: kube::api::DynamicObject =
+                serde_json::from_value(object).expect("an object");
+            dynamic(api_version, kind, plural)
+                .patch(RESTRICTED, &apply, &kube::api::Patch::Apply(&object))
+                .await
+                .unwrap_or_else(|error| panic!("apply {kind} {RESTRICTED}: {error}"));
+        }
+        let restricted = self.dir.join("kubeconfig-restricted");
+        if self.daemon_kubeconfig == restricted {
+            return;
+        }
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(self.admin.clone(), &self.namespace);
+        let request: k8s_openapi::api::authentication::v1::TokenRequest = serde_json::from_value(
+            serde_json::json!({"spec": {"audiences": [], "expirationSeconds": 3600}}),
+        )
+        .expect("a token request");
+        let token = accounts
+            .create_token_request(RESTRICTED, &PostParams::default(), &request)
+            .await
+            .expect("a token for the restricted ServiceAccount")
+            .status
+            .expect("the token")
+            .token;
+        let admin = Kubeconfig::read_from(&self.admin_kubeconfig).expect("the admin kubeconfig");
+        let context = admin
+            .current_context
+            .as_ref()
+            .and_then(|name| admin.contexts.iter().find(|context| &context.name == name))
+            .and_then(|context| context.context.as_ref())
+            .map(|context| context.cluster.clone())
+            .unwrap_or_default();
+        let cluster = admin
+            .clusters
+            .iter()
+            .find(|cluster| cluster.name == context)
+            .or(admin.clusters.first())
+            .expect("a cluster in the admin kubeconfig");
+        // JSON is YAML: the kubeconfig of the restricted account.
+        let kubeconfig = serde_json::json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [cluster],
+            "users": [{"name": RESTRICTED, "user": {"token": token}}],
+            "contexts": [{"name": RESTRICTED, "context": {"cluster": cluster.name, "user": RESTRICTED}}],
+            "current-context": RESTRICTED,
+        });
+        std::fs::write(&restricted, kubeconfig.to_string())
+            .expect("write the restricted kubeconfig");
+        self.daemon_kubeconfig = restricted;
+    }
+
+    /// The stand-in, when the test runs against it; `None` (with a line
+    /// saying what is skipped) on a real cluster.
+    pub fn standin(&self, what: &str) -> Option<&StandIn> {
+        if self.standin.is_none() {
+            eprintln!("SKIPPED on {}: {what} needs the stand-in", self.description);
+        }
+        self.standin.as_ref()
+    }
+
+    pub fn standin_mut(&mut self) -> Option<&mut StandIn> {
+        self.standin.as_mut()
+    }
+
+    /// This test's own directory (kubeconfigs of the stand-in live there).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.admin.clone(), &self.namespace)
+    }
+
+    /// A daemon on the kubernetes driver, pointed at this cluster and namespace.
+    pub fn daemon_options(&self, kubernetes_toml: &str) -> Options {
+        Options {
+            args: vec!["--driver".to_string(), "kubernetes".to_string()],
+            extra_toml: format!(
+                "runner_image = \"{TEST_IMAGE}\"\nbackend_endpoint = \"http://backend.test:7080\"\n\
+                 [kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"{}\"\nrequest_timeout = \"3s\"\n{kubernetes_toml}\n",
+                self.daemon_kubeconfig.display(),
+                self.namespace
+            ),
+            // The tier installs no NetworkPolicy, so under a posture every
+            // ensure fails closed; these tests are about everything else.
+            egress: Some("none".to_string()),
+            ..Options::default()
+        }
+    }
+}
+
+/// Merges the keys of `extra` (a map) into `object` (a map).
+fn merge_into(object: &mut serde_json::Value, extra: serde_json::Value) {
+    if let (Some(object), serde_json::Value::Object(extra)) = (object.as_object_mut(), extra) {
+        object.extend(extra);
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if self.standin.is_some() {
+            return;
+        }
+        // A real cluster: delete the namespace and everything in it.
+        let (client, namespace) = (self.admin.clone(), self.namespace.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let namespaces: Api<Namespace> = Api::all(client);
+                let _ = namespaces
+                    .delete(&namespace, &DeleteParams::default())
+                    .await;
+            });
+        })
+        .join();
+    }
+}

@@ -32,7 +32,17 @@ pub fn raise() -> Option<u64> {
 /// True for "this process (EMFILE) or the system (ENFILE) has no
 /// descriptor left".
 pub fn is_exhaustion(error: &io::Error) -> bool {
-    matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+    matches!(errno_of(error), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// The errno of `error`, or of the I/O error it wraps (one that names a
+/// path, say).
+pub fn errno_of(error: &io::Error) -> Option<i32> {
+    error.raw_os_error().or_else(|| {
+        let inner = error.get_ref()?;
+        let source = std::error::Error::source(inner)?;
+        source.downcast_ref::<io::Error>()?.raw_os_error()
+    })
 }
 
 /// The error's text, and when it is descriptor exhaustion, which limit it
@@ -46,7 +56,7 @@ pub fn describe(error: &io::Error) -> String {
 
 /// "the daemon's open-file limit (RLIMIT_NOFILE) of N is reached …".
 pub fn exhaustion_hint(error: &io::Error) -> String {
-    if error.raw_os_error() == Some(libc::ENFILE) {
+    if errno_of(error) == Some(libc::ENFILE) {
         return "the system-wide limit on open files (fs.file-max) is reached".to_string();
     }
     match getrlimit(Resource::RLIMIT_NOFILE) {

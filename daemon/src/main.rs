@@ -14,6 +14,8 @@ mod server;
 mod shutdown;
 mod slice;
 mod systemd;
+#[cfg(test)]
+mod test_dir;
 
 use std::process::ExitCode;
 

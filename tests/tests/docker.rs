@@ -250,7 +250,10 @@ async fn a_new_sandbox_has_the_contract_labels_env_limits_and_workspace() {
         host["RestartPolicy"]["Name"], "no",
         "the repair arm is ensure, not the engine"
     );
-    assert_eq!(host["NetworkMode"], "bridge");
+    assert_eq!(
+        host["NetworkMode"], "sandboxd-egress",
+        "under the default posture (relaxed) runners join the daemon's own network"
+    );
 
     let mounts = container["Mounts"].as_array().unwrap();
     assert_eq!(mounts.len(), 1, "{mounts:?}");

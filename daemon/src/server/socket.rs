@@ -301,29 +301,10 @@ impl Drop for SocketFile {
 #[cfg(test)]
 mod tests {
     use std::os::unix::net::UnixStream;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use crate::test_dir::TestDir;
 
     use super::*;
-
-    /// A fresh directory under the system temp dir, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new() -> TempDir {
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let path =
-                std::env::temp_dir().join(format!("sandboxd-sock-{}-{n}", std::process::id()));
-            fs::create_dir_all(&path).unwrap();
-            TempDir(path)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
 
     fn mode(path: &Path) -> u32 {
         fs::metadata(path).unwrap().permissions().mode() & 0o7777
@@ -331,7 +312,7 @@ mod tests {
 
     #[test]
     fn creates_the_directory_and_sets_the_modes() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("sock");
         let path = dir.0.join("run").join("s.sock");
         let obtained = bind(&path, None).unwrap();
         assert_eq!(mode(&dir.0.join("run")), DIR_MODE);
@@ -343,7 +324,7 @@ mod tests {
 
     #[test]
     fn only_the_socket_directory_is_locked_down() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("sock");
         let path = dir.0.join("a").join("run").join("s.sock");
         let _obtained = bind(&path, None).unwrap();
         assert_eq!(mode(&dir.0.join("a").join("run")), DIR_MODE);
@@ -356,7 +337,7 @@ mod tests {
 
     #[test]
     fn leaves_an_existing_directory_alone() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("sock");
         fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o755)).unwrap();
         let _obtained = bind(&dir.0.join("s.sock"), None).unwrap();
         assert_eq!(mode(&dir.0), 0o755);
@@ -364,7 +345,7 @@ mod tests {
 
     #[test]
     fn refuses_a_live_socket_and_keeps_it() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("sock");
         let path = dir.0.join("s.sock");
         let live = UnixListener::bind(&path).unwrap();
         let error = bind(&path, None).unwrap_err();
@@ -386,7 +367,7 @@ mod tests {
 
     #[test]
     fn replaces_a_stale_socket() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("sock");
         let path = dir.0.join("s.sock");
         // Dropping a listener closes it but leaves its file behind, as a killed daemon does.
         drop(UnixListener::bind(&path).unwrap());
@@ -401,7 +382,7 @@ mod tests {
 
     #[test]
     fn refuses_a_regular_file_and_keeps_it() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("sock");
         let path = dir.0.join("s.sock");
         fs::write(&path, "not a socket").unwrap();
         let error = bind(&path, None).unwrap_err();
@@ -415,7 +396,7 @@ mod tests {
 
     #[test]
     fn gives_the_socket_to_the_group() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("sock");
         let path = dir.0.join("run").join("s.sock");
         // Our own primary group: a chown any user may do.
         let gid = nix::unistd::getegid();
@@ -426,7 +407,7 @@ mod tests {
 
     #[test]
     fn an_unknown_group_fails_before_anything_is_created() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("sock");
         let path = dir.0.join("run").join("s.sock");
         let error = bind(&path, Some("no-such-group-sandboxd-test")).unwrap_err();
         assert!(matches!(error, SocketError::UnknownGroup(_)), "{error:?}");
@@ -435,7 +416,7 @@ mod tests {
 
     #[test]
     fn never_removes_a_successors_socket() {
-        let dir = TempDir::new();
+        let dir = TestDir::new("sock");
         let path = dir.0.join("s.sock");
         let first = bind(&path, None).unwrap();
         // Someone replaced our file (a successor daemon, an operator). Renamed

@@ -456,22 +456,11 @@ fn kill_leftover_group(path: &Path, record: LedgerRecord) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
     use std::os::unix::process::CommandExt as _;
 
-    struct Dir(PathBuf);
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn dir(name: &str) -> Dir {
-        let path =
-            std::env::temp_dir().join(format!("sandboxd-ledger-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        Dir(path)
+    fn dir(name: &str) -> TestDir {
+        TestDir::new(&format!("ledger-{name}"))
     }
 
     fn record(pid: i32, start_time: u64) -> LedgerRecord {

@@ -165,7 +165,7 @@ impl RunnerSettings {
             Some(tree) => {
                 let placement = tree
                     .create(&key.base_name)
-                    .map_err(|error| unavailable(format!("cgroup: {error}")))?;
+                    .map_err(|error| unavailable(format!("cgroup: {}", io(&error))))?;
                 plan.in_cgroup(placement)
             }
             None => plan,

@@ -23,7 +23,7 @@ use std::fs::DirBuilder;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::kill::{self, Dirs};
@@ -469,9 +469,35 @@ fn open(path: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The error with the path it was about.
+/// The error with the path it was about. The original stays its source,
+/// so its errno can still be told (see [`crate::fd_limit::errno_of`]).
 fn named(path: &Path, error: io::Error) -> io::Error {
-    io::Error::new(error.kind(), format!("{}: {error}", path.display()))
+    io::Error::new(
+        error.kind(),
+        PathError {
+            path: path.to_path_buf(),
+            error,
+        },
+    )
+}
+
+/// An I/O error on a cgroup file, naming the file.
+#[derive(Debug)]
+struct PathError {
+    path: PathBuf,
+    error: io::Error,
+}
+
+impl std::fmt::Display for PathError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.error)
+    }
+}
+
+impl std::error::Error for PathError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
 }
 
 #[cfg(test)]

@@ -262,22 +262,15 @@ mod tests {
 
     use super::super::{file_path, rotated_path, RunnerLogs};
     use super::*;
+    use crate::test_dir::TestDir;
 
-    struct Dir(PathBuf);
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn logs(name: &str, cap: u64) -> (Dir, Arc<RunnerLogs>) {
-        let dir = std::env::temp_dir().join(format!("sandboxd-pump-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+    fn logs(name: &str, cap: u64) -> (TestDir, Arc<RunnerLogs>) {
+        let scratch = TestDir::new(&format!("pump-{name}"));
+        let dir = scratch.0.clone();
         std::fs::create_dir_all(dir.join(".spare")).unwrap();
         let deferred = Arc::new(super::super::super::deferred::Deferred::start());
         let logs = RunnerLogs::new(dir.clone(), dir.join(".spare"), cap, deferred);
-        (Dir(dir), Arc::new(logs))
+        (scratch, Arc::new(logs))
     }
 
     fn size(path: &Path) -> u64 {

@@ -221,21 +221,10 @@ fn parse(line: &str) -> Option<Event> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::TestDir;
 
-    struct Dir(PathBuf);
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn dir(name: &str) -> Dir {
-        let path =
-            std::env::temp_dir().join(format!("sandboxd-catalog-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        Dir(path)
+    fn dir(name: &str) -> TestDir {
+        TestDir::new(&format!("catalog-{name}"))
     }
 
     #[test]

@@ -103,6 +103,21 @@ async fn a_posture_that_cannot_be_installed_refuses_every_ensure_naming_why() {
     );
     let text = String::from_utf8_lossy(&daemon.sandboxctl(&["status"]).stdout).into_owned();
     assert!(text.contains("egress:    strict (NOT ENFORCED"), "{text}");
+    assert_eq!(
+        status.health.verdict,
+        sandboxd_client::HealthVerdict::Unhealthy,
+        "{:?}",
+        status.health
+    );
+    assert!(
+        status
+            .health
+            .reasons
+            .iter()
+            .any(|reason| reason.contains("egress posture 'strict' is not in force")),
+        "{:?}",
+        status.health
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

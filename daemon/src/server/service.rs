@@ -328,6 +328,18 @@ impl Sandboxd for ConnectionService {
                 SandboxCounts::default()
             }
         };
+        // A posture that is configured but not in force refuses every
+        // ensure (fail closed): that is a daemon that cannot serve.
+        let egress = daemon.driver.egress();
+        if egress.posture != "none" && !egress.enforced {
+            health.add(
+                HealthVerdict::Unhealthy,
+                format!(
+                    "egress posture '{}' is not in force, so every ensure is refused: {}",
+                    egress.posture, egress.mechanism
+                ),
+            );
+        }
         Ok(DaemonStatus {
             version: env!("CARGO_PKG_VERSION").to_string(),
             protocol_version: PROTOCOL_VERSION,
@@ -339,7 +351,7 @@ impl Sandboxd for ConnectionService {
             state_dir: daemon.state_dir.display().to_string(),
             containment: daemon.driver.containment(),
             health,
-            egress: daemon.driver.egress(),
+            egress,
         })
     }
 

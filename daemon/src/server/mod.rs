@@ -12,7 +12,8 @@
 //! Rooms: `socket` (where the listener comes from), `accept` (the loop and
 //! the connection cap), `connection` (one peer's transport and calls),
 //! `deadline` (the request-deadline clamp), `service` (the calls),
-//! `supervision` (what systemd is told, and when).
+//! `supervision` (what systemd is told, and when), `timer_floor` (a tick
+//! that spares every request's deadline a wake-up of the I/O thread).
 
 mod accept;
 mod admission;
@@ -27,6 +28,7 @@ mod testing;
 #[cfg(test)]
 mod tests;
 mod timed_stream;
+mod timer_floor;
 mod warn_budget;
 
 use std::sync::Arc;

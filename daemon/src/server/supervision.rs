@@ -43,6 +43,13 @@ impl Supervision {
     /// on its first poll, then pings the watchdog and refreshes the status
     /// until `stop` resolves, and returns what it resolved to.
     pub async fn main_loop<S>(&self, daemon: Arc<DaemonState>, stop: impl Future<Output = S>) -> S {
+        // Until the stop, keep a timer near (see `timer_floor`).
+        let stop = async {
+            tokio::select! {
+                stopped = stop => stopped,
+                never = super::timer_floor::run() => match never {},
+            }
+        };
         let Some(notifier) = &self.notifier else {
             return stop.await;
         };

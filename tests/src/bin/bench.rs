@@ -35,7 +35,12 @@
 //! `--no-docker` skips the docker row (which otherwise runs when an engine
 //! answers and the test image is built). `--only-output` runs only the
 //! output row (see `bench/output.rs`), which a full run measures after the
-//! other local-process rows.
+//! other local-process rows. `--compare PATH` measures row (c) once more,
+//! in turn with another `sandboxd` (the build before a change) and with
+//! this one with fewer limits, so the ratio of the two binaries is taken
+//! in the same run (see `bench/compare.rs`). `--only-calls probe|ensure N`
+//! makes only N calls of one kind, for a system-call tracer attached to
+//! the daemon (see `bench/calls.rs`).
 //! A full run ends with (s), a daemon of its
 //! own holding 10,000 running sandboxes (200 with `--quick`: see
 //! `bench/scale.rs`); `--scale-only` runs that row alone.
@@ -44,6 +49,10 @@
 //! `SANDBOXD_TEST_KUBECONFIG` names a real cluster; `--no-kubernetes`
 //! skips it and `--only-kubernetes` runs nothing else.
 
+#[path = "bench/calls.rs"]
+mod calls;
+#[path = "bench/compare.rs"]
+mod compare;
 #[path = "bench/docker.rs"]
 mod docker;
 #[path = "bench/kubernetes.rs"]
@@ -150,6 +159,10 @@ struct Options {
     no_kubernetes: bool,
     /// Run the kubernetes row and nothing else.
     only_kubernetes: bool,
+    /// Another `sandboxd` to measure row (c) against, beside this one.
+    compare: Option<std::path::PathBuf>,
+    /// Only a stream of one kind of call, for a system-call count.
+    only_calls: Option<(calls::Kind, usize)>,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -163,6 +176,8 @@ fn parse_args() -> Result<Options, String> {
         scale_only: false,
         no_kubernetes: false,
         only_kubernetes: false,
+        compare: None,
+        only_calls: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -186,9 +201,27 @@ fn parse_args() -> Result<Options, String> {
                 let value = args.next().ok_or("--daemon needs a path")?;
                 options.daemon = Some(value.into());
             }
+            "--compare" => {
+                let value = args.next().ok_or("--compare needs a path")?;
+                options.compare = Some(value.into());
+            }
+            "--only-calls" => {
+                let kind = args
+                    .next()
+                    .ok_or("--only-calls needs probe|ensure and a count")?;
+                let kind = calls::Kind::parse(&kind)
+                    .ok_or_else(|| format!("--only-calls '{kind}': probe or ensure"))?;
+                let value = args.next().ok_or("--only-calls needs a count")?;
+                let count =
+                    value.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("--only-calls count '{value}': a positive number")
+                    })?;
+                options.only_calls = Some((kind, count));
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--no-docker] [--only-output] [--scale-only] [--no-kubernetes] [--only-kubernetes]\n\n\
+                    "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
+                     [--no-docker] [--only-output] [--only-calls probe|ensure N] [--scale-only] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -378,6 +411,9 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         });
         println!("{line}");
         return Ok(());
+    }
+    if let Some((kind, count)) = options.only_calls {
+        return calls::run(dir.path(), &binaries, kind, count).await;
     }
     let fs_type = raw::fs_type(dir.path());
     let (file_creates, dir_creates) = raw::inode_costs(dir.path())?;
@@ -577,6 +613,19 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     drop((client, burst_clients));
     step(started, "stopping sandboxd");
     daemon.stop()?;
+    let comparison = match &options.compare {
+        Some(other) => {
+            step(
+                started,
+                &format!(
+                    "(c) new sandboxes in turn: this daemon, {}, and this one with fewer limits",
+                    other.display()
+                ),
+            );
+            Some(compare::measure(dir.path(), &binaries, other, counts.serial).await?)
+        }
+        None => None,
+    };
     step(started, "output: a runner writing to stdout, and cat");
     let output_figures = output::measure(
         dir.path(),
@@ -861,6 +910,9 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             goal: Goal::Info,
         },
     ];
+    if let Some(comparison) = &comparison {
+        rows.extend(comparison_rows(comparison, &raw_spawns));
+    }
     rows.extend(output::rows(&output_figures));
     let docker_note = match &docker_figures {
         Ok(figures) => {
@@ -993,4 +1045,55 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     });
     println!("{line}");
     Ok(())
+}
+
+/// Row (c) against the `--compare` daemon, and the parts of the cgroup's
+/// cost (see `bench/compare.rs`).
+fn comparison_rows(comparison: &compare::Comparison, raw_spawns: &Samples) -> Vec<Row> {
+    let other = &comparison.other;
+    let other_p50 = other.ensures.p50();
+    let versus_other = |what: &str, samples: &Samples, goal: Goal| Row {
+        row: "c",
+        what: what.to_string(),
+        unit: "µs",
+        value: samples.p50(),
+        baseline_what: format!("--compare daemon's p50, in turn ({})", other.name),
+        baseline: Some(other_p50),
+        goal,
+    };
+    vec![
+        versus_other(
+            "ensure new sandbox p50, in turn with --compare",
+            &comparison.this.ensures,
+            Goal::RatioAtMost(1.25),
+        ),
+        versus_other(
+            "… with [limits] cpu = 0 (v1: memory, pids)",
+            &comparison.no_cpu.ensures,
+            Goal::Info,
+        ),
+        versus_other(
+            "… with every limit 0 (cgroup v2 only)",
+            &comparison.no_limits.ensures,
+            Goal::Info,
+        ),
+        Row {
+            row: "c",
+            what: "--compare daemon's ensure new sandbox p50".into(),
+            unit: "µs",
+            value: other_p50,
+            baseline_what: "raw mkdir+spawn p50".into(),
+            baseline: Some(raw_spawns.p50()),
+            goal: Goal::Info,
+        },
+        Row {
+            row: "e",
+            what: "deprovision p50, in turn with --compare".into(),
+            unit: "µs",
+            value: comparison.this.deprovisions.p50(),
+            baseline_what: "--compare daemon's deprovision p50".into(),
+            baseline: Some(other.deprovisions.p50()),
+            goal: Goal::Info,
+        },
+    ]
 }

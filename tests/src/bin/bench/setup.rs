@@ -169,6 +169,18 @@ impl Daemon {
         binaries: &Binaries,
         driver_toml: &str,
     ) -> anyhow::Result<Daemon> {
+        Self::start_with_tables(dir, prefix, binaries, driver_toml, "")
+    }
+
+    /// As [`Daemon::start_with`], with `tables_toml` (whole TOML tables,
+    /// `[limits]` say) at the end of its config.
+    pub fn start_with_tables(
+        dir: &Path,
+        prefix: &str,
+        binaries: &Binaries,
+        driver_toml: &str,
+        tables_toml: &str,
+    ) -> anyhow::Result<Daemon> {
         let runner = install_runner(dir, binaries)?;
         let socket = dir.join(format!("{prefix}run")).join("sandboxd.sock");
         let state_dir = dir.join(format!("{prefix}state"));
@@ -180,7 +192,8 @@ impl Daemon {
              state_dir = {}\n\
              runner_command = {}\n\
              stop_grace = \"10s\"\n\
-             log_level = \"info\"\n",
+             log_level = \"info\"\n\
+             {tables_toml}",
             toml_string(&socket),
             toml_string(&state_dir),
             toml_string(&runner),

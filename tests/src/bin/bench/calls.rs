@@ -1,0 +1,110 @@
+//! `--only-calls probe|ensure N`: a daemon, one running sandbox, and N
+//! calls of one kind on one connection — nothing else — so a tracer
+//! attached to the daemon counts the system calls one call costs (issue 9:
+//! "probe and the ensure fast path gain no syscall").
+//!
+//! ```text
+//! bench --only-calls probe 10000 &      # prints "daemon pid P", waits 3 s
+//! strace -f -c -p P -o probe.txt        # attach within those 3 s
+//! ```
+//!
+//! The calls start 3 s after the pid is printed; 1 s after the last, a
+//! line says to detach, and 2 s later the sandbox and daemon are stopped.
+//! Divide the tracer's counts by N (the daemon's once-a-second
+//! housekeeping adds a few calls per second of the window).
+//!
+//! The calls go through the bare tarpc stub, which works with a daemon of
+//! an older protocol version too (`--daemon`), so two binaries can be
+//! compared; the client library refuses one.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use sandboxd_client::{ProbeState, Scope};
+
+use crate::rows::sandbox_env;
+use crate::setup::{Binaries, Daemon};
+
+/// How long to wait for a tracer to attach.
+const ATTACH_WAIT: Duration = Duration::from_secs(3);
+/// How long to wait, after saying so, for the tracer to detach.
+const DETACH_WAIT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    Probe,
+    Ensure,
+}
+
+impl Kind {
+    pub fn parse(text: &str) -> Option<Kind> {
+        match text {
+            "probe" => Some(Kind::Probe),
+            "ensure" => Some(Kind::Ensure),
+            _ => None,
+        }
+    }
+}
+
+pub async fn run(dir: &Path, binaries: &Binaries, kind: Kind, count: usize) -> anyhow::Result<()> {
+    let mut daemon = Daemon::start(dir, binaries)?;
+    let stub = sandboxd_tests::tarpc_client(&daemon.socket).await;
+    let hot = "bench-hot".to_string();
+    let env = sandbox_env(&hot);
+    let ensure = || async {
+        stub.ensure(context(), Scope::Session, hot.clone(), env.clone())
+            .await?
+            .map_err(|error| anyhow::anyhow!("ensure: {error}"))
+    };
+    let probe = || async {
+        let state = stub
+            .probe(context(), Scope::Session, hot.clone())
+            .await?
+            .map_err(|error| anyhow::anyhow!("probe: {error}"))?;
+        if state != ProbeState::Running {
+            bail!("probe of a running sandbox said {state}");
+        }
+        Ok(())
+    };
+    if !ensure().await?.created {
+        bail!("the hot sandbox already existed");
+    }
+    // One of each before the tracer attaches: nothing first-time is counted.
+    probe().await?;
+    ensure().await?;
+    println!("daemon pid {}", daemon.pid);
+    std::io::stdout().flush()?;
+    tokio::time::sleep(ATTACH_WAIT).await;
+    let start = Instant::now();
+    for _ in 0..count {
+        match kind {
+            Kind::Probe => probe().await?,
+            Kind::Ensure => {
+                if ensure().await?.created {
+                    bail!("a fast-path ensure created a sandbox");
+                }
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    println!(
+        "{count} {kind:?} calls in {:.3} s ({:.1} µs each); detach now",
+        elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() * 1e6 / count as f64
+    );
+    std::io::stdout().flush()?;
+    // Time for the tracer to detach before the clean-up's own calls.
+    tokio::time::sleep(DETACH_WAIT).await;
+    stub.deprovision(context(), Scope::Session, hot.clone(), false)
+        .await?
+        .map_err(|error| anyhow::anyhow!("deprovision: {error}"))?;
+    drop(stub);
+    daemon.stop()
+}
+
+fn context() -> tarpc::context::Context {
+    sandboxd_tests::context(Duration::from_secs(30))
+}

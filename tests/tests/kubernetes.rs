@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use sandboxd_client::{
     ClientError, LogStart, ProbeState, SandboxEnv, SandboxError, SandboxdClient, Scope,
@@ -75,6 +76,11 @@ impl Setup {
 
     async fn claim(&self, scope: Scope, id: &str) -> Option<Value> {
         self.get::<PersistentVolumeClaim>(&format!("{}-workspace", base_name(scope, id)))
+            .await
+    }
+
+    async fn policy(&self, scope: Scope, id: &str) -> Option<Value> {
+        self.get::<NetworkPolicy>(&format!("{}-egress", base_name(scope, id)))
             .await
     }
 
@@ -230,6 +236,7 @@ async fn the_three_objects_are_shaped_as_the_contract_says_and_made_in_order() {
         let expected = [
             ("patch", "secrets"),
             ("create", "persistentvolumeclaims"),
+            ("patch", "networkpolicies"),
             ("patch", "deployments"),
         ]
         .map(|(verb, resource)| (verb.to_string(), resource.to_string()));
@@ -456,6 +463,7 @@ async fn deprovision_deletes_deployment_secret_claim_in_order_and_again_is_succe
     let report = setup.client.deprovision_session_sandbox(id).await.unwrap();
     assert!(report.was_present, "{report:?}");
     assert!(setup.deployment(Scope::Session, id).await.is_none());
+    assert!(setup.policy(Scope::Session, id).await.is_none());
     assert!(setup.secret(Scope::Session, id).await.is_none());
     // On a real cluster pvc-protection holds the claim until its controller
     // sees no pod using it: gone, or on its way out.
@@ -475,7 +483,12 @@ async fn deprovision_deletes_deployment_secret_claim_in_order_and_again_is_succe
             .collect();
         assert_eq!(
             deletes,
-            ["deployments", "secrets", "persistentvolumeclaims"]
+            [
+                "deployments",
+                "networkpolicies",
+                "secrets",
+                "persistentvolumeclaims"
+            ]
         );
     }
     let again = setup.client.deprovision_session_sandbox(id).await.unwrap();
@@ -667,6 +680,7 @@ async fn a_role_without_deployments_scale_is_permission_denied_naming_it() {
             &["deployments"],
             &["get", "list", "create", "patch", "delete"],
         ),
+        Rule::new(&["networkpolicies"], &["create", "patch", "delete"]),
         Rule::new(&["pods"], &["list"]),
         Rule::new(&["pods/log"], &["get"]),
     ];
@@ -933,6 +947,7 @@ async fn an_ensure_cut_short_after_the_secret_is_finished_by_the_next_one() {
         .restrict(Some(vec![
             Rule::new(&["secrets"], &["create", "patch", "delete"]),
             Rule::new(&["persistentvolumeclaims"], &["get", "create", "delete"]),
+            Rule::new(&["networkpolicies"], &["create", "patch", "delete"]),
             Rule::new(&["deployments"], &["get", "list"]),
         ]))
         .await;
@@ -1047,4 +1062,169 @@ async fn a_secret_deleted_behind_the_daemons_back_is_put_back_before_a_scale_up(
     let token: k8s_openapi::ByteString =
         serde_json::from_value(secret["data"]["STIGMER_TOKEN"].clone()).unwrap();
     assert_eq!(token.0, TOKEN.as_bytes());
+}
+
+/// A daemon under `egress` (`None`: the default, `relaxed`).
+async fn setup_with_egress(test: &str, egress: Option<&str>) -> Setup {
+    let cluster = TestCluster::start(test).await;
+    let mut options = cluster.daemon_options("");
+    options.egress = egress.map(str::to_string);
+    let daemon = TestDaemon::start(options);
+    let client = daemon.client().await;
+    Setup {
+        cluster,
+        daemon,
+        client,
+    }
+}
+
+/// The ranges SPEC §9 gives each posture, written out here independently
+/// of the daemon (which builds them from the protocol crate's table).
+fn refused_by(posture: &str) -> (Value, Value) {
+    match posture {
+        "relaxed" => (json!(["169.254.0.0/16"]), json!(["fe80::/10"])),
+        "strict" => (
+            json!([
+                "127.0.0.0/8",
+                "10.0.0.0/8",
+                "172.16.0.0/12",
+                "192.168.0.0/16",
+                "169.254.0.0/16",
+                "0.0.0.0/8"
+            ]),
+            json!(["::1/128", "fc00::/7", "fe80::/10", "::/128"]),
+        ),
+        other => panic!("no posture {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_network_policy_holds_the_posture_field_by_field_under_relaxed_and_strict() {
+    for (posture, egress) in [("relaxed", None), ("strict", Some("strict"))] {
+        let setup = setup_with_egress(&format!("policy-{posture}"), egress).await;
+        let id = "ses-policy";
+        setup
+            .client
+            .ensure_session_sandbox(id, &sandbox_env("session:p", TOKEN))
+            .await
+            .expect("ensure under a posture");
+        let base = base_name(Scope::Session, id);
+        let labels = labels_of(id, "session");
+        let policy = setup
+            .policy(Scope::Session, id)
+            .await
+            .unwrap_or_else(|| panic!("{posture}: the NetworkPolicy {base}-egress"));
+        assert_eq!(policy["metadata"]["name"], format!("{base}-egress"));
+        assert_eq!(policy["metadata"]["labels"], labels, "{posture}");
+        assert!(applied_by_sandboxd(&policy), "{policy}");
+        let spec = &policy["spec"];
+        assert_eq!(spec["podSelector"], json!({"matchLabels": labels}));
+        assert_eq!(spec["policyTypes"], json!(["Egress"]));
+        assert!(spec.get("ingress").is_none_or(Value::is_null), "{spec}");
+        let (v4, v6) = refused_by(posture);
+        assert_eq!(
+            spec["egress"],
+            json!([
+                {"to": [
+                    {"ipBlock": {"cidr": "0.0.0.0/0", "except": v4}},
+                    {"ipBlock": {"cidr": "::/0", "except": v6}},
+                ]},
+                {"to": [{
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }],
+                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+            ]),
+            "{posture}"
+        );
+        // Made before the Deployment: no runner pod exists without it.
+        let deployment = setup.deployment(Scope::Session, id).await.unwrap();
+        assert!(resource_version(&policy) < resource_version(&deployment));
+        // status and describe say the posture, the mechanism, and its caveat.
+        let status = setup.client.status().await.unwrap();
+        assert_eq!(status.egress.posture, posture);
+        assert!(status.egress.enforced, "{:?}", status.egress);
+        assert!(
+            status.egress.mechanism.contains("NetworkPolicy")
+                && status.egress.mechanism.contains("network plugin"),
+            "{:?}",
+            status.egress
+        );
+        let described = setup.client.describe(Scope::Session, id).await.unwrap();
+        assert_eq!(described.egress.as_ref(), Some(&status.egress));
+        let text = setup.status_text();
+        assert!(
+            text.contains(posture) && text.contains("network plugin"),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_deleted_behind_the_daemons_back_is_put_back_before_a_scale_up() {
+    let setup = setup("policy-deleted", "").await;
+    let id = "ses-nopolicy";
+    let env = sandbox_env("session:np", TOKEN);
+    setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    setup.kubectl_scale(Scope::Session, id, 0).await;
+    let policies: Api<NetworkPolicy> = setup.cluster.api();
+    policies
+        .delete(
+            &format!("{}-egress", base_name(Scope::Session, id)),
+            &DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    let policy = setup.policy(Scope::Session, id).await.expect("put back");
+    let deployment = setup.deployment(Scope::Session, id).await.unwrap();
+    assert!(resource_version(&policy) < resource_version(&deployment));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_none_makes_no_policy_and_removes_a_leftover_one() {
+    let cluster = TestCluster::start("policy-none").await;
+    let id = "ses-none";
+    let env = sandbox_env("session:none", TOKEN);
+    // An earlier daemon under the default posture made the sandbox and its policy.
+    let earlier = TestDaemon::start(cluster.daemon_options(""));
+    earlier
+        .client()
+        .await
+        .ensure_session_sandbox(id, &env)
+        .await
+        .unwrap();
+    drop(earlier);
+    let mut options = cluster.daemon_options("");
+    options.egress = Some("none".to_string());
+    let daemon = TestDaemon::start(options);
+    let client = daemon.client().await;
+    let setup = Setup {
+        cluster,
+        daemon,
+        client,
+    };
+    assert!(setup.policy(Scope::Session, id).await.is_some());
+    let status = setup.client.status().await.unwrap();
+    assert_eq!(status.egress.posture, "none");
+    assert!(!status.egress.enforced);
+    // A new sandbox gets none.
+    setup
+        .client
+        .ensure_session_sandbox("ses-fresh", &env)
+        .await
+        .unwrap();
+    assert!(setup
+        .deployment(Scope::Session, "ses-fresh")
+        .await
+        .is_some());
+    assert!(setup.policy(Scope::Session, "ses-fresh").await.is_none());
+    // Starting the old one again removes what `none` no longer means.
+    setup.kubectl_scale(Scope::Session, id, 0).await;
+    setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    assert!(setup.policy(Scope::Session, id).await.is_none());
+    assert!(setup
+        .daemon
+        .log_text()
+        .contains("deleted the NetworkPolicy an earlier sandboxd left"));
 }

@@ -3,9 +3,11 @@
 //! | the cluster says        | ensure does                                          |
 //! |-------------------------|------------------------------------------------------|
 //! | replicas ≥ 1            | nothing (fast path: one GET, no write)               |
-//! | replicas 0              | apply the Secret and the Deployment (the token, the  |
-//! |                         | queue), then scale to 1 through `deployments/scale`  |
-//! | no such Deployment      | apply Secret, create the claim, apply Deployment     |
+//! | replicas 0              | apply the Secret, the NetworkPolicy and the          |
+//! |                         | Deployment (the token, the queue), then scale to 1   |
+//! |                         | through `deployments/scale`                          |
+//! | no such Deployment      | apply Secret, create the claim, apply the            |
+//! |                         | NetworkPolicy, apply the Deployment                  |
 //!
 //! No readiness wait: a runner that never polls shows up upstream as a
 //! schedule-to-start timeout. Every write is a server-side apply (or a
@@ -109,7 +111,15 @@ fn or_look_again<T>(
     }
 }
 
-/// No Deployment: Secret, claim, Deployment, in that order.
+/// The sandbox's NetworkPolicy, before any runner of it starts.
+async fn apply_policy(inner: &Inner, key: &SandboxKey) -> Result<Option<()>, SandboxError> {
+    match super::network_policy::ensure(inner, key).await {
+        Ok(done) => Ok(done),
+        Err((action, error)) => Err(failure(inner, key, action, error)),
+    }
+}
+
+/// No Deployment: Secret, claim, NetworkPolicy, Deployment, in that order.
 async fn provision(
     inner: &Inner,
     key: &SandboxKey,
@@ -134,6 +144,9 @@ async fn provision(
             Err(error) if error.is_conflict() => existing_claim(inner, key).await?,
             Err(error) => return Err(failure(inner, key, CREATE_CLAIM, error)),
         }
+    }
+    if apply_policy(inner, key).await?.is_none() {
+        return Ok(Step::LookAgain);
     }
     let generation = 1;
     let deployment = inner.shape.deployment(key, env, generation, Some(1));
@@ -218,14 +231,19 @@ async fn existing(
     }
     // Stopped. The new runner must not start with a stale token or queue:
     // the Secret first (always: applying an unchanged one changes nothing,
-    // and it puts back one deleted behind our back), then the Deployment
-    // (its annotations, environment and the next generation), then the scale.
+    // and it puts back one deleted behind our back), then the NetworkPolicy
+    // (the same: put back, or brought to the posture now configured), then
+    // the Deployment (its annotations, environment and the next
+    // generation), then the scale.
     if annotation(deployment, ANNOTATION_TOKEN_SHA256)
         != Some(token_digest(&env.stigmer_token).as_str())
     {
         tracing::info!(scope = %key.scope, id = %key.id, "the token changed: updating the Secret before scaling up");
     }
     if apply_secret(inner, key, env).await?.is_none() {
+        return Ok(Step::LookAgain);
+    }
+    if apply_policy(inner, key).await?.is_none() {
         return Ok(Step::LookAgain);
     }
     let next = generation + 1;

@@ -18,7 +18,7 @@ use super::errors::CallError;
 
 /// Every (verb, group, resource, subresource) the tier uses, and no more:
 /// the same list as deploy/kubernetes/rbac.yaml.
-pub const NEEDED: [(&str, &str, &str, &str); 14] = [
+pub const NEEDED: [(&str, &str, &str, &str); 17] = [
     ("create", "", "secrets", ""),
     ("patch", "", "secrets", ""),
     ("delete", "", "secrets", ""),
@@ -31,6 +31,9 @@ pub const NEEDED: [(&str, &str, &str, &str); 14] = [
     ("patch", "apps", "deployments", ""),
     ("delete", "apps", "deployments", ""),
     ("patch", "apps", "deployments", "scale"),
+    ("create", "networking.k8s.io", "networkpolicies", ""),
+    ("patch", "networking.k8s.io", "networkpolicies", ""),
+    ("delete", "networking.k8s.io", "networkpolicies", ""),
     ("list", "", "pods", ""),
     ("get", "", "pods", "log"),
 ];

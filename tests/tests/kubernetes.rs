@@ -1228,3 +1228,130 @@ async fn egress_none_makes_no_policy_and_removes_a_leftover_one() {
         .log_text()
         .contains("deleted the NetworkPolicy an earlier sandboxd left"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_in_one_namespace_never_see_or_touch_each_others_objects() {
+    let cluster = TestCluster::start("instances").await;
+    let id = "ses-twice";
+    let env = sandbox_env("session:twice", TOKEN);
+    let default_name = base_name(Scope::Session, id);
+    let blue_name = format!("blue-{default_name}");
+    // The default instance reaps connect sandboxes quickly; blue does not.
+    let first = TestDaemon::start(
+        cluster.daemon_options("connect_ttl = \"2s\"\nconnect_creation_grace = \"1s\""),
+    );
+    let mut blue_options = cluster.daemon_options("");
+    blue_options.extra_toml = format!("instance = \"blue\"\n{}", blue_options.extra_toml);
+    let blue = TestDaemon::start(blue_options);
+    let (a, b) = (first.client().await, blue.client().await);
+    let setup = Setup {
+        cluster,
+        daemon: first,
+        client: a,
+    };
+
+    // The default instance: today's names, no instance label.
+    assert!(
+        setup
+            .client
+            .ensure_session_sandbox(id, &env)
+            .await
+            .unwrap()
+            .created
+    );
+    let deployment = setup.get::<Deployment>(&default_name).await.unwrap();
+    assert_eq!(deployment["metadata"]["labels"], labels_of(id, "session"));
+    // Blue neither sees nor adopts it, and makes its own beside it.
+    assert_eq!(
+        b.probe(Scope::Session, id).await.unwrap(),
+        ProbeState::Absent
+    );
+    assert!(b.list(None).await.unwrap().is_empty());
+    assert!(b.ensure_session_sandbox(id, &env).await.unwrap().created);
+    let mut blue_labels = labels_of(id, "session");
+    blue_labels["stigmer.ai/instance"] = json!("blue");
+    let blue_deployment = setup
+        .get::<Deployment>(&blue_name)
+        .await
+        .expect("blue's Deployment");
+    assert_eq!(blue_deployment["metadata"]["labels"], blue_labels);
+    assert_eq!(
+        blue_deployment["spec"]["selector"]["matchLabels"],
+        blue_labels
+    );
+    assert_eq!(
+        blue_deployment["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]
+            ["claimName"],
+        format!("{blue_name}-workspace")
+    );
+    for name in [
+        format!("{blue_name}-env"),
+        format!("{blue_name}-workspace"),
+        format!("{blue_name}-egress"),
+    ] {
+        let object = match name.rsplit('-').next() {
+            Some("env") => setup.get::<Secret>(&name).await,
+            Some("workspace") => setup.get::<PersistentVolumeClaim>(&name).await,
+            _ => setup.get::<NetworkPolicy>(&name).await,
+        };
+        let object = object.unwrap_or_else(|| panic!("blue's {name}"));
+        assert_eq!(object["metadata"]["labels"], blue_labels, "{name}");
+    }
+    let policy = setup
+        .get::<NetworkPolicy>(&format!("{blue_name}-egress"))
+        .await
+        .unwrap();
+    assert_eq!(policy["spec"]["podSelector"]["matchLabels"], blue_labels);
+    // Each lists only its own.
+    for client in [&setup.client, &b] {
+        let listed = client.list(None).await.unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].id, id);
+    }
+
+    // The default instance's reaper removes its own leaked connect sandbox
+    // and never blue's.
+    let blue_connect = b.create_connect_sandbox("req-blue", &env).await.unwrap();
+    let own_connect = setup
+        .client
+        .create_connect_sandbox("req-default", &env)
+        .await
+        .unwrap();
+    let reaped = eventually(Duration::from_secs(60), || async {
+        setup.client.probe(Scope::Connect, &own_connect).await.ok() == Some(ProbeState::Absent)
+    })
+    .await;
+    assert!(
+        reaped,
+        "the default instance's leaked connect sandbox is still there"
+    );
+    assert_eq!(
+        b.probe(Scope::Connect, &blue_connect).await.unwrap(),
+        ProbeState::Running,
+        "blue's connect sandbox is not the default instance's to reap"
+    );
+
+    // The default instance's deprovision leaves blue's objects alone.
+    setup.client.deprovision_session_sandbox(id).await.unwrap();
+    assert!(setup.get::<Deployment>(&default_name).await.is_none());
+    assert!(setup.get::<Deployment>(&blue_name).await.is_some());
+    assert!(setup
+        .get::<Secret>(&format!("{blue_name}-env"))
+        .await
+        .is_some());
+    assert!(setup
+        .get::<NetworkPolicy>(&format!("{blue_name}-egress"))
+        .await
+        .is_some());
+    assert_eq!(
+        b.probe(Scope::Session, id).await.unwrap(),
+        ProbeState::Running
+    );
+    // And blue's removes its own.
+    b.deprovision_session_sandbox(id).await.unwrap();
+    assert!(setup.get::<Deployment>(&blue_name).await.is_none());
+    assert!(setup
+        .get::<Secret>(&format!("{blue_name}-env"))
+        .await
+        .is_none());
+}

@@ -32,7 +32,10 @@ pub async fn deprovision(
         return Err(SandboxError::FailedPrecondition(format!(
             "the Deployment named {} in namespace '{}' lacks sandboxd's labels for {} '{}': \
              sandboxd will not delete it",
-            key.base_name, inner.cluster.namespace, key.scope, key.id
+            super::shapes::object_name(key),
+            inner.cluster.namespace,
+            key.scope,
+            key.id
         )));
     }
     let params = DeleteParams {
@@ -53,7 +56,11 @@ pub async fn deprovision(
         DELETE_DEPLOYMENT,
         inner
             .cluster
-            .call(inner.deployments().delete(&key.base_name, &params))
+            .call(
+                inner
+                    .deployments()
+                    .delete(&super::shapes::object_name(key), &params),
+            )
             .await
             .map(|_| ()),
     )?;

@@ -65,17 +65,18 @@ pub async fn ensure(
         } else {
             inner.lookup(key).await?
         };
-        let step = match lookup {
-            Lookup::Absent => provision(inner, key, env).await?,
-            Lookup::Foreign => {
-                return Err(SandboxError::FailedPrecondition(format!(
+        let step =
+            match lookup {
+                Lookup::Absent => provision(inner, key, env).await?,
+                Lookup::Foreign => {
+                    return Err(SandboxError::FailedPrecondition(format!(
                     "a Deployment named {} exists in namespace '{}' without sandboxd's labels for \
                      {} '{}': sandboxd will not touch it; remove or rename it",
-                    key.base_name, inner.cluster.namespace, key.scope, key.id
+                    super::shapes::object_name(key), inner.cluster.namespace, key.scope, key.id
                 )))
-            }
-            Lookup::Ours(deployment) => existing(inner, key, env, &deployment).await?,
-        };
+                }
+                Lookup::Ours(deployment) => existing(inner, key, env, &deployment).await?,
+            };
         if let Step::Done(report) = step {
             return Ok(report);
         }
@@ -153,7 +154,7 @@ async fn provision(
     let result = inner
         .cluster
         .call(inner.deployments().patch(
-            &key.base_name,
+            &super::shapes::object_name(key),
             &apply_params(),
             &Patch::Apply(&deployment),
         ))
@@ -250,11 +251,11 @@ async fn existing(
     let updated = inner.shape.deployment(key, env, next, None);
     let result = inner
         .cluster
-        .call(
-            inner
-                .deployments()
-                .patch(&key.base_name, &apply_params(), &Patch::Apply(&updated)),
-        )
+        .call(inner.deployments().patch(
+            &super::shapes::object_name(key),
+            &apply_params(),
+            &Patch::Apply(&updated),
+        ))
         .await;
     if or_look_again(inner, key, APPLY_DEPLOYMENT, result)?.is_none() {
         return Ok(Step::LookAgain);
@@ -266,11 +267,11 @@ async fn existing(
     let scale = serde_json::json!({ "spec": { "replicas": 1 } });
     let result = inner
         .cluster
-        .call(
-            inner
-                .deployments()
-                .patch_scale(&key.base_name, &params, &Patch::Merge(&scale)),
-        )
+        .call(inner.deployments().patch_scale(
+            &super::shapes::object_name(key),
+            &params,
+            &Patch::Merge(&scale),
+        ))
         .await;
     match result {
         Ok(_) => {}

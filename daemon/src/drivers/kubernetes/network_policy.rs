@@ -69,7 +69,7 @@ pub fn mechanism(posture: Posture) -> String {
 }
 
 pub fn policy_name(key: &SandboxKey) -> String {
-    format!("{}-egress", key.base_name)
+    format!("{}-egress", super::shapes::object_name(key))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

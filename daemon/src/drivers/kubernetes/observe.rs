@@ -16,10 +16,12 @@ use sandboxd_protocol::naming::{
 use sandboxd_protocol::{ExitInfo, ProbeState, SandboxError, SandboxInfo, Scope};
 
 use super::errors::Action;
+use super::shapes::object_name;
 use super::shapes::{
     ANNOTATION_CALLER_CLASS, ANNOTATION_GENERATION, ANNOTATION_TASK_QUEUE, CONTAINER,
 };
 use super::Inner;
+use crate::instance::{Instance, LABEL_INSTANCE};
 use crate::provisioner::SandboxKey;
 
 const GET_DEPLOYMENT: Action = Action::new("get", "deployments");
@@ -34,15 +36,20 @@ pub enum Lookup {
     Ours(Box<Deployment>),
 }
 
-/// The sandbox a Deployment belongs to, from its labels and name.
+/// The sandbox a Deployment belongs to, from its labels and name: `None`
+/// unless it is ours and this daemon's instance's (another instance's
+/// Deployment is never adopted, listed, reaped or removed).
 pub fn key_of(deployment: &Deployment) -> Option<SandboxKey> {
     let labels = deployment.metadata.labels.as_ref()?;
     if labels.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_VALUE) {
         return None;
     }
+    if !Instance::current().owns_label(labels.get(LABEL_INSTANCE).map(String::as_str)) {
+        return None;
+    }
     let scope: Scope = labels.get(LABEL_SCOPE)?.parse().ok()?;
     let key = SandboxKey::new(scope, labels.get(LABEL_SANDBOX_ID)?.clone());
-    (deployment.metadata.name.as_deref() == Some(key.base_name.as_str())).then_some(key)
+    (deployment.metadata.name.as_deref() == Some(object_name(&key).as_str())).then_some(key)
 }
 
 /// The replicas the Deployment asks for (the API server defaults it to 1).
@@ -73,11 +80,14 @@ pub fn generation_of(deployment: &Deployment) -> u64 {
         .unwrap_or(1)
 }
 
-/// `a=b,c=d` for these labels.
+/// `a=b,c=d` for these labels, and this daemon's instance's term (see
+/// [`Instance::selector_term`]): every listing the tier makes is of its
+/// own instance's objects only.
 pub fn selector(labels: &[(&str, &str)]) -> String {
     labels
         .iter()
         .map(|(name, value)| format!("{name}={value}"))
+        .chain([Instance::current().selector_term()])
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -94,7 +104,7 @@ impl Inner {
     pub async fn lookup(&self, key: &SandboxKey) -> Result<Lookup, SandboxError> {
         let found = self
             .cluster
-            .call(self.deployments().get_opt(&key.base_name))
+            .call(self.deployments().get_opt(&object_name(key)))
             .await
             .map_err(|error| {
                 self.cluster

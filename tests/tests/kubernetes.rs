@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use sandboxd_client::{
-    ClientError, LogStart, ProbeState, SandboxEnv, SandboxError, SandboxdClient, Scope,
+    ClientError, HealthVerdict, LogStart, ProbeState, SandboxEnv, SandboxError, SandboxdClient,
+    Scope,
 };
 use sandboxd_protocol::naming::base_name;
 use sandboxd_tests::k8s::TestCluster;
@@ -1354,4 +1355,158 @@ async fn two_instances_in_one_namespace_never_see_or_touch_each_others_objects()
         .get::<Secret>(&format!("{blue_name}-env"))
         .await
         .is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fast_path_says_which_fields_differ_and_changes_nothing() {
+    let setup = setup("differs", "").await;
+    let id = "ses-differs";
+    let env = sandbox_env("session:differs", TOKEN);
+    setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    let before = setup.deployment(Scope::Session, id).await.unwrap();
+    let same = setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    assert!(same.differs.is_empty(), "{same:?}");
+    let other = SandboxEnv {
+        task_queue: "session:elsewhere".to_string(),
+        stigmer_token: sandboxd_client::Token::new("tok-other-91"),
+        caller_class: "internal".to_string(),
+    };
+    for _ in 0..2 {
+        let report = setup
+            .client
+            .ensure_session_sandbox(id, &other)
+            .await
+            .unwrap();
+        assert!(!report.created, "{report:?}");
+        assert_eq!(report.differs, ["task_queue", "caller_class", "token"]);
+    }
+    let only_token = SandboxEnv {
+        stigmer_token: sandboxd_client::Token::new("tok-other-91"),
+        ..env.clone()
+    };
+    let report = setup
+        .client
+        .ensure_session_sandbox(id, &only_token)
+        .await
+        .unwrap();
+    assert_eq!(report.differs, ["token"]);
+    let after = setup.deployment(Scope::Session, id).await.unwrap();
+    assert_eq!(
+        resource_version(&before),
+        resource_version(&after),
+        "no write"
+    );
+    assert!(!after.to_string().contains("tok-other-91"));
+    let logged = setup
+        .daemon
+        .log_text()
+        .matches("already running with other settings")
+        .count();
+    assert_eq!(logged, 2, "once per difference, not per call");
+    // The same through sandboxctl, in --json.
+    let output = setup.daemon.sandboxctl(&[
+        "--json",
+        "ensure",
+        "session",
+        id,
+        "--task-queue",
+        "session:elsewhere",
+    ]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("\"differs\"") && text.contains("task_queue"),
+        "{output:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_verdict_is_degraded_for_missing_verbs_and_unhealthy_without_an_answer() {
+    // All the tier needs: healthy.
+    let setup = setup("health", "").await;
+    let healthy = eventually(Duration::from_secs(30), || async {
+        let status = setup.client.status().await.unwrap();
+        status.driver_health.contains("permissions sufficient")
+    })
+    .await;
+    assert!(healthy);
+    let status = setup.client.status().await.unwrap();
+    assert_eq!(
+        status.health.verdict,
+        HealthVerdict::Healthy,
+        "{:?}",
+        status.health
+    );
+
+    // A Role without deployments/scale: degraded, naming the verb.
+    let mut cluster = TestCluster::start("health-degraded").await;
+    cluster
+        .restrict(Some(vec![
+            Rule::new(&["secrets"], &["create", "patch", "delete"]),
+            Rule::new(&["persistentvolumeclaims"], &["get", "create", "delete"]),
+            Rule::new(&["networkpolicies"], &["create", "patch", "delete"]),
+            Rule::new(
+                &["deployments"],
+                &["get", "list", "create", "patch", "delete"],
+            ),
+            Rule::new(&["pods"], &["list"]),
+            Rule::new(&["pods/log"], &["get"]),
+        ]))
+        .await;
+    let daemon = TestDaemon::start(cluster.daemon_options(""));
+    let client = daemon.client().await;
+    let degraded = eventually(Duration::from_secs(30), || async {
+        client.status().await.unwrap().health.verdict == HealthVerdict::Degraded
+    })
+    .await;
+    let status = client.status().await.unwrap();
+    assert!(degraded, "{:?}", status.health);
+    assert!(
+        status
+            .health
+            .reasons
+            .iter()
+            .any(|reason| reason.contains("patch deployments/scale")),
+        "{:?}",
+        status.health
+    );
+    let check = daemon.sandboxctl(&["status", "--check"]);
+    assert_eq!(check.status.code(), Some(3), "{check:?}");
+
+    // The API server stops answering: unhealthy, naming it.
+    let mut setup = setup;
+    let Some(standin) = setup.cluster.standin_mut() else {
+        eprintln!("SKIPPED on a real cluster: stopping the API server needs the stand-in");
+        return;
+    };
+    let url = standin.url();
+    standin.stop();
+    let _ = setup.client.probe(Scope::Session, "ses-any").await;
+    let status = setup.client.status().await.unwrap();
+    assert_eq!(status.health.verdict, HealthVerdict::Unhealthy);
+    assert!(
+        status
+            .health
+            .reasons
+            .iter()
+            .any(|reason| reason.contains(&url) && reason.contains("did not answer")),
+        "{:?}",
+        status.health
+    );
+    let check = setup.daemon.sandboxctl(&["status", "--check"]);
+    assert_eq!(check.status.code(), Some(4), "{check:?}");
+
+    // A daemon whose permission check cannot run: unhealthy, saying so.
+    let late = TestDaemon::start(setup.cluster.daemon_options(""));
+    let late_client = late.client().await;
+    let failed = eventually(Duration::from_secs(30), || async {
+        late_client.status().await.is_ok_and(|status| {
+            status
+                .health
+                .reasons
+                .iter()
+                .any(|reason| reason.contains("permission check failed"))
+        })
+    })
+    .await;
+    assert!(failed, "{:?}", late_client.status().await.map(|s| s.health));
 }

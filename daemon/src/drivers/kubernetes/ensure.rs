@@ -21,7 +21,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use sandboxd_protocol::{EnsureReport, ProbeState, SandboxEnv, SandboxError, Scope};
 
 use super::errors::{Action, CallError};
-use super::observe::{annotation, generation_of, state_of, Lookup};
+use super::observe::{annotation, differs_from, generation_of, state_of, Lookup};
 use super::shapes::{has_claim, secret_name, token_digest, ANNOTATION_TOKEN_SHA256, FIELD_MANAGER};
 use super::Inner;
 use crate::provisioner::SandboxKey;
@@ -227,7 +227,7 @@ async fn existing(
             created: false,
             generation,
             pid: None,
-            differs: Vec::new(),
+            differs: differs_from(deployment, env),
         }));
     }
     // Stopped. The new runner must not start with a stale token or queue:

@@ -33,8 +33,8 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use sandboxd_protocol::{
-    DeprovisionReport, EgressStatus, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
-    SandboxError, SandboxInfo, Scope,
+    DeprovisionReport, EgressStatus, EnsureReport, Health, HealthVerdict, LogChunk, LogStart,
+    ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope,
 };
 use tokio::task::JoinHandle;
 
@@ -44,7 +44,7 @@ use crate::drivers::run_to_completion;
 use crate::egress::{Egress, EgressSetting};
 use crate::provisioner::{Driver, SandboxKey};
 use config::Cluster;
-use observe::{generation_of, state_of, Lookup};
+use observe::{differs_from, generation_of, state_of, Lookup};
 use permissions::Permissions;
 use reaper::ReaperSettings;
 use shapes::RunnerShape;
@@ -137,6 +137,24 @@ impl Driver for KubernetesDriver {
         self.egress.status()
     }
 
+    /// Unhealthy when the API server did not answer the last call or the
+    /// permission check failed; degraded when verbs are missing. (Status
+    /// lists the sandboxes too, a live call that adds its own failure.)
+    async fn health_verdict(&self) -> Health {
+        let mut health = Health::healthy();
+        if let Some(why) = self.inner.cluster.unanswered() {
+            health.add(
+                HealthVerdict::Unhealthy,
+                format!(
+                    "the Kubernetes API server at {} did not answer: {why}",
+                    self.inner.cluster.server
+                ),
+            );
+        }
+        self.permissions.judge(&mut health);
+        health
+    }
+
     fn health(&self) -> String {
         format!(
             "API server {}; namespace {}; {}; runner image {}",
@@ -161,7 +179,7 @@ impl Driver for KubernetesDriver {
                     created: false,
                     generation: generation_of(deployment),
                     pid: None,
-                    differs: Vec::new(),
+                    differs: differs_from(deployment, env),
                 });
             }
         }

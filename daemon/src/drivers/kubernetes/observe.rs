@@ -13,14 +13,16 @@ use kube::api::ListParams;
 use sandboxd_protocol::naming::{
     LABEL_MANAGED_BY, LABEL_SANDBOX_ID, LABEL_SCOPE, MANAGED_BY_VALUE,
 };
-use sandboxd_protocol::{ExitInfo, ProbeState, SandboxError, SandboxInfo, Scope};
+use sandboxd_protocol::{ExitInfo, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope};
 
 use super::errors::Action;
 use super::shapes::object_name;
 use super::shapes::{
-    ANNOTATION_CALLER_CLASS, ANNOTATION_GENERATION, ANNOTATION_TASK_QUEUE, CONTAINER,
+    ANNOTATION_CALLER_CLASS, ANNOTATION_GENERATION, ANNOTATION_TASK_QUEUE, ANNOTATION_TOKEN_SHA256,
+    CONTAINER,
 };
 use super::Inner;
+use crate::drivers::differs::{differing_fields, RunsWith};
 use crate::instance::{Instance, LABEL_INSTANCE};
 use crate::provisioner::SandboxKey;
 
@@ -72,6 +74,18 @@ pub fn annotation<'a>(deployment: &'a Deployment, name: &str) -> Option<&'a str>
         .as_ref()?
         .get(name)
         .map(String::as_str)
+}
+
+/// The fields of `requested` the Deployment's runner does not run with,
+/// from its annotations (the token by its SHA-256: the Deployment never
+/// holds the token).
+pub fn differs_from(deployment: &Deployment, requested: &SandboxEnv) -> Vec<String> {
+    let runs_with = RunsWith {
+        task_queue: annotation(deployment, ANNOTATION_TASK_QUEUE).unwrap_or_default(),
+        caller_class: annotation(deployment, ANNOTATION_CALLER_CLASS).unwrap_or_default(),
+        token_sha256: annotation(deployment, ANNOTATION_TOKEN_SHA256),
+    };
+    differing_fields(requested, &runs_with)
 }
 
 pub fn generation_of(deployment: &Deployment) -> u64 {

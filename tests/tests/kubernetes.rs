@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use sandboxd_client::{
-    ClientError, HealthVerdict, LogStart, ProbeState, SandboxEnv, SandboxError, SandboxdClient,
-    Scope,
+    ClientError, ClusterState, HealthVerdict, LogStart, ProbeState, SandboxEnv, SandboxError,
+    SandboxdClient, Scope,
 };
 use sandboxd_protocol::naming::base_name;
 use sandboxd_tests::k8s::TestCluster;
@@ -299,6 +299,11 @@ async fn scaled_to_zero_is_stopped_and_ensure_scales_the_same_deployment_back_wi
     assert_eq!(
         setup.client.probe(Scope::Session, id).await.unwrap(),
         ProbeState::Stopped
+    );
+    let stopped = setup.client.describe(Scope::Session, id).await.unwrap();
+    assert_eq!(
+        stopped.cluster.map(|cluster| cluster.desired_replicas),
+        Some(0)
     );
     let report = setup
         .client
@@ -586,6 +591,16 @@ async fn describe_and_logs_read_the_pod_and_never_show_the_token() {
     let Some(standin) = setup.cluster.standin("a pod with output (no kubelet)") else {
         return;
     };
+    let before_pod = setup.client.describe(Scope::Session, id).await.unwrap();
+    assert_eq!(
+        before_pod.cluster,
+        Some(ClusterState {
+            desired_replicas: 1,
+            ready_replicas: 0,
+            pod_phase: None,
+            last_termination_reason: None,
+        })
+    );
     let pod_name = format!("{}-7d9f-abcde", base_name(Scope::Session, id));
     standin.insert_pod(
         &setup.cluster.namespace,
@@ -599,6 +614,28 @@ async fn describe_and_logs_read_the_pod_and_never_show_the_token() {
     let exit = info.last_exit.expect("the last termination");
     assert!(exit.oom_killed && exit.code == Some(137), "{exit:?}");
     assert!(info.started_at_unix_ms.is_some());
+    // No controller on the stand-in updates the Deployment's status: 0 ready.
+    assert_eq!(
+        info.cluster,
+        Some(ClusterState {
+            desired_replicas: 1,
+            ready_replicas: 0,
+            pod_phase: Some("Running".to_string()),
+            last_termination_reason: Some("OOMKilled".to_string()),
+        })
+    );
+    let text = setup.daemon.sandboxctl(&["describe", "session", id]);
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(
+        text.contains("1 desired, 0 ready") && text.contains("Running, last terminated: OOMKilled"),
+        "{text}"
+    );
+    let json_text = setup
+        .daemon
+        .sandboxctl(&["--json", "describe", "session", id]);
+    let described: Value = serde_json::from_slice(&json_text.stdout).expect("describe --json");
+    assert_eq!(described["cluster"]["pod_phase"], "Running", "{described}");
+    assert_eq!(described["cluster"]["desired_replicas"], 1, "{described}");
     let all = setup
         .client
         .logs(Scope::Session, id, LogStart::Beginning, 1024)

@@ -13,7 +13,9 @@ use kube::api::ListParams;
 use sandboxd_protocol::naming::{
     LABEL_MANAGED_BY, LABEL_SANDBOX_ID, LABEL_SCOPE, MANAGED_BY_VALUE,
 };
-use sandboxd_protocol::{ExitInfo, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope};
+use sandboxd_protocol::{
+    ClusterState, ExitInfo, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope,
+};
 
 use super::errors::Action;
 use super::shapes::object_name;
@@ -238,7 +240,9 @@ fn exit_of(terminated: &ContainerStateTerminated) -> ExitInfo {
 /// describe's answer: the Deployment's facts and its newest pod's.
 ///
 /// The pod stands where the container tiers put their container: its name
-/// in `container_id`, its runner's start, restarts and last termination.
+/// in `container_id`, its runner's start, restarts and last termination;
+/// `cluster` adds the desired and ready replicas, the pod's phase and the
+/// last termination's reason.
 pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> SandboxInfo {
     let generation = generation_of(deployment);
     let image = deployment
@@ -289,5 +293,18 @@ pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> San
             .unwrap_or_default()
             .to_string(),
         egress: None,
+        cluster: Some(ClusterState {
+            desired_replicas: u32::try_from(desired_replicas(deployment)).unwrap_or(0),
+            ready_replicas: deployment
+                .status
+                .as_ref()
+                .and_then(|status| status.ready_replicas)
+                .and_then(|ready| u32::try_from(ready).ok())
+                .unwrap_or(0),
+            pod_phase: pod
+                .and_then(|pod| pod.status.as_ref())
+                .and_then(|status| status.phase.clone()),
+            last_termination_reason: terminated.and_then(|terminated| terminated.reason.clone()),
+        }),
     }
 }

@@ -89,6 +89,22 @@ impl Instance {
     pub fn owns(&self, labels: &HashMap<String, String>) -> bool {
         labels.get(LABEL_INSTANCE).map(String::as_str) == self.name.as_deref()
     }
+
+    /// True when an object whose instance label is `value` (`None`: no
+    /// such label) is this instance's.
+    pub fn owns_label(&self, value: Option<&str>) -> bool {
+        value == self.name.as_deref()
+    }
+
+    /// The label-selector term that selects exactly this instance's
+    /// objects: `stigmer.ai/instance=<name>`, or for the default instance
+    /// `!stigmer.ai/instance` (objects without the label).
+    pub fn selector_term(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{LABEL_INSTANCE}={name}"),
+            None => format!("!{LABEL_INSTANCE}"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -115,6 +131,10 @@ mod tests {
         let labelled_blue = HashMap::from([(LABEL_INSTANCE.to_string(), "blue".to_string())]);
         assert!(default.owns(&unlabelled) && !default.owns(&labelled_blue));
         assert!(blue.owns(&labelled_blue) && !blue.owns(&unlabelled));
+        assert_eq!(default.selector_term(), "!stigmer.ai/instance");
+        assert_eq!(blue.selector_term(), "stigmer.ai/instance=blue");
+        assert!(default.owns_label(None) && !default.owns_label(Some("blue")));
+        assert!(blue.owns_label(Some("blue")) && !blue.owns_label(None));
     }
 
     #[test]

@@ -239,6 +239,26 @@ pub struct SandboxInfo {
     /// The egress posture this sandbox runs under, and how it is enforced
     /// (the daemon's, filled in by `describe`).
     pub egress: Option<EgressStatus>,
+    /// What the cluster says of the sandbox's runner beyond the above
+    /// (kubernetes tier; `None` on the others). Added in protocol 3.
+    #[serde(default)]
+    pub cluster: Option<ClusterState>,
+}
+
+/// The kubernetes tier's view of a sandbox: its Deployment's replicas and
+/// its newest pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterState {
+    /// The replicas the Deployment asks for (0: stopped).
+    pub desired_replicas: u32,
+    /// The replicas whose pod is ready.
+    pub ready_replicas: u32,
+    /// The newest pod's phase (`Pending`, `Running`, `Succeeded`,
+    /// `Failed`, `Unknown`); `None` when no pod exists.
+    pub pod_phase: Option<String>,
+    /// Why the runner container last terminated (`OOMKilled`, `Error`,
+    /// `Completed`, …), when it has.
+    pub last_termination_reason: Option<String>,
 }
 
 impl SandboxInfo {
@@ -265,6 +285,7 @@ impl SandboxInfo {
             task_queue: String::new(),
             caller_class: String::new(),
             egress: None,
+            cluster: None,
         }
     }
 }

@@ -156,6 +156,8 @@ impl TestCluster {
             .map(|rule| {
                 let group = if rule.resources.iter().any(|r| r.starts_with("deployments")) {
                     "apps"
+                } else if rule.resources.iter().any(|r| r == "networkpolicies") {
+                    "networking.k8s.io"
                 } else if rule.resources.iter().any(|r| r == "*") {
                     "*"
                 } else {
@@ -297,9 +299,8 @@ impl TestCluster {
                 self.daemon_kubeconfig.display(),
                 self.namespace
             ),
-            // The tier installs no NetworkPolicy, so under a posture every
-            // ensure fails closed; these tests are about everything else.
-            egress: Some("none".to_string()),
+            // The daemon's default posture, `relaxed`: every sandbox gets
+            // its NetworkPolicy, as in production.
             ..Options::default()
         }
     }

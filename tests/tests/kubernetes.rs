@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use sandboxd_client::{
-    ClientError, LogStart, ProbeState, SandboxEnv, SandboxError, SandboxdClient, Scope,
+    ClientError, ClusterState, HealthVerdict, LogStart, ProbeState, SandboxEnv, SandboxError,
+    SandboxdClient, Scope,
 };
 use sandboxd_protocol::naming::base_name;
 use sandboxd_tests::k8s::TestCluster;
@@ -75,6 +77,11 @@ impl Setup {
 
     async fn claim(&self, scope: Scope, id: &str) -> Option<Value> {
         self.get::<PersistentVolumeClaim>(&format!("{}-workspace", base_name(scope, id)))
+            .await
+    }
+
+    async fn policy(&self, scope: Scope, id: &str) -> Option<Value> {
+        self.get::<NetworkPolicy>(&format!("{}-egress", base_name(scope, id)))
             .await
     }
 
@@ -230,6 +237,7 @@ async fn the_three_objects_are_shaped_as_the_contract_says_and_made_in_order() {
         let expected = [
             ("patch", "secrets"),
             ("create", "persistentvolumeclaims"),
+            ("patch", "networkpolicies"),
             ("patch", "deployments"),
         ]
         .map(|(verb, resource)| (verb.to_string(), resource.to_string()));
@@ -291,6 +299,11 @@ async fn scaled_to_zero_is_stopped_and_ensure_scales_the_same_deployment_back_wi
     assert_eq!(
         setup.client.probe(Scope::Session, id).await.unwrap(),
         ProbeState::Stopped
+    );
+    let stopped = setup.client.describe(Scope::Session, id).await.unwrap();
+    assert_eq!(
+        stopped.cluster.map(|cluster| cluster.desired_replicas),
+        Some(0)
     );
     let report = setup
         .client
@@ -456,6 +469,7 @@ async fn deprovision_deletes_deployment_secret_claim_in_order_and_again_is_succe
     let report = setup.client.deprovision_session_sandbox(id).await.unwrap();
     assert!(report.was_present, "{report:?}");
     assert!(setup.deployment(Scope::Session, id).await.is_none());
+    assert!(setup.policy(Scope::Session, id).await.is_none());
     assert!(setup.secret(Scope::Session, id).await.is_none());
     // On a real cluster pvc-protection holds the claim until its controller
     // sees no pod using it: gone, or on its way out.
@@ -475,7 +489,12 @@ async fn deprovision_deletes_deployment_secret_claim_in_order_and_again_is_succe
             .collect();
         assert_eq!(
             deletes,
-            ["deployments", "secrets", "persistentvolumeclaims"]
+            [
+                "deployments",
+                "networkpolicies",
+                "secrets",
+                "persistentvolumeclaims"
+            ]
         );
     }
     let again = setup.client.deprovision_session_sandbox(id).await.unwrap();
@@ -572,6 +591,16 @@ async fn describe_and_logs_read_the_pod_and_never_show_the_token() {
     let Some(standin) = setup.cluster.standin("a pod with output (no kubelet)") else {
         return;
     };
+    let before_pod = setup.client.describe(Scope::Session, id).await.unwrap();
+    assert_eq!(
+        before_pod.cluster,
+        Some(ClusterState {
+            desired_replicas: 1,
+            ready_replicas: 0,
+            pod_phase: None,
+            last_termination_reason: None,
+        })
+    );
     let pod_name = format!("{}-7d9f-abcde", base_name(Scope::Session, id));
     standin.insert_pod(
         &setup.cluster.namespace,
@@ -585,6 +614,28 @@ async fn describe_and_logs_read_the_pod_and_never_show_the_token() {
     let exit = info.last_exit.expect("the last termination");
     assert!(exit.oom_killed && exit.code == Some(137), "{exit:?}");
     assert!(info.started_at_unix_ms.is_some());
+    // No controller on the stand-in updates the Deployment's status: 0 ready.
+    assert_eq!(
+        info.cluster,
+        Some(ClusterState {
+            desired_replicas: 1,
+            ready_replicas: 0,
+            pod_phase: Some("Running".to_string()),
+            last_termination_reason: Some("OOMKilled".to_string()),
+        })
+    );
+    let text = setup.daemon.sandboxctl(&["describe", "session", id]);
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(
+        text.contains("1 desired, 0 ready") && text.contains("Running, last terminated: OOMKilled"),
+        "{text}"
+    );
+    let json_text = setup
+        .daemon
+        .sandboxctl(&["--json", "describe", "session", id]);
+    let described: Value = serde_json::from_slice(&json_text.stdout).expect("describe --json");
+    assert_eq!(described["cluster"]["pod_phase"], "Running", "{described}");
+    assert_eq!(described["cluster"]["desired_replicas"], 1, "{described}");
     let all = setup
         .client
         .logs(Scope::Session, id, LogStart::Beginning, 1024)
@@ -667,6 +718,7 @@ async fn a_role_without_deployments_scale_is_permission_denied_naming_it() {
             &["deployments"],
             &["get", "list", "create", "patch", "delete"],
         ),
+        Rule::new(&["networkpolicies"], &["create", "patch", "delete"]),
         Rule::new(&["pods"], &["list"]),
         Rule::new(&["pods/log"], &["get"]),
     ];
@@ -933,6 +985,7 @@ async fn an_ensure_cut_short_after_the_secret_is_finished_by_the_next_one() {
         .restrict(Some(vec![
             Rule::new(&["secrets"], &["create", "patch", "delete"]),
             Rule::new(&["persistentvolumeclaims"], &["get", "create", "delete"]),
+            Rule::new(&["networkpolicies"], &["create", "patch", "delete"]),
             Rule::new(&["deployments"], &["get", "list"]),
         ]))
         .await;
@@ -1047,4 +1100,450 @@ async fn a_secret_deleted_behind_the_daemons_back_is_put_back_before_a_scale_up(
     let token: k8s_openapi::ByteString =
         serde_json::from_value(secret["data"]["STIGMER_TOKEN"].clone()).unwrap();
     assert_eq!(token.0, TOKEN.as_bytes());
+}
+
+/// A daemon under `egress` (`None`: the default, `relaxed`).
+async fn setup_with_egress(test: &str, egress: Option<&str>) -> Setup {
+    let cluster = TestCluster::start(test).await;
+    let mut options = cluster.daemon_options("");
+    options.egress = egress.map(str::to_string);
+    let daemon = TestDaemon::start(options);
+    let client = daemon.client().await;
+    Setup {
+        cluster,
+        daemon,
+        client,
+    }
+}
+
+/// The ranges SPEC §9 gives each posture, written out here independently
+/// of the daemon (which builds them from the protocol crate's table).
+fn refused_by(posture: &str) -> (Value, Value) {
+    match posture {
+        "relaxed" => (json!(["169.254.0.0/16"]), json!(["fe80::/10"])),
+        "strict" => (
+            json!([
+                "127.0.0.0/8",
+                "10.0.0.0/8",
+                "172.16.0.0/12",
+                "192.168.0.0/16",
+                "169.254.0.0/16",
+                "0.0.0.0/8"
+            ]),
+            json!(["::1/128", "fc00::/7", "fe80::/10", "::/128"]),
+        ),
+        other => panic!("no posture {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_network_policy_holds_the_posture_field_by_field_under_relaxed_and_strict() {
+    for (posture, egress) in [("relaxed", None), ("strict", Some("strict"))] {
+        let setup = setup_with_egress(&format!("policy-{posture}"), egress).await;
+        let id = "ses-policy";
+        setup
+            .client
+            .ensure_session_sandbox(id, &sandbox_env("session:p", TOKEN))
+            .await
+            .expect("ensure under a posture");
+        let base = base_name(Scope::Session, id);
+        let labels = labels_of(id, "session");
+        let policy = setup
+            .policy(Scope::Session, id)
+            .await
+            .unwrap_or_else(|| panic!("{posture}: the NetworkPolicy {base}-egress"));
+        assert_eq!(policy["metadata"]["name"], format!("{base}-egress"));
+        assert_eq!(policy["metadata"]["labels"], labels, "{posture}");
+        assert!(applied_by_sandboxd(&policy), "{policy}");
+        let spec = &policy["spec"];
+        assert_eq!(spec["podSelector"], json!({"matchLabels": labels}));
+        assert_eq!(spec["policyTypes"], json!(["Egress"]));
+        assert!(spec.get("ingress").is_none_or(Value::is_null), "{spec}");
+        let (v4, v6) = refused_by(posture);
+        assert_eq!(
+            spec["egress"],
+            json!([
+                {"to": [
+                    {"ipBlock": {"cidr": "0.0.0.0/0", "except": v4}},
+                    {"ipBlock": {"cidr": "::/0", "except": v6}},
+                ]},
+                {"to": [{
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }],
+                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+            ]),
+            "{posture}"
+        );
+        // Made before the Deployment: no runner pod exists without it.
+        let deployment = setup.deployment(Scope::Session, id).await.unwrap();
+        assert!(resource_version(&policy) < resource_version(&deployment));
+        // status and describe say the posture, the mechanism, and its caveat.
+        let status = setup.client.status().await.unwrap();
+        assert_eq!(status.egress.posture, posture);
+        assert!(status.egress.enforced, "{:?}", status.egress);
+        assert!(
+            status.egress.mechanism.contains("NetworkPolicy")
+                && status.egress.mechanism.contains("network plugin"),
+            "{:?}",
+            status.egress
+        );
+        let described = setup.client.describe(Scope::Session, id).await.unwrap();
+        assert_eq!(described.egress.as_ref(), Some(&status.egress));
+        let text = setup.status_text();
+        assert!(
+            text.contains(posture) && text.contains("network plugin"),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_deleted_behind_the_daemons_back_is_put_back_before_a_scale_up() {
+    let setup = setup("policy-deleted", "").await;
+    let id = "ses-nopolicy";
+    let env = sandbox_env("session:np", TOKEN);
+    setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    setup.kubectl_scale(Scope::Session, id, 0).await;
+    let policies: Api<NetworkPolicy> = setup.cluster.api();
+    policies
+        .delete(
+            &format!("{}-egress", base_name(Scope::Session, id)),
+            &DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    let policy = setup.policy(Scope::Session, id).await.expect("put back");
+    let deployment = setup.deployment(Scope::Session, id).await.unwrap();
+    assert!(resource_version(&policy) < resource_version(&deployment));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_none_makes_no_policy_and_removes_a_leftover_one() {
+    let cluster = TestCluster::start("policy-none").await;
+    let id = "ses-none";
+    let env = sandbox_env("session:none", TOKEN);
+    // An earlier daemon under the default posture made the sandbox and its policy.
+    let earlier = TestDaemon::start(cluster.daemon_options(""));
+    earlier
+        .client()
+        .await
+        .ensure_session_sandbox(id, &env)
+        .await
+        .unwrap();
+    drop(earlier);
+    let mut options = cluster.daemon_options("");
+    options.egress = Some("none".to_string());
+    let daemon = TestDaemon::start(options);
+    let client = daemon.client().await;
+    let setup = Setup {
+        cluster,
+        daemon,
+        client,
+    };
+    assert!(setup.policy(Scope::Session, id).await.is_some());
+    let status = setup.client.status().await.unwrap();
+    assert_eq!(status.egress.posture, "none");
+    assert!(!status.egress.enforced);
+    // A new sandbox gets none.
+    setup
+        .client
+        .ensure_session_sandbox("ses-fresh", &env)
+        .await
+        .unwrap();
+    assert!(setup
+        .deployment(Scope::Session, "ses-fresh")
+        .await
+        .is_some());
+    assert!(setup.policy(Scope::Session, "ses-fresh").await.is_none());
+    // Starting the old one again removes what `none` no longer means.
+    setup.kubectl_scale(Scope::Session, id, 0).await;
+    setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    assert!(setup.policy(Scope::Session, id).await.is_none());
+    assert!(setup
+        .daemon
+        .log_text()
+        .contains("deleted the NetworkPolicy an earlier sandboxd left"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_in_one_namespace_never_see_or_touch_each_others_objects() {
+    let cluster = TestCluster::start("instances").await;
+    let id = "ses-twice";
+    let env = sandbox_env("session:twice", TOKEN);
+    let default_name = base_name(Scope::Session, id);
+    let blue_name = format!("blue-{default_name}");
+    // The default instance reaps connect sandboxes quickly; blue does not.
+    let first = TestDaemon::start(
+        cluster.daemon_options("connect_ttl = \"2s\"\nconnect_creation_grace = \"1s\""),
+    );
+    let mut blue_options = cluster.daemon_options("");
+    blue_options.extra_toml = format!("instance = \"blue\"\n{}", blue_options.extra_toml);
+    let blue = TestDaemon::start(blue_options);
+    let (a, b) = (first.client().await, blue.client().await);
+    let setup = Setup {
+        cluster,
+        daemon: first,
+        client: a,
+    };
+
+    // The default instance: today's names, no instance label.
+    assert!(
+        setup
+            .client
+            .ensure_session_sandbox(id, &env)
+            .await
+            .unwrap()
+            .created
+    );
+    let deployment = setup.get::<Deployment>(&default_name).await.unwrap();
+    assert_eq!(deployment["metadata"]["labels"], labels_of(id, "session"));
+    // Blue neither sees nor adopts it, and makes its own beside it.
+    assert_eq!(
+        b.probe(Scope::Session, id).await.unwrap(),
+        ProbeState::Absent
+    );
+    assert!(b.list(None).await.unwrap().is_empty());
+    assert!(b.ensure_session_sandbox(id, &env).await.unwrap().created);
+    let mut blue_labels = labels_of(id, "session");
+    blue_labels["stigmer.ai/instance"] = json!("blue");
+    let blue_deployment = setup
+        .get::<Deployment>(&blue_name)
+        .await
+        .expect("blue's Deployment");
+    assert_eq!(blue_deployment["metadata"]["labels"], blue_labels);
+    assert_eq!(
+        blue_deployment["spec"]["selector"]["matchLabels"],
+        blue_labels
+    );
+    assert_eq!(
+        blue_deployment["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]
+            ["claimName"],
+        format!("{blue_name}-workspace")
+    );
+    for name in [
+        format!("{blue_name}-env"),
+        format!("{blue_name}-workspace"),
+        format!("{blue_name}-egress"),
+    ] {
+        let object = match name.rsplit('-').next() {
+            Some("env") => setup.get::<Secret>(&name).await,
+            Some("workspace") => setup.get::<PersistentVolumeClaim>(&name).await,
+            _ => setup.get::<NetworkPolicy>(&name).await,
+        };
+        let object = object.unwrap_or_else(|| panic!("blue's {name}"));
+        assert_eq!(object["metadata"]["labels"], blue_labels, "{name}");
+    }
+    let policy = setup
+        .get::<NetworkPolicy>(&format!("{blue_name}-egress"))
+        .await
+        .unwrap();
+    assert_eq!(policy["spec"]["podSelector"]["matchLabels"], blue_labels);
+    // Each lists only its own.
+    for client in [&setup.client, &b] {
+        let listed = client.list(None).await.unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].id, id);
+    }
+
+    // The default instance's reaper removes its own leaked connect sandbox
+    // and never blue's.
+    let blue_connect = b.create_connect_sandbox("req-blue", &env).await.unwrap();
+    let own_connect = setup
+        .client
+        .create_connect_sandbox("req-default", &env)
+        .await
+        .unwrap();
+    let reaped = eventually(Duration::from_secs(60), || async {
+        setup.client.probe(Scope::Connect, &own_connect).await.ok() == Some(ProbeState::Absent)
+    })
+    .await;
+    assert!(
+        reaped,
+        "the default instance's leaked connect sandbox is still there"
+    );
+    assert_eq!(
+        b.probe(Scope::Connect, &blue_connect).await.unwrap(),
+        ProbeState::Running,
+        "blue's connect sandbox is not the default instance's to reap"
+    );
+
+    // The default instance's deprovision leaves blue's objects alone.
+    setup.client.deprovision_session_sandbox(id).await.unwrap();
+    assert!(setup.get::<Deployment>(&default_name).await.is_none());
+    assert!(setup.get::<Deployment>(&blue_name).await.is_some());
+    assert!(setup
+        .get::<Secret>(&format!("{blue_name}-env"))
+        .await
+        .is_some());
+    assert!(setup
+        .get::<NetworkPolicy>(&format!("{blue_name}-egress"))
+        .await
+        .is_some());
+    assert_eq!(
+        b.probe(Scope::Session, id).await.unwrap(),
+        ProbeState::Running
+    );
+    // And blue's removes its own.
+    b.deprovision_session_sandbox(id).await.unwrap();
+    assert!(setup.get::<Deployment>(&blue_name).await.is_none());
+    assert!(setup
+        .get::<Secret>(&format!("{blue_name}-env"))
+        .await
+        .is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fast_path_says_which_fields_differ_and_changes_nothing() {
+    let setup = setup("differs", "").await;
+    let id = "ses-differs";
+    let env = sandbox_env("session:differs", TOKEN);
+    setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    let before = setup.deployment(Scope::Session, id).await.unwrap();
+    let same = setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    assert!(same.differs.is_empty(), "{same:?}");
+    let other = SandboxEnv {
+        task_queue: "session:elsewhere".to_string(),
+        stigmer_token: sandboxd_client::Token::new("tok-other-91"),
+        caller_class: "internal".to_string(),
+    };
+    for _ in 0..2 {
+        let report = setup
+            .client
+            .ensure_session_sandbox(id, &other)
+            .await
+            .unwrap();
+        assert!(!report.created, "{report:?}");
+        assert_eq!(report.differs, ["task_queue", "caller_class", "token"]);
+    }
+    let only_token = SandboxEnv {
+        stigmer_token: sandboxd_client::Token::new("tok-other-91"),
+        ..env.clone()
+    };
+    let report = setup
+        .client
+        .ensure_session_sandbox(id, &only_token)
+        .await
+        .unwrap();
+    assert_eq!(report.differs, ["token"]);
+    let after = setup.deployment(Scope::Session, id).await.unwrap();
+    assert_eq!(
+        resource_version(&before),
+        resource_version(&after),
+        "no write"
+    );
+    assert!(!after.to_string().contains("tok-other-91"));
+    let logged = setup
+        .daemon
+        .log_text()
+        .matches("already running with other settings")
+        .count();
+    assert_eq!(logged, 2, "once per difference, not per call");
+    // The same through sandboxctl, in --json.
+    let output = setup.daemon.sandboxctl(&[
+        "--json",
+        "ensure",
+        "session",
+        id,
+        "--task-queue",
+        "session:elsewhere",
+    ]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("\"differs\"") && text.contains("task_queue"),
+        "{output:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_verdict_is_degraded_for_missing_verbs_and_unhealthy_without_an_answer() {
+    // All the tier needs: healthy.
+    let setup = setup("health", "").await;
+    let healthy = eventually(Duration::from_secs(30), || async {
+        let status = setup.client.status().await.unwrap();
+        status.driver_health.contains("permissions sufficient")
+    })
+    .await;
+    assert!(healthy);
+    let status = setup.client.status().await.unwrap();
+    assert_eq!(
+        status.health.verdict,
+        HealthVerdict::Healthy,
+        "{:?}",
+        status.health
+    );
+
+    // A Role without deployments/scale: degraded, naming the verb.
+    let mut cluster = TestCluster::start("health-degraded").await;
+    cluster
+        .restrict(Some(vec![
+            Rule::new(&["secrets"], &["create", "patch", "delete"]),
+            Rule::new(&["persistentvolumeclaims"], &["get", "create", "delete"]),
+            Rule::new(&["networkpolicies"], &["create", "patch", "delete"]),
+            Rule::new(
+                &["deployments"],
+                &["get", "list", "create", "patch", "delete"],
+            ),
+            Rule::new(&["pods"], &["list"]),
+            Rule::new(&["pods/log"], &["get"]),
+        ]))
+        .await;
+    let daemon = TestDaemon::start(cluster.daemon_options(""));
+    let client = daemon.client().await;
+    let degraded = eventually(Duration::from_secs(30), || async {
+        client.status().await.unwrap().health.verdict == HealthVerdict::Degraded
+    })
+    .await;
+    let status = client.status().await.unwrap();
+    assert!(degraded, "{:?}", status.health);
+    assert!(
+        status
+            .health
+            .reasons
+            .iter()
+            .any(|reason| reason.contains("patch deployments/scale")),
+        "{:?}",
+        status.health
+    );
+    let check = daemon.sandboxctl(&["status", "--check"]);
+    assert_eq!(check.status.code(), Some(3), "{check:?}");
+
+    // The API server stops answering: unhealthy, naming it.
+    let mut setup = setup;
+    let Some(standin) = setup.cluster.standin_mut() else {
+        eprintln!("SKIPPED on a real cluster: stopping the API server needs the stand-in");
+        return;
+    };
+    let url = standin.url();
+    standin.stop();
+    let _ = setup.client.probe(Scope::Session, "ses-any").await;
+    let status = setup.client.status().await.unwrap();
+    assert_eq!(status.health.verdict, HealthVerdict::Unhealthy);
+    assert!(
+        status
+            .health
+            .reasons
+            .iter()
+            .any(|reason| reason.contains(&url) && reason.contains("did not answer")),
+        "{:?}",
+        status.health
+    );
+    let check = setup.daemon.sandboxctl(&["status", "--check"]);
+    assert_eq!(check.status.code(), Some(4), "{check:?}");
+
+    // A daemon whose permission check cannot run: unhealthy, saying so.
+    let late = TestDaemon::start(setup.cluster.daemon_options(""));
+    let late_client = late.client().await;
+    let failed = eventually(Duration::from_secs(30), || async {
+        late_client.status().await.is_ok_and(|status| {
+            status
+                .health
+                .reasons
+                .iter()
+                .any(|reason| reason.contains("permission check failed"))
+        })
+    })
+    .await;
+    assert!(failed, "{:?}", late_client.status().await.map(|s| s.health));
 }

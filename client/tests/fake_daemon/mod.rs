@@ -146,6 +146,7 @@ impl Sandboxd for FakeDaemon {
             task_queue: "session:abc".into(),
             caller_class: "user".into(),
             egress: Some(stand_in_egress()),
+            cluster: None,
         })
     }
 

@@ -59,6 +59,10 @@ enum State {
     Unrestricted,
     /// The table is installed and was verified.
     InForce { nft: Nft, ruleset: Ruleset },
+    /// Enforced by the runtime, by objects the tier makes with every
+    /// sandbox (the kubernetes tier's NetworkPolicy): no table here, so
+    /// nothing to re-verify or remove; the text says how.
+    ByRuntime(String),
     /// Why the posture cannot be enforced; every ensure is refused.
     Unenforceable(String),
 }
@@ -123,11 +127,26 @@ impl Egress {
         }
     }
 
+    /// A posture the tier enforces itself with every sandbox it makes (the
+    /// kubernetes tier: a NetworkPolicy per sandbox), described by
+    /// `mechanism`; `none` as it is. Installs and removes nothing here.
+    pub fn by_runtime(setting: EgressSetting, mechanism: String) -> Egress {
+        let state = match setting {
+            EgressSetting::Unrestricted => State::Unrestricted,
+            EgressSetting::Enforced(_) => State::ByRuntime(mechanism),
+        };
+        Egress {
+            setting,
+            state: Mutex::new(state),
+            work: Mutex::new(()),
+        }
+    }
+
     /// Ok when a sandbox may start: the rules are in force, or egress is
     /// unrestricted by configuration. Cheap: no syscall.
     pub fn check(&self) -> Result<(), SandboxError> {
         match &*self.state() {
-            State::Unrestricted | State::InForce { .. } => Ok(()),
+            State::Unrestricted | State::InForce { .. } | State::ByRuntime(_) => Ok(()),
             State::Unenforceable(reason) => Err(SandboxError::Unavailable(format!(
                 "egress posture '{}' is not in force, so no sandbox may start: {reason}",
                 self.setting
@@ -143,6 +162,7 @@ impl Egress {
                 "unrestricted: egress = \"none\" in the configuration".to_string(),
             ),
             State::InForce { ruleset, .. } => (true, ruleset.describe()),
+            State::ByRuntime(mechanism) => (true, mechanism.clone()),
             State::Unenforceable(reason) => {
                 (false, format!("NOT ENFORCED, ensure refused: {reason}"))
             }

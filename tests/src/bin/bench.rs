@@ -281,7 +281,7 @@ fn kubernetes_rows(figures: &kubernetes::KubernetesFigures) -> (Vec<Row>, String
             what: "ensure new sandbox p50".into(),
             unit: "ms",
             value: ms(&figures.sandboxd_new, 50.0),
-            baseline_what: "the 3 writes with kube p50".into(),
+            baseline_what: "the 4 writes with kube p50".into(),
             baseline: Some(ms(&figures.direct_new, 50.0)),
             goal: Goal::RatioAtMost(1.1),
         },

@@ -2,7 +2,8 @@
 //! verbs for RBAC, and the JSON (or log text) it answers with.
 //!
 //! Served: namespaces (get, create, delete); secrets,
-//! persistentvolumeclaims, pods and apps/v1 deployments (get, list with
+//! persistentvolumeclaims, pods, apps/v1 deployments and
+//! networking.k8s.io/v1 networkpolicies (get, list with
 //! `labelSelector`, create, update, patch as server-side apply or merge
 //! patch, delete); `deployments/scale` (get, patch, update); `pods/log`
 //! (get, with `limitBytes` and `tailLines`); `selfsubjectaccessreviews`

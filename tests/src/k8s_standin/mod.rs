@@ -6,13 +6,14 @@
 //! would be. It implements what the tier touches, as the real server
 //! behaves, and nothing more:
 //!
-//! - secrets, persistentvolumeclaims, pods, apps/v1 deployments in
-//!   namespaces; `resourceVersion` from one counter (etcd's revision),
+//! - secrets, persistentvolumeclaims, pods, apps/v1 deployments and
+//!   networking.k8s.io/v1 networkpolicies in namespaces; `resourceVersion` from one counter (etcd's revision),
 //!   `uid`, `generation`, `creationTimestamp`;
 //! - failures as `Status` objects: 404 NotFound (of the object, or of the
 //!   namespace), 409 AlreadyExists / Conflict (stale resourceVersion, apply
 //!   conflicts), 422 Invalid (names, label values, a Deployment's selector
-//!   and its immutability, a claim's immutable spec), 401, 403;
+//!   and its immutability, a claim's immutable spec, a NetworkPolicy's
+//!   policy types, ports and `ipBlock`s), 401, 403;
 //! - server-side apply with field managers ([fields]): ownership,
 //!   conflicts and `force`, removal of fields a manager stops applying;
 //!   merge patches and updates take ownership of what they change;
@@ -28,6 +29,7 @@
 
 mod fields;
 mod http;
+mod network_policy;
 mod rbac;
 mod selector;
 mod status;

@@ -53,8 +53,15 @@ pub const DEPLOYMENTS: Kind = Kind {
     kind: "Deployment",
 };
 
+pub const NETWORK_POLICIES: Kind = Kind {
+    resource: "networkpolicies",
+    group: "networking.k8s.io",
+    api_version: "networking.k8s.io/v1",
+    kind: "NetworkPolicy",
+};
+
 pub fn kind_of(group: &str, resource: &str) -> Option<Kind> {
-    [SECRETS, CLAIMS, PODS, DEPLOYMENTS]
+    [SECRETS, CLAIMS, PODS, DEPLOYMENTS, NETWORK_POLICIES]
         .into_iter()
         .find(|kind| kind.group == group && kind.resource == resource)
 }
@@ -160,6 +167,11 @@ fn validate(kind: Kind, name: &str, old: Option<&Value>, new: &Value) -> Result<
                 return invalid("spec.selector", "field is immutable");
             }
         }
+    }
+    if kind == NETWORK_POLICIES {
+        super::network_policy::validate(&new["spec"]).map_err(|(field, message)| {
+            status::invalid(kind.kind, kind.group, name, &field, &message)
+        })?;
     }
     if kind == CLAIMS {
         if let Some(old) = old {

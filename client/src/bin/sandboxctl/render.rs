@@ -295,6 +295,25 @@ pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
     if let Some(posture) = &info.egress {
         lines.push(("egress", egress(posture)));
     }
+    if let Some(cluster) = &info.cluster {
+        lines.push((
+            "replicas",
+            format!(
+                "{} desired, {} ready",
+                cluster.desired_replicas, cluster.ready_replicas
+            ),
+        ));
+        lines.push((
+            "pod",
+            match (&cluster.pod_phase, &cluster.last_termination_reason) {
+                (None, _) => "none".to_string(),
+                (Some(phase), None) => shown(phase),
+                (Some(phase), Some(reason)) => {
+                    format!("{}, last terminated: {}", shown(phase), shown(reason))
+                }
+            },
+        ));
+    }
     key_values(&lines)
 }
 
@@ -463,6 +482,7 @@ mod tests {
                 enforced: true,
                 mechanism: "nftables table inet sandboxd_0123456789ab".into(),
             }),
+            cluster: None,
         }
     }
 
@@ -628,6 +648,37 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("container id"));
+        assert!(
+            !text.contains("replicas"),
+            "only the kubernetes tier has them"
+        );
+    }
+
+    #[test]
+    fn describe_shows_what_the_cluster_says() {
+        let mut pod = info();
+        pod.cluster = Some(sandboxd_client::ClusterState {
+            desired_replicas: 1,
+            ready_replicas: 0,
+            pod_phase: Some("Running".into()),
+            last_termination_reason: Some("OOMKilled".into()),
+        });
+        let text = describe(&pod, NOW);
+        assert!(
+            text.contains("replicas:     1 desired, 0 ready\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pod:          Running, last terminated: OOMKilled\n"),
+            "{text}"
+        );
+        pod.cluster = Some(sandboxd_client::ClusterState {
+            desired_replicas: 0,
+            ready_replicas: 0,
+            pod_phase: None,
+            last_termination_reason: None,
+        });
+        assert!(describe(&pod, NOW).contains("pod:          none\n"));
     }
 
     #[test]

@@ -216,6 +216,7 @@ impl Observed {
             task_queue: self.task_queue().to_string(),
             caller_class: self.caller_class().to_string(),
             egress: None,
+            cluster: None,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! retries are off: a retry is the caller's decision.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -26,6 +27,9 @@ pub struct Cluster {
     pub server: String,
     pub namespace: String,
     pub timeout: Duration,
+    /// Why the last call got no answer from the API server; `None` once
+    /// one is answered (with anything). For the health verdict.
+    unanswered: Arc<Mutex<Option<String>>>,
 }
 
 impl Cluster {
@@ -66,6 +70,7 @@ impl Cluster {
             server,
             namespace: settings.namespace.clone(),
             timeout,
+            unanswered: Arc::default(),
         })
     }
 
@@ -74,10 +79,27 @@ impl Cluster {
         &self,
         call: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, CallError> {
-        match tokio::time::timeout(self.timeout, call).await {
+        let result = match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => result.map_err(|error| CallError::from_kube(error, self.timeout)),
             Err(_) => Err(CallError::timed_out(self.timeout)),
-        }
+        };
+        let unanswered = match &result {
+            Err(CallError::Unreachable(why)) => Some(why.clone()),
+            _ => None,
+        };
+        *self
+            .unanswered
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()) = unanswered;
+        result
+    }
+
+    /// Why the API server did not answer the last call, if it did not.
+    pub fn unanswered(&self) -> Option<String> {
+        self.unanswered
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .clone()
     }
 
     /// The caller's error for a failed `action`, naming where it failed.

@@ -1,5 +1,10 @@
-//! Tear-down: the Deployment, then the Secret, then the claim (its pods go
-//! with the Deployment, by the cluster's garbage collector). Not-found is
+//! Tear-down: the Deployment, then the NetworkPolicy, then the Secret, then
+//! the claim (its pods go with the Deployment, by the cluster's garbage
+//! collector). The policy goes right after the Deployment: it must outlive
+//! every runner the daemon could still start, and nothing of the sandbox
+//! needs it once its Deployment is gone (a pod still in its termination
+//! grace may outlive it by that grace). It is deleted whatever the
+//! posture, so one left by an earlier daemon under a posture goes too. Not-found is
 //! success at every step, so a repeated or interrupted deprovision finishes
 //! the work. The claim goes only here, never on a scale-down, and stays
 //! when the caller asks to keep the workspace.
@@ -27,7 +32,10 @@ pub async fn deprovision(
         return Err(SandboxError::FailedPrecondition(format!(
             "the Deployment named {} in namespace '{}' lacks sandboxd's labels for {} '{}': \
              sandboxd will not delete it",
-            key.base_name, inner.cluster.namespace, key.scope, key.id
+            super::shapes::object_name(key),
+            inner.cluster.namespace,
+            key.scope,
+            key.id
         )));
     }
     let params = DeleteParams {
@@ -48,9 +56,18 @@ pub async fn deprovision(
         DELETE_DEPLOYMENT,
         inner
             .cluster
-            .call(inner.deployments().delete(&key.base_name, &params))
+            .call(
+                inner
+                    .deployments()
+                    .delete(&super::shapes::object_name(key), &params),
+            )
             .await
             .map(|_| ()),
+    )?;
+    // The policy alone does not make a sandbox present.
+    gone(
+        super::network_policy::DELETE_POLICY,
+        super::network_policy::delete(inner, key).await.map(|_| ()),
     )?;
     was_present |= gone(
         DELETE_SECRET,

@@ -3,9 +3,11 @@
 //! | the cluster says        | ensure does                                          |
 //! |-------------------------|------------------------------------------------------|
 //! | replicas ≥ 1            | nothing (fast path: one GET, no write)               |
-//! | replicas 0              | apply the Secret and the Deployment (the token, the  |
-//! |                         | queue), then scale to 1 through `deployments/scale`  |
-//! | no such Deployment      | apply Secret, create the claim, apply Deployment     |
+//! | replicas 0              | apply the Secret, the NetworkPolicy and the          |
+//! |                         | Deployment (the token, the queue), then scale to 1   |
+//! |                         | through `deployments/scale`                          |
+//! | no such Deployment      | apply Secret, create the claim, apply the            |
+//! |                         | NetworkPolicy, apply the Deployment                  |
 //!
 //! No readiness wait: a runner that never polls shows up upstream as a
 //! schedule-to-start timeout. Every write is a server-side apply (or a
@@ -19,7 +21,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use sandboxd_protocol::{EnsureReport, ProbeState, SandboxEnv, SandboxError, Scope};
 
 use super::errors::{Action, CallError};
-use super::observe::{annotation, generation_of, state_of, Lookup};
+use super::observe::{annotation, differs_from, generation_of, state_of, Lookup};
 use super::shapes::{has_claim, secret_name, token_digest, ANNOTATION_TOKEN_SHA256, FIELD_MANAGER};
 use super::Inner;
 use crate::provisioner::SandboxKey;
@@ -63,17 +65,18 @@ pub async fn ensure(
         } else {
             inner.lookup(key).await?
         };
-        let step = match lookup {
-            Lookup::Absent => provision(inner, key, env).await?,
-            Lookup::Foreign => {
-                return Err(SandboxError::FailedPrecondition(format!(
+        let step =
+            match lookup {
+                Lookup::Absent => provision(inner, key, env).await?,
+                Lookup::Foreign => {
+                    return Err(SandboxError::FailedPrecondition(format!(
                     "a Deployment named {} exists in namespace '{}' without sandboxd's labels for \
                      {} '{}': sandboxd will not touch it; remove or rename it",
-                    key.base_name, inner.cluster.namespace, key.scope, key.id
+                    super::shapes::object_name(key), inner.cluster.namespace, key.scope, key.id
                 )))
-            }
-            Lookup::Ours(deployment) => existing(inner, key, env, &deployment).await?,
-        };
+                }
+                Lookup::Ours(deployment) => existing(inner, key, env, &deployment).await?,
+            };
         if let Step::Done(report) = step {
             return Ok(report);
         }
@@ -109,7 +112,15 @@ fn or_look_again<T>(
     }
 }
 
-/// No Deployment: Secret, claim, Deployment, in that order.
+/// The sandbox's NetworkPolicy, before any runner of it starts.
+async fn apply_policy(inner: &Inner, key: &SandboxKey) -> Result<Option<()>, SandboxError> {
+    match super::network_policy::ensure(inner, key).await {
+        Ok(done) => Ok(done),
+        Err((action, error)) => Err(failure(inner, key, action, error)),
+    }
+}
+
+/// No Deployment: Secret, claim, NetworkPolicy, Deployment, in that order.
 async fn provision(
     inner: &Inner,
     key: &SandboxKey,
@@ -135,12 +146,15 @@ async fn provision(
             Err(error) => return Err(failure(inner, key, CREATE_CLAIM, error)),
         }
     }
+    if apply_policy(inner, key).await?.is_none() {
+        return Ok(Step::LookAgain);
+    }
     let generation = 1;
     let deployment = inner.shape.deployment(key, env, generation, Some(1));
     let result = inner
         .cluster
         .call(inner.deployments().patch(
-            &key.base_name,
+            &super::shapes::object_name(key),
             &apply_params(),
             &Patch::Apply(&deployment),
         ))
@@ -213,13 +227,15 @@ async fn existing(
             created: false,
             generation,
             pid: None,
-            differs: Vec::new(),
+            differs: differs_from(deployment, env),
         }));
     }
     // Stopped. The new runner must not start with a stale token or queue:
     // the Secret first (always: applying an unchanged one changes nothing,
-    // and it puts back one deleted behind our back), then the Deployment
-    // (its annotations, environment and the next generation), then the scale.
+    // and it puts back one deleted behind our back), then the NetworkPolicy
+    // (the same: put back, or brought to the posture now configured), then
+    // the Deployment (its annotations, environment and the next
+    // generation), then the scale.
     if annotation(deployment, ANNOTATION_TOKEN_SHA256)
         != Some(token_digest(&env.stigmer_token).as_str())
     {
@@ -228,15 +244,18 @@ async fn existing(
     if apply_secret(inner, key, env).await?.is_none() {
         return Ok(Step::LookAgain);
     }
+    if apply_policy(inner, key).await?.is_none() {
+        return Ok(Step::LookAgain);
+    }
     let next = generation + 1;
     let updated = inner.shape.deployment(key, env, next, None);
     let result = inner
         .cluster
-        .call(
-            inner
-                .deployments()
-                .patch(&key.base_name, &apply_params(), &Patch::Apply(&updated)),
-        )
+        .call(inner.deployments().patch(
+            &super::shapes::object_name(key),
+            &apply_params(),
+            &Patch::Apply(&updated),
+        ))
         .await;
     if or_look_again(inner, key, APPLY_DEPLOYMENT, result)?.is_none() {
         return Ok(Step::LookAgain);
@@ -248,11 +267,11 @@ async fn existing(
     let scale = serde_json::json!({ "spec": { "replicas": 1 } });
     let result = inner
         .cluster
-        .call(
-            inner
-                .deployments()
-                .patch_scale(&key.base_name, &params, &Patch::Merge(&scale)),
-        )
+        .call(inner.deployments().patch_scale(
+            &super::shapes::object_name(key),
+            &params,
+            &Patch::Merge(&scale),
+        ))
         .await;
     match result {
         Ok(_) => {}

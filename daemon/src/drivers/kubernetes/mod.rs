@@ -8,7 +8,8 @@
 //! one, sees every sandbox at once.
 //!
 //! Rooms: `config` (finding the API server; the one client), `shapes` (the
-//! three objects), `ensure` (the state machine), `deprovision`, `observe`
+//! three objects), `network_policy` (the egress posture, one NetworkPolicy
+//! per sandbox), `ensure` (the state machine), `deprovision`, `observe`
 //! (probe, describe, list), `logs` (the pod's log), `reaper` (leaked
 //! connect sandboxes), `permissions` (the start-up access review),
 //! `errors` (what a failed call means for the caller).
@@ -18,6 +19,7 @@ mod deprovision;
 mod ensure;
 mod errors;
 mod logs;
+mod network_policy;
 mod observe;
 mod permissions;
 mod reaper;
@@ -28,20 +30,21 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use sandboxd_protocol::{
-    DeprovisionReport, EgressStatus, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
-    SandboxError, SandboxInfo, Scope,
+    DeprovisionReport, EgressStatus, EnsureReport, Health, HealthVerdict, LogChunk, LogStart,
+    ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope,
 };
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
-use crate::egress::Egress;
+use crate::egress::{Egress, EgressSetting};
 use crate::provisioner::{Driver, SandboxKey};
 use config::Cluster;
-use observe::{generation_of, state_of, Lookup};
+use observe::{differs_from, generation_of, state_of, Lookup};
 use permissions::Permissions;
 use reaper::ReaperSettings;
 use shapes::RunnerShape;
@@ -49,8 +52,8 @@ use shapes::RunnerShape;
 pub struct KubernetesDriver {
     inner: Arc<Inner>,
     permissions: Permissions,
-    /// The egress posture. This tier installs no NetworkPolicy, so any
-    /// posture but `none` is unenforceable and refuses every ensure.
+    /// The egress posture, enforced by a NetworkPolicy per sandbox (see
+    /// `network_policy`): for `status` and `describe`.
     egress: Egress,
     /// The reaper and the permission check; stopped with the driver.
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -60,6 +63,8 @@ pub struct KubernetesDriver {
 struct Inner {
     cluster: Cluster,
     shape: RunnerShape,
+    /// The configured posture, which every sandbox's NetworkPolicy holds.
+    egress: EgressSetting,
     key_locks: KeyLocks<SandboxKey>,
 }
 
@@ -73,6 +78,10 @@ impl Inner {
     }
 
     fn claims(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.cluster.client.clone(), &self.cluster.namespace)
+    }
+
+    fn policies(&self) -> Api<NetworkPolicy> {
         Api::namespaced(self.cluster.client.clone(), &self.cluster.namespace)
     }
 
@@ -92,6 +101,7 @@ impl KubernetesDriver {
         let inner = Arc::new(Inner {
             cluster,
             shape,
+            egress: config.egress,
             key_locks: KeyLocks::new(),
         });
         let permissions = Permissions::new();
@@ -103,10 +113,11 @@ impl KubernetesDriver {
             tokio::spawn(permissions.clone().check(inner.cluster.clone())),
             tokio::spawn(reaper::run(inner.clone(), reaper)),
         ];
-        let egress = Egress::not_installed(
-            config.egress,
-            "the kubernetes tier installs no NetworkPolicy for it; set egress = \"none\" to run unrestricted".to_string(),
-        );
+        let mechanism = match config.egress {
+            EgressSetting::Enforced(posture) => network_policy::mechanism(posture),
+            EgressSetting::Unrestricted => String::new(),
+        };
+        let egress = Egress::by_runtime(config.egress, mechanism);
         Ok(KubernetesDriver {
             inner,
             permissions,
@@ -124,6 +135,24 @@ impl Driver for KubernetesDriver {
 
     fn egress(&self) -> EgressStatus {
         self.egress.status()
+    }
+
+    /// Unhealthy when the API server did not answer the last call or the
+    /// permission check failed; degraded when verbs are missing. (Status
+    /// lists the sandboxes too, a live call that adds its own failure.)
+    async fn health_verdict(&self) -> Health {
+        let mut health = Health::healthy();
+        if let Some(why) = self.inner.cluster.unanswered() {
+            health.add(
+                HealthVerdict::Unhealthy,
+                format!(
+                    "the Kubernetes API server at {} did not answer: {why}",
+                    self.inner.cluster.server
+                ),
+            );
+        }
+        self.permissions.judge(&mut health);
+        health
     }
 
     fn health(&self) -> String {
@@ -150,11 +179,12 @@ impl Driver for KubernetesDriver {
                     created: false,
                     generation: generation_of(deployment),
                     pid: None,
-                    differs: Vec::new(),
+                    differs: differs_from(deployment, env),
                 });
             }
         }
-        // Fail closed: nothing is created or started without the posture.
+        // Nothing is created or started without the posture: every path
+        // that makes or starts a runner applies its NetworkPolicy first.
         self.egress.check()?;
         let absent = matches!(first, Lookup::Absent);
         // In a task of its own: a caller that stops waiting must not leave

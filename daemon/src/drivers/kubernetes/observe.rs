@@ -13,13 +13,19 @@ use kube::api::ListParams;
 use sandboxd_protocol::naming::{
     LABEL_MANAGED_BY, LABEL_SANDBOX_ID, LABEL_SCOPE, MANAGED_BY_VALUE,
 };
-use sandboxd_protocol::{ExitInfo, ProbeState, SandboxError, SandboxInfo, Scope};
+use sandboxd_protocol::{
+    ClusterState, ExitInfo, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope,
+};
 
 use super::errors::Action;
+use super::shapes::object_name;
 use super::shapes::{
-    ANNOTATION_CALLER_CLASS, ANNOTATION_GENERATION, ANNOTATION_TASK_QUEUE, CONTAINER,
+    ANNOTATION_CALLER_CLASS, ANNOTATION_GENERATION, ANNOTATION_TASK_QUEUE, ANNOTATION_TOKEN_SHA256,
+    CONTAINER,
 };
 use super::Inner;
+use crate::drivers::differs::{differing_fields, RunsWith};
+use crate::instance::{Instance, LABEL_INSTANCE};
 use crate::provisioner::SandboxKey;
 
 const GET_DEPLOYMENT: Action = Action::new("get", "deployments");
@@ -34,15 +40,20 @@ pub enum Lookup {
     Ours(Box<Deployment>),
 }
 
-/// The sandbox a Deployment belongs to, from its labels and name.
+/// The sandbox a Deployment belongs to, from its labels and name: `None`
+/// unless it is ours and this daemon's instance's (another instance's
+/// Deployment is never adopted, listed, reaped or removed).
 pub fn key_of(deployment: &Deployment) -> Option<SandboxKey> {
     let labels = deployment.metadata.labels.as_ref()?;
     if labels.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_VALUE) {
         return None;
     }
+    if !Instance::current().owns_label(labels.get(LABEL_INSTANCE).map(String::as_str)) {
+        return None;
+    }
     let scope: Scope = labels.get(LABEL_SCOPE)?.parse().ok()?;
     let key = SandboxKey::new(scope, labels.get(LABEL_SANDBOX_ID)?.clone());
-    (deployment.metadata.name.as_deref() == Some(key.base_name.as_str())).then_some(key)
+    (deployment.metadata.name.as_deref() == Some(object_name(&key).as_str())).then_some(key)
 }
 
 /// The replicas the Deployment asks for (the API server defaults it to 1).
@@ -67,17 +78,32 @@ pub fn annotation<'a>(deployment: &'a Deployment, name: &str) -> Option<&'a str>
         .map(String::as_str)
 }
 
+/// The fields of `requested` the Deployment's runner does not run with,
+/// from its annotations (the token by its SHA-256: the Deployment never
+/// holds the token).
+pub fn differs_from(deployment: &Deployment, requested: &SandboxEnv) -> Vec<String> {
+    let runs_with = RunsWith {
+        task_queue: annotation(deployment, ANNOTATION_TASK_QUEUE).unwrap_or_default(),
+        caller_class: annotation(deployment, ANNOTATION_CALLER_CLASS).unwrap_or_default(),
+        token_sha256: annotation(deployment, ANNOTATION_TOKEN_SHA256),
+    };
+    differing_fields(requested, &runs_with)
+}
+
 pub fn generation_of(deployment: &Deployment) -> u64 {
     annotation(deployment, ANNOTATION_GENERATION)
         .and_then(|text| text.parse().ok())
         .unwrap_or(1)
 }
 
-/// `a=b,c=d` for these labels.
+/// `a=b,c=d` for these labels, and this daemon's instance's term (see
+/// [`Instance::selector_term`]): every listing the tier makes is of its
+/// own instance's objects only.
 pub fn selector(labels: &[(&str, &str)]) -> String {
     labels
         .iter()
         .map(|(name, value)| format!("{name}={value}"))
+        .chain([Instance::current().selector_term()])
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -94,7 +120,7 @@ impl Inner {
     pub async fn lookup(&self, key: &SandboxKey) -> Result<Lookup, SandboxError> {
         let found = self
             .cluster
-            .call(self.deployments().get_opt(&key.base_name))
+            .call(self.deployments().get_opt(&object_name(key)))
             .await
             .map_err(|error| {
                 self.cluster
@@ -214,7 +240,9 @@ fn exit_of(terminated: &ContainerStateTerminated) -> ExitInfo {
 /// describe's answer: the Deployment's facts and its newest pod's.
 ///
 /// The pod stands where the container tiers put their container: its name
-/// in `container_id`, its runner's start, restarts and last termination.
+/// in `container_id`, its runner's start, restarts and last termination;
+/// `cluster` adds the desired and ready replicas, the pod's phase and the
+/// last termination's reason.
 pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> SandboxInfo {
     let generation = generation_of(deployment);
     let image = deployment
@@ -265,5 +293,18 @@ pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> San
             .unwrap_or_default()
             .to_string(),
         egress: None,
+        cluster: Some(ClusterState {
+            desired_replicas: u32::try_from(desired_replicas(deployment)).unwrap_or(0),
+            ready_replicas: deployment
+                .status
+                .as_ref()
+                .and_then(|status| status.ready_replicas)
+                .and_then(|ready| u32::try_from(ready).ok())
+                .unwrap_or(0),
+            pod_phase: pod
+                .and_then(|pod| pod.status.as_ref())
+                .and_then(|status| status.phase.clone()),
+            last_termination_reason: terminated.and_then(|terminated| terminated.reason.clone()),
+        }),
     }
 }

@@ -12,13 +12,14 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
+use sandboxd_protocol::{Health, HealthVerdict};
 
 use super::config::Cluster;
 use super::errors::CallError;
 
 /// Every (verb, group, resource, subresource) the tier uses, and no more:
 /// the same list as deploy/kubernetes/rbac.yaml.
-pub const NEEDED: [(&str, &str, &str, &str); 14] = [
+pub const NEEDED: [(&str, &str, &str, &str); 17] = [
     ("create", "", "secrets", ""),
     ("patch", "", "secrets", ""),
     ("delete", "", "secrets", ""),
@@ -31,6 +32,9 @@ pub const NEEDED: [(&str, &str, &str, &str); 14] = [
     ("patch", "apps", "deployments", ""),
     ("delete", "apps", "deployments", ""),
     ("patch", "apps", "deployments", "scale"),
+    ("create", "networking.k8s.io", "networkpolicies", ""),
+    ("patch", "networking.k8s.io", "networkpolicies", ""),
+    ("delete", "networking.k8s.io", "networkpolicies", ""),
     ("list", "", "pods", ""),
     ("get", "", "pods", "log"),
 ];
@@ -40,49 +44,89 @@ const RETRY: Duration = Duration::from_secs(10);
 /// How long an answer stands before it is asked again.
 const RECHECK: Duration = Duration::from_secs(300);
 
+/// What the last check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Found {
+    NotChecked,
+    Sufficient,
+    /// `verb resource[/subresource]` of each denied permission.
+    Missing(Vec<String>),
+    /// The check itself failed (the API server did not answer, or refused
+    /// the review): why.
+    Failed(String),
+}
+
+impl Found {
+    fn summary(&self) -> String {
+        match self {
+            Found::NotChecked => "permissions not checked yet".to_string(),
+            Found::Sufficient => "permissions sufficient".to_string(),
+            Found::Missing(missing) => format!("permissions MISSING: {}", missing.join(", ")),
+            Found::Failed(why) => format!("permissions unknown: {why}"),
+        }
+    }
+}
+
 /// What `status` says about the daemon's permissions.
 #[derive(Clone)]
-pub struct Permissions(Arc<Mutex<String>>);
+pub struct Permissions(Arc<Mutex<Found>>);
 
 impl Permissions {
     pub fn new() -> Permissions {
-        Permissions(Arc::new(Mutex::new(
-            "permissions not checked yet".to_string(),
-        )))
+        Permissions(Arc::new(Mutex::new(Found::NotChecked)))
     }
 
-    pub fn summary(&self) -> String {
+    fn found(&self) -> Found {
         self.0
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
             .clone()
     }
 
-    fn set(&self, summary: String) {
-        *self.0.lock().unwrap_or_else(|poison| poison.into_inner()) = summary;
+    pub fn summary(&self) -> String {
+        self.found().summary()
+    }
+
+    /// Adds the check's verdict: unhealthy when it failed, degraded when
+    /// verbs are missing (the calls needing them fail, the rest serve).
+    pub fn judge(&self, health: &mut Health) {
+        match self.found() {
+            Found::NotChecked | Found::Sufficient => {}
+            Found::Missing(missing) => health.add(
+                HealthVerdict::Degraded,
+                format!(
+                    "the daemon may not {} (deploy/kubernetes/rbac.yaml grants them)",
+                    missing.join(", ")
+                ),
+            ),
+            Found::Failed(why) => health.add(
+                HealthVerdict::Unhealthy,
+                format!("the permission check failed: {why}"),
+            ),
+        }
+    }
+
+    fn set(&self, found: Found) {
+        *self.0.lock().unwrap_or_else(|poison| poison.into_inner()) = found;
     }
 
     /// Asks for as long as the daemon runs: every [`RETRY`] until the API
     /// server answers, then every [`RECHECK`]. Logs only changes.
     pub async fn check(self, cluster: Cluster) {
         loop {
-            let (summary, wait) = match review_all(&cluster).await {
-                Ok(missing) if missing.is_empty() => {
-                    ("permissions sufficient".to_string(), RECHECK)
-                }
-                Ok(missing) => (
-                    format!("permissions MISSING: {}", missing.join(", ")),
-                    RECHECK,
-                ),
-                Err(error) => (format!("permissions unknown: {error}"), RETRY),
+            let (found, wait) = match review_all(&cluster).await {
+                Ok(missing) if missing.is_empty() => (Found::Sufficient, RECHECK),
+                Ok(missing) => (Found::Missing(missing), RECHECK),
+                Err(error) => (Found::Failed(error), RETRY),
             };
-            if summary != self.summary() {
-                if summary.contains("MISSING") {
+            if found != self.found() {
+                let summary = found.summary();
+                if matches!(found, Found::Missing(_)) {
                     tracing::error!(server = %cluster.server, namespace = %cluster.namespace, %summary, "the daemon lacks permissions the kubernetes tier needs (deploy/kubernetes/rbac.yaml)");
                 } else {
                     tracing::info!(server = %cluster.server, namespace = %cluster.namespace, %summary, "the daemon's permissions");
                 }
-                self.set(summary);
+                self.set(found);
             }
             tokio::time::sleep(wait).await;
         }

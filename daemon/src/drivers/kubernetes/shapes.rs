@@ -22,6 +22,7 @@ use sandboxd_protocol::{naming, SandboxEnv, Scope, Token};
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
+use crate::instance::Instance;
 use crate::provisioner::SandboxKey;
 
 /// The field manager of every write: a human's `kubectl scale` or label is
@@ -66,12 +67,19 @@ pub struct RunnerShape {
     pub temporal_address: String,
 }
 
+/// The Deployment's name: the base name, prefixed by a named instance's
+/// name (see [`Instance`]), so two daemons' objects never collide. Every
+/// other object's name is this with a suffix.
+pub fn object_name(key: &SandboxKey) -> String {
+    Instance::current().object_name(&key.base_name)
+}
+
 pub fn secret_name(key: &SandboxKey) -> String {
-    format!("{}-env", key.base_name)
+    format!("{}-env", object_name(key))
 }
 
 pub fn claim_name(key: &SandboxKey) -> String {
-    format!("{}-workspace", key.base_name)
+    format!("{}-workspace", object_name(key))
 }
 
 /// Session and workflow sandboxes keep their workspace across runners;
@@ -80,10 +88,12 @@ pub fn has_claim(scope: Scope) -> bool {
     scope != Scope::Connect
 }
 
-/// The three labels, as every object and the selector carry them.
+/// The three labels, and a named instance's label, as every object and
+/// the selector carry them.
 pub fn labels(key: &SandboxKey) -> BTreeMap<String, String> {
     naming::labels(key.scope, &key.id)
         .into_iter()
+        .chain(Instance::current().label())
         .map(|(name, value)| (name.to_string(), value))
         .collect()
 }
@@ -179,7 +189,7 @@ impl RunnerShape {
         generation: u64,
         replicas: Option<i32>,
     ) -> Deployment {
-        let mut metadata = self.metadata(key.base_name.clone(), key);
+        let mut metadata = self.metadata(object_name(key), key);
         metadata.annotations = Some(BTreeMap::from([
             (
                 ANNOTATION_TOKEN_SHA256.to_string(),

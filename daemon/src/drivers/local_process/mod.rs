@@ -464,6 +464,7 @@ impl Inner {
             task_queue: record.task_queue.clone(),
             caller_class: record.caller_class.clone(),
             egress: None,
+            cluster: None,
         }
     }
 }

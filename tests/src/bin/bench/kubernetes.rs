@@ -1,5 +1,6 @@
-//! The kubernetes row: ensure of a new sandbox through sandboxd against the
-//! same three writes (apply the Secret, create the claim, apply the
+//! The kubernetes row: ensure of a new sandbox through sandboxd (under the
+//! default egress posture, `relaxed`) against the same four writes (apply
+//! the Secret, create the claim, apply the NetworkPolicy, apply the
 //! Deployment) made straight to the API server with the same client
 //! library (`kube`), the same identity and objects of the same shape;
 //! then the fast path (one GET) and probe against a bare GET of the
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use sandboxd_client::{ProbeState, SandboxdClient, Scope};
@@ -126,6 +128,7 @@ async fn rounds(
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
     let apply = PatchParams::apply("sandboxd-bench").force();
     let create = PostParams {
         field_manager: Some("sandboxd-bench".to_string()),
@@ -152,6 +155,13 @@ async fn rounds(
                     .patch(&format!("{name}-env"), &apply, &Patch::Apply(&secret))
                     .await?;
                 claims.create(&create, &claim).await?;
+                policies
+                    .patch(
+                        &format!("{name}-egress"),
+                        &apply,
+                        &Patch::Apply(&policy(&name, &id)),
+                    )
+                    .await?;
                 deployments
                     .patch(&name, &apply, &Patch::Apply(&deployment))
                     .await?;
@@ -190,6 +200,29 @@ async fn rounds(
         }
     }
     Ok((sandboxd_new, direct_new, fast, probe, get))
+}
+
+/// The sandbox's NetworkPolicy as the tier shapes it under `relaxed`
+/// (the ranges from the protocol's one table), under the bench's labels.
+fn policy(name: &str, id: &str) -> NetworkPolicy {
+    let labels = json!({"bench.sandboxd/managed-by": "bench", "bench.sandboxd/scope": "session", "bench.sandboxd/sandbox-id": id});
+    let refused = |v4: bool| -> Vec<String> {
+        sandboxd_protocol::egress::Posture::Relaxed
+            .refused_ranges()
+            .filter(|range| range.network.is_ipv4() == v4)
+            .map(ToString::to_string)
+            .collect()
+    };
+    let policy = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": format!("{name}-egress"), "labels": labels},
+        "spec": {"podSelector": {"matchLabels": labels}, "policyTypes": ["Egress"],
+            "egress": [
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": refused(true)}},
+                        {"ipBlock": {"cidr": "::/0", "except": refused(false)}}]},
+                {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                         "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]}});
+    serde_json::from_value(policy).expect("a NetworkPolicy")
 }
 
 /// A sandbox's three objects as the tier shapes them, under the bench's

@@ -1,32 +1,51 @@
 //! The daemon's open-file limit, and saying so when it runs out.
 //!
-//! The process tier holds a pidfd per runner (10,000 runners: 10,000
-//! descriptors, beside the sockets of every connection), far above the
-//! common soft limit of 1,024. So the daemon raises its soft limit to the
-//! hard one at start (`sandboxd.service` sets `LimitNOFILE=`), logs what it
-//! got, and an operation that fails with EMFILE or ENFILE says which limit
-//! was hit and how to raise it, instead of a bare "Too many open files".
+//! The process tier holds three descriptors per running runner (its pidfd,
+//! the read end of its output pipe and its output file: 10,000 runners are
+//! 30,000 descriptors, beside the sockets of every connection), far above
+//! the common soft limit of 1,024 and above many hard ones. So the daemon
+//! raises its limit at start, logs what it got, and an operation that fails
+//! with EMFILE or ENFILE says which limit was hit and how to raise it,
+//! instead of a bare "Too many open files".
 
 use std::io;
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard one; returns the soft limit
+/// The most the daemon asks for: what 100,000 runners need, and no more
+/// than the kernel's `fs.nr_open` allows.
+const WANTED: u64 = 1 << 19;
+
+/// Raises `RLIMIT_NOFILE`: both limits to [`WANTED`] (or `fs.nr_open`)
+/// where the daemon may raise its hard limit (root with CAP_SYS_RESOURCE,
+/// as systemd raises its own), else the soft limit to the hard one (under
+/// `sandboxd.service`, whose `LimitNOFILE=` sets it). Returns the soft limit
 /// now in force (or `None` if it cannot be read).
 pub fn raise() -> Option<u64> {
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(WANTED);
+    let wanted = WANTED.min(nr_open);
+    if hard < wanted && setrlimit(Resource::RLIMIT_NOFILE, wanted, wanted).is_ok() {
+        return Some(logged(wanted));
+    }
     if soft < hard {
         if let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
             tracing::warn!(soft, hard, %error, "cannot raise the open-file limit");
-            return Some(soft);
+            return Some(logged(soft));
         }
     }
-    let now = soft.max(hard);
+    Some(logged(soft.max(hard)))
+}
+
+fn logged(limit: u64) -> u64 {
     tracing::info!(
-        open_file_limit = now,
-        "open-file limit (each process-tier runner holds one descriptor; LimitNOFILE= in sandboxd.service sets it)"
+        open_file_limit = limit,
+        "open-file limit (each process-tier runner holds three descriptors; LimitNOFILE= in sandboxd.service sets it)"
     );
-    Some(now)
+    limit
 }
 
 /// True for "this process (EMFILE) or the system (ENFILE) has no

@@ -7,6 +7,13 @@
 //! and the time from SIGTERM to the daemon's exit with all of them running
 //! (every runner is stopped on the way). Goals (issue 11): VmRSS at most
 //! 40 MiB, probe p50 at most 1.2× the one-sandbox p50, stop within 3 s.
+//!
+//! Each running sandbox costs the daemon a few descriptors (measured here,
+//! over a handful of sandboxes). Where the daemon's open-file limit cannot
+//! hold the count asked for (a machine whose hard limit the daemon may not
+//! raise, without CAP_SYS_RESOURCE), the row fills what fits, leaving room
+//! for connections, and its info line says so: never a figure at a count
+//! it did not reach.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -24,6 +31,43 @@ const PROBES: usize = 2_000;
 const LISTS: usize = 5;
 /// Concurrent ensures while filling the daemon.
 const TASKS: usize = 64;
+/// Sandboxes ensured (and removed) to measure descriptors per sandbox.
+const SAMPLE: usize = 16;
+/// Descriptors left free for connections and the daemon's own files.
+const DESCRIPTOR_HEADROOM: u64 = 512;
+
+/// Descriptors the daemon holds per running sandbox (over [`SAMPLE`] new
+/// ones, rounded up) and its soft open-file limit.
+async fn descriptors(
+    daemon: &Daemon,
+    client: &sandboxd_client::SandboxdClient,
+) -> anyhow::Result<(u64, u64)> {
+    let open = || {
+        std::fs::read_dir(format!("/proc/{}/fd", daemon.pid)).map(|entries| entries.count() as u64)
+    };
+    let before = open()?;
+    for n in 0..SAMPLE {
+        let id = format!("scale-fd-{n}");
+        client
+            .ensure_session_sandbox(&id, &rows::sandbox_env(&id))
+            .await?;
+    }
+    let after = open()?;
+    for n in 0..SAMPLE {
+        client
+            .deprovision_session_sandbox(&format!("scale-fd-{n}"))
+            .await?;
+    }
+    let per_runner = after.saturating_sub(before).div_ceil(SAMPLE as u64);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", daemon.pid))?;
+    let limit = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .and_then(|line| line.split_whitespace().nth(3))
+        .and_then(|soft| soft.parse().ok())
+        .context("cannot read the daemon's open-file limit")?;
+    Ok((per_runner, limit))
+}
 
 /// The rows, and one line of context for the report.
 pub async fn measure(
@@ -38,6 +82,10 @@ pub async fn measure(
         .ensure_session_sandbox(hot, &rows::sandbox_env(hot))
         .await?;
     let alone = rows::probe_serial(&client, hot, PROBES, PROBES / 10).await?;
+    let (per_runner, limit) = descriptors(&daemon, &client).await?;
+    let asked = count;
+    let fits = limit.saturating_sub(DESCRIPTOR_HEADROOM) / per_runner.max(1);
+    let count = count.min(fits as usize);
 
     let (fill, _) = rows::burst(
         std::slice::from_ref(&client),
@@ -107,10 +155,16 @@ pub async fn measure(
             goal: Goal::AtMost(3.0, "≤ 3 s"),
         },
     ];
-    let info = format!(
-        "(s) {count} sandboxes ensured in {:.1} s ({:.0}/s) from {TASKS} tasks",
+    let mut info = format!(
+        "(s) {count} sandboxes ensured in {:.1} s ({:.0}/s) from {TASKS} tasks; \
+         {per_runner} descriptors per running sandbox, open-file limit {limit}",
         fill.as_secs_f64(),
         (count - 1) as f64 / fill.as_secs_f64()
     );
+    if count < asked {
+        info.push_str(&format!(
+            "; {asked} asked, only {count} fit in the daemon's open-file limit"
+        ));
+    }
     Ok((rows, info))
 }

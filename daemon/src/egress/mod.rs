@@ -27,6 +27,7 @@
 
 mod cgroup_target;
 mod nft;
+mod orphans;
 mod ruleset;
 mod setting;
 
@@ -275,10 +276,9 @@ fn remove_leftover(matched: Result<Matched, String>) {
     }
 }
 
-/// The sandboxes cgroup, located for nft; it must exist (nft resolves it
+/// The sandboxes cgroup, located for nft: an absolute path below the
+/// cgroup v2 mount, or one relative to it. It must exist (nft resolves it
 /// to an id when the rules are loaded).
-/// The rules' match on `sandboxes_cgroup`: an absolute path below the
-/// cgroup v2 mount, or one relative to it.
 fn locate_cgroup(sandboxes_cgroup: Option<&Path>) -> Result<Matched, String> {
     let dir = sandboxes_cgroup.ok_or(
         "runners are not placed in a cgroup v2 of their own on this daemon, so no kernel rule can tell their traffic apart",
@@ -314,6 +314,7 @@ fn install(
 ) -> Result<(Nft, Ruleset), String> {
     let nft = Nft::find()?;
     let ruleset = Ruleset::new(posture, matched()?);
+    orphans::remove_orphans(&nft);
     nft.apply(&ruleset.script())?;
     let listing = nft.list_table(&ruleset.table_spec())?;
     ruleset.verify(&listing).map_err(|why| {

@@ -54,6 +54,12 @@ impl Nft {
         self.answer(&output, "load the rules").map(drop)
     }
 
+    /// `nft list tables`.
+    pub fn list_tables(&self) -> Result<String, String> {
+        let output = self.run(&["list", "tables"])?;
+        self.answer(&output, "list tables")
+    }
+
     /// `nft list table <spec>`.
     pub fn list_table(&self, spec: &str) -> Result<String, String> {
         let output = self.run(&["list", "table", spec])?;

@@ -400,3 +400,31 @@ fn rules_removed_on_a_clean_stop_are_not_reinstalled() {
     );
     assert!(egress.check().is_err());
 }
+
+#[test]
+fn a_crashed_daemons_table_goes_once_its_cgroup_is_gone_and_a_live_one_stays() {
+    require_root();
+    let live = TestCgroup::new();
+    let in_force = Egress::establish(STRICT, Some(&live.relative));
+    let gone = TestCgroup::new();
+    let crashed = Egress::establish(STRICT, Some(&gone.relative));
+    let table_of = |egress: &Egress| match &*egress.state() {
+        State::InForce { nft, ruleset } => (nft.clone(), ruleset.table_spec()),
+        _ => panic!("not in force"),
+    };
+    let (nft, orphan) = table_of(&crashed);
+    let (_, kept) = table_of(&in_force);
+    // The crashed daemon never removes its table; then its cgroup goes.
+    drop(crashed);
+    drop(gone);
+    orphans::remove_orphans(&nft);
+    assert!(
+        nft.list_table(&orphan).is_err(),
+        "{orphan} outlived its cgroup"
+    );
+    assert!(
+        nft.list_table(&kept).is_ok(),
+        "{kept} was removed while in force"
+    );
+    in_force.remove();
+}

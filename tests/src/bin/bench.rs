@@ -35,7 +35,10 @@
 //! `--no-docker` skips the docker row (which otherwise runs when an engine
 //! answers and the test image is built). `--only-output` runs only the
 //! output row (see `bench/output.rs`), which a full run measures after the
-//! other local-process rows. `--compare PATH` measures row (c) once more,
+//! other local-process rows; `--only-egress` runs only the egress rows
+//! (issue 12: row (c) and a runner's connects to 127.0.0.1 under each
+//! posture against `egress = "none"`, see `bench/egress.rs`), which a full
+//! run measures after the output row. `--compare PATH` measures row (c) once more,
 //! in turn with another `sandboxd` (the build before a change) and with
 //! this one with fewer limits, so the ratio of the two binaries is taken
 //! in the same run (see `bench/compare.rs`). `--only-calls probe|ensure N`
@@ -55,6 +58,8 @@ mod calls;
 mod compare;
 #[path = "bench/docker.rs"]
 mod docker;
+#[path = "bench/egress.rs"]
+mod egress;
 #[path = "bench/kubernetes.rs"]
 mod kubernetes;
 #[path = "bench/machine.rs"]
@@ -110,6 +115,11 @@ struct Counts {
     /// Kubernetes row: new sandboxes each way, then fast paths, probes and GETs.
     k8s_new: usize,
     k8s_calls: usize,
+    /// Egress rows: new sandboxes on each posture's daemon, then rounds of
+    /// one connect-loop runner on each, and its connects.
+    egress_new: usize,
+    egress_rounds: usize,
+    egress_connects: u64,
 }
 
 const FULL: Counts = Counts {
@@ -125,6 +135,9 @@ const FULL: Counts = Counts {
     scale: 10_000,
     k8s_new: 50,
     k8s_calls: 500,
+    egress_new: 200,
+    egress_rounds: 6,
+    egress_connects: 5_000,
 };
 
 const QUICK: Counts = Counts {
@@ -140,6 +153,9 @@ const QUICK: Counts = Counts {
     scale: 200,
     k8s_new: 3,
     k8s_calls: 20,
+    egress_new: 10,
+    egress_rounds: 1,
+    egress_connects: 100,
 };
 
 #[derive(Debug)]
@@ -153,6 +169,8 @@ struct Options {
     no_docker: bool,
     /// Run only the output row.
     only_output: bool,
+    /// Run only the egress rows.
+    only_egress: bool,
     /// Run only the scale row (s).
     scale_only: bool,
     /// Skip the kubernetes row.
@@ -173,6 +191,7 @@ fn parse_args() -> Result<Options, String> {
         daemon: None,
         no_docker: false,
         only_output: false,
+        only_egress: false,
         scale_only: false,
         no_kubernetes: false,
         only_kubernetes: false,
@@ -186,6 +205,7 @@ fn parse_args() -> Result<Options, String> {
             "--keep" => options.keep = true,
             "--no-docker" => options.no_docker = true,
             "--only-output" => options.only_output = true,
+            "--only-egress" => options.only_egress = true,
             "--scale-only" => options.scale_only = true,
             "--no-kubernetes" => options.no_kubernetes = true,
             "--only-kubernetes" => options.only_kubernetes = true,
@@ -221,7 +241,7 @@ fn parse_args() -> Result<Options, String> {
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
-                     [--no-docker] [--only-output] [--only-calls probe|ensure N] [--scale-only] [--no-kubernetes] [--only-kubernetes]\n\n\
+                     [--no-docker] [--only-output] [--only-egress] [--only-calls probe|ensure N] [--scale-only] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -391,6 +411,39 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             "mode": if options.quick { "quick" } else { "full" },
             "date": date,
             "only": "output",
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
+    if options.only_egress {
+        step(
+            started,
+            "egress: new sandboxes and a runner's connects, posture vs none",
+        );
+        let figures = egress::measure(
+            dir.path(),
+            &binaries,
+            counts.egress_new,
+            counts.egress_rounds,
+            counts.egress_connects,
+        )
+        .await?;
+        let rows = egress::rows(&figures);
+        let load = machine::load_average();
+        print!("{}", report::table(&rows));
+        println!("\ninfo: {}", egress::info(&figures));
+        println!(
+            "info: load average {:.2} at the start, {:.2} {:.2} {:.2} at the end",
+            load_start[0], load[0], load[1], load[2]
+        );
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "egress",
+            "load_start": load_start[0],
+            "load_end": load[0],
             "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
         });
         println!("{line}");
@@ -632,6 +685,18 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         &binaries,
         counts.output_bytes,
         counts.output_cap,
+    )
+    .await?;
+    step(
+        started,
+        "egress: new sandboxes and a runner's connects, posture vs none",
+    );
+    let egress_figures = egress::measure(
+        dir.path(),
+        &binaries,
+        counts.egress_new,
+        counts.egress_rounds,
+        counts.egress_connects,
     )
     .await?;
     step(started, &format!("(s) {} running sandboxes", counts.scale));
@@ -914,6 +979,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         rows.extend(comparison_rows(comparison, &raw_spawns));
     }
     rows.extend(output::rows(&output_figures));
+    rows.extend(egress::rows(&egress_figures));
     let docker_note = match &docker_figures {
         Ok(figures) => {
             rows.extend([
@@ -986,6 +1052,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     rows.extend(scale_rows);
     print!("{}", report::table(&rows));
     println!("\ninfo: {scale_info}");
+    println!("info: {}", egress::info(&egress_figures));
     println!(
         "\ninfo: (d) burst over {} connection(s); (g) {} probes (one per {:?}) during a second \
          burst ({:.0} ensures/s); daemon warm VmRSS before the burst {rss_warm} KiB; group \

@@ -64,6 +64,16 @@ struct Running {
     deprovisions: Samples,
 }
 
+/// One daemon to start for [`interleave`]: its name (also the prefix of
+/// its files, `cmp-<name>-`), its binaries, the top of its config (the
+/// driver and top-level keys) and whole tables at the end.
+pub struct Plan<'a> {
+    pub name: &'static str,
+    pub binaries: &'a Binaries,
+    pub driver_toml: String,
+    pub tables_toml: String,
+}
+
 /// Starts the four daemons, takes `count` new sandboxes of each in turn
 /// (deprovisioning them in batches), stops the daemons.
 pub async fn measure(
@@ -87,13 +97,47 @@ pub async fn measure(
             "[limits]\nmemory = 0\npids = 0\ncpu = 0.0\n",
         ),
     ];
+    let plans = plans
+        .into_iter()
+        .map(|(name, binaries, tables)| Plan {
+            name,
+            binaries,
+            driver_toml: driver.to_string(),
+            tables_toml: tables.to_string(),
+        })
+        .collect();
+    let mut done = interleave(dir, plans, count).await?.into_iter();
+    let mut next = || done.next().expect("four contenders");
+    Ok(Comparison {
+        this: next(),
+        other: next(),
+        no_cpu: next(),
+        no_limits: next(),
+    })
+}
+
+/// Starts one daemon per plan, takes `count` new sandboxes of each in turn
+/// (the order rotating every round, deprovisioning them in batches), stops
+/// the daemons; their figures in the plans' order. The egress rows (issue
+/// 12) use it too.
+pub async fn interleave(
+    dir: &Path,
+    plans: Vec<Plan<'_>>,
+    count: usize,
+) -> anyhow::Result<Vec<Contender>> {
     let mut running = Vec::new();
-    for (name, binaries, tables) in plans {
-        let prefix = format!("cmp-{name}-");
-        let daemon = Daemon::start_with_tables(dir, &prefix, binaries, driver, tables)?;
+    for plan in plans {
+        let prefix = format!("cmp-{}-", plan.name);
+        let daemon = Daemon::start_with_tables(
+            dir,
+            &prefix,
+            plan.binaries,
+            &plan.driver_toml,
+            &plan.tables_toml,
+        )?;
         let client = sandboxd_tests::tarpc_client(&daemon.socket).await;
         running.push(Running {
-            name,
+            name: plan.name,
             daemon,
             client,
             ensures: Samples::with_capacity(count),
@@ -144,14 +188,7 @@ pub async fn measure(
             deprovisions: one.deprovisions,
         });
     }
-    let mut done = done.into_iter();
-    let mut next = || done.next().expect("four contenders");
-    Ok(Comparison {
-        this: next(),
-        other: next(),
-        no_cpu: next(),
-        no_limits: next(),
-    })
+    Ok(done)
 }
 
 /// A call's context: a deadline far beyond what any call here takes.

@@ -381,9 +381,17 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         identity.as_ref().map(|(uid, gid, _)| (*uid, *gid)),
         dir.path().join("raw"),
     )?;
-    let runner_user = identity
-        .as_ref()
-        .map_or_else(|| format!("{} (no switch)", machine.user), |i| i.2.clone());
+    // The raw baseline's user; a root daemon gives each sandbox a uid of
+    // its own from `runner_uid_range`, which costs the same (issue 9).
+    let runner_user = identity.as_ref().map_or_else(
+        || format!("{} (no switch)", machine.user),
+        |i| {
+            format!(
+                "{} in the raw baseline, a uid per sandbox in the daemon",
+                i.2
+            )
+        },
+    );
     eprintln!(
         "bench: {} mode; {} × {}; kernel {}; load {:.2}; daemon as {}, runners as {}",
         if options.quick { "quick" } else { "full" },

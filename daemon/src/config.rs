@@ -551,6 +551,19 @@ impl Config {
         self.kubernetes.validate()
     }
 
+    /// The container tiers' runner image, which they cannot run without.
+    pub fn required_runner_image(&self, driver: &str) -> Result<String, String> {
+        self.runner_image
+            .clone()
+            .filter(|image| !image.is_empty())
+            .ok_or_else(|| {
+                format!(
+                    "the {driver} driver needs a runner image: set runner_image in the config \
+                     file or STIGMER_SANDBOX_RUNNER_IMAGE"
+                )
+            })
+    }
+
     /// True when `state_dir` is the default of a root daemon.
     pub fn has_default_state_dir(&self) -> bool {
         default_state_dir(true).is_ok_and(|default| default == self.state_dir)

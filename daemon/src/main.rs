@@ -3,6 +3,7 @@
 mod access;
 mod config;
 mod connection_limits;
+mod digest;
 mod drivers;
 mod egress;
 mod fd_limit;

@@ -6,7 +6,7 @@
 //! the report names the fields that differ, so a caller learns its new
 //! queue did not take, and the server logs it.
 
-use sandboxd_protocol::SandboxEnv;
+use sandboxd_protocol::{SandboxEnv, Token};
 
 /// What a running sandbox runs with. The token only as its digest: the
 /// daemon keeps no token.
@@ -28,17 +28,18 @@ pub fn differing_fields(requested: &SandboxEnv, running: &RunsWith<'_>) -> Vec<S
     }
     if running
         .token_sha256
-        .is_some_and(|digest| digest != token_sha256(requested))
+        .is_some_and(|digest| digest != token_digest(&requested.stigmer_token))
     {
         differs.push("token".to_string());
     }
     differs
 }
 
-/// Hex SHA-256 of the requested token (of "" when none was minted): the
-/// same digest the docker tier labels its containers with.
-pub fn token_sha256(env: &SandboxEnv) -> String {
-    crate::drivers::docker::spec::token_digest(&env.stigmer_token)
+/// Hex SHA-256 of a token (of "" when none was minted): what the container
+/// tiers label or annotate their objects with, and what a running
+/// sandbox's token is compared by — never the token itself.
+pub fn token_digest(token: &Token) -> String {
+    crate::digest::sha256_hex(token.expose().as_bytes(), 32)
 }
 
 #[cfg(test)]
@@ -57,7 +58,7 @@ mod tests {
 
     #[test]
     fn names_each_field_that_differs_and_only_those() {
-        let digest = token_sha256(&env("", "", "tok"));
+        let digest = token_digest(&env("", "", "tok").stigmer_token);
         let running = RunsWith {
             task_queue: "q1",
             caller_class: "user",

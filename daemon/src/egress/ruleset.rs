@@ -19,7 +19,6 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use sandboxd_protocol::egress::{Posture, Range};
-use sha2::{Digest, Sha256};
 
 use super::cgroup_target::CgroupTarget;
 
@@ -57,11 +56,7 @@ pub struct Ruleset {
 
 impl Ruleset {
     pub fn new(posture: Posture, matched: Matched) -> Ruleset {
-        let digest = Sha256::digest(matched.key().as_bytes());
-        let hex: String = digest[..6]
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect();
+        let hex = crate::digest::sha256_hex(matched.key().as_bytes(), 6);
         Ruleset {
             posture,
             matched,

@@ -12,7 +12,7 @@ use bollard::query_parameters::InspectNetworkOptions;
 use sandboxd_protocol::naming::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 use sandboxd_protocol::SandboxError;
 
-use sha2::{Digest, Sha256};
+use crate::digest::sha256_hex;
 
 use super::engine::{Engine, READ_TIMEOUT, WRITE_TIMEOUT};
 use crate::instance::Instance;
@@ -36,12 +36,7 @@ pub fn bridge() -> String {
     match Instance::current().label() {
         None => DEFAULT_BRIDGE.to_string(),
         Some((_, name)) => {
-            let digest = Sha256::digest(name.as_bytes());
-            let hex: String = digest[..5]
-                .iter()
-                .map(|byte| format!("{byte:02x}"))
-                .collect();
-            format!("sbxd-{hex}")
+            format!("sbxd-{}", sha256_hex(name.as_bytes(), 5))
         }
     }
 }

@@ -23,9 +23,10 @@ use super::containers;
 use super::engine::CallError;
 use super::events::short;
 use super::observed::{Lookup, Observed, Phase};
-use super::spec::{token_digest, RunnerSpec};
+use super::spec::RunnerSpec;
 use super::teardown;
 use super::Inner;
+use crate::drivers::differs::token_digest;
 use crate::drivers::differs::{differing_fields, RunsWith};
 use crate::provisioner::SandboxKey;
 

@@ -8,8 +8,9 @@ use bollard::models::{
     ContainerCreateBody, HostConfig, Mount, MountType, MountVolumeOptions, RestartPolicy,
     RestartPolicyNameEnum,
 };
-use sandboxd_protocol::{naming, SandboxEnv, Scope, Token};
-use sha2::{Digest, Sha256};
+use sandboxd_protocol::{naming, SandboxEnv, Scope};
+
+use crate::drivers::differs::token_digest;
 
 use crate::config::Config;
 use crate::instance::Instance;
@@ -49,15 +50,7 @@ pub struct RunnerSpec {
 impl RunnerSpec {
     /// Fails with a clear message when no runner image is configured.
     pub fn from_config(config: &Config) -> Result<RunnerSpec, String> {
-        let image = config
-            .runner_image
-            .clone()
-            .filter(|image| !image.is_empty())
-            .ok_or_else(|| {
-                "the docker driver needs a runner image: set runner_image in the config file \
-             or STIGMER_SANDBOX_RUNNER_IMAGE"
-                    .to_string()
-            })?;
+        let image = config.required_runner_image("docker")?;
         let docker = &config.docker;
         Ok(RunnerSpec {
             image,
@@ -209,16 +202,10 @@ fn container_labels(
     labels
 }
 
-/// Hex SHA-256 of the token (of the empty string when none was minted).
-pub fn token_digest(token: &Token) -> String {
-    Sha256::digest(token.expose().as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use sandboxd_protocol::Token;
+
     use super::*;
 
     fn spec() -> RunnerSpec {

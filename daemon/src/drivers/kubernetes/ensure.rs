@@ -22,8 +22,9 @@ use sandboxd_protocol::{EnsureReport, ProbeState, SandboxEnv, SandboxError, Scop
 
 use super::errors::{Action, CallError};
 use super::observe::{annotation, differs_from, generation_of, state_of, Lookup};
-use super::shapes::{has_claim, secret_name, token_digest, ANNOTATION_TOKEN_SHA256, FIELD_MANAGER};
+use super::shapes::{has_claim, secret_name, ANNOTATION_TOKEN_SHA256, FIELD_MANAGER};
 use super::Inner;
+use crate::drivers::differs::token_digest;
 use crate::provisioner::SandboxKey;
 
 /// How many looks at the Deployment one ensure takes before giving up on

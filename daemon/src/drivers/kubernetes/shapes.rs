@@ -18,8 +18,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::ByteString;
-use sandboxd_protocol::{naming, SandboxEnv, Scope, Token};
-use sha2::{Digest, Sha256};
+use sandboxd_protocol::{naming, SandboxEnv, Scope};
+
+use crate::drivers::differs::token_digest;
 
 use crate::config::Config;
 use crate::instance::Instance;
@@ -98,23 +99,10 @@ pub fn labels(key: &SandboxKey) -> BTreeMap<String, String> {
         .collect()
 }
 
-pub fn token_digest(token: &Token) -> String {
-    let digest = Sha256::digest(token.expose().as_bytes());
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
 impl RunnerShape {
     /// Fails with a clear message when no runner image is configured.
     pub fn from_config(config: &Config) -> Result<RunnerShape, String> {
-        let image = config
-            .runner_image
-            .clone()
-            .filter(|image| !image.is_empty())
-            .ok_or_else(|| {
-                "the kubernetes driver needs a runner image: set runner_image in the config file \
-                 or STIGMER_SANDBOX_RUNNER_IMAGE"
-                    .to_string()
-            })?;
+        let image = config.required_runner_image("kubernetes")?;
         let k8s = &config.kubernetes;
         Ok(RunnerShape {
             image,
@@ -331,6 +319,8 @@ impl RunnerShape {
 
 #[cfg(test)]
 mod tests {
+    use sandboxd_protocol::Token;
+
     use super::*;
 
     fn shape() -> RunnerShape {

@@ -49,7 +49,7 @@ use sandboxd_protocol::{
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::drivers::differs::{differing_fields, token_sha256, RunsWith};
+use crate::drivers::differs::{differing_fields, token_digest, RunsWith};
 use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
 use crate::egress::{self, Egress};
@@ -330,7 +330,7 @@ impl Inner {
             record.generation += 1;
             record.task_queue.clone_from(&env.task_queue);
             record.caller_class.clone_from(&env.caller_class);
-            record.token_sha256 = token_sha256(env);
+            record.token_sha256 = token_digest(&env.stigmer_token);
             record.running = Some(Running {
                 pid,
                 generation: record.generation,

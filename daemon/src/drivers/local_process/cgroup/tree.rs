@@ -322,15 +322,10 @@ fn dir_of(dirs: &Dirs, place: Where) -> &Path {
 
 /// `sandboxd` for the default state directory, else `sandboxd-<hash>`.
 pub fn default_root_name(settings: &TreeSettings) -> String {
-    use sha2::{Digest, Sha256};
     if settings.default_state_dir {
         return "sandboxd".to_string();
     }
-    let digest = Sha256::digest(settings.state_dir.as_os_str().as_bytes());
-    let hex: String = digest[..6]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
+    let hex = crate::digest::sha256_hex(settings.state_dir.as_os_str().as_bytes(), 6);
     format!("sandboxd-{hex}")
 }
 

@@ -1,9 +1,10 @@
 //! The daemon's open-file limit, and saying so when it runs out.
 //!
-//! The process tier holds three descriptors per running runner (its pidfd,
-//! the read end of its output pipe and its output file: 10,000 runners are
-//! 30,000 descriptors, beside the sockets of every connection), far above
-//! the common soft limit of 1,024 and above many hard ones. So the daemon
+//! The process tier holds one descriptor per running runner (the read end
+//! of its output pipe), and a second while the runner writes (its output
+//! file, closed after two quiet seconds): 10,000 runners are 10,000 to
+//! 20,000 descriptors, beside the sockets of every connection, far above
+//! the common soft limit of 1,024 and above some hard ones. So the daemon
 //! raises its limit at start, logs what it got, and an operation that fails
 //! with EMFILE or ENFILE says which limit was hit and how to raise it,
 //! instead of a bare "Too many open files".
@@ -43,7 +44,7 @@ pub fn raise() -> Option<u64> {
 fn logged(limit: u64) -> u64 {
     tracing::info!(
         open_file_limit = limit,
-        "open-file limit (each process-tier runner holds three descriptors; LimitNOFILE= in sandboxd.service sets it)"
+        "open-file limit (each process-tier runner holds one descriptor, two while it writes; LimitNOFILE= in sandboxd.service sets it)"
     );
     limit
 }

@@ -95,3 +95,70 @@ async fn out_of_descriptors_is_an_error_naming_the_limit_and_never_a_hang() {
         .await
         .expect("an ensure succeeds once descriptors are free");
 }
+
+/// The daemon's descriptors that point at `path`.
+fn descriptors_on(pid: u32, path: &std::path::Path) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter(|entry| std::fs::read_link(entry.path()).is_ok_and(|target| target == path))
+        .count()
+}
+
+/// A quiet runner costs the daemon one descriptor, the read end of its
+/// output pipe: its output file is closed after two quiet seconds and
+/// opened again when it writes, and nothing it wrote is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_runner_holds_one_descriptor_and_its_later_output_still_arrives() {
+    const COUNT: usize = 8;
+    let daemon = TestDaemon::start(Options {
+        runner_command: Some("/bin/sh".into()),
+        runner_args: vec![
+            "-c".into(),
+            "echo first; sleep 5; echo second; exec sleep 600".into(),
+        ],
+        ..Options::default()
+    });
+    let client = daemon.client().await;
+    client.status().await.unwrap();
+    let pid = daemon.pid().unwrap();
+    let before = open_descriptors(pid);
+    let ids: Vec<String> = (0..COUNT).map(|n| format!("quiet-{n}")).collect();
+    for id in &ids {
+        client
+            .ensure_session_sandbox(id, &sandbox_env(&format!("session:{id}"), ""))
+            .await
+            .unwrap();
+    }
+    let log = |id: &str| daemon.runner_log(sandboxd_client::Scope::Session, id);
+    let text = |id: &str| std::fs::read_to_string(log(id)).unwrap_or_default();
+
+    // "first" is out, and two quiet seconds (plus a tick) later each file
+    // is closed: what is left per runner is its pipe.
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    for id in &ids {
+        assert_eq!(text(id), "first\n", "{id}");
+        assert_eq!(
+            descriptors_on(pid, &log(id)),
+            0,
+            "{id}'s output file is still open"
+        );
+    }
+    // Two more are the daemon's own, made with its first runner: the pump
+    // thread's epoll set and its wake-up eventfd.
+    let quiet = open_descriptors(pid);
+    assert!(
+        quiet <= before + COUNT + 2,
+        "{COUNT} quiet runners hold {} descriptors in the daemon ({before} before, {quiet} now)",
+        quiet.saturating_sub(before)
+    );
+
+    // The later line reaches the file, after the earlier one.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    for id in &ids {
+        while text(id) != "first\nsecond\n" {
+            assert!(std::time::Instant::now() < deadline, "{id}: {:?}", text(id));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

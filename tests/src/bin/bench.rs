@@ -459,7 +459,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     }
     if options.scale_only {
         step(started, &format!("(s) {} running sandboxes", counts.scale));
-        let (rows, info) = scale::measure(dir.path(), &binaries, counts.scale).await?;
+        let (rows, info) = scale::measure(dir.path(), &binaries, &spawner, counts.scale).await?;
         print!("{}", report::table(&rows));
         println!("\ninfo: {info}");
         let line = json!({
@@ -708,7 +708,8 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     )
     .await?;
     step(started, &format!("(s) {} running sandboxes", counts.scale));
-    let (scale_rows, scale_info) = scale::measure(dir.path(), &binaries, counts.scale).await?;
+    let (scale_rows, scale_info) =
+        scale::measure(dir.path(), &binaries, &spawner, counts.scale).await?;
 
     // The docker row, when an engine and the test image are here.
     let docker_check = if options.no_docker {

@@ -47,19 +47,15 @@
 //!   return to, so it is issued from a few lines of assembly that call the
 //!   child's entry function at once (as glibc's own `clone3` wrapper does).
 //!
-//! Its exit is watched through a pidfd (Linux 5.3), so no SIGCHLD handler
-//! and no `waitpid(-1)` is involved, and the pid cannot be recycled while
-//! the daemon still holds the unreaped child.
+//! The spawn returns the child's pid unreaped; the caller has its exit
+//! watched ([`super::child_exits`]: reaped by the thread that cloned it),
+//! and the pid cannot be recycled until then.
 
 use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
-
-use tokio::io::unix::AsyncFd;
 
 /// Everything the child needs, allocated before the clone.
 pub struct ExecPlan {
@@ -225,22 +221,22 @@ impl ExecPlan {
         self
     }
 
-    /// Starts the program. Must be called with a tokio runtime entered (for
-    /// the pidfd's registration) and from a thread that lives as long as
-    /// the runner should: `PR_SET_PDEATHSIG` fires when that thread exits.
-    pub fn spawn(&self) -> Result<RunnerProcess, ExecError> {
+    /// Starts the program. Must be called from a thread that lives as long
+    /// as the runner should (`PR_SET_PDEATHSIG` fires when that thread
+    /// exits) and that reaps it (see [`super::child_exits`]).
+    pub fn spawn(&self) -> Result<Cloned, ExecError> {
         self.spawn_trying_clone3(!CLONE3_REFUSED.load(Ordering::Relaxed))
     }
 
     /// [`spawn`](Self::spawn) as where `clone3` is refused: `clone`, and
     /// the child joins its cgroups itself.
     #[cfg(test)]
-    pub fn spawn_with_clone(&self) -> Result<RunnerProcess, ExecError> {
+    pub fn spawn_with_clone(&self) -> Result<Cloned, ExecError> {
         self.spawn_trying_clone3(false)
     }
 
     /// [`spawn`](Self::spawn), with `clone3` tried only when `try_clone3`.
-    fn spawn_trying_clone3(&self, try_clone3: bool) -> Result<RunnerProcess, ExecError> {
+    fn spawn_trying_clone3(&self, try_clone3: bool) -> Result<Cloned, ExecError> {
         let argv = null_terminated(&self.args);
         let envp = null_terminated(&self.env);
         let mut stat = [0u8; STAT_CAPACITY];
@@ -267,7 +263,8 @@ impl ExecPlan {
         let pid = self.clone_into_cgroup(&mut child, try_clone3)?;
         let failed_step = child.failed_step.load(Ordering::Acquire);
         if failed_step != NO_FAILURE {
-            reap(pid);
+            // Exited (or about to): its failure is all there is to know.
+            let _ = super::child_exits::wait_for(pid);
             return Err(ExecError {
                 step: STEPS[failed_step],
                 error: io::Error::from_raw_os_error(child.failed_errno.load(Ordering::Acquire)),
@@ -278,16 +275,7 @@ impl ExecPlan {
             .ok()
             .and_then(super::proc_stat::parse)
             .map(|stat| stat.start_time);
-        RunnerProcess::watch(pid, start_time).map_err(|error| {
-            // Unwatchable: it must not run unsupervised.
-            // SAFETY: pid is our unreaped child, so the number is still ours.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            reap(pid);
-            ExecError {
-                step: "pidfd_open",
-                error,
-            }
-        })
+        Ok(Cloned { pid, start_time })
     }
 }
 
@@ -773,13 +761,6 @@ fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// Waits for a child that has already exited (or is about to).
-fn reap(pid: libc::pid_t) {
-    let mut status = 0;
-    // SAFETY: pid is our child; status is a valid out-pointer.
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && errno() == libc::EINTR {}
-}
-
 /// A stack for clone children, one per thread (only one clone at a time
 /// can be in flight on a thread), with a guard page below it.
 struct ChildStack {
@@ -836,57 +817,23 @@ fn page_size() -> usize {
     usize::try_from(size).unwrap_or(4096)
 }
 
-/// A started runner, until it has been reaped.
-pub struct RunnerProcess {
-    pid: libc::pid_t,
+/// A runner that has exec'd, not yet reaped.
+#[derive(Debug, Clone, Copy)]
+pub struct Cloned {
+    pub pid: libc::pid_t,
     /// Field 22 of its `/proc/<pid>/stat`, as the child read it before exec.
-    start_time: Option<u64>,
-    pidfd: AsyncFd<OwnedFd>,
+    pub start_time: Option<u64>,
 }
 
-impl RunnerProcess {
-    fn watch(pid: libc::pid_t, start_time: Option<u64>) -> io::Result<RunnerProcess> {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, libc::PIDFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor pidfd_open just returned, owned by no one else.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        // SAFETY: an OwnedFd stays open, and the same descriptor, until the
-        // AsyncFd that owns it is dropped.
-        let pidfd =
-            unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }?;
-        Ok(RunnerProcess {
-            pid,
-            start_time,
-            pidfd,
-        })
-    }
-
-    pub fn id(&self) -> u32 {
-        self.pid as u32
-    }
-
-    /// Its start time in clock ticks since boot, when the child could read it.
-    pub fn start_time(&self) -> Option<u64> {
-        self.start_time
-    }
-
-    /// Waits for the runner to exit and reaps it.
-    pub async fn wait(self) -> io::Result<ExitStatus> {
-        loop {
-            let mut ready = self.pidfd.readable().await?;
-            let mut status = 0;
-            // SAFETY: pid is our child, reaped by no one else; WNOHANG
-            // returns at once.
-            match unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } {
-                0 => ready.clear_ready(),
-                pid if pid == self.pid => return Ok(ExitStatus::from_raw(status)),
-                _ if errno() == libc::EINTR => {}
-                _ => return Err(io::Error::last_os_error()),
-            }
-        }
+#[cfg(test)]
+impl Cloned {
+    /// Waits (off the runtime's threads) for it to exit, and reaps it.
+    pub async fn wait(self) -> Option<std::process::ExitStatus> {
+        let pid = self.pid;
+        tokio::task::spawn_blocking(move || super::child_exits::wait_for(pid))
+            .await
+            .ok()
+            .flatten()
     }
 }
 
@@ -895,6 +842,7 @@ mod tests {
     use super::*;
     use std::fs::File;
     use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
 
     fn null_stdio() -> [OwnedFd; 3] {
         let open = || {
@@ -934,7 +882,7 @@ mod tests {
     }
 
     /// Runs `sh -c script` and returns its exit status and what it printed.
-    async fn run_shell(script: &str, privileges: Privileges) -> (ExitStatus, String) {
+    async fn run_shell(script: &str, privileges: Privileges) -> (std::process::ExitStatus, String) {
         let (plan, mut output) = plan("/bin/sh", &["-c", script], "/", privileges);
         let runner = plan.spawn().unwrap();
         drop(plan); // our copy of the pipe's write end
@@ -1138,7 +1086,7 @@ mod tests {
         let from_proc = super::super::proc_stat::read(runner.pid)
             .unwrap()
             .start_time;
-        assert_eq!(runner.start_time(), Some(from_proc));
+        assert_eq!(runner.start_time, Some(from_proc));
         // SAFETY: our unreaped child.
         unsafe { libc::kill(runner.pid, libc::SIGKILL) };
         assert_eq!(runner.wait().await.unwrap().signal(), Some(libc::SIGKILL));

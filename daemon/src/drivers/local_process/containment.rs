@@ -63,6 +63,65 @@ pub fn sweep(tree: &CgroupTree) -> usize {
     }
 }
 
+/// During a stop, removes each sandbox's cgroups as soon as its runner is
+/// gone, on one thread, while the other runners are still stopping.
+///
+/// Why one thread, and why not each runner's watcher as outside a stop:
+/// every cgroup removal (and the kernel's own offlining work after it)
+/// takes the kernel's one `cgroup_mutex`, so removals cannot run in
+/// parallel; made by thousands of watchers at once they spent the stop
+/// spinning on that mutex on every worker thread. A cgroup still populated
+/// (a process that escaped its runner) is left to the stop sweep, which
+/// kills the whole tree at once.
+pub struct StopRemover {
+    queue: std::sync::mpsc::Sender<String>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl StopRemover {
+    pub fn start(tree: Arc<CgroupTree>) -> std::io::Result<StopRemover> {
+        let (queue, bases) = std::sync::mpsc::channel::<String>();
+        let thread = std::thread::Builder::new()
+            .name("cgroup-remover".into())
+            .spawn(move || {
+                let (mut removed, mut busy) = (0usize, Vec::new());
+                let started = std::time::Instant::now();
+                for base in bases {
+                    // No check first: a populated cgroup refuses the rmdir
+                    // (EBUSY), which is the check.
+                    match kill::try_remove(&tree.dirs(&base)) {
+                        Ok(true) => removed += 1,
+                        Ok(false) => busy.push(base),
+                        Err(error) => {
+                            tracing::debug!(%error, "a stopped runner's cgroup is left to the stop sweep")
+                        }
+                    }
+                }
+                // Busy a moment ago: a v1 cgroup can stay busy briefly after
+                // its last process was reaped. Once more, then the sweep.
+                for base in busy {
+                    match kill::try_remove(&tree.dirs(&base)) {
+                        Ok(true) => removed += 1,
+                        _ => tracing::debug!(base, "a stopped runner's cgroup is left to the stop sweep"),
+                    }
+                }
+                tracing::debug!(removed, elapsed = ?started.elapsed(), "the stop's cgroup removals are done");
+            })?;
+        Ok(StopRemover { queue, thread })
+    }
+
+    /// `base`'s runner is gone.
+    pub fn remove(&self, base: &str) {
+        let _ = self.queue.send(base.to_string());
+    }
+
+    /// Waits until every removal queued has been made. Blocking.
+    pub fn finish(self) {
+        drop(self.queue);
+        let _ = self.thread.join();
+    }
+}
+
 /// After a runner's leader exited: kills what is left in its cgroup, waits
 /// until it is empty, notes in `exit` what its limits did, and removes it.
 pub async fn end_of_run(tree: &Arc<CgroupTree>, key: &SandboxKey, exit: &mut ExitInfo) {

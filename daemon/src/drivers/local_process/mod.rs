@@ -13,6 +13,7 @@
 //! process groups instead (a documented, weaker fallback).
 
 pub mod cgroup;
+mod child_exits;
 mod clone_exec;
 mod containment;
 mod deferred;
@@ -46,7 +47,7 @@ use sandboxd_protocol::{
     DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, LogChunk, LogStart, ProbeState,
     SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
-use tokio::sync::watch;
+use tokio::sync::oneshot;
 
 use crate::config::Config;
 use crate::drivers::differs::{differing_fields, token_digest, RunsWith};
@@ -71,7 +72,9 @@ struct Record {
     token_sha256: String,
     /// How many runners this sandbox has had.
     generation: u64,
-    last_exit: Option<ExitInfo>,
+    /// Boxed: most records never hold one, and every record is a slot of
+    /// a table sized for thousands.
+    last_exit: Option<Box<ExitInfo>>,
     /// The live runner, if any; cleared by its own watcher when it exits.
     running: Option<Running>,
 }
@@ -80,8 +83,9 @@ struct Running {
     pid: u32,
     generation: u64,
     started_at_unix_ms: u64,
-    /// Becomes true once the runner's whole group is gone and forgotten.
-    gone: watch::Receiver<bool>,
+    /// Resolves once the runner's whole group is gone and forgotten (a
+    /// oneshot: its one waiter is the deprovision that takes the record).
+    gone: oneshot::Receiver<()>,
 }
 
 pub struct LocalProcessDriver {
@@ -112,6 +116,8 @@ struct Inner {
     /// The egress posture's rules; an ensure is refused while not in force.
     egress: Arc<Egress>,
     stopping: AtomicBool,
+    /// Set while a stop runs (see [`containment::StopRemover`]).
+    stop_remover: Mutex<Option<containment::StopRemover>>,
     /// Held for the daemon's life: one daemon per state directory.
     _state_lock: nix::fcntl::Flock<std::fs::File>,
 }
@@ -253,6 +259,7 @@ impl LocalProcessDriver {
             uids,
             egress,
             stopping: AtomicBool::new(false),
+            stop_remover: Mutex::new(None),
             _state_lock: state_lock,
         });
         if let Some(ttl) = config.workspace_ttl {
@@ -263,6 +270,12 @@ impl LocalProcessDriver {
 }
 
 impl Inner {
+    fn stop_remover(&self) -> MutexGuard<'_, Option<containment::StopRemover>> {
+        self.stop_remover
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
     fn records(&self) -> MutexGuard<'_, HashMap<SandboxKey, Record>> {
         self.records
             .lock()
@@ -316,7 +329,7 @@ impl Inner {
         ) {
             tracing::warn!(%error, pid, "cannot record the runner in the ledger");
         }
-        let (gone_tx, gone_rx) = watch::channel(false);
+        let (gone_tx, gone_rx) = oneshot::channel();
         let generation = {
             let mut records = self.records();
             let record = records.entry(key.clone()).or_insert_with(|| Record {
@@ -361,14 +374,20 @@ impl Inner {
         &self,
         key: &SandboxKey,
         env: &SandboxEnv,
-    ) -> Result<clone_exec::RunnerProcess, SandboxError> {
+    ) -> Result<child_exits::RunnerProcess, SandboxError> {
         let Some(uids) = &self.uids else {
-            return self.settings.spawn(key, env, &self.logs, None);
+            return self
+                .settings
+                .spawn(key, env, &self.logs, self.spawner.exits(), None);
         };
         let assignment = uids.assign(key)?;
-        let spawned = self
-            .settings
-            .spawn(key, env, &self.logs, Some(assignment.uid()));
+        let spawned = self.settings.spawn(
+            key,
+            env,
+            &self.logs,
+            self.spawner.exits(),
+            Some(assignment.uid()),
+        );
         if let uid_pool::Assignment::New(uid) = assignment {
             let workspace = self.settings.workspace(key);
             uids.settle_new(key, uid, spawned.is_ok(), &workspace, &self.ledger);
@@ -460,7 +479,7 @@ impl Inner {
             generation: record.generation,
             started_at_unix_ms: running.map(|running| running.started_at_unix_ms),
             restarts: record.generation.saturating_sub(1),
-            last_exit: record.last_exit,
+            last_exit: record.last_exit.as_deref().copied(),
             task_queue: record.task_queue.clone(),
             caller_class: record.caller_class.clone(),
             egress: None,
@@ -495,17 +514,28 @@ async fn watch_runner(
     inner: Arc<Inner>,
     key: SandboxKey,
     generation: u64,
-    child: clone_exec::RunnerProcess,
-    gone: watch::Sender<bool>,
+    child: child_exits::RunnerProcess,
+    gone: oneshot::Sender<()>,
 ) {
     let pid = child.id();
     let status = child.wait().await;
+    // Boxed: what follows the exit is most of this future's size, and
+    // thousands of runners wait here, each holding only the wait.
+    Box::pin(after_exit(inner, key, generation, pid, status, gone)).await;
+}
+
+/// What [`watch_runner`] does once the runner has exited.
+async fn after_exit(
+    inner: Arc<Inner>,
+    key: SandboxKey,
+    generation: u64,
+    pid: u32,
+    status: Option<std::process::ExitStatus>,
+    gone: oneshot::Sender<()>,
+) {
     let mut exit = ExitInfo {
-        code: status.as_ref().ok().and_then(|status| status.code()),
-        signal: status
-            .as_ref()
-            .ok()
-            .and_then(std::os::unix::process::ExitStatusExt::signal),
+        code: status.and_then(|status| status.code()),
+        signal: status.and_then(|status| std::os::unix::process::ExitStatusExt::signal(&status)),
         at_unix_ms: now_unix_ms(),
         oom_killed: false,
         oom_limit_bytes: None,
@@ -516,6 +546,13 @@ async fn watch_runner(
     // group) may linger. (Its pid cannot be reused while group members hold
     // the id.)
     match inner.containment.tree() {
+        // Stopping: removed by the stop's one remover thread instead (see
+        // `containment::StopRemover`), or by the stop sweep after it.
+        Some(_) if inner.stopping.load(Ordering::Acquire) => {
+            if let Some(remover) = inner.stop_remover().as_ref() {
+                remover.remove(&key.base_name);
+            }
+        }
         Some(tree) => containment::end_of_run(tree, &key, &mut exit).await,
         None => {
             stop::kill_group(pid as i32, nix::sys::signal::Signal::SIGKILL);
@@ -538,12 +575,12 @@ async fn watch_runner(
                 .is_some_and(|running| running.generation == generation)
             {
                 record.running = None;
-                record.last_exit = Some(exit);
+                record.last_exit = Some(Box::new(exit));
             }
         }
     }
     tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, generation, exit = %exit, "runner exited");
-    let _ = gone.send(true);
+    let _ = gone.send(());
 }
 
 #[async_trait]
@@ -724,6 +761,14 @@ impl Driver for LocalProcessDriver {
     }
 
     async fn shutdown(&self) {
+        if let Some(tree) = self.inner.containment.tree() {
+            match containment::StopRemover::start(tree.clone()) {
+                Ok(remover) => *self.inner.stop_remover() = Some(remover),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot start the cgroup remover: the stop sweep removes every cgroup")
+                }
+            }
+        }
         self.inner.stopping.store(true, Ordering::Release);
         let keys: Vec<SandboxKey> = self.inner.records().keys().cloned().collect();
         tracing::info!(sandboxes = keys.len(), "stopping every process-tier runner");
@@ -736,9 +781,15 @@ impl Driver for LocalProcessDriver {
                 tracing::error!(scope = %key.scope, id = %key.shown_id(), %error, "runner did not stop cleanly");
             }
         }
-        // Whatever the records missed goes with its cgroup.
+        // The remover has taken the cgroups of the runners gone; the sweep
+        // takes the rest, with whatever the records missed in them: one
+        // kill of the whole tree, then the removals on this one thread.
+        let remover = self.inner.stop_remover().take();
         if let Some(tree) = self.inner.containment.tree().cloned() {
             let _ = tokio::task::spawn_blocking(move || {
+                if let Some(remover) = remover {
+                    remover.finish();
+                }
                 containment::sweep(&tree);
                 tree.remove_empty();
             })

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
 use super::cgroup::{kill, CgroupTree};
-use super::clone_exec::{ExecPlan, RunnerProcess};
+use super::child_exits::{ChildExits, RunnerProcess};
+use super::clone_exec::ExecPlan;
 use super::identity::RunnerIdentity;
 use super::logs::RunnerLogs;
 use crate::fd_limit;
@@ -92,13 +93,15 @@ impl RunnerSettings {
 
     /// Creates the workspace (kept across respawns) and starts the runner in
     /// it, as `sandbox_uid` when each sandbox has its own (see
-    /// [`RunnerIdentity::privileges`]). No `.await`: the caller records the
-    /// child before anything can cancel it.
+    /// [`RunnerIdentity::privileges`]), its exit watched by `exits` (call
+    /// on a spawner thread, see [`super::child_exits`]). No `.await`: the
+    /// caller records the child before anything can cancel it.
     pub fn spawn(
         &self,
         key: &SandboxKey,
         env: &SandboxEnv,
         logs: &Arc<RunnerLogs>,
+        exits: &ChildExits,
         sandbox_uid: Option<u32>,
     ) -> Result<RunnerProcess, SandboxError> {
         let unavailable = |what: String| {
@@ -186,6 +189,7 @@ impl RunnerSettings {
                 io(&error.error)
             ))
         })?;
+        let child = exits.watch(child.pid, child.start_time);
         let pid = child.id();
         // Set from outside: after setuid the runner could no longer write its
         // own. Raising the score needs no privilege.

@@ -19,46 +19,81 @@
 //! so runners must not be started from threads that come and go (tokio's
 //! blocking pool retires idle threads after ten seconds). A job that panics
 //! is caught, so it cannot end the thread and take its runners with it.
-//! Each thread has the runtime entered, so a runner's pidfd can be
-//! registered and its watcher spawned from it.
+//! Each thread has the runtime entered, so a runner's output pump and
+//! watcher can be spawned from it. Each thread also reaps the runners it
+//! started (see [`super::child_exits`]): a child's exit is only ever
+//! collected by its own thread, so runners go to one thread or another,
+//! the least busy, rather than to one shared queue.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Weak};
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use super::child_exits::ChildExits;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-pub struct Spawner {
+/// One spawner thread: its queue, and how many jobs wait in it.
+struct Thread {
     jobs: Sender<Job>,
+    queued: Arc<AtomicUsize>,
+}
+
+pub struct Spawner {
+    threads: Arc<Vec<Thread>>,
+    exits: Arc<ChildExits>,
 }
 
 impl Spawner {
-    /// Starts the threads. Call from within the runtime.
+    /// Starts the threads, and the task that has them reap their exited
+    /// runners on every SIGCHLD (see [`super::child_exits`]). Call from
+    /// within the runtime.
     pub fn start() -> std::io::Result<Spawner> {
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let threads = cpus.saturating_sub(1).clamp(1, 8);
-        let (jobs, queue) = channel::<Job>();
-        let queue = Arc::new(Mutex::new(queue));
+        let count = cpus.saturating_sub(1).clamp(1, 8);
+        let exits = Arc::new(ChildExits::default());
         let runtime = tokio::runtime::Handle::current();
-        for index in 0..threads {
-            let (queue, runtime) = (queue.clone(), runtime.clone());
+        let mut threads = Vec::with_capacity(count);
+        for index in 0..count {
+            let (jobs, queue) = channel::<Job>();
+            let queued = Arc::new(AtomicUsize::new(0));
+            let (runtime, left) = (runtime.clone(), queued.clone());
             std::thread::Builder::new()
                 .name(format!("runner-spawn-{index}"))
                 .spawn(move || {
                     let _runtime = runtime.enter();
-                    while let Some(job) = next_job(&queue) {
+                    ChildExits::reap_children_of_this_thread();
+                    while let Ok(job) = queue.recv() {
                         if std::panic::catch_unwind(AssertUnwindSafe(job)).is_err() {
                             tracing::error!("a runner spawn panicked");
                         }
+                        left.fetch_sub(1, Ordering::Relaxed);
                     }
                 })?;
+            threads.push(Thread { jobs, queued });
         }
-        Ok(Spawner { jobs })
+        let threads = Arc::new(threads);
+        // Registered before any runner exists, so no SIGCHLD is missed.
+        let sigchld = signal(SignalKind::child())?;
+        tokio::spawn(reap_on_sigchld(
+            sigchld,
+            Arc::downgrade(&threads),
+            exits.clone(),
+        ));
+        Ok(Spawner { threads, exits })
     }
 
-    /// Runs `work` on a spawner thread and waits for its result. Once
-    /// queued, the work runs to the end whether or not anyone still waits.
-    /// `None` only when the threads are gone.
+    /// Where the exits of runners started by [`run`](Self::run) arrive.
+    pub fn exits(&self) -> &ChildExits {
+        &self.exits
+    }
+
+    /// Runs `work` on the least busy spawner thread and waits for its
+    /// result. Once queued, the work runs to the end whether or not anyone
+    /// still waits. `None` only when the threads are gone.
     pub async fn run<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> T + Send + 'static,
@@ -67,18 +102,44 @@ impl Spawner {
         let job: Job = Box::new(move || {
             let _ = done.send(work());
         });
-        self.jobs.send(job).ok()?;
+        let thread = self
+            .threads
+            .iter()
+            .min_by_key(|thread| thread.queued.load(Ordering::Relaxed))?;
+        send(thread, job).ok()?;
         result.await.ok()
     }
 }
 
-/// The next job; `None` once the driver (the only sender) is gone.
-fn next_job(queue: &Mutex<Receiver<Job>>) -> Option<Job> {
-    queue
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .recv()
-        .ok()
+fn send(thread: &Thread, job: Job) -> Result<(), ()> {
+    thread.queued.fetch_add(1, Ordering::Relaxed);
+    thread.jobs.send(job).map_err(|_| {
+        thread.queued.fetch_sub(1, Ordering::Relaxed);
+    })
+}
+
+/// On each SIGCHLD (signals coalesce: each pass reaps all that exited),
+/// queues a reap on every spawner thread, since only a child's own thread
+/// reaps it. Ends with the spawner.
+async fn reap_on_sigchld(
+    mut sigchld: tokio::signal::unix::Signal,
+    threads: Weak<Vec<Thread>>,
+    exits: Arc<ChildExits>,
+) {
+    while sigchld.recv().await.is_some() {
+        let Some(threads) = threads.upgrade() else {
+            return;
+        };
+        for thread in threads.iter() {
+            let exits = exits.clone();
+            let _ = send(
+                thread,
+                Box::new(move || {
+                    exits.reap_own_children();
+                }),
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -97,6 +158,41 @@ mod tests {
             .await
             .unwrap();
         assert!(name.unwrap().starts_with("runner-spawn-"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_runner_is_reaped_by_its_spawner_thread_and_no_other_child_is() {
+        let spawner = std::sync::Arc::new(Spawner::start().unwrap());
+        // A child of another thread, exited before the runner: only its own
+        // wait may collect it.
+        let mut other = std::process::Command::new("/bin/sh")
+            .args(["-c", "exit 7"])
+            .spawn()
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let started = spawner.clone();
+        let runner = spawner
+            .run(move || {
+                // Reaped by the spawner thread, not by this handle.
+                #[allow(clippy::zombie_processes)]
+                let child = std::process::Command::new("/bin/sh")
+                    .args(["-c", "sleep 0.2; exit 3"])
+                    .spawn()
+                    .unwrap();
+                started.exits().watch(child.id() as libc::pid_t, None)
+            })
+            .await
+            .unwrap();
+        let status = tokio::time::timeout(std::time::Duration::from_secs(10), runner.wait())
+            .await
+            .expect("the runner's exit arrives")
+            .expect("a status");
+        assert_eq!(status.code(), Some(3));
+        assert_eq!(
+            other.wait().unwrap().code(),
+            Some(7),
+            "reaped by someone else"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

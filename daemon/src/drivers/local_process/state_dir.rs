@@ -129,8 +129,8 @@ pub fn lock(root: &Path) -> anyhow::Result<Flock<File>> {
 /// How long start-up waits for the state directory's lock.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
-/// Each runner holds three descriptors in the daemon; 1,000 runners need
-/// more than the common soft limit of 1,024 (see [`crate::fd_limit`]).
+/// Each runner holds a descriptor or two in the daemon; 1,000 runners need
+/// about the common soft limit of 1,024 (see [`crate::fd_limit`]).
 pub fn raise_open_file_limit() {
     crate::fd_limit::raise();
 }

@@ -8,7 +8,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use sandboxd_protocol::SandboxError;
-use tokio::sync::watch;
+use tokio::sync::oneshot;
 
 use super::cgroup::kill::{self, Dirs};
 use crate::provisioner::SandboxKey;
@@ -30,15 +30,13 @@ pub fn kill_group(pgid: i32, signal: Signal) {
 pub async fn stop_runner(
     key: &SandboxKey,
     pid: u32,
-    mut gone: watch::Receiver<bool>,
+    mut gone: oneshot::Receiver<()>,
     grace: Duration,
     cgroup: Option<Dirs>,
 ) -> Result<bool, SandboxError> {
     kill_group(pid as i32, Signal::SIGTERM);
-    if tokio::time::timeout(grace, gone.wait_for(|gone| *gone))
-        .await
-        .is_ok()
-    {
+    // A dropped sender (a watcher that ended early) also means gone.
+    if tokio::time::timeout(grace, &mut gone).await.is_ok() {
         return Ok(false);
     }
     match cgroup {
@@ -56,7 +54,7 @@ pub async fn stop_runner(
             kill_group(pid as i32, Signal::SIGKILL);
         }
     }
-    match tokio::time::timeout(KILL_WAIT, gone.wait_for(|gone| *gone)).await {
+    match tokio::time::timeout(KILL_WAIT, &mut gone).await {
         Ok(_) => Ok(true),
         Err(_) => Err(SandboxError::Unavailable(format!(
             "runner pid {pid} of {} '{}' did not die within {KILL_WAIT:?} of SIGKILL",

@@ -410,26 +410,7 @@ pub fn cgroup_setup_serial(count: usize) -> anyhow::Result<Option<Samples>> {
     for (_, root) in &v1_roots {
         std::fs::create_dir_all(root.join("sandboxes"))?;
     }
-    let files = |controller: &str, v2: bool| -> Vec<(&'static str, &'static str)> {
-        match (controller, v2) {
-            ("memory", true) => vec![("memory.max", "2147483648"), ("memory.swap.max", "0")],
-            ("memory", false) => vec![
-                ("memory.limit_in_bytes", "2147483648"),
-                ("memory.memsw.limit_in_bytes", "2147483648"),
-            ],
-            ("pids", _) => vec![("pids.max", "512")],
-            ("cpu", true) => vec![("cpu.max", "200000 100000")],
-            ("cpu", false) => vec![("cpu.cfs_quota_us", "200000")],
-            _ => Vec::new(),
-        }
-    };
-    let write = |path: PathBuf, value: &str| -> io::Result<()> {
-        match std::fs::OpenOptions::new().write(true).open(&path) {
-            Ok(mut file) => file.write_all(value.as_bytes()),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(error) => Err(error),
-        }
-    };
+    let (files, write) = (limit_files, write_if_present);
     let mut samples = Samples::with_capacity(count);
     for i in 0..count {
         let base = format!("sbx-ses-{i:012}");
@@ -474,6 +455,129 @@ pub fn cgroup_setup_serial(count: usize) -> anyhow::Result<Option<Samples>> {
         let _ = std::fs::remove_dir(root);
     }
     Ok(Some(samples))
+}
+
+/// The `[limits]` defaults' files and values for `controller`, in v2 or v1.
+fn limit_files(controller: &str, v2: bool) -> Vec<(&'static str, &'static str)> {
+    match (controller, v2) {
+        ("memory", true) => vec![("memory.max", "2147483648"), ("memory.swap.max", "0")],
+        ("memory", false) => vec![
+            ("memory.limit_in_bytes", "2147483648"),
+            ("memory.memsw.limit_in_bytes", "2147483648"),
+        ],
+        ("pids", _) => vec![("pids.max", "512")],
+        ("cpu", true) => vec![("cpu.max", "200000 100000")],
+        ("cpu", false) => vec![("cpu.cfs_quota_us", "200000")],
+        _ => Vec::new(),
+    }
+}
+
+/// Writes `value` to `path`; a file this kernel lacks is skipped.
+fn write_if_present(path: PathBuf, value: &str) -> io::Result<()> {
+    match std::fs::OpenOptions::new().write(true).open(&path) {
+        Ok(mut file) => file.write_all(value.as_bytes()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// The scale row's stop baseline: `count` runners, each in a cgroup of its
+/// own in every hierarchy the daemon uses (v2, and each v1 controller of a
+/// hybrid host, with the `[limits]` defaults written), stopped the plainest
+/// way — SIGTERM to each runner's group, `waitpid` for each, then `rmdir`
+/// of each one's cgroups, all on one thread, one after another. Timed from
+/// the first signal to the last `rmdir`; the setup is not timed. `None`
+/// without a writable cgroup v2.
+pub fn stop_contained(spawner: &RawSpawner, count: usize) -> anyhow::Result<Option<Duration>> {
+    let Some(layout) = CgroupLayout::detect() else {
+        return Ok(None);
+    };
+    let name = format!("sandboxd-bench-stop-{}", std::process::id());
+    let roots: Vec<(Option<&str>, PathBuf)> = std::iter::once((None, layout.v2.join(&name)))
+        .chain(
+            layout
+                .v1
+                .iter()
+                .map(|(controller, own)| (Some(*controller), own.join(&name))),
+        )
+        .collect();
+    if std::fs::create_dir_all(roots[0].1.join("sandboxes")).is_err() {
+        return Ok(None);
+    }
+    // On a pure-v2 host the limited controllers must reach the runners'
+    // cgroups (as the daemon enables them); nothing to do on a hybrid one.
+    let enable: Vec<String> = layout
+        .v2_controllers
+        .iter()
+        .map(|c| format!("+{c}"))
+        .collect();
+    if !enable.is_empty() {
+        let (root, line) = (&roots[0].1, enable.join(" "));
+        write_if_present(root.join("cgroup.subtree_control"), &line)?;
+        write_if_present(root.join("sandboxes").join("cgroup.subtree_control"), &line)?;
+    }
+    for (_, root) in &roots[1..] {
+        std::fs::create_dir_all(root.join("sandboxes"))?;
+    }
+    let dirs_of = |i: usize| -> Vec<(Option<&str>, PathBuf)> {
+        roots
+            .iter()
+            .map(|(controller, root)| (*controller, root.join("sandboxes").join(format!("r{i}"))))
+            .collect()
+    };
+    let mut children = Children::default();
+    let set_up = (|| -> anyhow::Result<()> {
+        for i in 0..count {
+            let dirs = dirs_of(i);
+            for (controller, dir) in &dirs {
+                std::fs::create_dir(dir)?;
+                let limited: Vec<&str> = match controller {
+                    None => layout.v2_controllers.clone(),
+                    Some(controller) => vec![controller],
+                };
+                for controller in limited {
+                    for (file, value) in limit_files(controller, dir == &dirs[0].1) {
+                        write_if_present(dir.join(file), value)?;
+                    }
+                }
+            }
+            let child = spawner.spawn(&format!("stop-{i}"))?;
+            for (_, dir) in &dirs {
+                std::fs::write(dir.join("cgroup.procs"), child.id().to_string())?;
+            }
+            children.0.push(child);
+        }
+        Ok(())
+    })();
+    let timed = set_up.and_then(|()| {
+        let start = Instant::now();
+        for child in &children.0 {
+            killpg(Pid::from_raw(child.id() as i32), Signal::SIGTERM)?;
+        }
+        for mut child in children.0.drain(..) {
+            child.wait()?;
+        }
+        for i in 0..count {
+            for (_, dir) in dirs_of(i) {
+                std::fs::remove_dir(&dir)?;
+            }
+        }
+        Ok(start.elapsed())
+    });
+    drop(children);
+    for (_, root) in &roots {
+        for entry in std::fs::read_dir(root.join("sandboxes"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let _ = std::fs::remove_dir(entry.path());
+        }
+        let _ = std::fs::remove_dir(root.join("sandboxes"));
+        let _ = std::fs::remove_dir(root);
+    }
+    spawner.clean();
+    timed.map(Some)
 }
 
 /// Where this host's cgroups are, as the daemon reads it: the v2 mount,

@@ -204,6 +204,26 @@ pub fn remove(dirs: &Dirs) -> io::Result<()> {
     first_error.map_or(Ok(()), Err)
 }
 
+/// Removes `dirs` without waiting: `Ok(false)` when one of them is busy
+/// (still populated, or not yet released by the kernel) and was left.
+pub fn try_remove(dirs: &Dirs) -> io::Result<bool> {
+    let mut all = true;
+    for dir in std::iter::once(&dirs.v2).chain(&dirs.v1) {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) if error.raw_os_error() == Some(libc::EBUSY) => all = false,
+            Err(error) => {
+                return Err(io::Error::new(
+                    error.kind(),
+                    format!("{}: {error}", dir.display()),
+                ))
+            }
+        }
+    }
+    Ok(all)
+}
+
 /// How long a removal retries a busy cgroup.
 const BUSY_WAIT: Duration = Duration::from_secs(1);
 
@@ -240,8 +260,11 @@ pub fn remove_with_parents(dirs: &Dirs) {
 /// it found; an error only when the kill itself failed.
 pub fn kill_children_and_remove(parent: &Dirs, timeout: Duration) -> io::Result<Vec<String>> {
     let names = child_names(&parent.v2);
+    let in_v2: std::collections::HashSet<&String> = names.iter().collect();
     let mut v1_only: Vec<String> = parent.v1.iter().flat_map(|dir| child_names(dir)).collect();
-    v1_only.retain(|name| !names.contains(name));
+    v1_only.retain(|name| !in_v2.contains(name));
+    v1_only.sort_unstable();
+    v1_only.dedup();
     if !names.is_empty() {
         kill(parent)?;
         wait_empty(&parent.v2, timeout)?;

@@ -585,12 +585,7 @@ mod tests {
         let runner = plan.spawn_with_clone().unwrap();
         let dirs = test.tree.dirs(base);
         for dir in std::iter::once(&dirs.v2).chain(&dirs.v1) {
-            assert_eq!(
-                pids_in(dir),
-                [runner.id() as i32],
-                "not in {}",
-                dir.display()
-            );
+            assert_eq!(pids_in(dir), [runner.pid], "not in {}", dir.display());
         }
         kill::kill(&dirs).unwrap();
         assert!(kill::wait_empty(&dirs.v2, Duration::from_secs(10)).unwrap());
@@ -631,7 +626,7 @@ mod tests {
         .in_cgroup(placement);
         let runner = plan.spawn().unwrap();
         let dirs = tree.dirs(base);
-        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", runner.id())).unwrap();
+        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", runner.pid)).unwrap();
         let v2_line = own.lines().find(|line| line.starts_with("0::")).unwrap();
         assert!(
             v2_line.ends_with(&format!("/sandboxes/{base}")),
@@ -639,7 +634,7 @@ mod tests {
         );
         for dir in &dirs.v1 {
             assert!(
-                pids_in(dir).contains(&(runner.id() as i32)),
+                pids_in(dir).contains(&(runner.pid)),
                 "not in {}: {own}",
                 dir.display()
             );

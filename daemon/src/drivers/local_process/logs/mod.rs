@@ -2,8 +2,8 @@
 //!
 //! A runner's stdout and stderr are the write end of a pipe; the daemon
 //! moves what arrives into `<state>/logs/<base>.log` with `splice(2)` —
-//! one small task per running runner, no copy through its memory (see
-//! [`pump`]). Because the daemon is the only writer, it keeps the cap
+//! one thread for every runner's pipe, no copy through its memory (see
+//! [`pumps`] and [`pump`]). Because the daemon is the only writer, it keeps the cap
 //! exactly: the live file and one rotated file, `<base>.log.1`, hold at
 //! most half of `runner_log_max_size` each, so a runner's output never
 //! takes more than the cap on disk, however fast it writes. Rotation is a
@@ -35,6 +35,7 @@
 
 mod pipe;
 mod pump;
+mod pumps;
 mod read;
 mod rotate;
 mod spare;
@@ -44,12 +45,13 @@ use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::SystemTime;
 
 use sandboxd_protocol::{LogChunk, LogCursor, LogStart};
 
-use pump::{OutputFile, PumpHandle};
+use pump::OutputFile;
+use pumps::Pumps;
 
 /// `<dir>/<base>.log`: the file a runner writes.
 pub fn file_path(dir: &Path, base: &str) -> PathBuf {
@@ -85,6 +87,8 @@ struct Lineage {
 /// The output files of every runner of one daemon.
 pub struct RunnerLogs {
     dir: PathBuf,
+    /// `dir` again, for the pumps to share.
+    shared_dir: Arc<Path>,
     max_size: u64,
     /// Distinguishes this instance's epochs from an earlier daemon's.
     instance: u32,
@@ -94,8 +98,9 @@ pub struct RunnerLogs {
     lineages: Mutex<HashMap<String, Lineage>>,
     /// Output files of removed sandboxes, emptied for reuse.
     spares: Arc<spare::SpareFiles>,
-    /// The pump of each sandbox whose runner may still write.
-    pumps: Mutex<HashMap<String, PumpHandle>>,
+    /// The thread that pumps every runner's output (see [`pumps`]),
+    /// started with the first runner.
+    pumps: OnceLock<Pumps>,
 }
 
 impl RunnerLogs {
@@ -113,11 +118,12 @@ impl RunnerLogs {
             .map_or(0, |since| since.subsec_nanos());
         RunnerLogs {
             spares: Arc::new(spare::SpareFiles::open(spares, deferred)),
+            shared_dir: Arc::from(dir.as_path()),
             dir,
             max_size,
             instance: nanos ^ std::process::id(),
             lineages: Mutex::new(HashMap::new()),
-            pumps: Mutex::new(HashMap::new()),
+            pumps: OnceLock::new(),
         }
     }
 
@@ -130,14 +136,9 @@ impl RunnerLogs {
         let path = file_path(&self.dir, base);
         self.spares.place_at(&path);
         let share = self.max_size / 2;
-        let output = OutputFile::open(base, path, rotated_path(&self.dir, base), share)?;
+        let output = OutputFile::open(base, self.shared_dir.clone(), share)?;
         let (read, write) = pipe::runner_pipe()?;
-        let pump = PumpHandle::start(self.clone(), read, output)?;
-        // Never two pumps on one file: a runner is only started once its
-        // predecessor's pump is finished, so this is only a safeguard.
-        if let Some(earlier) = self.pumps().insert(base.to_string(), pump) {
-            earlier.abort();
-        }
+        self.pumps()?.add(read, output);
         Ok(write)
     }
 
@@ -145,14 +146,20 @@ impl RunnerLogs {
     /// its file and waits for its pump to end (bounded: a process that
     /// escaped the runner cannot keep it going).
     pub async fn finish(&self, base: &str) {
-        let pump = self.pumps().remove(base);
-        if let Some(pump) = pump {
-            pump.finish().await;
+        if let Some(pumps) = self.pumps.get() {
+            pumps.finish(base).await;
         }
     }
 
-    fn pumps(&self) -> MutexGuard<'_, HashMap<String, PumpHandle>> {
-        self.pumps.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The pump thread, started on first use.
+    fn pumps(self: &Arc<Self>) -> io::Result<&Pumps> {
+        if let Some(pumps) = self.pumps.get() {
+            return Ok(pumps);
+        }
+        // Two first runners at once may both start one: the loser's thread
+        // ends when its handle is dropped here.
+        let _ = self.pumps.set(Pumps::start(Arc::downgrade(self))?);
+        Ok(self.pumps.get().expect("set above"))
     }
 
     fn lineages(&self) -> MutexGuard<'_, HashMap<String, Lineage>> {
@@ -163,18 +170,25 @@ impl RunnerLogs {
 
     /// Rotates `output`'s files (see [`rotate`]), under the rotation lock.
     fn rotate_output(&self, output: &mut OutputFile) {
+        let Some(live) = output.live() else {
+            return; // closed: only an open file is written, so none is due
+        };
         let mut lineages = self.lineages();
-        let outcome = rotate::rotate(&output.current, &output.rotated, output.live());
+        let (current, rotated) = (output.current(), output.rotated_path());
+        let outcome = rotate::rotate(&current, &rotated, live);
         output.rotated(outcome);
         Self::count_rotation(&mut lineages, &output.base);
-        tracing::debug!(log = %output.current.display(), "rotated a runner log");
+        tracing::debug!(log = %current.display(), "rotated a runner log");
     }
 
     /// Empties both of `output`'s files, to make room on a full file system.
     fn restart_output(&self, output: &mut OutputFile) {
+        let Some(live) = output.live() else {
+            return;
+        };
         let mut lineages = self.lineages();
-        rotate::remove_rotated(&output.rotated);
-        rotate::truncate(output.live(), &output.current);
+        rotate::remove_rotated(&output.rotated_path());
+        rotate::truncate(live, &output.current());
         output.restarted();
         Self::count_rotation(&mut lineages, &output.base);
     }
@@ -193,9 +207,8 @@ impl RunnerLogs {
     /// The output file is recycled instead when it can be (see [`spare`]).
     /// Under the rotation lock: no rotation can recreate a file meanwhile.
     pub fn remove(&self, base: &str, mut dispose: impl FnMut(&Path, &'static str)) {
-        let pump = self.pumps().remove(base);
-        if let Some(pump) = pump {
-            pump.abort();
+        if let Some(pumps) = self.pumps.get() {
+            pumps.remove(base);
         }
         let mut lineages = self.lineages();
         lineages.remove(base);

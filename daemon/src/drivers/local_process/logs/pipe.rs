@@ -39,6 +39,26 @@ pub fn buffered(pipe: impl AsFd) -> io::Result<usize> {
     Ok(count.max(0) as usize)
 }
 
+/// For a pipe that holds nothing: `Ok(0)` when every write end is closed
+/// (end of file), else `WouldBlock`. Asked without touching the file, so a
+/// quiet runner's closed output file is not opened just to learn that.
+pub fn empty_state(pipe: impl AsFd) -> io::Result<usize> {
+    let mut poll = libc::pollfd {
+        fd: pipe.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a zero timeout; the descriptor is borrowed.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    if ready < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if poll.revents & libc::POLLHUP != 0 && poll.revents & libc::POLLIN == 0 {
+        return Ok(0);
+    }
+    Err(io::ErrorKind::WouldBlock.into())
+}
+
 /// Moves up to `len` bytes from the pipe to `file` at `*offset`, advancing
 /// it. `Ok(0)` is end of file: every write end is closed and the pipe is
 /// empty. `WouldBlock` when the pipe is empty but still has a writer.

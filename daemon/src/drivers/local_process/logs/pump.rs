@@ -1,6 +1,7 @@
-//! One runner's output on its way to disk: a small task that moves what
-//! the runner writes into its pipe into its output file, keeping the file
-//! within its share of the cap.
+//! One runner's output on its way to disk: what the runner writes into its
+//! pipe is moved into its output file a step at a time (by the one pump
+//! thread, see [`super::pumps`]), keeping the file within its share of the
+//! cap.
 //!
 //! Each step moves at most what fits: when the next chunk would take the
 //! live file past its share (half of `runner_log_max_size`, so the live and
@@ -14,19 +15,25 @@
 //! drops the chunk, and later writes a marker line saying how much was
 //! dropped. A runner is never blocked by a full disk, and never fills it.
 //!
-//! The file writes happen on the runtime's threads: `splice` into the page
-//! cache does not wait for the disk, short of the kernel's dirty-page
-//! throttling of a very fast writer (which is the back-pressure wanted).
+//! `splice` into the page cache does not wait for the disk, short of the
+//! kernel's dirty-page throttling of a very fast writer (which is the
+//! back-pressure wanted).
+//!
+//! The output file is open only while output flows: it is closed once its
+//! runner has written nothing for [`FILE_IDLE`], and opened again with the
+//! next chunk. A quiet runner — most of them, most of the time — thus costs
+//! the daemon one descriptor (its pipe), which is what lets one daemon hold
+//! 10,000 of them under a 20,000 open-file limit. When no descriptor is
+//! left to open the file with, the chunk waits in the pipe (the runner, on
+//! a full pipe, waits with it) and the open is retried.
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-use tokio::io::unix::AsyncFd;
-use tokio::sync::Notify;
+use std::time::Duration;
 
 use super::pipe::{self, CHUNK};
 use super::rotate::Rotated;
@@ -37,15 +44,23 @@ use super::RunnerLogs;
 /// that escaped the runner and keeps writing cannot keep the pump alive.
 const FINISH_BUDGET: u64 = 4 * CHUNK as u64;
 
+/// How long an output file stays open after its runner last wrote.
+pub(super) const FILE_IDLE: Duration = Duration::from_secs(2);
+/// How long a chunk waits before the file is opened again, when the
+/// open-file limit is reached.
+pub(super) const OPEN_RETRY: Duration = Duration::from_millis(100);
+
 /// The live output file of one sandbox, as its pump sees it.
 pub struct OutputFile {
     pub(super) base: String,
-    file: File,
+    /// `None` while closed for idleness (see [`FILE_IDLE`]).
+    file: Option<File>,
     /// Its length, which is where the next byte goes: the pump is the only
     /// writer, and `splice` refuses files opened for appending.
     len: u64,
-    pub(super) current: PathBuf,
-    pub(super) rotated: PathBuf,
+    /// The logs directory, shared by every pump: the paths are made from
+    /// it when needed rather than kept, two per runner.
+    dir: Arc<Path>,
     /// The most one file holds: half the cap.
     share: u64,
     /// Output thrown away since the last marker line.
@@ -55,45 +70,67 @@ pub struct OutputFile {
 }
 
 impl OutputFile {
-    /// Opens the output file at `current` to write at its end: a respawned
+    /// Opens `base`'s output file in `dir` to write at its end: a respawned
     /// runner's output follows its predecessor's.
-    pub fn open(
-        base: &str,
-        current: PathBuf,
-        rotated: PathBuf,
-        share: u64,
-    ) -> io::Result<OutputFile> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = File::options()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o640)
-            .open(&current)?;
-        let len = file.metadata()?.len();
+    pub fn open(base: &str, dir: Arc<Path>, share: u64) -> io::Result<OutputFile> {
+        let (file, len) = open_at_end(&super::file_path(&dir, base))?;
         Ok(OutputFile {
             base: base.to_string(),
-            file,
+            file: Some(file),
             len,
-            current,
-            rotated,
+            dir,
             share: share.max(1),
             dropped: 0,
             reason: None,
         })
     }
 
+    /// `<dir>/<base>.log`.
+    pub(super) fn current(&self) -> PathBuf {
+        super::file_path(&self.dir, &self.base)
+    }
+
+    /// `<dir>/<base>.log.1`.
+    pub(super) fn rotated_path(&self) -> PathBuf {
+        super::rotated_path(&self.dir, &self.base)
+    }
+
     /// Applies a rotation's outcome.
     pub(super) fn rotated(&mut self, outcome: Rotated) {
         match outcome {
-            Rotated::Renamed(fresh) => self.file = fresh,
+            Rotated::Renamed(fresh) => self.file = Some(fresh),
             Rotated::Truncated => self.dropped += self.len,
         }
         self.len = 0;
     }
 
-    pub(super) fn live(&self) -> &File {
-        &self.file
+    /// The live file, when open.
+    pub(super) fn live(&self) -> Option<&File> {
+        self.file.as_ref()
+    }
+
+    /// Opens the live file again after it was closed for idleness, at its
+    /// end as it is now (the daemon is its only writer, but an operator may
+    /// have truncated it meanwhile).
+    fn reopen(&mut self) -> io::Result<()> {
+        if self.file.is_none() {
+            let (file, len) = open_at_end(&self.current())?;
+            self.file = Some(file);
+            self.len = len;
+        }
+        Ok(())
+    }
+
+    /// Closes the live file (see [`FILE_IDLE`]).
+    pub(super) fn close(&mut self) {
+        self.file = None;
+    }
+
+    /// The output is over: the marker for what was dropped, if anything was.
+    pub(super) fn end(&mut self, logs: &RunnerLogs) {
+        if self.dropped > 0 {
+            self.write_marker(logs);
+        }
     }
 
     /// Empties both files in place (see `RunnerLogs::restart_output`).
@@ -105,16 +142,30 @@ impl OutputFile {
     /// Moves one chunk from `pipe` to the file. `Ok(0)` is end of file;
     /// `WouldBlock` an empty pipe. Errors are the pipe's own: the file's
     /// are handled here.
-    fn step(&mut self, pipe: BorrowedFd<'_>, logs: &RunnerLogs) -> io::Result<usize> {
-        let want = pipe::buffered(pipe)?
-            .clamp(1, CHUNK)
-            .min(self.share as usize);
+    pub(super) fn step(&mut self, pipe: BorrowedFd<'_>, logs: &RunnerLogs) -> io::Result<usize> {
+        let buffered = pipe::buffered(pipe)?;
+        if buffered == 0 {
+            return pipe::empty_state(pipe);
+        }
+        let want = buffered.min(CHUNK).min(self.share as usize);
+        if let Err(error) = self.reopen() {
+            if crate::fd_limit::is_exhaustion(&error) {
+                // Not the file's fault: the chunk waits for a descriptor.
+                return Err(error);
+            }
+            self.reason = Some(error.to_string());
+            return self.discard(pipe, want);
+        }
         if self.dropped > 0 && !self.write_marker(logs) {
             return self.discard(pipe, want);
         }
         self.make_way(logs, want as u64);
         for attempt in 0.. {
-            match pipe::splice_to_file(pipe, &self.file, &mut self.len, want) {
+            let Some(file) = &self.file else {
+                // A rotation could not make a fresh file: dropped.
+                return self.discard(pipe, want);
+            };
+            match pipe::splice_to_file(pipe, file, &mut self.len, want) {
                 Err(error) if pipe::is_out_of_room(&error) && attempt < 2 => {
                     self.reason = Some(error.to_string());
                     self.make_room(logs, attempt);
@@ -145,7 +196,7 @@ impl OutputFile {
     /// Frees room after a failed write: first by rotating (the old rotated
     /// file's blocks go), then by emptying both files.
     fn make_room(&mut self, logs: &RunnerLogs, attempt: usize) {
-        tracing::debug!(log = %self.current.display(), reason = self.reason.as_deref(), attempt, "no room for a runner's output; making room from its own files");
+        tracing::debug!(log = %self.current().display(), reason = self.reason.as_deref(), attempt, "no room for a runner's output; making room from its own files");
         if attempt == 0 && self.len > 0 {
             logs.rotate_output(self);
         } else {
@@ -167,12 +218,18 @@ impl OutputFile {
             "--- sandboxd: {} bytes of output dropped ({reason}) ---\n",
             self.dropped
         );
+        if self.reopen().is_err() {
+            return false;
+        }
         self.make_way(logs, marker.len() as u64);
-        match self.file.write_at(marker.as_bytes(), self.len) {
+        let Some(file) = &self.file else {
+            return false;
+        };
+        match file.write_at(marker.as_bytes(), self.len) {
             Ok(written) => {
                 self.len += written as u64;
                 if written == marker.len() {
-                    tracing::warn!(log = %self.current.display(), bytes = self.dropped, %reason, "dropped runner output");
+                    tracing::warn!(log = %self.current().display(), bytes = self.dropped, %reason, "dropped runner output");
                     self.dropped = 0;
                     return true;
                 }
@@ -183,76 +240,32 @@ impl OutputFile {
     }
 }
 
-/// What the driver holds of a running pump.
-pub struct PumpHandle {
-    finish: Arc<Notify>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl PumpHandle {
-    /// Starts the pump of `output` on the current runtime.
-    pub fn start(logs: Arc<RunnerLogs>, pipe: OwnedFd, output: OutputFile) -> io::Result<Self> {
-        // SAFETY: an OwnedFd stays open, and the same descriptor, until the
-        // AsyncFd that owns it is dropped.
-        let pipe = unsafe { AsyncFd::register_with_interest(pipe, tokio::io::Interest::READABLE) }?;
-        let finish = Arc::new(Notify::new());
-        let task = tokio::spawn(run(logs, pipe, output, finish.clone()));
-        Ok(PumpHandle { finish, task })
-    }
-
-    /// Moves what is left (see [`FINISH_BUDGET`]) and waits for the pump
-    /// to end.
-    pub async fn finish(self) {
-        self.finish.notify_one();
-        let _ = self.task.await;
-    }
-
-    /// Ends the pump now, discarding what its pipe holds.
-    pub fn abort(self) {
-        self.task.abort();
-    }
-}
-
-async fn run(
-    logs: Arc<RunnerLogs>,
-    pipe: AsyncFd<OwnedFd>,
-    mut output: OutputFile,
-    finish: Arc<Notify>,
-) {
-    loop {
-        tokio::select! {
-            biased;
-            () = finish.notified() => {
-                drain(&logs, pipe.get_ref().as_fd(), &mut output);
-                break;
-            }
-            ready = pipe.readable() => {
-                let Ok(mut ready) = ready else { break };
-                match ready.try_io(|pipe| output.step(pipe.get_ref().as_fd(), &logs)) {
-                    Ok(Ok(0)) => break,
-                    Ok(Ok(_)) | Err(_) => {}
-                    Ok(Err(error)) => {
-                        tracing::warn!(log = %output.current.display(), %error, "cannot read a runner's output pipe; closing it");
-                        break;
-                    }
-                }
-            }
-        }
-    }
-    if output.dropped > 0 {
-        output.write_marker(&logs);
-    }
-}
-
-/// Moves what the pipe holds until it is empty, closed, or the budget is spent.
-fn drain(logs: &RunnerLogs, pipe: BorrowedFd<'_>, output: &mut OutputFile) {
+/// Moves what the pipe holds until it is empty, closed, or the budget
+/// ([`FINISH_BUDGET`]) is spent, then writes the marker for what was
+/// dropped: the end of a runner's output.
+pub(super) fn finish(logs: &RunnerLogs, pipe: BorrowedFd<'_>, output: &mut OutputFile) {
     let mut left = FINISH_BUDGET;
     while left > 0 {
         match output.step(pipe, logs) {
             Ok(moved @ 1..) => left = left.saturating_sub(moved as u64),
-            _ => return,
+            _ => break,
         }
     }
+    output.end(logs);
+}
+
+/// Opens the output file at `path` (made 0640 if missing) and returns it
+/// with its length, which is where the next byte goes.
+fn open_at_end(path: &std::path::Path) -> io::Result<(File, u64)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = File::options()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o640)
+        .open(path)?;
+    let len = file.metadata()?.len();
+    Ok((file, len))
 }
 
 #[cfg(test)]
@@ -340,6 +353,30 @@ mod tests {
             "the last words\n"
         );
         drop(lingering);
+    }
+
+    fn open_here(path: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter(|entry| std::fs::read_link(entry.path()).is_ok_and(|target| target == path))
+            .count()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_quiet_runners_file_is_closed_and_opened_again_when_it_writes() {
+        let (dir, logs) = logs("idle", 1 << 20);
+        let base = "sbx-ses-000000000004";
+        let path = file_path(&dir.0, base);
+        let mut writer = File::from(logs.open_output(base).unwrap());
+        writer.write_all(b"before\n").unwrap();
+        tokio::time::sleep(FILE_IDLE + std::time::Duration::from_millis(1_200)).await;
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "before\n");
+        assert_eq!(open_here(&path), 0, "the quiet runner's file is still open");
+        writer.write_all(b"after\n").unwrap();
+        drop(writer);
+        logs.finish(base).await;
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "before\nafter\n");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

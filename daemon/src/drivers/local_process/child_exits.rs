@@ -1,0 +1,133 @@
+//! Runners' exits, learned without a descriptor per runner.
+//!
+//! Every runner is a child of the spawner thread that cloned it (see
+//! [`super::spawner`]). On SIGCHLD each spawner thread reaps its own exited
+//! children with `waitpid(-1, WNOHANG | __WNOTHREAD)` and hands each status
+//! to the runner's watcher. `__WNOTHREAD` limits the wait to children of
+//! the calling thread, so no other child of the daemon — the group reaper,
+//! an `nft` run, whatever a library starts on another thread — is ever
+//! reaped here behind its owner's back; and a spawner thread starts nothing
+//! but runners.
+//!
+//! Why not a pidfd per runner, as an earlier version had: with its output
+//! pipe that was two descriptors per running sandbox, and a daemon whose
+//! hard open-file limit it cannot raise (no `CAP_SYS_RESOURCE`; 20,000 on
+//! the benchmark's machine) could then never hold 10,000 sandboxes. The
+//! pid stays ours either way: an exited child stays a zombie, its number
+//! reserved, until its thread reaps it here.
+
+use std::collections::HashMap;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::oneshot;
+
+thread_local! {
+    /// True on the spawner threads, whose children are reaped here.
+    static REAPED_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The exits awaited, by pid.
+#[derive(Default)]
+pub struct ChildExits {
+    waiting: Mutex<HashMap<libc::pid_t, oneshot::Sender<ExitStatus>>>,
+}
+
+/// A started runner, until its exit is known.
+pub struct RunnerProcess {
+    pid: libc::pid_t,
+    /// Field 22 of its `/proc/<pid>/stat`, as the child read it before exec.
+    start_time: Option<u64>,
+    exit: oneshot::Receiver<ExitStatus>,
+}
+
+impl RunnerProcess {
+    pub fn id(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Its start time in clock ticks since boot, when the child could read it.
+    pub fn start_time(&self) -> Option<u64> {
+        self.start_time
+    }
+
+    /// Its exit status, once it has exited and been reaped. `None` only if
+    /// its reaper is gone (the spawner threads ended).
+    pub async fn wait(self) -> Option<ExitStatus> {
+        self.exit.await.ok()
+    }
+}
+
+impl ChildExits {
+    /// Marks the calling thread as one whose children [`reap_own_children`]
+    /// reaps. For the spawner threads only.
+    ///
+    /// [`reap_own_children`]: ChildExits::reap_own_children
+    pub fn reap_children_of_this_thread() {
+        REAPED_HERE.with(|here| here.set(true));
+    }
+
+    /// Watches `pid`, a child the calling thread has just cloned and not
+    /// reaped. On a spawner thread its exit is registered before any reap
+    /// can run there (the thread is busy with this very call). Elsewhere
+    /// (a unit test) a thread of its own waits for it.
+    pub fn watch(&self, pid: libc::pid_t, start_time: Option<u64>) -> RunnerProcess {
+        let (sender, exit) = oneshot::channel();
+        if REAPED_HERE.with(std::cell::Cell::get) {
+            self.waiting().insert(pid, sender);
+        } else {
+            std::thread::spawn(move || {
+                if let Some(status) = wait_for(pid) {
+                    let _ = sender.send(status);
+                }
+            });
+        }
+        RunnerProcess {
+            pid,
+            start_time,
+            exit,
+        }
+    }
+
+    /// Reaps every exited child of the calling thread and hands each status
+    /// to its watcher. Returns how many were reaped.
+    pub fn reap_own_children(&self) -> usize {
+        let mut reaped = 0;
+        loop {
+            let mut status = 0;
+            // SAFETY: status is a valid out-pointer; WNOHANG returns at once
+            // and __WNOTHREAD limits the wait to this thread's children.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WNOTHREAD) };
+            if pid <= 0 {
+                // 0: none exited yet; ECHILD: no children; EINTR: the next
+                // SIGCHLD brings us back.
+                return reaped;
+            }
+            reaped += 1;
+            match self.waiting().remove(&pid) {
+                Some(watcher) => {
+                    let _ = watcher.send(ExitStatus::from_raw(status));
+                }
+                None => tracing::warn!(pid, "reaped a child no runner watcher waited for"),
+            }
+        }
+    }
+
+    fn waiting(&self) -> MutexGuard<'_, HashMap<libc::pid_t, oneshot::Sender<ExitStatus>>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Blocks until `pid`, a child of this process, exits; reaps it.
+pub fn wait_for(pid: libc::pid_t) -> Option<ExitStatus> {
+    let mut status = 0;
+    loop {
+        // SAFETY: status is a valid out-pointer; pid is our child.
+        match unsafe { libc::waitpid(pid, &mut status, 0) } {
+            reaped if reaped == pid => return Some(ExitStatus::from_raw(status)),
+            _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
+            _ => return None,
+        }
+    }
+}

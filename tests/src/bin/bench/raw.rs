@@ -258,6 +258,12 @@ impl RawSpawner {
 
     /// mkdir (+ chown) + spawn of runner `name`.
     pub fn spawn(&self, name: &str) -> io::Result<Child> {
+        self.command(name)?.spawn()
+    }
+
+    /// mkdir (+ chown) of runner `name`'s directory, and the command that
+    /// [`spawn`](Self::spawn) runs.
+    pub fn command(&self, name: &str) -> io::Result<Command> {
         let workspace = self.root.join(name);
         DirBuilder::new().mode(0o700).create(&workspace)?;
         if let Some((uid, gid)) = self.identity {
@@ -279,7 +285,7 @@ impl RawSpawner {
         if let Some((uid, gid)) = self.identity {
             command.uid(uid).gid(gid);
         }
-        command.spawn()
+        Ok(command)
     }
 
     /// Removes every runner directory.
@@ -485,7 +491,8 @@ fn write_if_present(path: PathBuf, value: &str) -> io::Result<()> {
 /// own in every hierarchy the daemon uses (v2, and each v1 controller of a
 /// hybrid host, with the `[limits]` defaults written), stopped the plainest
 /// way — SIGTERM to each runner's group, `waitpid` for each, then `rmdir`
-/// of each one's cgroups, all on one thread, one after another. Timed from
+/// of each one's cgroups, all on one thread, one after another. Each runner
+/// joins its cgroups before exec, as the daemon's do. Timed from
 /// the first signal to the last `rmdir`; the setup is not timed. `None`
 /// without a writable cgroup v2.
 pub fn stop_contained(spawner: &RawSpawner, count: usize) -> anyhow::Result<Option<Duration>> {
@@ -541,11 +548,32 @@ pub fn stop_contained(spawner: &RawSpawner, count: usize) -> anyhow::Result<Opti
                     }
                 }
             }
-            let child = spawner.spawn(&format!("stop-{i}"))?;
-            for (_, dir) in &dirs {
-                std::fs::write(dir.join("cgroup.procs"), child.id().to_string())?;
+            // Joined before exec, as the daemon's runners are, so what the
+            // runner's start charges (memory above all) is its cgroup's.
+            let procs: Vec<std::fs::File> = dirs
+                .iter()
+                .map(|(_, dir)| {
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(dir.join("cgroup.procs"))
+                })
+                .collect::<io::Result<_>>()?;
+            let fds: Vec<i32> = procs.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+            let mut command = spawner.command(&format!("stop-{i}"))?;
+            // SAFETY: the hook only calls write(2), async-signal-safe, on
+            // descriptors that stay open until spawn returns.
+            unsafe {
+                command.pre_exec(move || {
+                    for fd in &fds {
+                        if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                            return Err(io::Error::last_os_error());
+                        }
+                    }
+                    Ok(())
+                });
             }
-            children.0.push(child);
+            children.0.push(command.spawn()?);
+            drop(procs);
         }
         Ok(())
     })();

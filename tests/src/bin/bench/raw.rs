@@ -441,14 +441,7 @@ pub fn cgroup_setup_serial(count: usize) -> anyhow::Result<Option<Samples>> {
             }
         }
         let placement = std::fs::File::open(&v2_dir)?;
-        let procs: Vec<std::fs::File> = v1_dirs
-            .iter()
-            .map(|(_, dir)| {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(dir.join("cgroup.procs"))
-            })
-            .collect::<io::Result<_>>()?;
+        let procs = open_procs(v1_dirs.iter().map(|(_, dir)| dir))?;
         samples.push(start.elapsed());
         drop((placement, procs));
         std::fs::remove_dir(&v2_dir)?;
@@ -476,6 +469,16 @@ fn limit_files(controller: &str, v2: bool) -> Vec<(&'static str, &'static str)> 
         ("cpu", false) => vec![("cpu.cfs_quota_us", "200000")],
         _ => Vec::new(),
     }
+}
+
+/// Each of `dirs`' `cgroup.procs`, opened for writing.
+fn open_procs<'a>(dirs: impl Iterator<Item = &'a PathBuf>) -> io::Result<Vec<std::fs::File>> {
+    dirs.map(|dir| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.procs"))
+    })
+    .collect()
 }
 
 /// Writes `value` to `path`; a file this kernel lacks is skipped.
@@ -550,14 +553,7 @@ pub fn stop_contained(spawner: &RawSpawner, count: usize) -> anyhow::Result<Opti
             }
             // Joined before exec, as the daemon's runners are, so what the
             // runner's start charges (memory above all) is its cgroup's.
-            let procs: Vec<std::fs::File> = dirs
-                .iter()
-                .map(|(_, dir)| {
-                    std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(dir.join("cgroup.procs"))
-                })
-                .collect::<io::Result<_>>()?;
+            let procs = open_procs(dirs.iter().map(|(_, dir)| dir))?;
             let fds: Vec<i32> = procs.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
             let mut command = spawner.command(&format!("stop-{i}"))?;
             // SAFETY: the hook only calls write(2), async-signal-safe, on

@@ -162,3 +162,72 @@ async fn a_quiet_runner_holds_one_descriptor_and_its_later_output_still_arrives(
         }
     }
 }
+
+/// With no descriptor left to open its output file, a runner's output waits
+/// in its pipe, and reaches the file once a descriptor is free: nothing is
+/// lost, and the daemon says why once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_waits_for_a_free_descriptor_and_is_not_lost() {
+    let daemon = TestDaemon::start(Options {
+        runner_command: Some("/bin/sh".into()),
+        runner_args: vec![
+            "-c".into(),
+            "echo first; sleep 4; echo second; exec sleep 600".into(),
+        ],
+        ..Options::default()
+    });
+    let client = daemon.client().await;
+    client
+        .ensure_session_sandbox("waits", &sandbox_env("session:waits", ""))
+        .await
+        .unwrap();
+    let pid = daemon.pid().unwrap();
+    let log = daemon.runner_log(sandboxd_client::Scope::Session, "waits");
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    // "first" is written and, two quiet seconds later, the file closed.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    assert_eq!(text(), "first\n");
+    assert_eq!(descriptors_on(pid, &log), 0);
+
+    // No descriptor left: "second" cannot be written when it comes.
+    let set_limit = |limit: usize| {
+        let mut prlimit = Command::new("prlimit");
+        prlimit.args([
+            "--pid",
+            &pid.to_string(),
+            &format!("--nofile={limit}:20000"),
+        ]);
+        let output = run_with_timeout(prlimit, Duration::from_secs(10));
+        assert!(
+            output.status.success(),
+            "prlimit: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    // The lowest free descriptor number is at the limit: every open fails.
+    let held: std::collections::BTreeSet<usize> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .collect();
+    set_limit((0..).find(|fd| !held.contains(fd)).unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !daemon.log_text().contains("its output waits in its pipe") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            daemon.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(text(), "first\n", "written without a descriptor?");
+
+    set_limit(20_000);
+    while text() != "first\nsecond\n" {
+        assert!(std::time::Instant::now() < deadline, "{:?}", text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(daemon
+        .log_text()
+        .contains("a runner's output file is open again"));
+}

@@ -25,6 +25,18 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     Some(after_name.split_whitespace().map(str::to_string).collect())
 }
 
+/// The soft open-file limit of `pid`, from `/proc/<pid>/limits`.
+pub fn soft_open_file_limit(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/limits"))
+        .ok()?
+        .lines()
+        .find(|line| line.starts_with("Max open files"))?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()
+}
+
 /// The process state letter (field 3 of `/proc/<pid>/stat`), if the process exists.
 pub fn state(pid: u32) -> Option<char> {
     stat_fields(pid)?.first()?.chars().next()

@@ -17,18 +17,15 @@ fn open_descriptors(pid: u32) -> usize {
         .count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn out_of_descriptors_is_an_error_naming_the_limit_and_never_a_hang() {
-    let daemon = TestDaemon::start(Options::default());
-    let client = daemon.client().await;
-    client.status().await.unwrap();
-    let pid = daemon.pid().unwrap();
-    let limit = open_descriptors(pid) + 12;
+/// Sets the daemon's open-file limit from outside: `soft:hard`, or the
+/// soft one alone (the hard one kept) when `hard` is `None`.
+fn set_open_file_limit(pid: u32, soft: usize, hard: Option<usize>) {
+    let hard = hard.map(|hard| hard.to_string()).unwrap_or_default();
     let mut prlimit = Command::new("prlimit");
     prlimit.args([
         "--pid",
         &pid.to_string(),
-        &format!("--nofile={limit}:{limit}"),
+        &format!("--nofile={soft}:{hard}"),
     ]);
     let output = run_with_timeout(prlimit, Duration::from_secs(10));
     assert!(
@@ -36,6 +33,25 @@ async fn out_of_descriptors_is_an_error_naming_the_limit_and_never_a_hang() {
         "prlimit: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// A daemon whose runner is `sh -c script`.
+fn shell_runner_daemon(script: &str) -> TestDaemon {
+    TestDaemon::start(Options {
+        runner_command: Some("/bin/sh".into()),
+        runner_args: vec!["-c".into(), script.into()],
+        ..Options::default()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_descriptors_is_an_error_naming_the_limit_and_never_a_hang() {
+    let daemon = TestDaemon::start(Options::default());
+    let client = daemon.client().await;
+    client.status().await.unwrap();
+    let pid = daemon.pid().unwrap();
+    let limit = open_descriptors(pid) + 12;
+    set_open_file_limit(pid, limit, Some(limit));
 
     let mut started = Vec::new();
     let mut refusal = None;
@@ -111,14 +127,7 @@ fn descriptors_on(pid: u32, path: &std::path::Path) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_runner_holds_one_descriptor_and_its_later_output_still_arrives() {
     const COUNT: usize = 8;
-    let daemon = TestDaemon::start(Options {
-        runner_command: Some("/bin/sh".into()),
-        runner_args: vec![
-            "-c".into(),
-            "echo first; sleep 5; echo second; exec sleep 600".into(),
-        ],
-        ..Options::default()
-    });
+    let daemon = shell_runner_daemon("echo first; sleep 5; echo second; exec sleep 600");
     let client = daemon.client().await;
     client.status().await.unwrap();
     let pid = daemon.pid().unwrap();
@@ -168,14 +177,7 @@ async fn a_quiet_runner_holds_one_descriptor_and_its_later_output_still_arrives(
 /// lost, and the daemon says why once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_waits_for_a_free_descriptor_and_is_not_lost() {
-    let daemon = TestDaemon::start(Options {
-        runner_command: Some("/bin/sh".into()),
-        runner_args: vec![
-            "-c".into(),
-            "echo first; sleep 4; echo second; exec sleep 600".into(),
-        ],
-        ..Options::default()
-    });
+    let daemon = shell_runner_daemon("echo first; sleep 4; echo second; exec sleep 600");
     let client = daemon.client().await;
     client
         .ensure_session_sandbox("waits", &sandbox_env("session:waits", ""))
@@ -190,27 +192,14 @@ async fn output_waits_for_a_free_descriptor_and_is_not_lost() {
     assert_eq!(descriptors_on(pid, &log), 0);
 
     // No descriptor left: "second" cannot be written when it comes.
-    let set_limit = |limit: usize| {
-        let mut prlimit = Command::new("prlimit");
-        prlimit.args([
-            "--pid",
-            &pid.to_string(),
-            &format!("--nofile={limit}:20000"),
-        ]);
-        let output = run_with_timeout(prlimit, Duration::from_secs(10));
-        assert!(
-            output.status.success(),
-            "prlimit: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    };
+    let soft = sandboxd_tests::procs::soft_open_file_limit(pid).unwrap() as usize;
     // The lowest free descriptor number is at the limit: every open fails.
     let held: std::collections::BTreeSet<usize> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
         .collect();
-    set_limit((0..).find(|fd| !held.contains(fd)).unwrap());
+    set_open_file_limit(pid, (0..).find(|fd| !held.contains(fd)).unwrap(), None);
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while !daemon.log_text().contains("its output waits in its pipe") {
         assert!(
@@ -222,7 +211,7 @@ async fn output_waits_for_a_free_descriptor_and_is_not_lost() {
     }
     assert_eq!(text(), "first\n", "written without a descriptor?");
 
-    set_limit(20_000);
+    set_open_file_limit(pid, soft, None);
     while text() != "first\nsecond\n" {
         assert!(std::time::Instant::now() < deadline, "{:?}", text());
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -91,9 +91,8 @@ impl ChildExits {
     }
 
     /// Reaps every exited child of the calling thread and hands each status
-    /// to its watcher. Returns how many were reaped.
-    pub fn reap_own_children(&self) -> usize {
-        let mut reaped = 0;
+    /// to its watcher.
+    pub fn reap_own_children(&self) {
         loop {
             let mut status = 0;
             // SAFETY: status is a valid out-pointer; WNOHANG returns at once
@@ -102,9 +101,8 @@ impl ChildExits {
             if pid <= 0 {
                 // 0: none exited yet; ECHILD: no children; EINTR: the next
                 // SIGCHLD brings us back.
-                return reaped;
+                return;
             }
-            reaped += 1;
             match self.waiting().remove(&pid) {
                 Some(watcher) => {
                     let _ = watcher.send(ExitStatus::from_raw(status));
@@ -129,5 +127,27 @@ pub fn wait_for(pid: libc::pid_t) -> Option<ExitStatus> {
             _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
             _ => return None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_child_watched_off_the_spawner_threads_is_still_reaped() {
+        let exits = ChildExits::default();
+        // Reaped by the waiting thread `watch` starts, not by this handle.
+        #[allow(clippy::zombie_processes)]
+        let child = std::process::Command::new("/bin/sh")
+            .args(["-c", "exit 5"])
+            .spawn()
+            .unwrap();
+        let runner = exits.watch(child.id() as libc::pid_t, None);
+        let status = tokio::time::timeout(std::time::Duration::from_secs(10), runner.wait())
+            .await
+            .expect("the exit arrives")
+            .expect("a status");
+        assert_eq!(status.code(), Some(5));
     }
 }

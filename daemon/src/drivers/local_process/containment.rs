@@ -84,28 +84,21 @@ impl StopRemover {
         let thread = std::thread::Builder::new()
             .name("cgroup-remover".into())
             .spawn(move || {
-                let (mut removed, mut busy) = (0usize, Vec::new());
                 let started = std::time::Instant::now();
-                for base in bases {
-                    // No check first: a populated cgroup refuses the rmdir
-                    // (EBUSY), which is the check.
-                    match kill::try_remove(&tree.dirs(&base)) {
-                        Ok(true) => removed += 1,
-                        Ok(false) => busy.push(base),
-                        Err(error) => {
-                            tracing::debug!(%error, "a stopped runner's cgroup is left to the stop sweep")
-                        }
+                // No check first: a populated cgroup refuses the rmdir
+                // (EBUSY), which is the check.
+                let remove = |base: &String| match kill::try_remove(&tree.dirs(base)) {
+                    Ok(removed) => removed,
+                    Err(error) => {
+                        tracing::debug!(%error, "a stopped runner's cgroup is left to the stop sweep");
+                        false
                     }
-                }
+                };
+                let busy: Vec<String> = bases.into_iter().filter(|base| !remove(base)).collect();
                 // Busy a moment ago: a v1 cgroup can stay busy briefly after
                 // its last process was reaped. Once more, then the sweep.
-                for base in busy {
-                    match kill::try_remove(&tree.dirs(&base)) {
-                        Ok(true) => removed += 1,
-                        _ => tracing::debug!(base, "a stopped runner's cgroup is left to the stop sweep"),
-                    }
-                }
-                tracing::debug!(removed, elapsed = ?started.elapsed(), "the stop's cgroup removals are done");
+                let left = busy.iter().filter(|base| !remove(base)).count();
+                tracing::debug!(left, elapsed = ?started.elapsed(), "the stop's cgroup removals are done");
             })?;
         Ok(StopRemover { queue, thread })
     }

@@ -132,12 +132,7 @@ async fn reap_on_sigchld(
         };
         for thread in threads.iter() {
             let exits = exits.clone();
-            let _ = send(
-                thread,
-                Box::new(move || {
-                    exits.reap_own_children();
-                }),
-            );
+            let _ = send(thread, Box::new(move || exits.reap_own_children()));
         }
     }
 }

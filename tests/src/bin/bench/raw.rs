@@ -400,60 +400,163 @@ pub fn stop_all(mut children: Children) -> anyhow::Result<()> {
 /// `cgroup.procs` opened (for the clone). Each sample is all of that;
 /// the removal after it is not timed. `None` without a writable cgroup v2.
 pub fn cgroup_setup_serial(count: usize) -> anyhow::Result<Option<Samples>> {
-    let Some(layout) = CgroupLayout::detect() else {
+    let Some(tree) = BenchTree::create("sandboxd-bench")? else {
         return Ok(None);
     };
-    let name = format!("sandboxd-bench-{}", std::process::id());
-    let v2_root = layout.v2.join(&name);
-    if std::fs::create_dir_all(v2_root.join("sandboxes")).is_err() {
-        return Ok(None);
-    }
-    let v1_roots: Vec<(&str, PathBuf)> = layout
-        .v1
-        .iter()
-        .map(|(controller, own)| (*controller, own.join(&name)))
-        .collect();
-    for (_, root) in &v1_roots {
-        std::fs::create_dir_all(root.join("sandboxes"))?;
-    }
-    let (files, write) = (limit_files, write_if_present);
     let mut samples = Samples::with_capacity(count);
     for i in 0..count {
-        let base = format!("sbx-ses-{i:012}");
-        let v2_dir = v2_root.join("sandboxes").join(&base);
-        let v1_dirs: Vec<(&str, PathBuf)> = v1_roots
-            .iter()
-            .map(|(controller, root)| (*controller, root.join("sandboxes").join(&base)))
-            .collect();
         let start = Instant::now();
-        std::fs::create_dir(&v2_dir)?;
-        for (_, dir) in &v1_dirs {
-            std::fs::create_dir(dir)?;
-        }
-        for controller in &layout.v2_controllers {
-            for (file, value) in files(controller, true) {
-                write(v2_dir.join(file), value)?;
-            }
-        }
-        for (controller, dir) in &v1_dirs {
-            for (file, value) in files(controller, false) {
-                write(dir.join(file), value)?;
-            }
-        }
-        let placement = std::fs::File::open(&v2_dir)?;
-        let procs = open_procs(v1_dirs.iter().map(|(_, dir)| dir))?;
+        let dirs = tree.make_limited(&format!("sbx-ses-{i:012}"))?;
+        let placement = std::fs::File::open(&dirs[0])?;
+        let procs = open_procs(&dirs[1..])?;
         samples.push(start.elapsed());
         drop((placement, procs));
-        std::fs::remove_dir(&v2_dir)?;
-        for (_, dir) in &v1_dirs {
-            std::fs::remove_dir(dir)?;
-        }
-    }
-    for root in std::iter::once(&v2_root).chain(v1_roots.iter().map(|(_, root)| root)) {
-        let _ = std::fs::remove_dir(root.join("sandboxes"));
-        let _ = std::fs::remove_dir(root);
+        remove_all(&dirs)?;
     }
     Ok(Some(samples))
+}
+
+/// The scale row's stop baseline: `count` runners, each in a cgroup of its
+/// own in every hierarchy the daemon uses (v2, and each v1 controller of a
+/// hybrid host, with the `[limits]` defaults written), stopped the plainest
+/// way — SIGTERM to each runner's group, `waitpid` for each, then `rmdir`
+/// of each one's cgroups, all on one thread, one after another. Each runner
+/// joins its cgroups before exec, as the daemon's do. Timed from the first
+/// signal to the last `rmdir`; the setup is not timed. `None` without a
+/// writable cgroup v2.
+pub fn stop_contained(spawner: &RawSpawner, count: usize) -> anyhow::Result<Option<Duration>> {
+    let Some(tree) = BenchTree::create("sandboxd-bench-stop")? else {
+        return Ok(None);
+    };
+    let mut children = Children::default();
+    let mut cgroups = Vec::with_capacity(count);
+    for i in 0..count {
+        let dirs = tree.make_limited(&format!("r{i}"))?;
+        // Joined before exec, as the daemon's runners are, so what the
+        // runner's start charges (memory above all) is its cgroup's.
+        let procs = open_procs(&dirs)?;
+        let fds: Vec<i32> = procs.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+        let mut command = spawner.command(&format!("stop-{i}"))?;
+        // SAFETY: the hook only calls write(2), async-signal-safe, on
+        // descriptors that stay open until spawn returns.
+        unsafe {
+            command.pre_exec(move || {
+                for fd in &fds {
+                    if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        children.0.push(command.spawn()?);
+        cgroups.push(dirs);
+    }
+    let start = Instant::now();
+    for child in &children.0 {
+        killpg(Pid::from_raw(child.id() as i32), Signal::SIGTERM)?;
+    }
+    for mut child in children.0.drain(..) {
+        child.wait()?;
+    }
+    for dirs in &cgroups {
+        remove_all(dirs)?;
+    }
+    let elapsed = start.elapsed();
+    spawner.clean();
+    Ok(Some(elapsed))
+}
+
+/// A bench-owned cgroup root, `<name>-<pid>`, in cgroup v2 and in each v1
+/// hierarchy holding a limited controller, each with a `sandboxes/` below
+/// it as the daemon has. Removed, with whatever is left in it, on drop.
+struct BenchTree {
+    layout: CgroupLayout,
+    /// The v2 root first, then each v1 root with its controller.
+    roots: Vec<(Option<&'static str>, PathBuf)>,
+}
+
+impl BenchTree {
+    /// `None` without a writable cgroup v2.
+    fn create(name: &str) -> anyhow::Result<Option<BenchTree>> {
+        let Some(layout) = CgroupLayout::detect() else {
+            return Ok(None);
+        };
+        let name = format!("{name}-{}", std::process::id());
+        let roots: Vec<(Option<&'static str>, PathBuf)> =
+            std::iter::once((None, layout.v2.join(&name)))
+                .chain(
+                    layout
+                        .v1
+                        .iter()
+                        .map(|(controller, own)| (Some(*controller), own.join(&name))),
+                )
+                .collect();
+        if std::fs::create_dir_all(roots[0].1.join("sandboxes")).is_err() {
+            return Ok(None);
+        }
+        let tree = BenchTree { layout, roots };
+        // On a pure-v2 host the limited controllers must reach the
+        // sandboxes' cgroups, as the daemon enables them.
+        let enable: Vec<String> = tree
+            .layout
+            .v2_controllers
+            .iter()
+            .map(|controller| format!("+{controller}"))
+            .collect();
+        if !enable.is_empty() {
+            let (root, line) = (&tree.roots[0].1, enable.join(" "));
+            write_if_present(root.join("cgroup.subtree_control"), &line)?;
+            write_if_present(root.join("sandboxes").join("cgroup.subtree_control"), &line)?;
+        }
+        for (_, root) in &tree.roots[1..] {
+            std::fs::create_dir_all(root.join("sandboxes"))?;
+        }
+        Ok(Some(tree))
+    }
+
+    /// Makes `base`'s cgroup in every root, with the `[limits]` defaults
+    /// written. Returns its directories, v2 first.
+    fn make_limited(&self, base: &str) -> io::Result<Vec<PathBuf>> {
+        let mut dirs = Vec::with_capacity(self.roots.len());
+        for (controller, root) in &self.roots {
+            let dir = root.join("sandboxes").join(base);
+            std::fs::create_dir(&dir)?;
+            let limited = match controller {
+                None => self.layout.v2_controllers.clone(),
+                Some(controller) => vec![*controller],
+            };
+            for limited in limited {
+                for (file, value) in limit_files(limited, controller.is_none()) {
+                    write_if_present(dir.join(file), value)?;
+                }
+            }
+            dirs.push(dir);
+        }
+        Ok(dirs)
+    }
+}
+
+impl Drop for BenchTree {
+    fn drop(&mut self) {
+        for (_, root) in &self.roots {
+            let sandboxes = root.join("sandboxes");
+            for entry in std::fs::read_dir(&sandboxes)
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+            let _ = std::fs::remove_dir(sandboxes);
+            let _ = std::fs::remove_dir(root);
+        }
+    }
+}
+
+/// Removes each of `dirs`.
+fn remove_all(dirs: &[PathBuf]) -> io::Result<()> {
+    dirs.iter().try_for_each(std::fs::remove_dir)
 }
 
 /// The `[limits]` defaults' files and values for `controller`, in v2 or v1.
@@ -472,13 +575,14 @@ fn limit_files(controller: &str, v2: bool) -> Vec<(&'static str, &'static str)> 
 }
 
 /// Each of `dirs`' `cgroup.procs`, opened for writing.
-fn open_procs<'a>(dirs: impl Iterator<Item = &'a PathBuf>) -> io::Result<Vec<std::fs::File>> {
-    dirs.map(|dir| {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("cgroup.procs"))
-    })
-    .collect()
+fn open_procs(dirs: &[PathBuf]) -> io::Result<Vec<std::fs::File>> {
+    dirs.iter()
+        .map(|dir| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join("cgroup.procs"))
+        })
+        .collect()
 }
 
 /// Writes `value` to `path`; a file this kernel lacks is skipped.
@@ -488,120 +592,6 @@ fn write_if_present(path: PathBuf, value: &str) -> io::Result<()> {
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(error) => Err(error),
     }
-}
-
-/// The scale row's stop baseline: `count` runners, each in a cgroup of its
-/// own in every hierarchy the daemon uses (v2, and each v1 controller of a
-/// hybrid host, with the `[limits]` defaults written), stopped the plainest
-/// way — SIGTERM to each runner's group, `waitpid` for each, then `rmdir`
-/// of each one's cgroups, all on one thread, one after another. Each runner
-/// joins its cgroups before exec, as the daemon's do. Timed from
-/// the first signal to the last `rmdir`; the setup is not timed. `None`
-/// without a writable cgroup v2.
-pub fn stop_contained(spawner: &RawSpawner, count: usize) -> anyhow::Result<Option<Duration>> {
-    let Some(layout) = CgroupLayout::detect() else {
-        return Ok(None);
-    };
-    let name = format!("sandboxd-bench-stop-{}", std::process::id());
-    let roots: Vec<(Option<&str>, PathBuf)> = std::iter::once((None, layout.v2.join(&name)))
-        .chain(
-            layout
-                .v1
-                .iter()
-                .map(|(controller, own)| (Some(*controller), own.join(&name))),
-        )
-        .collect();
-    if std::fs::create_dir_all(roots[0].1.join("sandboxes")).is_err() {
-        return Ok(None);
-    }
-    // On a pure-v2 host the limited controllers must reach the runners'
-    // cgroups (as the daemon enables them); nothing to do on a hybrid one.
-    let enable: Vec<String> = layout
-        .v2_controllers
-        .iter()
-        .map(|c| format!("+{c}"))
-        .collect();
-    if !enable.is_empty() {
-        let (root, line) = (&roots[0].1, enable.join(" "));
-        write_if_present(root.join("cgroup.subtree_control"), &line)?;
-        write_if_present(root.join("sandboxes").join("cgroup.subtree_control"), &line)?;
-    }
-    for (_, root) in &roots[1..] {
-        std::fs::create_dir_all(root.join("sandboxes"))?;
-    }
-    let dirs_of = |i: usize| -> Vec<(Option<&str>, PathBuf)> {
-        roots
-            .iter()
-            .map(|(controller, root)| (*controller, root.join("sandboxes").join(format!("r{i}"))))
-            .collect()
-    };
-    let mut children = Children::default();
-    let set_up = (|| -> anyhow::Result<()> {
-        for i in 0..count {
-            let dirs = dirs_of(i);
-            for (controller, dir) in &dirs {
-                std::fs::create_dir(dir)?;
-                let limited: Vec<&str> = match controller {
-                    None => layout.v2_controllers.clone(),
-                    Some(controller) => vec![controller],
-                };
-                for controller in limited {
-                    for (file, value) in limit_files(controller, dir == &dirs[0].1) {
-                        write_if_present(dir.join(file), value)?;
-                    }
-                }
-            }
-            // Joined before exec, as the daemon's runners are, so what the
-            // runner's start charges (memory above all) is its cgroup's.
-            let procs = open_procs(dirs.iter().map(|(_, dir)| dir))?;
-            let fds: Vec<i32> = procs.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
-            let mut command = spawner.command(&format!("stop-{i}"))?;
-            // SAFETY: the hook only calls write(2), async-signal-safe, on
-            // descriptors that stay open until spawn returns.
-            unsafe {
-                command.pre_exec(move || {
-                    for fd in &fds {
-                        if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
-                            return Err(io::Error::last_os_error());
-                        }
-                    }
-                    Ok(())
-                });
-            }
-            children.0.push(command.spawn()?);
-            drop(procs);
-        }
-        Ok(())
-    })();
-    let timed = set_up.and_then(|()| {
-        let start = Instant::now();
-        for child in &children.0 {
-            killpg(Pid::from_raw(child.id() as i32), Signal::SIGTERM)?;
-        }
-        for mut child in children.0.drain(..) {
-            child.wait()?;
-        }
-        for i in 0..count {
-            for (_, dir) in dirs_of(i) {
-                std::fs::remove_dir(&dir)?;
-            }
-        }
-        Ok(start.elapsed())
-    });
-    drop(children);
-    for (_, root) in &roots {
-        for entry in std::fs::read_dir(root.join("sandboxes"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let _ = std::fs::remove_dir(entry.path());
-        }
-        let _ = std::fs::remove_dir(root.join("sandboxes"));
-        let _ = std::fs::remove_dir(root);
-    }
-    spawner.clean();
-    timed.map(Some)
 }
 
 /// Where this host's cgroups are, as the daemon reads it: the v2 mount,

@@ -65,12 +65,7 @@ async fn descriptors(
             .await?;
     }
     let per_runner = after.saturating_sub(before).div_ceil(SAMPLE as u64);
-    let limits = std::fs::read_to_string(format!("/proc/{}/limits", daemon.pid))?;
-    let limit = limits
-        .lines()
-        .find(|line| line.starts_with("Max open files"))
-        .and_then(|line| line.split_whitespace().nth(3))
-        .and_then(|soft| soft.parse().ok())
+    let limit = sandboxd_tests::procs::soft_open_file_limit(daemon.pid)
         .context("cannot read the daemon's open-file limit")?;
     Ok((per_runner, limit))
 }

@@ -189,9 +189,28 @@ pub fn event_value(text: &str, key: &str) -> Option<u64> {
 /// cgroup whose last process is still on its way out is busy for a moment:
 /// that is retried for up to [`BUSY_WAIT`].
 pub fn remove(dirs: &Dirs) -> io::Result<()> {
+    remove_waiting(dirs, BUSY_WAIT)
+}
+
+/// Removes `dirs` without waiting: `Ok(false)` when one of them is busy
+/// (still populated, or not yet released by the kernel) and was left.
+pub fn try_remove(dirs: &Dirs) -> io::Result<bool> {
+    match remove_waiting(dirs, Duration::ZERO) {
+        Ok(()) => Ok(true),
+        Err(error) if error.kind() == io::ErrorKind::ResourceBusy => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// How long a removal retries a busy cgroup.
+const BUSY_WAIT: Duration = Duration::from_secs(1);
+
+/// [`remove`], retrying a busy cgroup for up to `busy_wait`. Every
+/// hierarchy is tried; the first error is returned, naming its directory.
+fn remove_waiting(dirs: &Dirs, busy_wait: Duration) -> io::Result<()> {
     let mut first_error = None;
     for dir in std::iter::once(&dirs.v2).chain(&dirs.v1) {
-        match remove_dir_when_idle(dir) {
+        match remove_dir_when_idle(dir, busy_wait) {
             Ok(()) => {}
             Err(error) if error.kind() == io::ErrorKind::NotFound => {}
             Err(error) => {
@@ -204,31 +223,8 @@ pub fn remove(dirs: &Dirs) -> io::Result<()> {
     first_error.map_or(Ok(()), Err)
 }
 
-/// Removes `dirs` without waiting: `Ok(false)` when one of them is busy
-/// (still populated, or not yet released by the kernel) and was left.
-pub fn try_remove(dirs: &Dirs) -> io::Result<bool> {
-    let mut all = true;
-    for dir in std::iter::once(&dirs.v2).chain(&dirs.v1) {
-        match std::fs::remove_dir(dir) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) if error.raw_os_error() == Some(libc::EBUSY) => all = false,
-            Err(error) => {
-                return Err(io::Error::new(
-                    error.kind(),
-                    format!("{}: {error}", dir.display()),
-                ))
-            }
-        }
-    }
-    Ok(all)
-}
-
-/// How long a removal retries a busy cgroup.
-const BUSY_WAIT: Duration = Duration::from_secs(1);
-
-fn remove_dir_when_idle(dir: &Path) -> io::Result<()> {
-    let deadline = Instant::now() + BUSY_WAIT;
+fn remove_dir_when_idle(dir: &Path, busy_wait: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + busy_wait;
     loop {
         match std::fs::remove_dir(dir) {
             Err(error)

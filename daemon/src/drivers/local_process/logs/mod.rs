@@ -86,9 +86,8 @@ struct Lineage {
 
 /// The output files of every runner of one daemon.
 pub struct RunnerLogs {
-    dir: PathBuf,
-    /// `dir` again, for the pumps to share.
-    shared_dir: Arc<Path>,
+    /// Shared with every pump (see [`OutputFile`]).
+    dir: Arc<Path>,
     max_size: u64,
     /// Distinguishes this instance's epochs from an earlier daemon's.
     instance: u32,
@@ -118,8 +117,7 @@ impl RunnerLogs {
             .map_or(0, |since| since.subsec_nanos());
         RunnerLogs {
             spares: Arc::new(spare::SpareFiles::open(spares, deferred)),
-            shared_dir: Arc::from(dir.as_path()),
-            dir,
+            dir: Arc::from(dir),
             max_size,
             instance: nanos ^ std::process::id(),
             lineages: Mutex::new(HashMap::new()),
@@ -136,7 +134,7 @@ impl RunnerLogs {
         let path = file_path(&self.dir, base);
         self.spares.place_at(&path);
         let share = self.max_size / 2;
-        let output = OutputFile::open(base, self.shared_dir.clone(), share)?;
+        let output = OutputFile::open(base, self.dir.clone(), share)?;
         let (read, write) = pipe::runner_pipe()?;
         self.pumps()?.add(read, output);
         Ok(write)

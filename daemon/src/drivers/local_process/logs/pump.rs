@@ -162,7 +162,9 @@ impl OutputFile {
         self.make_way(logs, want as u64);
         for attempt in 0.. {
             let Some(file) = &self.file else {
-                // A rotation could not make a fresh file: dropped.
+                // Not reached: opened above, and neither a rotation nor
+                // making room closes it. Were it ever, the chunk is
+                // dropped rather than the pump thread panicking.
                 return self.discard(pipe, want);
             };
             match pipe::splice_to_file(pipe, file, &mut self.len, want) {

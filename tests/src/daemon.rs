@@ -271,7 +271,7 @@ impl TestDaemon {
                 exited = Some(status);
                 return true;
             }
-            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+            answers(&socket)
         });
         if let Some(status) = exited {
             panic!(
@@ -679,4 +679,24 @@ pub fn make_test_dir() -> PathBuf {
             ),
         }
     }
+}
+
+/// True once the daemon on `socket` answers a call. A connect alone is not
+/// enough: the daemon listens before its driver has started (so the socket
+/// is held early), and a connection made then waits in the backlog until
+/// the start-up is done — a test reading the state directory at that point
+/// would race the start-up's own writes.
+fn answers(socket: &Path) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::os::unix::net::UnixStream::connect(socket) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let request = crate::raw::request_frame(
+        0,
+        10,
+        sandboxd_protocol::service::SandboxdRequest::ProtocolVersion {},
+    );
+    let mut header = [0u8; 4];
+    stream.write_all(&request).is_ok() && stream.read_exact(&mut header).is_ok()
 }

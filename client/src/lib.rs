@@ -42,8 +42,8 @@ pub use socket_path::{default_socket_path, SOCKET_ENV, SYSTEM_SOCKET, USER_SOCKE
 pub use sandboxd_protocol::egress;
 pub use sandboxd_protocol::WorkspaceInfo;
 pub use sandboxd_protocol::{
-    ClusterState, DaemonStatus, DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, LogChunk,
-    LogCursor, LogStart, ProbeState, SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Scope,
-    Token, MAX_LOG_CHUNK, PROTOCOL_VERSION,
+    ClusterState, DaemonStatus, DeprovisionReport, EgressStatus, EnsureReport, ExitInfo,
+    IsolationFeature, LogChunk, LogCursor, LogStart, ProbeState, SandboxCounts, SandboxEnv,
+    SandboxError, SandboxInfo, Scope, Token, MAX_LOG_CHUNK, PROTOCOL_VERSION,
 };
 pub use sandboxd_protocol::{Health, HealthVerdict, Shown};

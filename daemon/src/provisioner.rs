@@ -59,6 +59,19 @@ pub trait Driver: Send + Sync + 'static {
         "the runtime's own (containers)".to_string()
     }
 
+    /// The isolation setting and each mechanism that keeps this tier's
+    /// sandboxes apart, in force or not (with why), for `status`. The
+    /// default is a container tier's: the runtime isolates.
+    fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
+        (
+            "the runtime's own".to_string(),
+            vec![sandboxd_protocol::IsolationFeature::in_force(
+                "runtime",
+                "each sandbox is a container of the runtime, with its own namespaces",
+            )],
+        )
+    }
+
     /// The verdict on the runtime's health, with reasons, for `status`
     /// (the runner command missing, the image absent, the engine down).
     /// The default has nothing to check.

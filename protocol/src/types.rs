@@ -172,11 +172,19 @@ pub struct ExitInfo {
     pub pids_refused: u64,
     /// The pids limit those forks hit.
     pub pids_limit: Option<u64>,
+    /// Set when the daemon stopped the runner because its workspace
+    /// outgrew `[limits] disk`: the limit, in bytes (process tier).
+    pub disk_limit_bytes: Option<u64>,
 }
 
 impl fmt::Display for ExitInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.code, self.signal, self.oom_limit_bytes) {
+            _ if self.disk_limit_bytes.is_some() => write!(
+                f,
+                "stopped: disk limit ({})",
+                crate::types::show_bytes(self.disk_limit_bytes.unwrap_or_default())
+            )?,
             (_, _, Some(limit)) if self.oom_killed => write!(
                 f,
                 "killed: out of memory (limit {})",
@@ -243,6 +251,47 @@ pub struct SandboxInfo {
     /// (kubernetes tier; `None` on the others). Added in protocol 3.
     #[serde(default)]
     pub cluster: Option<ClusterState>,
+    /// What keeps this sandbox apart from the host and from the others,
+    /// mechanism by mechanism (filled in by `describe`; empty in `list`).
+    /// Added in protocol 4.
+    #[serde(default)]
+    pub isolation: Vec<IsolationFeature>,
+}
+
+/// One mechanism that keeps sandboxes apart (a uid of its own, a cgroup,
+/// a mount, PID or IPC namespace, a keyring, a seccomp filter, the network
+/// rules, the disk limit), and whether it is in force. `status` lists the
+/// daemon's, `describe` a sandbox's; a mechanism the host cannot give is
+/// listed as not in force, with the reason, never left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IsolationFeature {
+    /// A short, stable name: `uid`, `cgroup`, `mount-namespace`,
+    /// `pid-namespace`, `ipc-namespace`, `keyring`, `seccomp`,
+    /// `no-new-namespaces`, `network`, `abstract-sockets`, `disk-limit`,
+    /// `clean-start`, `uid-claims`, …
+    pub name: String,
+    /// True when every sandbox started now gets it.
+    pub in_force: bool,
+    /// How it is enforced, or why it is not.
+    pub detail: String,
+}
+
+impl IsolationFeature {
+    pub fn in_force(name: &str, detail: impl Into<String>) -> IsolationFeature {
+        IsolationFeature {
+            name: name.to_string(),
+            in_force: true,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn not_in_force(name: &str, why: impl Into<String>) -> IsolationFeature {
+        IsolationFeature {
+            name: name.to_string(),
+            in_force: false,
+            detail: why.into(),
+        }
+    }
 }
 
 /// The kubernetes tier's view of a sandbox: its Deployment's replicas and
@@ -286,6 +335,7 @@ impl SandboxInfo {
             caller_class: String::new(),
             egress: None,
             cluster: None,
+            isolation: Vec::new(),
         }
     }
 }
@@ -321,6 +371,13 @@ pub struct DaemonStatus {
     pub health: Health,
     /// The egress posture in force on every sandbox, and how.
     pub egress: EgressStatus,
+    /// The isolation setting (`full` or `uid-cgroup` on the process tier;
+    /// the runtime's own on the container tiers). Added in protocol 4.
+    #[serde(default)]
+    pub isolation_mode: String,
+    /// Each isolation mechanism, and whether it is in force here.
+    #[serde(default)]
+    pub isolation: Vec<IsolationFeature>,
 }
 
 /// How well the daemon can serve, from what it checks itself (the runner

@@ -142,11 +142,13 @@ impl Sandboxd for FakeDaemon {
                 oom_limit_bytes: None,
                 pids_refused: 0,
                 pids_limit: None,
+                disk_limit_bytes: None,
             }),
             task_queue: "session:abc".into(),
             caller_class: "user".into(),
             egress: Some(stand_in_egress()),
             cluster: None,
+            isolation: Vec::new(),
         })
     }
 
@@ -173,6 +175,8 @@ impl Sandboxd for FakeDaemon {
             containment: String::new(),
             health: sandboxd_protocol::Health::healthy(),
             egress: stand_in_egress(),
+            isolation_mode: String::new(),
+            isolation: Vec::new(),
         })
     }
 

@@ -340,6 +340,7 @@ impl Sandboxd for ConnectionService {
                 ),
             );
         }
+        let (isolation_mode, isolation) = daemon.driver.isolation();
         Ok(DaemonStatus {
             version: env!("CARGO_PKG_VERSION").to_string(),
             protocol_version: PROTOCOL_VERSION,
@@ -352,6 +353,8 @@ impl Sandboxd for ConnectionService {
             containment: daemon.driver.containment(),
             health,
             egress,
+            isolation_mode,
+            isolation,
         })
     }
 

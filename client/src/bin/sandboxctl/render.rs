@@ -9,8 +9,8 @@
 use std::fmt::Write as _;
 
 use sandboxd_client::{
-    DaemonStatus, DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, Health, SandboxInfo,
-    Scope, Shown, WorkspaceInfo,
+    DaemonStatus, DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, Health,
+    IsolationFeature, SandboxInfo, Scope, Shown, WorkspaceInfo,
 };
 
 use crate::egress::EgressCheck;
@@ -41,7 +41,38 @@ pub fn status(status: &DaemonStatus) -> String {
             ),
         ),
         ("egress", egress(&status.egress)),
-    ])
+    ]) + &isolation_lines(&status.isolation_mode, &status.isolation)
+}
+
+/// `  in force   mount-namespace  private /tmp, …` lines under an
+/// `isolation mode:` line; nothing when the daemon listed none (an older one).
+fn isolation_lines(mode: &str, features: &[IsolationFeature]) -> String {
+    if features.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    if !mode.is_empty() {
+        let _ = writeln!(out, "isolation mode: {}", shown(mode));
+    }
+    let width = features
+        .iter()
+        .map(|f| f.name.chars().count())
+        .max()
+        .unwrap_or(0);
+    for feature in features {
+        let verdict = if feature.in_force {
+            "in force"
+        } else {
+            "NOT in force"
+        };
+        let _ = writeln!(
+            out,
+            "  {verdict:<12} {:<width$}  {}",
+            shown(&feature.name),
+            shown(&feature.detail)
+        );
+    }
+    out
 }
 
 /// `healthy`, or `unhealthy: reason; reason`.
@@ -295,6 +326,21 @@ pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
     if let Some(posture) = &info.egress {
         lines.push(("egress", egress(posture)));
     }
+    for feature in &info.isolation {
+        let verdict = if feature.in_force {
+            ""
+        } else {
+            "NOT in force: "
+        };
+        lines.push((
+            "isolation",
+            format!(
+                "{}: {verdict}{}",
+                shown(&feature.name),
+                shown(&feature.detail)
+            ),
+        ));
+    }
     if let Some(cluster) = &info.cluster {
         lines.push((
             "replicas",
@@ -474,6 +520,7 @@ mod tests {
                 oom_limit_bytes: None,
                 pids_refused: 0,
                 pids_limit: None,
+                disk_limit_bytes: None,
             }),
             task_queue: "session:abc".into(),
             caller_class: "user".into(),
@@ -483,6 +530,7 @@ mod tests {
                 mechanism: "nftables table inet sandboxd_0123456789ab".into(),
             }),
             cluster: None,
+            isolation: Vec::new(),
         }
     }
 
@@ -763,6 +811,14 @@ mod tests {
                 enforced: false,
                 mechanism: "unrestricted: egress = \"none\" in the configuration".into(),
             },
+            isolation_mode: "full".into(),
+            isolation: vec![
+                IsolationFeature::in_force("pid-namespace", "its own"),
+                IsolationFeature::not_in_force(
+                    "abstract-sockets",
+                    "Landlock ABI 6 needs Linux 6.12",
+                ),
+            ],
         };
         let text = status(&daemon);
         assert!(
@@ -776,6 +832,15 @@ mod tests {
         assert!(text.contains("driver:    local-process (ok)\n"), "{text}");
         assert!(text.contains("uptime:    1h 2m\n"), "{text}");
         assert!(text.contains("isolation: process groups\n"), "{text}");
+        assert!(text.contains("isolation mode: full\n"), "{text}");
+        assert!(
+            text.contains("  in force     pid-namespace     its own\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  NOT in force abstract-sockets  Landlock ABI 6 needs Linux 6.12\n"),
+            "{text}"
+        );
         assert!(text.contains("2 session, 1 workflow, 0 connect (2 running, 1 stopped)"));
         assert!(
             text.contains(

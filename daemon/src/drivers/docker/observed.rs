@@ -217,6 +217,7 @@ impl Observed {
             caller_class: self.caller_class().to_string(),
             egress: None,
             cluster: None,
+            isolation: Vec::new(),
         }
     }
 }
@@ -234,6 +235,7 @@ pub fn exit_info(code: i64, at_unix_ms: u64, oom_killed: bool) -> ExitInfo {
         oom_limit_bytes: None,
         pids_refused: 0,
         pids_limit: None,
+        disk_limit_bytes: None,
     }
 }
 

@@ -234,6 +234,7 @@ fn exit_of(terminated: &ContainerStateTerminated) -> ExitInfo {
         oom_limit_bytes: None,
         pids_refused: 0,
         pids_limit: None,
+        disk_limit_bytes: None,
     }
 }
 
@@ -293,6 +294,7 @@ pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> San
             .unwrap_or_default()
             .to_string(),
         egress: None,
+        isolation: Vec::new(),
         cluster: Some(ClusterState {
             desired_replicas: u32::try_from(desired_replicas(deployment)).unwrap_or(0),
             ready_replicas: deployment

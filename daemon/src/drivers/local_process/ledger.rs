@@ -18,7 +18,7 @@
 //! that an upgrade never leaks the runners the old version left.
 //!
 //! The same journal records which uid each sandbox has (see
-//! [`uid_pool`](super::uid_pool)): `u <uid> <base name>` when a sandbox is
+//! [`uid_pool`](super::users::uid_pool)): `u <uid> <base name>` when a sandbox is
 //! given one, `f <uid> <base name>` when its workspace is gone and the uid
 //! released, and `h <uid>` (written by a compaction and at start-up) when
 //! every uid of the range below that one was handed out once. Unlike runner
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-use super::proc_stat;
+use super::launch::proc_stat;
 
 /// The journal's name in the ledger directory.
 const JOURNAL: &str = "journal";

@@ -13,25 +13,17 @@
 //! process groups instead (a documented, weaker fallback).
 
 pub mod cgroup;
-mod child_exits;
-mod clone_exec;
-mod containment;
 mod deferred;
-mod identity;
+mod isolation;
+mod launch;
 mod ledger;
 mod logs;
 mod peer_check;
-mod proc_stat;
 pub mod reaper;
-mod spawn;
-mod spawner;
 mod state_dir;
 mod stop;
 mod trash;
-mod uid_pool;
-mod uid_range;
-mod workspace_owner;
-mod workspace_scan;
+mod users;
 mod workspaces;
 
 use std::collections::HashMap;
@@ -55,13 +47,13 @@ use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
 use crate::egress::{self, Egress};
 use crate::provisioner::{Driver, SandboxKey};
-use identity::RunnerIdentity;
+use launch::spawn::RunnerSettings;
+use launch::spawner::Spawner;
 use ledger::{Ledger, LedgerRecord};
 use reaper::GroupReaper;
-use spawn::RunnerSettings;
-use spawner::Spawner;
 use trash::Trash;
-use uid_pool::SandboxUids;
+use users::identity::RunnerIdentity;
+use users::uid_pool::SandboxUids;
 
 /// What the daemon knows of one sandbox. Never holds the token.
 struct Record {
@@ -116,8 +108,8 @@ struct Inner {
     /// The egress posture's rules; an ensure is refused while not in force.
     egress: Arc<Egress>,
     stopping: AtomicBool,
-    /// Set while a stop runs (see [`containment::StopRemover`]).
-    stop_remover: Mutex<Option<containment::StopRemover>>,
+    /// Set while a stop runs (see [`cgroup::setup::StopRemover`]).
+    stop_remover: Mutex<Option<cgroup::setup::StopRemover>>,
     /// Held for the daemon's life: one daemon per state directory.
     _state_lock: nix::fcntl::Flock<std::fs::File>,
 }
@@ -147,20 +139,21 @@ impl LocalProcessDriver {
         }
         state_dir::raise_open_file_limit();
         // Before the reaper starts: the daemon may move into a leaf cgroup.
-        let containment = containment::set_up(config)?;
+        let containment = cgroup::setup::set_up(config)?;
         let (ledger_dir, sandboxes) = (dirs.ledger.clone(), dirs.sandboxes.clone());
         let tree = containment.tree().cloned();
         let uid_range = identity.uid_range();
         let (killed, strays, cgroups, ledger, uids) = tokio::task::spawn_blocking(move || {
             // Before the sweep, which empties the ledger.
             let recorded_uids = ledger::read_uids(&ledger_dir);
-            let cgroups = tree.map_or(0, |tree| containment::sweep(&tree));
+            let cgroups = tree.map_or(0, |tree| cgroup::setup::sweep(&tree));
             let killed = ledger::sweep(&ledger_dir);
-            let strays = workspace_scan::kill_processes_in(&sandboxes);
+            let strays = workspaces::scan::kill_processes_in(&sandboxes);
             let ledger = Ledger::open(&ledger_dir).with_context(|| {
                 format!("cannot open the spawn ledger in {}", ledger_dir.display())
             });
-            let uids = uid_range.map(|range| uid_pool::restore(range, recorded_uids, &sandboxes));
+            let uids =
+                uid_range.map(|range| users::uid_pool::restore(range, recorded_uids, &sandboxes));
             (killed, strays, cgroups, ledger, uids)
         })
         .await?;
@@ -214,7 +207,7 @@ impl LocalProcessDriver {
             identity,
             backend_endpoint: config.backend_endpoint.clone(),
             temporal_address: config.temporal_address.clone(),
-            inherited_env: spawn::inherited_env(),
+            inherited_env: launch::spawn::inherited_env(),
             oom_score_adj: config.runner_oom_score_adj,
             sandboxes_dir: dirs.sandboxes,
             logs_dir: dirs.logs,
@@ -270,7 +263,7 @@ impl LocalProcessDriver {
 }
 
 impl Inner {
-    fn stop_remover(&self) -> MutexGuard<'_, Option<containment::StopRemover>> {
+    fn stop_remover(&self) -> MutexGuard<'_, Option<cgroup::setup::StopRemover>> {
         self.stop_remover
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
@@ -317,7 +310,7 @@ impl Inner {
         let pid = child.id();
         let start_time = child
             .start_time()
-            .or_else(|| proc_stat::read(pid as i32).map(|stat| stat.start_time))
+            .or_else(|| launch::proc_stat::read(pid as i32).map(|stat| stat.start_time))
             .unwrap_or(0);
         self.reaper.track(pid as i32);
         if let Err(error) = self.ledger.record(
@@ -374,7 +367,7 @@ impl Inner {
         &self,
         key: &SandboxKey,
         env: &SandboxEnv,
-    ) -> Result<child_exits::RunnerProcess, SandboxError> {
+    ) -> Result<launch::child_exits::RunnerProcess, SandboxError> {
         let Some(uids) = &self.uids else {
             return self
                 .settings
@@ -388,7 +381,7 @@ impl Inner {
             self.spawner.exits(),
             Some(assignment.uid()),
         );
-        if let uid_pool::Assignment::New(uid) = assignment {
+        if let users::uid_pool::Assignment::New(uid) = assignment {
             let workspace = self.settings.workspace(key);
             uids.settle_new(key, uid, spawned.is_ok(), &workspace, &self.ledger);
         }
@@ -484,6 +477,7 @@ impl Inner {
             caller_class: record.caller_class.clone(),
             egress: None,
             cluster: None,
+            isolation: Vec::new(),
         }
     }
 }
@@ -514,7 +508,7 @@ async fn watch_runner(
     inner: Arc<Inner>,
     key: SandboxKey,
     generation: u64,
-    child: child_exits::RunnerProcess,
+    child: launch::child_exits::RunnerProcess,
     gone: oneshot::Sender<()>,
 ) {
     let pid = child.id();
@@ -541,19 +535,20 @@ async fn after_exit(
         oom_limit_bytes: None,
         pids_refused: 0,
         pids_limit: None,
+        disk_limit_bytes: None,
     };
     // The leader is gone, so the sandbox is: nothing left in its cgroup (or
     // group) may linger. (Its pid cannot be reused while group members hold
     // the id.)
     match inner.containment.tree() {
         // Stopping: removed by the stop's one remover thread instead (see
-        // `containment::StopRemover`), or by the stop sweep after it.
+        // `cgroup::setup::StopRemover`), or by the stop sweep after it.
         Some(_) if inner.stopping.load(Ordering::Acquire) => {
             if let Some(remover) = inner.stop_remover().as_ref() {
                 remover.remove(&key.base_name);
             }
         }
-        Some(tree) => containment::end_of_run(tree, &key, &mut exit).await,
+        Some(tree) => cgroup::setup::end_of_run(tree, &key, &mut exit).await,
         None => {
             stop::kill_group(pid as i32, nix::sys::signal::Signal::SIGKILL);
             inner.reaper.untrack(pid as i32);
@@ -593,7 +588,7 @@ impl Driver for LocalProcessDriver {
         let mut health = sandboxd_protocol::Health::healthy();
         match self.inner.settings.resolve_command() {
             Err(problem) => health.add(sandboxd_protocol::HealthVerdict::Unhealthy, problem),
-            Ok(program) if !spawn::is_executable_file(&program) => health.add(
+            Ok(program) if !launch::spawn::is_executable_file(&program) => health.add(
                 sandboxd_protocol::HealthVerdict::Unhealthy,
                 format!(
                     "runner command {} is not an executable file: every ensure will fail",
@@ -633,6 +628,11 @@ impl Driver for LocalProcessDriver {
 
     fn containment(&self) -> String {
         self.inner.containment.describe()
+    }
+
+    fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
+        let features = isolation::features(&self.inner.settings.identity, &self.inner.containment);
+        ("uid-cgroup".to_string(), features)
     }
 
     async fn ensure(
@@ -762,7 +762,7 @@ impl Driver for LocalProcessDriver {
 
     async fn shutdown(&self) {
         if let Some(tree) = self.inner.containment.tree() {
-            match containment::StopRemover::start(tree.clone()) {
+            match cgroup::setup::StopRemover::start(tree.clone()) {
                 Ok(remover) => *self.inner.stop_remover() = Some(remover),
                 Err(error) => {
                     tracing::warn!(%error, "cannot start the cgroup remover: the stop sweep removes every cgroup")
@@ -790,7 +790,7 @@ impl Driver for LocalProcessDriver {
                 if let Some(remover) = remover {
                     remover.finish();
                 }
-                containment::sweep(&tree);
+                cgroup::setup::sweep(&tree);
                 tree.remove_empty();
             })
             .await;

@@ -183,7 +183,7 @@ pub fn run_reaper_process() -> ExitCode {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     }
     if let Some(sandboxes) = sandboxes.filter(|dir| dir.is_absolute()) {
-        super::workspace_scan::kill_processes_in(&sandboxes);
+        super::workspaces::scan::kill_processes_in(&sandboxes);
     }
     ExitCode::SUCCESS
 }

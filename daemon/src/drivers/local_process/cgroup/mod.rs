@@ -1,7 +1,7 @@
 //! One cgroup per sandbox: what contains a runner and everything it forks.
 //!
 //! A runner is cloned straight into its sandbox's cgroup (see
-//! [`clone_exec`](super::clone_exec)), so no process of it ever exists
+//! [`clone_exec`](super::launch::clone_exec)), so no process of it ever exists
 //! outside; tearing a sandbox down kills the cgroup ([`kill`]), which no
 //! `setsid`, double fork, `chdir("/")` or closed descriptor escapes. The
 //! [`layout`] of the host decides where each controller lives (v2, or a v1
@@ -16,6 +16,7 @@
 pub mod kill;
 pub mod layout;
 pub mod limits;
+pub mod setup;
 pub mod tree;
 
 use std::sync::Arc;

@@ -29,7 +29,7 @@ use std::time::Duration;
 use super::kill::{self, Dirs};
 use super::layout::{Controller, Layout};
 use super::limits::{show_bytes, LimitFile, Limits};
-use crate::drivers::local_process::clone_exec::CgroupPlacement;
+use crate::drivers::local_process::launch::clone_exec::CgroupPlacement;
 
 /// The daemon's leaf when it lives in the root it manages.
 const DAEMON_LEAF: &str = "daemon";
@@ -498,7 +498,7 @@ impl std::error::Error for PathError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drivers::local_process::clone_exec::{ExecPlan, Privileges};
+    use crate::drivers::local_process::launch::clone_exec::{ExecPlan, Privileges};
     use std::ffi::OsStr;
 
     fn is_root() -> bool {

@@ -18,6 +18,8 @@
 
 mod catalog;
 mod disk;
+pub mod owner;
+pub mod scan;
 
 use std::collections::HashSet;
 use std::path::PathBuf;

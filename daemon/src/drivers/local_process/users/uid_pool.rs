@@ -3,7 +3,7 @@
 //!
 //! A sandbox keeps its uid for as long as its workspace exists: a respawn,
 //! a `deprovision --keep-workspace` and a daemon restart all leave it (the
-//! [ledger](super::ledger) records every assignment and release). The uid
+//! [ledger](super::super::ledger) records every assignment and release). The uid
 //! is released only once the workspace is gone, and it is handed out again
 //! only when no process with it is left — which is checked then, with a
 //! scan of `/proc`, because a process that escaped its group (`setsid`)
@@ -21,7 +21,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use sandboxd_protocol::SandboxError;
 
-use super::ledger::{Ledger, UidLedger};
+use super::super::ledger::{Ledger, UidLedger};
 use super::uid_range::UidRange;
 use crate::provisioner::SandboxKey;
 

@@ -14,7 +14,7 @@
 use anyhow::{bail, Context};
 use nix::unistd::{Gid, Group, Uid, User};
 
-use super::clone_exec::{self, Privileges};
+use super::super::launch::clone_exec::{self, Privileges};
 use super::uid_range::UidRange;
 
 /// Who runners run as.

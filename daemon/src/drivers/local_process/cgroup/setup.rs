@@ -1,4 +1,4 @@
-//! How the driver uses its [cgroups](super::cgroup): choosing them at start,
+//! How the driver uses its [cgroups](super::super::cgroup): choosing them at start,
 //! the start-up and stop sweeps, and the end of one runner's run.
 
 use std::sync::Arc;
@@ -7,11 +7,11 @@ use std::time::Duration;
 use anyhow::bail;
 use sandboxd_protocol::ExitInfo;
 
-use super::cgroup::kill;
-use super::cgroup::layout::Layout;
-use super::cgroup::limits::Limits;
-use super::cgroup::tree::{CgroupTree, TreeSettings};
-use super::cgroup::Containment;
+use super::super::cgroup::kill;
+use super::super::cgroup::layout::Layout;
+use super::super::cgroup::limits::Limits;
+use super::super::cgroup::tree::{CgroupTree, TreeSettings};
+use super::super::cgroup::Containment;
 use crate::config::{Config, ContainmentMode};
 use crate::provisioner::SandboxKey;
 

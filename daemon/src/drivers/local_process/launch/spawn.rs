@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
-use super::cgroup::{kill, CgroupTree};
+use super::super::cgroup::{kill, CgroupTree};
+use super::super::logs::RunnerLogs;
+use super::super::users::identity::RunnerIdentity;
 use super::child_exits::{ChildExits, RunnerProcess};
 use super::clone_exec::ExecPlan;
-use super::identity::RunnerIdentity;
-use super::logs::RunnerLogs;
 use crate::fd_limit;
 use crate::provisioner::SandboxKey;
 
@@ -62,7 +62,7 @@ impl RunnerSettings {
     }
 
     pub fn log_file(&self, key: &SandboxKey) -> PathBuf {
-        super::logs::file_path(&self.logs_dir, &key.base_name)
+        super::super::logs::file_path(&self.logs_dir, &key.base_name)
     }
 
     /// The `PATH` runners see, which is also where the command is looked up.
@@ -215,7 +215,9 @@ impl RunnerSettings {
                 std::os::unix::fs::lchown(workspace, Some(uid), Some(gid))?
             }
             Some((uid, gid)) => {
-                if let Some(previous) = super::workspace_owner::give_to(workspace, uid, gid)? {
+                if let Some(previous) =
+                    super::super::workspaces::owner::give_to(workspace, uid, gid)?
+                {
                     tracing::info!(workspace = %workspace.display(), uid, previous, "handed a workspace over to its sandbox's uid");
                 }
             }
@@ -224,7 +226,7 @@ impl RunnerSettings {
     }
 }
 
-pub(super) fn is_executable_file(path: &Path) -> bool {
+pub(in crate::drivers::local_process) fn is_executable_file(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path)
         .is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)

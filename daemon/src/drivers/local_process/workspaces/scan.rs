@@ -13,7 +13,7 @@ use std::path::Path;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::{getpgrp, Pid};
 
-use super::proc_stat;
+use super::super::launch::proc_stat;
 
 /// SIGKILLs every process working inside `sandboxes`, and its process
 /// group. Returns how many such processes there were.

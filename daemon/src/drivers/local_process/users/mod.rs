@@ -1,0 +1,7 @@
+//! Who a runner is: the user it runs as ([`identity`]), the range its
+//! sandbox's uid comes from ([`uid_range`]) and which sandbox holds which
+//! uid ([`uid_pool`]).
+
+pub mod identity;
+pub mod uid_pool;
+pub mod uid_range;

@@ -15,6 +15,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use sandboxd_protocol::egress::Posture;
 
@@ -234,6 +235,25 @@ impl LinkLocalPeer {
         ] {
             ip(&args);
         }
+        // `ip link set up` returns before the kernel's link watcher has
+        // turned the carrier on (it batches such events, and runs late on
+        // a loaded machine); until then the veth's queue drops every
+        // packet, ARP fails and a connect says "no route to host". Wait
+        // for both ends to be operationally up.
+        let up = |args: &[&str]| {
+            let output = Command::new("ip").args(args).output().expect("run ip");
+            String::from_utf8_lossy(&output.stdout).contains("state UP")
+        };
+        for args in [
+            vec!["link", "show", host],
+            vec!["-n", ns, "link", "show", &ns_link],
+        ] {
+            assert!(
+                wait_for(Duration::from_secs(60), || up(&args)),
+                "ip {} never said state UP",
+                args.join(" ")
+            );
+        }
         peer
     }
 
@@ -266,6 +286,18 @@ impl Drop for LinkLocalPeer {
             .args(["netns", "del", &self.namespace])
             .output();
     }
+}
+
+/// Polls `condition` every 20 ms until it holds or `timeout` passes.
+fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    while !condition() {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
 }
 
 fn ip(args: &[&str]) {

@@ -8,7 +8,9 @@
 //! the peer and the reason. Waiting instead would leave them in the
 //! kernel's backlog with no answer until their deadline, and let a handful
 //! of idle connections silently stall every other caller; closing gives the
-//! caller an immediate error and the operator a log line.
+//! caller an immediate error and the operator a log line. The one exception
+//! is an owner (root, the daemon's uid) finding every slot busy: it waits a
+//! little for one, in its connection's own task (see [`Admission`]).
 //!
 //! First of all, a process inside a sandbox is closed at once whatever its
 //! uid: the driver tells (see [`crate::peer_origin`]).
@@ -22,12 +24,12 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use super::admission::{Admission, Pool, STRANGER_LIFETIME};
+use super::admission::{Admission, Pool, Refusal, OWNER_WAIT, STRANGER_LIFETIME};
 use super::connection;
 use super::service::{ConnectionService, DaemonState};
 use super::timed_stream::Timeouts;
 use super::warn_budget::WINDOW;
-use crate::access::Peer;
+use crate::access::{Peer, Standing};
 use crate::config::Config;
 use crate::fd_limit;
 use crate::peer_origin::PeerOrigin;
@@ -203,32 +205,28 @@ fn admit(
     }
     let standing = daemon.access.standing(&peer);
     let slot = match admission.admit(&peer, standing) {
-        Ok(slot) => slot,
+        Ok(slot) => Some(slot),
+        // An owner waits for one in its own task (see `admission`).
+        Err(Refusal::Full { .. }) if standing == Standing::Owner => None,
         Err(refusal) => {
-            if daemon.warn_budget.allow(peer.uid) {
-                tracing::warn!(
-                    uid = peer.uid,
-                    gid = peer.gid,
-                    pid = peer.pid,
-                    reason = %refusal,
-                    "closing a new connection at once"
-                );
-            }
+            refuse(daemon, &peer, refusal);
             return;
         }
     };
-    tracing::debug!(
-        uid = peer.uid,
-        gid = peer.gid,
-        pid = peer.pid,
-        pool = ?slot.pool,
-        "connection accepted"
-    );
     let span = tracing::info_span!("connection", uid = peer.uid, gid = peer.gid, pid = peer.pid);
     let service = ConnectionService::new(peer, daemon.clone());
     let daemon = daemon.clone();
+    let admission = admission.clone();
     connections.spawn(
         async move {
+            let slot = match slot {
+                Some(slot) => slot,
+                None => match admission.admit_owner_waiting(&peer, OWNER_WAIT).await {
+                    Ok(slot) => slot,
+                    Err(refusal) => return refuse(&daemon, &peer, refusal),
+                },
+            };
+            tracing::debug!(pool = ?slot.pool, "connection accepted");
             let serving = connection::serve(
                 stream,
                 service,
@@ -252,4 +250,17 @@ fn admit(
         }
         .instrument(span),
     );
+}
+
+/// Logs (within the uid's budget) why a new connection is closed unserved.
+fn refuse(daemon: &DaemonState, peer: &Peer, refusal: Refusal) {
+    if daemon.warn_budget.allow(peer.uid) {
+        tracing::warn!(
+            uid = peer.uid,
+            gid = peer.gid,
+            pid = peer.pid,
+            reason = %refusal,
+            "closing a new connection at once"
+        );
+    }
 }

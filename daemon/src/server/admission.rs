@@ -8,6 +8,13 @@
 //! cannot starve the others, and however many connections a peer floods
 //! with, an owner always finds a slot.
 //!
+//! An owner that finds every slot it may take busy waits for one, for
+//! [`OWNER_WAIT`] at most, instead of being closed at once: the slots an
+//! owner's last call held are freed when the daemon has read that
+//! connection's end, which on a loaded machine can come after the owner's
+//! next connect. Closing then would turn a flood into a random
+//! "connection reset" for the admin the reserve exists for.
+//!
 //! A peer on no allow-list ("stranger") never takes any of those slots. It
 //! may only learn the protocol version and hear, in the daemon's own words,
 //! that it is refused: so it is served in a small lane of its own, for a
@@ -18,6 +25,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+
 use crate::access::{Peer, Standing};
 
 /// Strangers served at once, all uids together.
@@ -25,6 +34,8 @@ pub const STRANGER_LANE: usize = 4;
 /// How long a stranger's connection may last: enough for the handshake and
 /// the refusal of one command.
 pub const STRANGER_LIFETIME: Duration = Duration::from_secs(5);
+/// The longest an owner's new connection waits for a slot to free up.
+pub const OWNER_WAIT: Duration = Duration::from_secs(5);
 
 /// Why a connection got no slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -55,6 +66,8 @@ pub struct Admission {
     reserve: usize,
     per_uid: usize,
     taken: Mutex<Taken>,
+    /// Woken whenever a slot is given back (owners wait on it).
+    released: Notify,
 }
 
 /// Which pool a slot came from, so dropping it gives it back there.
@@ -82,7 +95,31 @@ impl Admission {
             reserve,
             per_uid,
             taken: Mutex::new(Taken::default()),
+            released: Notify::new(),
         })
+    }
+
+    /// A slot for an owner, waiting up to `wait` for one to be given back
+    /// while all it may take are busy; the last refusal when none was.
+    pub async fn admit_owner_waiting(
+        self: &Arc<Self>,
+        peer: &Peer,
+        wait: Duration,
+    ) -> Result<Slot, Refusal> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before the attempt, so a release in between wakes it.
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            match self.admit(peer, Standing::Owner) {
+                Err(Refusal::Full { .. }) => {}
+                result => return result,
+            }
+            if tokio::time::timeout_at(deadline, released).await.is_err() {
+                return self.admit(peer, Standing::Owner);
+            }
+        }
     }
 
     /// A slot for this peer, or why not.
@@ -152,6 +189,8 @@ impl Admission {
                 }
             }
         }
+        drop(taken);
+        self.released.notify_waiters();
     }
 }
 
@@ -195,6 +234,32 @@ mod tests {
         assert_eq!(root[0].pool, Pool::Reserve);
         drop(flood);
         assert!(admission.admit(&peer(1002), Standing::Listed).is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_owner_waits_for_a_slot_given_back_and_is_refused_when_none_is() {
+        let admission = Admission::new(2, 1, 2);
+        let mut held: Vec<Slot> = (0..2)
+            .map(|_| admission.admit(&peer(0), Standing::Owner).unwrap())
+            .collect();
+        let waiting = {
+            let admission = admission.clone();
+            tokio::spawn(async move {
+                admission
+                    .admit_owner_waiting(&peer(0), Duration::from_secs(60))
+                    .await
+            })
+        };
+        // Given back while the owner waits: it gets that slot.
+        tokio::task::yield_now().await;
+        held.pop();
+        let slot = waiting.await.unwrap().expect("the slot given back");
+        assert_eq!(slot.pool, Pool::Reserve);
+        // None given back: refused once the wait is over.
+        let refused = admission
+            .admit_owner_waiting(&peer(0), Duration::from_millis(1))
+            .await;
+        assert!(matches!(refused, Err(Refusal::Full { .. })), "{refused:?}");
     }
 
     #[test]

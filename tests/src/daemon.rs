@@ -120,7 +120,7 @@ impl TestDaemon {
             nix::unistd::geteuid().is_root(),
             "the end-to-end tests run as root, like CI: sandboxd switches runners to nobody:nogroup"
         );
-        let dir = make_test_dir();
+        let dir = make_test_dir().into_path();
         let bin = dir.join("bin");
         fs::create_dir(&bin).expect("create bin dir");
         set_mode(&bin, 0o755);
@@ -548,14 +548,9 @@ impl Drop for TestDaemon {
     fn drop(&mut self) {
         self.kill_everything();
         if std::thread::panicking() {
-            eprintln!(
-                "test failed: keeping {} — daemon log:\n{}",
-                self.dir.display(),
-                self.log_text()
-            );
-        } else {
-            let _ = fs::remove_dir_all(&self.dir);
+            eprintln!("test failed — daemon log:\n{}", self.log_text());
         }
+        remove_test_dir(&self.dir);
     }
 }
 
@@ -652,9 +647,64 @@ fn others_can_reach(path: &Path) -> bool {
         .all(|dir| fs::metadata(dir).is_ok_and(|meta| meta.permissions().mode() & 0o001 != 0))
 }
 
+/// Set (to anything but empty) to keep a failed test's directory for a look.
+pub const KEEP_DIRS_ENV: &str = "SANDBOXD_TEST_KEEP_DIRS";
+
+/// True when a failed test keeps its directory ([`KEEP_DIRS_ENV`]).
+pub fn keep_failed_test_dirs() -> bool {
+    std::env::var_os(KEEP_DIRS_ENV).is_some_and(|value| !value.is_empty())
+}
+
+/// A test's scratch directory, removed when dropped whether the test passed
+/// or failed (a failed one is kept only when [`KEEP_DIRS_ENV`] asks).
+#[derive(Debug)]
+pub struct ScratchDir(Option<PathBuf>);
+
+impl ScratchDir {
+    /// Hands the directory to an owner that removes it itself.
+    pub fn into_path(mut self) -> PathBuf {
+        self.0.take().expect("a scratch directory")
+    }
+}
+
+impl std::ops::Deref for ScratchDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        self.0.as_deref().expect("a scratch directory")
+    }
+}
+
+impl AsRef<Path> for ScratchDir {
+    fn as_ref(&self) -> &Path {
+        self
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let Some(dir) = self.0.take() else { return };
+        remove_test_dir(&dir);
+    }
+}
+
+/// Removes a test's directory, or keeps it when the test failed and
+/// [`KEEP_DIRS_ENV`] asks, saying so.
+pub fn remove_test_dir(dir: &Path) {
+    if std::thread::panicking() && keep_failed_test_dirs() {
+        eprintln!(
+            "test failed: keeping {} ({KEEP_DIRS_ENV} is set)",
+            dir.display()
+        );
+    } else {
+        let _ = fs::remove_dir_all(dir);
+    }
+}
+
 /// A fresh 0755 directory that `nobody` can reach, with a short path (the
-/// socket lives inside it and socket paths are limited to 107 bytes).
-pub fn make_test_dir() -> PathBuf {
+/// socket lives inside it and socket paths are limited to 107 bytes),
+/// removed when the returned guard is dropped.
+pub fn make_test_dir() -> ScratchDir {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let temp = std::env::temp_dir();
     let root = if others_can_reach(&temp) {
@@ -668,7 +718,7 @@ pub fn make_test_dir() -> PathBuf {
         match fs::create_dir(&dir) {
             Ok(()) => {
                 set_mode(&dir, 0o755);
-                return dir;
+                return ScratchDir(Some(dir));
             }
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
                 let _ = fs::remove_dir_all(&dir);

@@ -32,7 +32,9 @@ pub struct TestCluster {
     pub namespace: String,
     /// "the stand-in API server at …" or "the real cluster of …".
     pub description: String,
-    dir: PathBuf,
+    /// Removed with the cluster (it holds the stand-in's kubeconfigs,
+    /// credentials: 0600).
+    dir: crate::ScratchDir,
     /// The admin's kubeconfig (its cluster is copied into a restricted one).
     admin_kubeconfig: PathBuf,
 }
@@ -258,8 +260,7 @@ impl TestCluster {
             "contexts": [{"name": RESTRICTED, "context": {"cluster": cluster.name, "user": RESTRICTED}}],
             "current-context": RESTRICTED,
         });
-        std::fs::write(&restricted, kubeconfig.to_string())
-            .expect("write the restricted kubeconfig");
+        crate::k8s_standin::write_secret(&restricted, &kubeconfig.to_string());
         self.daemon_kubeconfig = restricted;
     }
 

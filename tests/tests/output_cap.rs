@@ -190,7 +190,8 @@ async fn a_full_file_system_still_lets_the_output_rotate_and_shrink() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_that_cannot_be_written_is_dropped_with_a_marker_and_the_runner_goes_on() {
     // Where the runner (as nobody) says it is done, and is told to go on.
-    let signals = sandboxd_tests::make_test_dir().join("signals");
+    let scratch = sandboxd_tests::make_test_dir();
+    let signals = scratch.join("signals");
     std::fs::create_dir(&signals).unwrap();
     std::fs::set_permissions(&signals, std::fs::Permissions::from_mode(0o777)).unwrap();
     let script = format!(

@@ -38,7 +38,10 @@
 //! other local-process rows; `--only-egress` runs only the egress rows
 //! (issue 12: row (c) and a runner's connects to 127.0.0.1 under each
 //! posture against `egress = "none"`, see `bench/egress.rs`), which a full
-//! run measures after the output row. `--compare PATH` measures row (c) once more,
+//! run measures after the output row; `--only-view` runs only the view rows
+//! (issue 16: row (c) with `isolation = "full"` against `"uid-cgroup"`, on
+//! the host's mounts and with 200 more, and each namespace's raw cost, see
+//! `bench/isolation.rs`), which a full run measures after the egress rows. `--compare PATH` measures row (c) once more,
 //! in turn with another `sandboxd` (the build before a change) and with
 //! this one with fewer limits, so the ratio of the two binaries is taken
 //! in the same run (see `bench/compare.rs`). `--only-calls probe|ensure N`
@@ -60,6 +63,8 @@ mod compare;
 mod docker;
 #[path = "bench/egress.rs"]
 mod egress;
+#[path = "bench/isolation.rs"]
+mod isolation;
 #[path = "bench/kubernetes.rs"]
 mod kubernetes;
 #[path = "bench/machine.rs"]
@@ -120,6 +125,10 @@ struct Counts {
     egress_new: usize,
     egress_rounds: usize,
     egress_connects: u64,
+    /// View rows: new sandboxes on each isolation setting (twice: with the
+    /// host's mounts and with 200 more), and raw unshares of each namespace.
+    view_new: usize,
+    view_raw: usize,
 }
 
 const FULL: Counts = Counts {
@@ -138,6 +147,8 @@ const FULL: Counts = Counts {
     egress_new: 200,
     egress_rounds: 6,
     egress_connects: 5_000,
+    view_new: 200,
+    view_raw: 500,
 };
 
 const QUICK: Counts = Counts {
@@ -156,6 +167,8 @@ const QUICK: Counts = Counts {
     egress_new: 10,
     egress_rounds: 1,
     egress_connects: 100,
+    view_new: 10,
+    view_raw: 20,
 };
 
 #[derive(Debug)]
@@ -171,6 +184,8 @@ struct Options {
     only_output: bool,
     /// Run only the egress rows.
     only_egress: bool,
+    /// Run only the view rows (isolation = full vs uid-cgroup).
+    only_view: bool,
     /// Run only the scale row (s).
     scale_only: bool,
     /// Skip the kubernetes row.
@@ -192,6 +207,7 @@ fn parse_args() -> Result<Options, String> {
         no_docker: false,
         only_output: false,
         only_egress: false,
+        only_view: false,
         scale_only: false,
         no_kubernetes: false,
         only_kubernetes: false,
@@ -206,6 +222,7 @@ fn parse_args() -> Result<Options, String> {
             "--no-docker" => options.no_docker = true,
             "--only-output" => options.only_output = true,
             "--only-egress" => options.only_egress = true,
+            "--only-view" => options.only_view = true,
             "--scale-only" => options.scale_only = true,
             "--no-kubernetes" => options.no_kubernetes = true,
             "--only-kubernetes" => options.only_kubernetes = true,
@@ -241,7 +258,7 @@ fn parse_args() -> Result<Options, String> {
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
-                     [--no-docker] [--only-output] [--only-egress] [--only-calls probe|ensure N] [--scale-only] [--no-kubernetes] [--only-kubernetes]\n\n\
+                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-calls probe|ensure N] [--scale-only] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -452,6 +469,26 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             "only": "egress",
             "load_start": load_start[0],
             "load_end": load[0],
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
+    if options.only_view {
+        step(
+            started,
+            "view: new sandboxes, isolation = full vs uid-cgroup; each namespace raw",
+        );
+        let figures =
+            isolation::measure(dir.path(), &binaries, counts.view_new, counts.view_raw).await?;
+        let rows = isolation::rows(&figures);
+        print!("{}", report::table(&rows));
+        println!("\ninfo: {}", isolation::info(&figures));
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "view",
             "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
         });
         println!("{line}");
@@ -707,6 +744,12 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         counts.egress_connects,
     )
     .await?;
+    step(
+        started,
+        "view: new sandboxes, isolation = full vs uid-cgroup; each namespace raw",
+    );
+    let view_figures =
+        isolation::measure(dir.path(), &binaries, counts.view_new, counts.view_raw).await?;
     step(started, &format!("(s) {} running sandboxes", counts.scale));
     let (scale_rows, scale_info) =
         scale::measure(dir.path(), &binaries, &spawner, counts.scale).await?;
@@ -989,6 +1032,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     }
     rows.extend(output::rows(&output_figures));
     rows.extend(egress::rows(&egress_figures));
+    rows.extend(isolation::rows(&view_figures));
     let docker_note = match &docker_figures {
         Ok(figures) => {
             rows.extend([
@@ -1062,6 +1106,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     print!("{}", report::table(&rows));
     println!("\ninfo: {scale_info}");
     println!("info: {}", egress::info(&egress_figures));
+    println!("info: {}", isolation::info(&view_figures));
     println!(
         "\ninfo: (d) burst over {} connection(s); (g) {} probes (one per {:?}) during a second \
          burst ({:.0} ensures/s); daemon warm VmRSS before the burst {rss_warm} KiB; group \

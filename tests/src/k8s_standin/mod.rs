@@ -140,9 +140,8 @@ impl StandIn {
     pub fn write_kubeconfigs(&self, dir: &Path) -> (PathBuf, PathBuf) {
         let daemon = dir.join("kubeconfig-sandboxd");
         let admin = dir.join("kubeconfig-admin");
-        fs::write(&daemon, self.kubeconfig(rbac::DAEMON_TOKEN, "sandboxd"))
-            .expect("write kubeconfig");
-        fs::write(&admin, self.kubeconfig(rbac::ADMIN_TOKEN, "admin")).expect("write kubeconfig");
+        write_secret(&daemon, &self.kubeconfig(rbac::DAEMON_TOKEN, "sandboxd"));
+        write_secret(&admin, &self.kubeconfig(rbac::ADMIN_TOKEN, "admin"));
         (daemon, admin)
     }
 
@@ -191,4 +190,19 @@ impl Drop for StandIn {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Writes a credential (a kubeconfig with a token) readable by its owner only.
+pub fn write_secret(path: &Path, text: &str) {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap_or_else(|error| panic!("write {}: {error}", path.display()));
+    file.write_all(text.as_bytes())
+        .unwrap_or_else(|error| panic!("write {}: {error}", path.display()));
 }

@@ -68,6 +68,23 @@ impl ClientError {
     /// connection both mean "no daemon here", which is what an operator
     /// needs to hear, rather than the raw errno.
     pub(crate) fn from_connect(path: &Path, error: io::Error) -> Self {
+        use std::os::unix::fs::FileTypeExt as _;
+        // A file that is no socket refuses a connect too: say what it is.
+        if let Ok(metadata) = std::fs::metadata(path) {
+            if !metadata.file_type().is_socket() {
+                let what = if metadata.is_dir() {
+                    "a directory"
+                } else if metadata.is_file() {
+                    "a regular file"
+                } else {
+                    "another kind of file"
+                };
+                return ClientError::ConnectFailed {
+                    path: path.to_path_buf(),
+                    reason: format!("not a socket ({what})"),
+                };
+            }
+        }
         let path = path.to_path_buf();
         match error.kind() {
             io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
@@ -128,6 +145,26 @@ fn with_causes(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_that_is_no_socket_is_named_for_what_it_is() {
+        let error = ClientError::from_connect(
+            Path::new("/etc/passwd"),
+            io::Error::from(io::ErrorKind::ConnectionRefused),
+        );
+        assert_eq!(
+            error.to_string(),
+            "cannot connect to the daemon socket at /etc/passwd: not a socket (a regular file)"
+        );
+        let error = ClientError::from_connect(
+            Path::new("/"),
+            io::Error::from(io::ErrorKind::ConnectionRefused),
+        );
+        assert!(
+            error.to_string().ends_with("not a socket (a directory)"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn not_running_names_the_path() {

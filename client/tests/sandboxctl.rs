@@ -318,3 +318,47 @@ async fn egress_check_judges_offline_and_exits_like_diff() {
     let empty = sandboxctl(&nowhere, &["egress", "check"]).await;
     assert_eq!(empty.status.code(), Some(2));
 }
+
+#[tokio::test]
+async fn a_down_daemon_is_unreachable_to_status_check_and_a_file_is_not_a_socket() {
+    let missing =
+        std::env::temp_dir().join(format!("sandboxctl-absent-{}.sock", std::process::id()));
+    let check = sandboxctl(&missing, &["status", "--check"]).await;
+    assert_eq!(check.status.code(), Some(4), "{}", stderr(&check));
+    assert_eq!(
+        stdout(&check),
+        format!("unreachable: daemon not running at {}\n", missing.display())
+    );
+
+    let passwd = sandboxctl(Path::new("/etc/passwd"), &["status"]).await;
+    assert_eq!(passwd.status.code(), Some(1));
+    assert!(
+        stderr(&passwd).contains("/etc/passwd: not a socket (a regular file)"),
+        "{}",
+        stderr(&passwd)
+    );
+}
+
+#[tokio::test]
+async fn version_prints_the_clients_version_even_with_no_socket_path() {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandboxctl"))
+        .arg("version")
+        .env_remove("SANDBOXD_SOCKET")
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .await
+        .expect("run sandboxctl");
+    // As root the system path is the default; as anyone else, with no
+    // runtime directory and no system socket, no path is known at all:
+    // either way the client's own version is printed and the run succeeds.
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stdout(&output).starts_with(&format!(
+            "client: version {}, protocol {}\n",
+            env!("CARGO_PKG_VERSION"),
+            sandboxd_client::PROTOCOL_VERSION
+        )),
+        "{}",
+        stdout(&output)
+    );
+}

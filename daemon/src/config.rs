@@ -444,14 +444,16 @@ impl Config {
         if let Some(namespace) = env("STIGMER_SANDBOX_K8S_NAMESPACE") {
             kubernetes.namespace = namespace;
         }
+        let driver = flags
+            .driver
+            .clone()
+            .or_else(|| env("SANDBOX_PROVISIONER_TYPE"))
+            .or(file.driver)
+            .unwrap_or_else(|| "local-process".to_string());
+        crate::provisioner::check_driver_name(&driver)?;
         let config = Config {
             source_file,
-            driver: flags
-                .driver
-                .clone()
-                .or_else(|| env("SANDBOX_PROVISIONER_TYPE"))
-                .or(file.driver)
-                .unwrap_or_else(|| "local-process".to_string()),
+            driver,
             socket: match flags.socket.clone().or(file.socket) {
                 Some(path) => path,
                 None => default_socket(is_root)?,
@@ -610,7 +612,7 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     let (text, number, unit) = split_number(text);
     let value: u64 = number
         .parse()
-        .with_context(|| format!("'{text}' is not a duration like 10s, 500ms or 2m"))?;
+        .map_err(|_| anyhow::anyhow!("'{text}' is not a duration like 10s, 500ms or 2m"))?;
     Ok(match unit {
         "" | "s" => Duration::from_secs(value),
         "ms" => Duration::from_millis(value),

@@ -119,8 +119,8 @@ fn main() -> ExitCode {
     match runtime.block_on(server::run(config, handoff)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!("{error:#}");
-            eprintln!("sandboxd: {error:#}");
+            // Once, through the log (stderr, or the journal under systemd).
+            tracing::error!("cannot serve: {error:#}");
             ExitCode::FAILURE
         }
     }

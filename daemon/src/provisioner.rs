@@ -152,10 +152,48 @@ fn known_drivers() -> String {
     KNOWN_DRIVERS.map(|name| format!("'{name}'")).join(", ")
 }
 
+/// ` (did you mean 'docker'?)` for a name a typo or two away from a known
+/// one, else nothing.
+fn suggestion(name: &str) -> String {
+    KNOWN_DRIVERS
+        .iter()
+        .map(|known| (edit_distance(name, known), known))
+        .filter(|(distance, _)| *distance <= 2)
+        .min()
+        .map_or_else(String::new, |(_, known)| {
+            format!(" (did you mean '{known}'?)")
+        })
+}
+
+/// Levenshtein distance over characters (the names are a few bytes long).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+/// The configuration's check of a driver name: an unknown one is refused
+/// before anything starts, with the known names and the likely intended one.
+pub fn check_driver_name(name: &str) -> Result<(), SelectError> {
+    if KNOWN_DRIVERS.contains(&name) {
+        Ok(())
+    } else {
+        Err(SelectError::Unknown(name.to_string()))
+    }
+}
+
 /// Why no driver could be built.
 #[derive(Debug, thiserror::Error)]
 pub enum SelectError {
-    #[error("unknown sandbox provisioner type '{0}' — known types: {known}", known = known_drivers())]
+    #[error("unknown sandbox provisioner type '{0}'{hint} — known types: {known}", hint = suggestion(.0), known = known_drivers())]
     Unknown(String),
     #[error("{0}")]
     Setup(String),
@@ -192,10 +230,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unknown_driver_names_every_known_type() {
+    fn unknown_driver_names_every_known_type_and_the_likely_one() {
         assert_eq!(
             SelectError::Unknown("lcoal-process".into()).to_string(),
-            "unknown sandbox provisioner type 'lcoal-process' — known types: 'docker', 'kubernetes', 'local-process'"
+            "unknown sandbox provisioner type 'lcoal-process' (did you mean 'local-process'?) — known types: 'docker', 'kubernetes', 'local-process'"
         );
+        assert_eq!(
+            check_driver_name("dokcer").unwrap_err().to_string(),
+            "unknown sandbox provisioner type 'dokcer' (did you mean 'docker'?) — known types: 'docker', 'kubernetes', 'local-process'"
+        );
+        assert_eq!(
+            SelectError::Unknown("podman".into()).to_string(),
+            "unknown sandbox provisioner type 'podman' — known types: 'docker', 'kubernetes', 'local-process'"
+        );
+        assert!(check_driver_name("kubernetes").is_ok());
     }
 }

@@ -446,11 +446,18 @@ fn an_unknown_driver_is_a_loud_start_failure() {
         let status = daemon
             .wait_exit(Duration::from_secs(20))
             .expect("sandboxd must exit on an unknown driver");
-        assert!(
-            !status.success(),
+        // A usage error, found with the configuration: before anything starts.
+        assert_eq!(
+            status.code(),
+            Some(2),
             "unknown driver by {how}: exited with {status}"
         );
         let log = daemon.log_text();
+        assert_eq!(
+            log.matches(UNKNOWN_DRIVER).count(),
+            1,
+            "unknown driver by {how}: said once, in:\n{log}"
+        );
         assert!(
             log.contains(UNKNOWN_DRIVER),
             "unknown driver by {how}: the message is missing from:\n{log}"

@@ -3,7 +3,8 @@
 //! Exit codes: 0 success, 1 the call failed (message on stderr), 2 the
 //! command line is wrong (clap's usage errors, and a `--token-env` variable
 //! that is unset); `status --check` exits 3 when the daemon is degraded and
-//! 4 when it is unhealthy, as `systemctl is-active` tells by its code.
+//! 4 when it is unhealthy or unreachable (it prints `unreachable: …`), as
+//! `systemctl is-active` tells by its code.
 //! `egress check` asks no daemon and exits like `diff`: 0
 //! when every address is allowed, 1 when any is refused, 2 on usage. Usage problems are all found before connecting, so a
 //! typo never depends on whether the daemon happens to be up.
@@ -139,7 +140,14 @@ async fn run(cli: Cli) -> Result<String, Failure> {
         Command::ManPage => return generated::man_page().map_err(Failure::Output),
         _ => {}
     }
-    let socket = socket_path(socket)?;
+    let socket = match (socket_path(socket), &command) {
+        (Ok(socket), _) => socket,
+        // The client's own version needs no daemon.
+        (Err(Failure::Usage(why)), Command::Version) => {
+            return emit(json, &versions::client_only(why), versions::render)
+        }
+        (Err(failure), _) => return Err(failure),
+    };
     checks::arguments(&command)?;
     let connect = || SandboxdClient::connect(&socket);
 
@@ -150,7 +158,23 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             emit(json, &versions, versions::render)
         }
         Command::Status { check } => {
-            let status = connect().await?.status().await?;
+            let status = match connect().await {
+                Ok(client) => client.status().await,
+                Err(error) => Err(error),
+            };
+            let status = match status {
+                Ok(status) => status,
+                // A script asking for a verdict gets one: the daemon is down.
+                Err(error) if check && unreachable(&error) => {
+                    let text = emit(
+                        json,
+                        &serde_json::json!({ "verdict": "unreachable", "reasons": [error.to_string()] }),
+                        |_| format!("unreachable: {error}\n"),
+                    )?;
+                    return Err(Failure::NotHealthy { text, code: 4 });
+                }
+                Err(error) => return Err(error.into()),
+            };
             if !check {
                 return emit(json, &status, render::status);
             }
@@ -249,6 +273,19 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             })
         }
     }
+}
+
+/// True when the daemon could not be reached at all (as opposed to
+/// answering with an error).
+fn unreachable(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::NotRunning { .. }
+            | ClientError::SocketPermissionDenied { .. }
+            | ClientError::ConnectFailed { .. }
+            | ClientError::Transport(_)
+            | ClientError::DeadlineExceeded
+    )
 }
 
 /// The width the narrow `list` fits: `$COLUMNS` when a shell exports it,

@@ -28,12 +28,29 @@ pub struct Side {
     pub protocol_version: Option<u32>,
 }
 
-/// Asks the daemon at `socket` what it can.
-pub async fn ask(socket: &Path) -> Versions {
-    let client = Side {
+/// The client's side alone, with why nothing is known of the daemon's
+/// (no socket path could be found, say).
+pub fn client_only(why: String) -> Versions {
+    Versions {
+        client: client_side(),
+        daemon: Side {
+            version: None,
+            protocol_version: None,
+        },
+        daemon_error: Some(why),
+    }
+}
+
+fn client_side() -> Side {
+    Side {
         version: Some(env!("CARGO_PKG_VERSION").to_string()),
         protocol_version: Some(PROTOCOL_VERSION),
-    };
+    }
+}
+
+/// Asks the daemon at `socket` what it can.
+pub async fn ask(socket: &Path) -> Versions {
+    let client = client_side();
     let unknown = |protocol_version, error: String| Versions {
         client: Side {
             version: client.version.clone(),

@@ -56,7 +56,9 @@ async fn human_and_json_output() {
     let workspaces = sandboxctl(&path, &["workspaces"]).await;
     assert_eq!(workspaces.status.code(), Some(0), "{}", stderr(&workspaces));
     let text = stdout(&workspaces);
-    assert!(text.starts_with("NAME "), "{text}");
+    assert!(text.starts_with("SCOPE "), "{text}");
+    let wide = sandboxctl(&path, &["workspaces", "-o", "wide"]).await;
+    assert!(stdout(&wide).starts_with("NAME "), "{}", stdout(&wide));
     assert!(
         text.contains(" kept ") && text.contains("2.0 KiB"),
         "{text}"

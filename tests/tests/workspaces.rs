@@ -65,9 +65,11 @@ async fn a_workspace_left_by_a_sigkilled_daemon_is_listed_with_its_id_and_remove
         "{entry}"
     );
     let table = stdout(&daemon.sandboxctl(&["workspaces", "--scope", "session"]));
+    assert!(table.contains(id) && table.contains("stopped"), "{table}");
+    let wide = stdout(&daemon.sandboxctl(&["workspaces", "--scope", "session", "-o", "wide"]));
     assert!(
-        table.contains(&name) && table.contains(id) && table.contains("stopped"),
-        "{table}"
+        wide.contains(&name) && wide.contains(id) && wide.contains("stopped"),
+        "{wide}"
     );
 
     let removed = daemon.sandboxctl(&["deprovision", "session", id]);

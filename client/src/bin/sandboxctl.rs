@@ -205,10 +205,15 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 }
             })
         }
-        Command::Workspaces { scope } => {
+        Command::Workspaces { scope, output } => {
             let workspaces = connect().await?.workspaces(scope).await?;
+            let style = render::ListStyle {
+                wide: output.is_some(),
+                headers: true,
+                width: terminal_width(),
+            };
             emit(json, &workspaces, |workspaces| {
-                render::workspaces(workspaces, now_unix_ms())
+                render::workspaces_styled(workspaces, now_unix_ms(), style)
             })
         }
         Command::Probe { scope, id } => {

@@ -82,6 +82,10 @@ pub enum Command {
         /// Only workspaces of this scope.
         #[arg(long, value_name = "SCOPE", value_parser = any_scope())]
         scope: Option<Scope>,
+        /// `wide`: every column (the base NAME too), and ids in full
+        /// [default: the columns that fit the terminal ($COLUMNS, else 80)].
+        #[arg(long, short = 'o', value_name = "FORMAT", value_parser = ["wide"])]
+        output: Option<String>,
     },
 
     /// Print a sandbox's live state: absent, stopped or running.

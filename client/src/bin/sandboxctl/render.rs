@@ -8,6 +8,8 @@
 
 use std::fmt::Write as _;
 
+use unicode_width::{UnicodeWidthChar as _, UnicodeWidthStr as _};
+
 use sandboxd_client::{
     DaemonStatus, DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, Health,
     IsolationFeature, SandboxInfo, Scope, Shown, WorkspaceInfo,
@@ -222,7 +224,7 @@ fn narrow_list(sandboxes: &[SandboxInfo], now_unix_ms: u64, style: ListStyle) ->
         .collect();
     let width_of = |column: usize, rows: &[[String; 6]]| {
         rows.iter()
-            .map(|row| row[column].chars().count())
+            .map(|row| row[column].width())
             .chain(std::iter::once(header[column].len()))
             .max()
             .unwrap_or(0)
@@ -239,39 +241,105 @@ fn narrow_list(sandboxes: &[SandboxInfo], now_unix_ms: u64, style: ListStyle) ->
     table(header.into_iter().chain(rows).collect())
 }
 
-/// `text` cut to `width` characters, its last one an ellipsis, when longer.
+/// `text` cut to `width` terminal columns, its last one an ellipsis, when
+/// wider. Columns, not characters: a CJK character takes two.
 fn ellipsized(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
+    if text.width() <= width {
         return text.to_string();
     }
-    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+    let room = width.saturating_sub(1);
+    let mut cut = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w > room {
+            break;
+        }
+        used += w;
+        cut.push(c);
+    }
     cut.push('…');
     cut
 }
 
 /// A table, one workspace per row. A workspace no record names shows `-`
 /// for its id: only `workspace_ttl` removes it.
+#[cfg(test)]
 pub fn workspaces(workspaces: &[WorkspaceInfo], now_unix_ms: u64) -> String {
+    workspaces_styled(
+        workspaces,
+        now_unix_ms,
+        ListStyle {
+            wide: true,
+            headers: true,
+            width: usize::MAX,
+        },
+    )
+}
+
+/// The workspaces' table: by default SCOPE, ID, SIZE, LAST-RUN, STATE and
+/// EXPIRES, the ids cut to what the others leave of `style.width`; with
+/// `wide`, the base NAME too and every id in full.
+pub fn workspaces_styled(
+    workspaces: &[WorkspaceInfo],
+    now_unix_ms: u64,
+    style: ListStyle,
+) -> String {
     let header = [
         "NAME", "SCOPE", "ID", "SIZE", "LAST-RUN", "STATE", "EXPIRES",
     ]
     .map(str::to_string);
-    let rows = workspaces.iter().map(|info| {
+    let rows: Vec<[String; 7]> = workspaces
+        .iter()
+        .map(|info| {
+            [
+                shown(&info.name),
+                info.scope.to_string(),
+                info.id
+                    .as_deref()
+                    .map_or_else(|| MISSING.to_string(), shown),
+                bytes(info.size_bytes),
+                info.last_run_unix_ms
+                    .map_or_else(|| MISSING.to_string(), |at| ago(at, now_unix_ms)),
+                if info.running { "running" } else { "stopped" }.to_string(),
+                info.expires_at_unix_ms
+                    .map_or_else(|| MISSING.to_string(), |at| ago(at, now_unix_ms)),
+            ]
+        })
+        .collect();
+    if style.wide {
+        let header = style.headers.then_some(header);
+        return table(header.into_iter().chain(rows).collect());
+    }
+    let others: usize = [1, 3, 4, 5, 6]
+        .iter()
+        .map(|&column| {
+            rows.iter()
+                .map(|row| row[column].width())
+                .chain(std::iter::once(header[column].len()))
+                .max()
+                .unwrap_or(0)
+        })
+        .sum();
+    let id_width = style.width.saturating_sub(others + 2 * 5).max(MIN_ID_WIDTH);
+    let narrow = |row: [String; 7]| {
+        let [_, scope, id, size, last_run, state, expires] = row;
         [
-            shown(&info.name),
-            info.scope.to_string(),
-            info.id
-                .as_deref()
-                .map_or_else(|| MISSING.to_string(), shown),
-            bytes(info.size_bytes),
-            info.last_run_unix_ms
-                .map_or_else(|| MISSING.to_string(), |at| ago(at, now_unix_ms)),
-            if info.running { "running" } else { "stopped" }.to_string(),
-            info.expires_at_unix_ms
-                .map_or_else(|| MISSING.to_string(), |at| ago(at, now_unix_ms)),
+            scope,
+            ellipsized(&id, id_width),
+            size,
+            last_run,
+            state,
+            expires,
         ]
-    });
-    table(std::iter::once(header).chain(rows).collect())
+    };
+    let header = style.headers.then(|| narrow(header));
+    table(
+        header
+            .into_iter()
+            .chain(rows.into_iter().map(narrow))
+            .collect(),
+    )
 }
 
 /// "512 B", "3.2 KiB", "1.5 GiB".
@@ -473,7 +541,7 @@ fn table<const N: usize>(rows: Vec<[String; N]>) -> String {
     let mut widths = [0; N];
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
+            *width = (*width).max(cell.width());
         }
     }
     let mut out = String::new();
@@ -483,7 +551,7 @@ fn table<const N: usize>(rows: Vec<[String; N]>) -> String {
             if column + 1 == N {
                 line.push_str(cell);
             } else {
-                let pad = width - cell.chars().count() + 2;
+                let pad = width - cell.width() + 2;
                 let _ = write!(line, "{cell}{:pad$}", "");
             }
         }
@@ -782,6 +850,52 @@ mod tests {
             deprovision(Scope::Session, "y", &missing, false),
             "session y: not present, nothing to do\n"
         );
+    }
+
+    #[test]
+    fn tables_measure_display_width_and_fit_80_columns() {
+        // A CJK id takes two columns a character: padded and cut by columns.
+        let mut cjk = info();
+        cjk.id = "会话".repeat(30);
+        let narrow = list_styled(
+            &[cjk.clone(), info()],
+            NOW,
+            ListStyle {
+                wide: false,
+                headers: true,
+                width: 80,
+            },
+        );
+        for line in narrow.lines() {
+            assert!(line.width() <= 80, "{} columns: {line}", line.width());
+        }
+        let lines: Vec<&str> = narrow.lines().collect();
+        let state_at = |line: &str| line.find("running").map(|at| line[..at].width());
+        assert_eq!(state_at(lines[1]), state_at(lines[2]), "{narrow}");
+
+        let mut long = WorkspaceInfo {
+            name: "sbx-ses-5d2c0a9f3e1b".into(),
+            scope: Scope::Session,
+            id: Some("x".repeat(120)),
+            size_bytes: 1_234_567,
+            last_run_unix_ms: Some(NOW - 11_100_000),
+            running: false,
+            expires_at_unix_ms: Some(NOW + 590_000_000),
+        };
+        let style = ListStyle {
+            wide: false,
+            headers: true,
+            width: 80,
+        };
+        let text = workspaces_styled(std::slice::from_ref(&long), NOW, style);
+        for line in text.lines() {
+            assert!(line.width() <= 80, "{} columns: {line}", line.width());
+        }
+        assert!(text.starts_with("SCOPE "), "{text}");
+        long.id = Some("会".repeat(60));
+        let wide = workspaces(std::slice::from_ref(&long), NOW);
+        assert!(wide.starts_with("NAME "), "{wide}");
+        assert!(wide.contains(&"会".repeat(60)), "{wide}");
     }
 
     #[test]

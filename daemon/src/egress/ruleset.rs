@@ -115,8 +115,12 @@ impl Ruleset {
                 elements.join(", ")
             );
         }
-        if let Some(separation) = self.separation() {
-            let _ = writeln!(script, "    {}", separation.set_declaration());
+        for declaration in self
+            .separation()
+            .iter()
+            .flat_map(Separation::set_declarations)
+        {
+            let _ = writeln!(script, "    {declaration}");
         }
         for chain in self.chains() {
             let _ = writeln!(script, "    chain {} {{", chain.name);
@@ -151,8 +155,8 @@ impl Ruleset {
                 ));
             }
         }
-        if self.separate && !separation::set_is_declared(&flat) {
-            return Err(format!("its set {} is missing or altered", separation::SET));
+        if self.separate {
+            separation::sets_are_declared(&flat)?;
         }
         for (name, _) in self.refused_sets() {
             let v6 = name == "refused_ipv6";
@@ -201,7 +205,7 @@ impl Ruleset {
     /// What the separation's rules hold, for `status`, when loaded.
     pub fn describe_separation(&self) -> Option<String> {
         self.separation()
-            .map(|separation| separation.describe(&self.table_spec()))
+            .map(|_| Separation::describe(&self.table_spec()))
     }
 
     /// The separation's rules, when this table holds them.
@@ -278,7 +282,7 @@ impl Ruleset {
             ));
         }
         let separation = self.separation();
-        output.extend(separation.map(|separation| separation.record_rule()));
+        output.extend(separation.iter().flat_map(Separation::record_rules));
         let mut chains = Vec::new();
         if !output.is_empty() {
             chains.push(Chain {
@@ -292,6 +296,11 @@ impl Ruleset {
                 name: "input",
                 head: Some(hook("input")),
                 rules: separation.input_rules(),
+            });
+            chains.push(Chain {
+                name: "opening",
+                head: None,
+                rules: separation.opening_rules(),
             });
             chains.push(Chain {
                 name: "foreign",
@@ -484,7 +493,21 @@ mod tests {
 		elements = { fe80::/10 }
 	}
 
-	set conn_owner {
+	set syn_owner {
+		typeof ct id . tcp sequence . socket cgroupv2 level 0
+		size 65536
+		flags dynamic,timeout
+		timeout 2s
+	}
+
+	set syn_sent {
+		typeof ct id . tcp sequence
+		size 65536
+		flags dynamic,timeout
+		timeout 2s
+	}
+
+	set udp_owner {
 		typeof ct id . socket cgroupv2 level 0
 		size 65536
 		flags dynamic,timeout
@@ -495,12 +518,20 @@ mod tests {
 	chain output {
 		type filter hook output priority filter; policy accept;
 		socket cgroupv2 level 2 "unified/nettest/sandboxes" jump sandboxes
-		socket cgroupv2 level 2 "unified/nettest/sandboxes" ct state new update @conn_owner { ct id . socket cgroupv2 level 3 }
+		socket cgroupv2 level 2 "unified/nettest/sandboxes" tcp flags syn / syn,ack update @syn_owner { ct id . tcp sequence . socket cgroupv2 level 3 } update @syn_sent { ct id . tcp sequence }
+		socket cgroupv2 level 2 "unified/nettest/sandboxes" meta l4proto udp ct direction original update @udp_owner { ct id . socket cgroupv2 level 3 }
 	}
 
 	chain input {
 		type filter hook input priority filter; policy accept;
-		ct state new socket cgroupv2 level 2 "unified/nettest/sandboxes" ct id . socket cgroupv2 level 3 != @conn_owner jump foreign
+		tcp flags syn / syn,ack jump opening
+		socket cgroupv2 level 2 "unified/nettest/sandboxes" meta l4proto udp ct direction original ct id . socket cgroupv2 level 3 != @udp_owner jump foreign
+	}
+
+	chain opening {
+		socket cgroupv2 level 2 "unified/nettest/sandboxes" ct id . tcp sequence . socket cgroupv2 level 3 != @syn_owner jump foreign
+		socket wildcard { 0, 1 } return
+		socket transparent { 0, 1 } ct id . tcp sequence @syn_sent jump foreign
 	}
 
 	chain foreign {
@@ -522,10 +553,10 @@ mod tests {
         let relaxed = separated(Some(Posture::Relaxed));
         assert_eq!(relaxed.verify(SEPARATED_LISTING), Ok(()));
         let script = relaxed.script();
-        assert!(script.contains("set conn_owner { typeof ct id . socket cgroupv2 level 3; flags dynamic,timeout; timeout 2s; size 65536; }"), "{script}");
+        assert!(script.contains("set syn_owner { typeof ct id . tcp sequence . socket cgroupv2 level 3; flags dynamic,timeout; timeout 2s; size 65536; }"), "{script}");
         // The posture refuses first; only what it lets out is recorded.
         let jump = script.find("jump sandboxes").unwrap();
-        let record = script.find("update @conn_owner").unwrap();
+        let record = script.find("update @syn_owner").unwrap();
         assert!(jump < record, "{script}");
 
         let none = separated(None);
@@ -551,9 +582,15 @@ mod tests {
         let gutted = SEPARATED_LISTING.replace("\t\treject\n", "");
         let error = relaxed.verify(&gutted).unwrap_err();
         assert!(error.contains("foreign chain"), "{error}");
-        let shrunk = SEPARATED_LISTING.replace("size 65536", "size 2");
+        let shrunk = SEPARATED_LISTING.replacen("size 65536", "size 2", 1);
         let error = relaxed.verify(&shrunk).unwrap_err();
-        assert!(error.contains("conn_owner"), "{error}");
+        assert!(error.contains("syn_owner"), "{error}");
+        let unchecked = SEPARATED_LISTING.replace(
+            "\t\tsocket transparent { 0, 1 } ct id . tcp sequence @syn_sent jump foreign\n",
+            "",
+        );
+        let error = relaxed.verify(&unchecked).unwrap_err();
+        assert!(error.contains("opening chain"), "{error}");
         let opened = SEPARATED_LISTING.replace(" jump foreign", " accept");
         assert!(relaxed.verify(&opened).is_err());
     }

@@ -3,47 +3,78 @@
 //!
 //! Every sandbox has a cgroup of its own one level below the sandboxes
 //! cgroup, and a socket keeps the cgroup of the process that made it. On
-//! its way out, every packet that opens a connection (conntrack state
-//! `new`: a TCP SYN, a UDP flow's first datagrams) from a sandbox's socket
-//! records the pair (conntrack id, sender's sandbox cgroup) in the
-//! dynamic set `conn_owner`. On its way in, a `new` packet whose receiving
-//! socket (nft looks it up by the packet's addresses) lies under the
-//! sandboxes cgroup is refused unless (its conntrack id, the receiver's
-//! sandbox cgroup) is in the set: only the receiver's own sandbox made
-//! that pair. TCP gets a reset (ECONNREFUSED at once), UDP an ICMP port
-//! unreachable (ECONNREFUSED on a connected socket).
+//! the way out (output hook), every TCP SYN a sandbox's socket sends
+//! records (conntrack id, sequence number, sender's sandbox cgroup) in
+//! `syn_owner` and (conntrack id, sequence number) in `syn_sent`; every
+//! UDP datagram in a flow's original direction records (conntrack id,
+//! sender's sandbox cgroup) in `udp_owner`. On the way in (input hook), nft
+//! looks the receiving socket up by the packet's addresses; a SYN or an
+//! original-direction datagram to a socket under the sandboxes cgroup is
+//! refused unless the receiver's own sandbox recorded it. TCP gets a reset
+//! (ECONNREFUSED at once), UDP an ICMP port unreachable (ECONNREFUSED on a
+//! connected socket).
+//!
+//! Why these keys, measured: a conntrack id alone is not enough. A new
+//! connection that reuses the 4-tuple of one that ended (the kernel hands
+//! the same ephemeral port out again quickly on loopback) gets a conntrack
+//! entry with the same id, or is even taken for a packet of the old entry
+//! (`ct state established`); B then met A's fresh pair and 1-30 % of its
+//! connects to A got through. The SYN's sequence number is the kernel's
+//! random initial one, never the same twice. And a SYN that meets a
+//! TIME_WAIT socket of the same 4-tuple (nft's lookup finds that, not the
+//! listener, and TCP then hands the SYN to the listener) belongs to no
+//! known sandbox: when a sandbox sent it (`syn_sent`), it is refused.
 //!
 //! Every address the host answers on is covered — 127.0.0.1, ::1, and any
 //! other address of the host — since a packet to a local address always
-//! passes the input hook. Replies (state `established`) are never looked
-//! at, so a sandbox's own outbound connections are untouched.
+//! passes the input hook. Replies to a sandbox's own connections (SYN-ACK,
+//! reply-direction datagrams) are not looked at, so its outbound traffic
+//! is untouched.
 //!
 //! What this decides for the host: a host process, or another machine,
-//! opening a connection to a sandbox's socket is refused too (no pair is
-//! recorded for it). A sandbox is a client of the host's services, never
-//! a server to anyone but itself.
+//! opening a connection to a sandbox's socket is refused too (nothing is
+//! recorded for it): a sandbox is a client of the host's services, never
+//! a server to anyone but itself. This is not a boundary against the host
+//! (its processes are trusted): a host SYN that meets a TIME_WAIT socket
+//! passes.
 //!
-//! Why a set with a short timeout: the pair is needed only between the
-//! packet's output and input hooks on the same host (microseconds on
-//! loopback); a retransmitted SYN or datagram, still `new`, refreshes it.
-//! A conntrack entry lives at least 10 s after its last packet (a refused
-//! TCP connection's CLOSE state), longer than the timeout, so an expired
-//! pair can never meet a conntrack id reused for another connection. A
-//! full set fails closed: the opening packet records nothing and its own
-//! sandbox's connection is refused, never another's accepted.
+//! What it costs a sandbox: its own SYN that meets a TIME_WAIT socket is
+//! refused too, whoever's it is (it cannot be told apart), so a sandbox
+//! that opens connections in a tight loop to a server that closes first
+//! sees some of them refused once its ports come round again. Not covered:
+//! a UDP datagram from B that reuses the exact 4-tuple of A's flow to A's
+//! own socket within [`PAIR_TIMEOUT`] of A's last datagram on it (B must
+//! bind the source port A's closed socket held).
+//!
+//! Why sets with a short timeout: a pair is needed only between a packet's
+//! output and input hooks on the same host (microseconds on loopback); a
+//! retransmitted SYN or datagram refreshes it. A full set fails closed:
+//! the packet records nothing, and its own sandbox's connection is
+//! refused, never another's accepted.
 
 use super::cgroup_target::CgroupTarget;
 
-/// The set's name in the table.
-pub const SET: &str = "conn_owner";
+/// The dynamic sets: name, and what each key is made of.
+const SETS: [(&str, &str); 3] = [
+    (
+        "syn_owner",
+        "ct id . tcp sequence . socket cgroupv2 level {L}",
+    ),
+    ("syn_sent", "ct id . tcp sequence"),
+    ("udp_owner", "ct id . socket cgroupv2 level {L}"),
+];
 
 /// How long a recorded pair lives after the last packet that refreshed it.
 const PAIR_TIMEOUT: &str = "2s";
 
-/// The most pairs at once: 32,768 new connections a second from all the
-/// sandboxes together at [`PAIR_TIMEOUT`]. About 100 bytes each, allocated
-/// only as pairs are recorded.
+/// The most pairs per set at once: 32,768 opening packets a second from
+/// all the sandboxes together at [`PAIR_TIMEOUT`] (about 11,000 were
+/// live under one runner's loop of 8,000 connects a second). About 100
+/// bytes each, allocated only as pairs are recorded.
 const MAX_PAIRS: u32 = 65_536;
+
+/// A SYN (no ACK): the packet that opens a TCP connection.
+const SYN: &str = "tcp flags syn / syn,ack";
 
 /// The rules that keep the sandboxes under `target` apart.
 #[derive(Debug, Clone, Copy)]
@@ -52,38 +83,65 @@ pub struct Separation<'a> {
 }
 
 impl Separation<'_> {
-    /// The depth of a sandbox's own cgroup: one below the sandboxes cgroup.
-    fn sandbox_level(&self) -> usize {
-        self.target.level + 1
+    /// The sets' declarations.
+    pub fn set_declarations(&self) -> Vec<String> {
+        SETS.iter()
+            .map(|(name, key)| {
+                format!(
+                    "set {name} {{ typeof {}; flags dynamic,timeout; timeout {PAIR_TIMEOUT}; size {MAX_PAIRS}; }}",
+                    self.key(key)
+                )
+            })
+            .collect()
     }
 
-    /// The dynamic set's declaration.
-    pub fn set_declaration(&self) -> String {
-        format!(
-            "set {SET} {{ typeof ct id . socket cgroupv2 level {}; flags dynamic,timeout; timeout {PAIR_TIMEOUT}; size {MAX_PAIRS}; }}",
-            self.sandbox_level()
-        )
+    /// The output-hook rules: a sandbox's opening packets record their
+    /// pairs. They run after the posture's refusals, so a refused packet
+    /// records nothing.
+    pub fn record_rules(&self) -> Vec<String> {
+        let under = self.under_sandboxes();
+        vec![
+            format!(
+                "{under} {SYN} update @syn_owner {{ {} }} update @syn_sent {{ {} }}",
+                self.key(SETS[0].1),
+                self.key(SETS[1].1)
+            ),
+            format!(
+                "{under} meta l4proto udp ct direction original update @udp_owner {{ {} }}",
+                self.key(SETS[2].1)
+            ),
+        ]
     }
 
-    /// The output-hook rule: a sandbox's opening packet records its pair.
-    /// It runs after the posture's refusals, so a refused packet records
-    /// nothing.
-    pub fn record_rule(&self) -> String {
-        format!(
-            "{} ct state new update @{SET} {{ ct id . socket cgroupv2 level {} }}",
-            self.under_sandboxes(),
-            self.sandbox_level()
-        )
-    }
-
-    /// The input-hook rules: an opening packet to a sandbox's socket whose
-    /// pair was not recorded by that same sandbox goes to `foreign`.
+    /// The input-hook rules: SYNs go to `opening`; a datagram to a
+    /// sandbox's socket not recorded by that sandbox goes to `foreign`.
     pub fn input_rules(&self) -> Vec<String> {
-        vec![format!(
-            "ct state new {} ct id . socket cgroupv2 level {} != @{SET} jump foreign",
-            self.under_sandboxes(),
-            self.sandbox_level()
-        )]
+        vec![
+            format!("{SYN} jump opening"),
+            format!(
+                "{} meta l4proto udp ct direction original {} != @udp_owner jump foreign",
+                self.under_sandboxes(),
+                self.key(SETS[2].1)
+            ),
+        ]
+    }
+
+    /// The `opening` chain, for every SYN: to a sandbox's socket, only from
+    /// that sandbox; to any other full socket, on its way; to a TIME_WAIT
+    /// socket (whose owner nft cannot see), refused when a sandbox sent it.
+    pub fn opening_rules(&self) -> Vec<String> {
+        vec![
+            format!(
+                "{} {} != @syn_owner jump foreign",
+                self.under_sandboxes(),
+                self.key(SETS[0].1)
+            ),
+            "socket wildcard { 0, 1 } return".to_string(),
+            format!(
+                "socket transparent {{ 0, 1 }} {} @syn_sent jump foreign",
+                self.key(SETS[1].1)
+            ),
+        ]
     }
 
     /// The `foreign` chain: how a refused opening packet is answered.
@@ -95,10 +153,16 @@ impl Separation<'_> {
     }
 
     /// What the rules do, for `status`.
-    pub fn describe(&self, table: &str) -> String {
+    pub fn describe(table: &str) -> String {
         format!(
             "nftables table {table} accepts a connection to a sandbox's socket (TCP or UDP, IPv4 or IPv6, on any address of the host) only from a socket of the same sandbox: other sandboxes, host processes and other machines are refused"
         )
+    }
+
+    /// A set's key with the sandbox level filled in.
+    fn key(&self, key: &str) -> String {
+        // A sandbox's own cgroup: one below the sandboxes cgroup.
+        key.replace("{L}", &(self.target.level + 1).to_string())
     }
 
     /// The match on a socket made under the sandboxes cgroup.
@@ -110,18 +174,24 @@ impl Separation<'_> {
     }
 }
 
-/// True when `flat` (a whitespace-flattened listing) declares the set as
-/// [`Separation::set_declaration`] does. nft 1.0.6 lists a `typeof`'s
-/// cgroup level as 0 whatever was loaded, so the level is not compared;
-/// the rules that use the set are, word for word.
-pub fn set_is_declared(flat: &str) -> bool {
-    let Some(start) = flat.find(&format!("set {SET} {{")) else {
-        return false;
-    };
-    let set = &flat[start..];
-    let set = &set[..set.find('}').unwrap_or(set.len())];
-    set.contains("typeof ct id . socket cgroupv2 level")
-        && set.contains("flags dynamic,timeout")
-        && set.contains(&format!("timeout {PAIR_TIMEOUT}"))
-        && set.contains(&format!("size {MAX_PAIRS}"))
+/// True when `flat` (a whitespace-flattened listing) declares every set
+/// as [`Separation::set_declarations`] does. nft 1.0.6 lists a `typeof`'s
+/// cgroup level as 0 whatever was loaded, so keys are not compared; the
+/// rules that use the sets are, word for word.
+pub fn sets_are_declared(flat: &str) -> Result<(), String> {
+    for (name, _) in SETS {
+        let Some(start) = flat.find(&format!("set {name} {{")) else {
+            return Err(format!("its set {name} is missing"));
+        };
+        let set = &flat[start..];
+        let set = &set[..set.find('}').unwrap_or(set.len())];
+        let declared = set.contains("typeof ct id")
+            && set.contains("flags dynamic,timeout")
+            && set.contains(&format!("timeout {PAIR_TIMEOUT}"))
+            && set.contains(&format!("size {MAX_PAIRS}"));
+        if !declared {
+            return Err(format!("its set {name} is altered: `{set}`"));
+        }
+    }
+    Ok(())
 }

@@ -512,13 +512,20 @@ mod tests {
 		size 65536
 		flags dynamic,timeout
 		timeout 2s
-		elements = { 2532802249 . "unified/nettest/sandboxes/a" expires 1s268ms }
+	}
+
+	set served_ports {
+		typeof tcp sport
+		size 65536
+		flags dynamic,timeout
+		timeout 1m30s
 	}
 
 	chain output {
 		type filter hook output priority filter; policy accept;
 		socket cgroupv2 level 2 "unified/nettest/sandboxes" jump sandboxes
 		socket cgroupv2 level 2 "unified/nettest/sandboxes" tcp flags syn / syn,ack update @syn_owner { ct id . tcp sequence . socket cgroupv2 level 3 } update @syn_sent { ct id . tcp sequence }
+		socket cgroupv2 level 2 "unified/nettest/sandboxes" ct direction reply update @served_ports { tcp sport }
 		socket cgroupv2 level 2 "unified/nettest/sandboxes" meta l4proto udp ct direction original update @udp_owner { ct id . socket cgroupv2 level 3 }
 	}
 
@@ -531,7 +538,7 @@ mod tests {
 	chain opening {
 		socket cgroupv2 level 2 "unified/nettest/sandboxes" ct id . tcp sequence . socket cgroupv2 level 3 != @syn_owner jump foreign
 		socket wildcard { 0, 1 } return
-		socket transparent { 0, 1 } ct id . tcp sequence @syn_sent jump foreign
+		socket transparent { 0, 1 } ct id . tcp sequence @syn_sent tcp dport @served_ports jump foreign
 	}
 
 	chain foreign {
@@ -585,10 +592,8 @@ mod tests {
         let shrunk = SEPARATED_LISTING.replacen("size 65536", "size 2", 1);
         let error = relaxed.verify(&shrunk).unwrap_err();
         assert!(error.contains("syn_owner"), "{error}");
-        let unchecked = SEPARATED_LISTING.replace(
-            "\t\tsocket transparent { 0, 1 } ct id . tcp sequence @syn_sent jump foreign\n",
-            "",
-        );
+        let unchecked =
+            SEPARATED_LISTING.replace(" tcp dport @served_ports jump foreign", " accept");
         let error = relaxed.verify(&unchecked).unwrap_err();
         assert!(error.contains("opening chain"), "{error}");
         let opened = SEPARATED_LISTING.replace(" jump foreign", " accept");

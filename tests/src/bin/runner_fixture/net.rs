@@ -97,6 +97,8 @@ pub fn probe(protocol: &str, address: &str) -> i32 {
     };
     match outcome {
         Ok(()) => 0,
+        // connect_timeout's own timeout carries no errno.
+        Err(error) if error.kind() == std::io::ErrorKind::TimedOut => libc::ETIMEDOUT,
         Err(error) => error.raw_os_error().unwrap_or(-1),
     }
 }

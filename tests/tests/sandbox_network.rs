@@ -84,10 +84,20 @@ impl Sandbox {
 
     /// The errno of one probe made from inside this sandbox.
     fn probe(&self, protocol: &str, address: &str) -> i32 {
+        self.request(&format!("{protocol} {address}"))
+    }
+
+    /// How many of `count` connects to `address` from inside this sandbox
+    /// connected.
+    fn connects(&self, address: &str, count: u32) -> i32 {
+        self.request(&format!("tcp-repeat {address} {count}"))
+    }
+
+    fn request(&self, request: &str) -> i32 {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let name = format!("probe-{}", NEXT.fetch_add(1, Ordering::Relaxed));
         let temporary = self.workspace.join(format!(".{name}.tmp"));
-        std::fs::write(&temporary, format!("{protocol} {address}\n")).unwrap();
+        std::fs::write(&temporary, format!("{request}\n")).unwrap();
         std::fs::rename(&temporary, self.workspace.join(&name)).unwrap();
         let answer = self.workspace.join(format!("{name}.errno"));
         let mut errno = None;
@@ -338,4 +348,26 @@ async fn none_still_keeps_sandboxes_apart() {
         host_service: 0,
     };
     sandboxes_are_kept_apart_under("none", 79, expected).await;
+}
+
+/// Measured: with a conntrack id alone as the key, B's connects to A got
+/// through while A churned connections to its own listener (which closes
+/// first): B's kernel reuses A's freed ports, and B's SYN then shares A's
+/// conntrack id, or meets A's listener's TIME_WAIT socket. Here A makes
+/// 3,000 connects to itself, and B, right after, 1,000 to A: none may
+/// connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_reusing_anothers_ports_is_still_refused() {
+    let mut daemon = TestDaemon::start(Options::with_runner_args(&["--serve-net", "0"]));
+    let a = Sandbox::start(&daemon, "churn-a").await;
+    let b = Sandbox::start(&daemon, "churn-b").await;
+    let target = a.address("tcp", "127.0.0.1");
+    for round in 0..2 {
+        let own = a.connects(&target, 3_000);
+        let through = b.connects(&target, 1_000);
+        eprintln!("round {round}: A connected {own} of 3000 to itself, B {through} of 1000 to A");
+        assert!(own > 0, "A cannot reach its own listener");
+        assert_eq!(through, 0, "B reached A {through} times in round {round}");
+    }
+    daemon.stop();
 }

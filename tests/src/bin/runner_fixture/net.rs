@@ -9,7 +9,9 @@
 //! datagram is answered with `pong`. Then, until SIGTERM, it answers probe
 //! requests: a file `probe-NAME` holding `tcp ADDRESS` or `udp ADDRESS`
 //! (written by the test, as root) gets `probe-NAME.errno` next to it,
-//! the errno of that probe made from inside this sandbox.
+//! the errno of that probe made from inside this sandbox. `tcp-repeat
+//! ADDRESS N` makes N TCP connects one after another, each closed at once,
+//! and answers how many connected instead.
 //!
 //! `--probe tcp|udp ADDRESS` makes one probe, prints `errno N` and exits
 //! (for `docker exec` into a container, which has no shell).
@@ -54,9 +56,11 @@ pub fn serve(workspace: &Path) -> bool {
     loop {
         for request in pending(workspace, &answered) {
             let text = std::fs::read_to_string(workspace.join(&request)).unwrap_or_default();
-            let errno = match text.trim().split_once(' ') {
-                Some((protocol, address)) => probe(protocol, address),
-                None => libc::EINVAL,
+            let words: Vec<&str> = text.split_whitespace().collect();
+            let errno = match words[..] {
+                ["tcp-repeat", address, count] => repeat(address, count),
+                [protocol, address] => probe(protocol, address),
+                _ => libc::EINVAL,
             };
             let answer = format!("{errno}\n");
             let name = format!("{request}.errno");
@@ -101,6 +105,18 @@ pub fn probe(protocol: &str, address: &str) -> i32 {
         Err(error) if error.kind() == std::io::ErrorKind::TimedOut => libc::ETIMEDOUT,
         Err(error) => error.raw_os_error().unwrap_or(-1),
     }
+}
+
+/// How many of `count` TCP connects to `address` connected.
+fn repeat(address: &str, count: &str) -> i32 {
+    let Ok(count) = count.parse::<u32>() else {
+        return -1;
+    };
+    (0..count)
+        .filter(|_| probe("tcp", address) == 0)
+        .count()
+        .try_into()
+        .unwrap_or(i32::MAX)
 }
 
 fn udp_round_trip(address: SocketAddr) -> std::io::Result<()> {

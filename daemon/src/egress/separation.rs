@@ -49,7 +49,10 @@
 //! refused, at the rate without the rules). Not covered:
 //! a UDP datagram from B that reuses the exact 4-tuple of A's flow to A's
 //! own socket within [`PAIR_TIMEOUT`] of A's last datagram on it (B must
-//! bind the source port A's closed socket held).
+//! bind the source port A's closed socket held), and one B sends from an
+//! address and port it bound that A's flow was sent to (a reply-direction
+//! datagram, which is not looked at; B must bind the port after A's own
+//! server there closed).
 //!
 //! Why sets with a short timeout: a pair is needed only between a packet's
 //! output and input hooks on the same host (microseconds on loopback); a
@@ -59,7 +62,8 @@
 
 use super::cgroup_target::CgroupTarget;
 
-/// The dynamic sets: name, and what each key is made of.
+/// The dynamic sets: name, what each key is made of, and how long an
+/// element lives.
 const SETS: [(&str, &str, &str); 4] = [
     (
         "syn_owner",

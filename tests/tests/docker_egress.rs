@@ -43,6 +43,9 @@ impl OwnNetwork {
                 "bridge",
                 "-o",
                 &format!("com.docker.network.bridge.name={BRIDGE}"),
+                // As the daemon makes it: one without is remade under us.
+                "-o",
+                "com.docker.network.bridge.enable_icc=false",
                 "--label",
                 "stigmer.ai/managed-by=stigmer-server",
                 NETWORK,

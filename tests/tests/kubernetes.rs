@@ -1157,8 +1157,10 @@ async fn the_network_policy_holds_the_posture_field_by_field_under_relaxed_and_s
         assert!(applied_by_sandboxd(&policy), "{policy}");
         let spec = &policy["spec"];
         assert_eq!(spec["podSelector"], json!({"matchLabels": labels}));
-        assert_eq!(spec["policyTypes"], json!(["Egress"]));
-        assert!(spec.get("ingress").is_none_or(Value::is_null), "{spec}");
+        // No ingress rule: no pod, another sandbox's least of all, may
+        // open a connection to a sandbox's pod.
+        assert_eq!(spec["policyTypes"], json!(["Ingress", "Egress"]));
+        assert_eq!(spec["ingress"], json!([]), "{spec}");
         let (v4, v6) = refused_by(posture);
         assert_eq!(
             spec["egress"],
@@ -1195,6 +1197,15 @@ async fn the_network_policy_holds_the_posture_field_by_field_under_relaxed_and_s
             text.contains(posture) && text.contains("network plugin"),
             "{text}"
         );
+        let network = status
+            .isolation
+            .iter()
+            .find(|feature| feature.name == "network")
+            .unwrap_or_else(|| panic!("no network feature: {:?}", status.isolation));
+        assert!(
+            network.in_force && network.detail.contains("admits no ingress"),
+            "{network:?}"
+        );
     }
 }
 
@@ -1220,7 +1231,7 @@ async fn a_policy_deleted_behind_the_daemons_back_is_put_back_before_a_scale_up(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn egress_none_makes_no_policy_and_removes_a_leftover_one() {
+async fn egress_none_makes_an_ingress_only_policy_and_drops_a_leftovers_egress() {
     let cluster = TestCluster::start("policy-none").await;
     let id = "ses-none";
     let env = sandbox_env("session:none", TOKEN);
@@ -1242,11 +1253,23 @@ async fn egress_none_makes_no_policy_and_removes_a_leftover_one() {
         daemon,
         client,
     };
-    assert!(setup.policy(Scope::Session, id).await.is_some());
+    let leftover = setup
+        .policy(Scope::Session, id)
+        .await
+        .expect("the leftover");
+    assert_eq!(
+        leftover["spec"]["policyTypes"],
+        json!(["Ingress", "Egress"])
+    );
     let status = setup.client.status().await.unwrap();
     assert_eq!(status.egress.posture, "none");
     assert!(!status.egress.enforced);
-    // A new sandbox gets none.
+    let ingress_only = |policy: &Value| {
+        policy["spec"]["policyTypes"] == json!(["Ingress"])
+            && policy["spec"]["ingress"] == json!([])
+            && policy["spec"].get("egress").is_none_or(Value::is_null)
+    };
+    // A new sandbox gets a policy that refuses ingress only.
     setup
         .client
         .ensure_session_sandbox("ses-fresh", &env)
@@ -1256,15 +1279,16 @@ async fn egress_none_makes_no_policy_and_removes_a_leftover_one() {
         .deployment(Scope::Session, "ses-fresh")
         .await
         .is_some());
-    assert!(setup.policy(Scope::Session, "ses-fresh").await.is_none());
-    // Starting the old one again removes what `none` no longer means.
+    let fresh = setup
+        .policy(Scope::Session, "ses-fresh")
+        .await
+        .expect("a policy");
+    assert!(ingress_only(&fresh), "{fresh}");
+    // Starting the old one again drops the egress `none` no longer means.
     setup.kubectl_scale(Scope::Session, id, 0).await;
     setup.client.ensure_session_sandbox(id, &env).await.unwrap();
-    assert!(setup.policy(Scope::Session, id).await.is_none());
-    assert!(setup
-        .daemon
-        .log_text()
-        .contains("deleted the NetworkPolicy an earlier sandboxd left"));
+    let replaced = setup.policy(Scope::Session, id).await.expect("a policy");
+    assert!(ingress_only(&replaced), "{replaced}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,11 @@
 //! the host itself is refused too). The ranges come from the one table in
 //! `sandboxd_protocol::egress`.
 //!
+//! On the process tier the table also keeps the sandboxes apart, on every
+//! posture ([`separation`]): under `none` it holds only those rules. A
+//! kernel or nft that cannot load them gets the posture's rules alone, and
+//! [`Egress::separation`] says why (`status` shows it as not in force).
+//!
 //! Fail closed: [`Egress::establish`] never errors; when the rules cannot
 //! be installed and verified, it remembers why and [`Egress::check`]
 //! refuses every ensure with `unavailable` naming it, so no sandbox runs
@@ -29,6 +34,7 @@ mod cgroup_target;
 mod nft;
 mod orphans;
 mod ruleset;
+mod separation;
 mod setting;
 
 #[cfg(test)]
@@ -56,10 +62,17 @@ pub struct Egress {
 }
 
 enum State {
-    /// `egress = "none"`.
-    Unrestricted,
-    /// The table is installed and was verified.
-    InForce { nft: Nft, ruleset: Ruleset },
+    /// `egress = "none"` and no table: nothing is refused. The text says
+    /// why the sandboxes are not kept apart by a table either.
+    Unrestricted(String),
+    /// The table is installed and was verified (under `none` it holds only
+    /// the separation's rules). `unseparated`: why it does not keep the
+    /// sandboxes apart, when it does not.
+    InForce {
+        nft: Nft,
+        ruleset: Ruleset,
+        unseparated: Option<String>,
+    },
     /// Enforced by the runtime, by objects the tier makes with every
     /// sandbox (the kubernetes tier's NetworkPolicy): no table here, so
     /// nothing to re-verify or remove; the text says how.
@@ -87,22 +100,16 @@ impl Egress {
         setting: EgressSetting,
         matched: impl FnOnce() -> Result<Matched, String>,
     ) -> Egress {
-        let state = match setting {
+        let posture = match setting {
+            EgressSetting::Enforced(posture) => Some(posture),
             EgressSetting::Unrestricted => {
                 tracing::warn!("egress = \"none\": sandboxes may connect anywhere, the cloud metadata endpoint included");
-                remove_leftover(matched());
-                State::Unrestricted
+                None
             }
-            EgressSetting::Enforced(posture) => match install(posture, matched) {
-                Ok((nft, ruleset)) => {
-                    tracing::info!(posture = %posture, "egress rules in force: {}", ruleset.describe());
-                    State::InForce { nft, ruleset }
-                }
-                Err(reason) => {
-                    tracing::error!(posture = %posture, "egress posture cannot be enforced, so every ensure will be refused: {reason}");
-                    State::Unenforceable(reason)
-                }
-            },
+        };
+        let state = match matched() {
+            Ok(matched) => install_or_fall_back(Ruleset::new(posture, matched)),
+            Err(reason) => not_enforced(posture, reason),
         };
         Egress {
             setting,
@@ -115,11 +122,8 @@ impl Egress {
     /// posture unenforceable for `reason` (every ensure refused).
     pub fn not_installed(setting: EgressSetting, reason: String) -> Egress {
         let state = match setting {
-            EgressSetting::Unrestricted => State::Unrestricted,
-            EgressSetting::Enforced(posture) => {
-                tracing::error!(posture = %posture, "egress posture cannot be enforced, so every ensure will be refused: {reason}");
-                State::Unenforceable(reason)
-            }
+            EgressSetting::Unrestricted => State::Unrestricted(reason),
+            EgressSetting::Enforced(posture) => not_enforced(Some(posture), reason),
         };
         Egress {
             setting,
@@ -133,7 +137,9 @@ impl Egress {
     /// `mechanism`; `none` as it is. Installs and removes nothing here.
     pub fn by_runtime(setting: EgressSetting, mechanism: String) -> Egress {
         let state = match setting {
-            EgressSetting::Unrestricted => State::Unrestricted,
+            EgressSetting::Unrestricted => State::Unrestricted(format!(
+                "no table of the daemon's: the runtime's own objects keep sandboxes apart ({mechanism})"
+            )),
             EgressSetting::Enforced(_) => State::ByRuntime(mechanism),
         };
         Egress {
@@ -147,7 +153,7 @@ impl Egress {
     /// unrestricted by configuration. Cheap: no syscall.
     pub fn check(&self) -> Result<(), SandboxError> {
         match &*self.state() {
-            State::Unrestricted | State::InForce { .. } | State::ByRuntime(_) => Ok(()),
+            State::Unrestricted(_) | State::InForce { .. } | State::ByRuntime(_) => Ok(()),
             State::Unenforceable(reason) => Err(SandboxError::Unavailable(format!(
                 "egress posture '{}' is not in force, so no sandbox may start: {reason}",
                 self.setting
@@ -158,9 +164,13 @@ impl Egress {
     /// The posture and how it is enforced, for `status` and `describe`.
     pub fn status(&self) -> EgressStatus {
         let (enforced, mechanism) = match &*self.state() {
-            State::Unrestricted => (
+            State::Unrestricted(_) => (false, UNRESTRICTED.to_string()),
+            State::InForce { ruleset, .. } if ruleset.posture.is_none() => (
                 false,
-                "unrestricted: egress = \"none\" in the configuration".to_string(),
+                format!(
+                    "{UNRESTRICTED} (table {} holds only the rules that keep sandboxes apart)",
+                    ruleset.table_spec()
+                ),
             ),
             State::InForce { ruleset, .. } => (true, ruleset.describe()),
             State::ByRuntime(mechanism) => (true, mechanism.clone()),
@@ -172,6 +182,29 @@ impl Egress {
             posture: self.setting.to_string(),
             enforced,
             mechanism,
+        }
+    }
+
+    /// Whether the table keeps the sandboxes apart (issue 16, item 6):
+    /// how, or why not. For `status`'s `network` feature.
+    pub fn separation(&self) -> Result<String, String> {
+        match &*self.state() {
+            State::InForce {
+                ruleset,
+                unseparated,
+                ..
+            } => ruleset.describe_separation().ok_or_else(|| {
+                unseparated
+                    .clone()
+                    .unwrap_or_else(|| "the table holds no separation rules".to_string())
+            }),
+            State::Unrestricted(why) => Err(why.clone()),
+            State::ByRuntime(mechanism) => Err(format!(
+                "no table of the daemon's: the runtime keeps sandboxes apart ({mechanism})"
+            )),
+            State::Unenforceable(reason) => Err(format!(
+                "the daemon's nftables table is not in force: {reason}"
+            )),
         }
     }
 
@@ -193,12 +226,19 @@ impl Egress {
             .and_then(|()| nft.list_table(&ruleset.table_spec()))
             .and_then(|listing| ruleset.verify(&listing));
         if let Err(reason) = again {
-            tracing::error!(
-                "egress rules cannot be restored, so every ensure will be refused: {reason}"
-            );
-            *self.state() = State::Unenforceable(format!(
+            let why = format!(
                 "the rules were altered after start ({problem}) and cannot be restored: {reason}"
-            ));
+            );
+            *self.state() = if ruleset.posture.is_none() {
+                // `none` refuses nothing: ensures go on, unseparated.
+                tracing::error!("the rules that keep sandboxes apart cannot be restored: {reason}");
+                State::Unrestricted(why)
+            } else {
+                tracing::error!(
+                    "egress rules cannot be restored, so every ensure will be refused: {reason}"
+                );
+                State::Unenforceable(why)
+            };
         }
     }
 
@@ -220,7 +260,7 @@ impl Egress {
     /// for the copy, so `check` never waits on nft.
     fn in_force(&self) -> Option<(Nft, Ruleset)> {
         match &*self.state() {
-            State::InForce { nft, ruleset } => Some((nft.clone(), ruleset.clone())),
+            State::InForce { nft, ruleset, .. } => Some((nft.clone(), ruleset.clone())),
             _ => None,
         }
     }
@@ -257,15 +297,85 @@ pub async fn keep_verified(egress: Weak<Egress>) {
     }
 }
 
-/// Deletes the table a crashed instance with a posture left on the same
-/// cgroup (or bridge), so that `none` means what `status` says. Best
-/// effort: with no nft or no such table there is nothing to remove.
-fn remove_leftover(matched: Result<Matched, String>) {
-    let (Ok(matched), Ok(nft)) = (matched, Nft::find()) else {
+/// How `status` names `egress = "none"`.
+const UNRESTRICTED: &str = "unrestricted: egress = \"none\" in the configuration";
+
+/// Installs `ruleset`; when that fails and it holds the separation's
+/// rules, installs the posture's alone and remembers why. With nothing
+/// left to install (`none`), removes what an earlier instance left.
+fn install_or_fall_back(ruleset: Ruleset) -> State {
+    let posture = ruleset.posture;
+    let unseparated = match &ruleset.matched {
+        Matched::Cgroup(_) => None,
+        Matched::Bridge(bridge) => Some(format!(
+            "not this table's job: the network of bridge {bridge} keeps containers apart"
+        )),
+    };
+    if ruleset.is_empty() {
+        remove_leftover(&ruleset);
+        return State::Unrestricted(unseparated.unwrap_or_default());
+    }
+    let reason = match install(&ruleset) {
+        Ok(nft) => return in_force(nft, ruleset, unseparated),
+        Err(reason) if !ruleset.separate => return not_enforced(posture, reason),
+        Err(reason) => reason,
+    };
+    let unseparated = format!("the rules that keep sandboxes apart cannot be loaded: {reason}");
+    tracing::error!("{unseparated}");
+    let fallback = ruleset.without_separation();
+    if fallback.is_empty() {
+        remove_leftover(&fallback);
+        return State::Unrestricted(unseparated);
+    }
+    match install(&fallback) {
+        Ok(nft) => in_force(nft, fallback, Some(unseparated)),
+        Err(reason) => not_enforced(posture, reason),
+    }
+}
+
+fn in_force(nft: Nft, ruleset: Ruleset, unseparated: Option<String>) -> State {
+    match ruleset.describe_separation() {
+        Some(separation) => tracing::info!("sandboxes kept apart: {separation}"),
+        None => tracing::warn!(
+            "sandboxes are not kept apart by the daemon's table: {}",
+            unseparated.as_deref().unwrap_or("no separation rules")
+        ),
+    }
+    if let Some(posture) = ruleset.posture {
+        tracing::info!(posture = %posture, "egress rules in force: {}", ruleset.describe());
+    }
+    State::InForce {
+        nft,
+        ruleset,
+        unseparated,
+    }
+}
+
+/// Nothing could be installed for `reason`: a posture refuses every
+/// ensure, `none` goes on unseparated.
+fn not_enforced(posture: Option<Posture>, reason: String) -> State {
+    match posture {
+        Some(posture) => {
+            tracing::error!(posture = %posture, "egress posture cannot be enforced, so every ensure will be refused: {reason}");
+            State::Unenforceable(reason)
+        }
+        None => {
+            tracing::warn!("sandboxes are not kept apart by the daemon's table: {reason}");
+            State::Unrestricted(reason)
+        }
+    }
+}
+
+/// Deletes the table a crashed instance left on the same cgroup (or
+/// bridge), when this one installs none, so that `status` tells the
+/// truth. Best effort: with no nft or no such table there is nothing to
+/// remove.
+fn remove_leftover(ruleset: &Ruleset) {
+    let Ok(nft) = Nft::find() else {
         return;
     };
-    // The table's name does not depend on the posture.
-    let table = Ruleset::new(Posture::Relaxed, matched).table_spec();
+    // The table's name depends only on what it matches.
+    let table = ruleset.table_spec();
     if nft.list_table(&table).is_ok() {
         match nft.delete_table(&table) {
             Ok(()) => tracing::info!(%table, "removed the egress rules an earlier sandboxd left"),
@@ -306,14 +416,10 @@ fn locate_cgroup(sandboxes_cgroup: Option<&Path>) -> Result<Matched, String> {
     Ok(Matched::Cgroup(target))
 }
 
-/// Finds nft, locates what the rules hold, loads the table and checks
-/// the kernel lists back exactly what was loaded.
-fn install(
-    posture: Posture,
-    matched: impl FnOnce() -> Result<Matched, String>,
-) -> Result<(Nft, Ruleset), String> {
+/// Finds nft, loads the table and checks the kernel lists back exactly
+/// what was loaded.
+fn install(ruleset: &Ruleset) -> Result<Nft, String> {
     let nft = Nft::find()?;
-    let ruleset = Ruleset::new(posture, matched()?);
     orphans::remove_orphans(&nft);
     nft.apply(&ruleset.script())?;
     let listing = nft.list_table(&ruleset.table_spec())?;
@@ -323,5 +429,5 @@ fn install(
             ruleset.table_spec()
         )
     })?;
-    Ok((nft, ruleset))
+    Ok(nft)
 }

@@ -13,6 +13,10 @@
 //! with EPERM). The check is by destination address on every packet, so a
 //! host name that resolves to a refused address is refused whatever DNS
 //! said.
+//!
+//! On the process tier the same table also keeps the sandboxes apart
+//! ([`super::separation`]), on every posture: under `egress = "none"` it
+//! holds only those rules.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -21,6 +25,7 @@ use std::net::IpAddr;
 use sandboxd_protocol::egress::{Posture, Range};
 
 use super::cgroup_target::CgroupTarget;
+use super::separation::{self, Separation};
 
 /// Whose traffic the rules hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +51,11 @@ impl Matched {
 /// The rules for one posture on one sandboxes cgroup or bridge.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ruleset {
-    pub posture: Posture,
+    /// `None`: `egress = "none"`, no range is refused.
+    pub posture: Option<Posture>,
+    /// Whether the table keeps the sandboxes apart (process tier only: a
+    /// container tier's network does that itself).
+    pub separate: bool,
     pub matched: Matched,
     /// `sandboxd_<12 hex>`: one per sandboxes cgroup (or bridge), so
     /// several daemons on one host each own a table and never touch
@@ -55,13 +64,29 @@ pub struct Ruleset {
 }
 
 impl Ruleset {
-    pub fn new(posture: Posture, matched: Matched) -> Ruleset {
+    /// The posture's rules, and on a cgroup the separation's too.
+    pub fn new(posture: Option<Posture>, matched: Matched) -> Ruleset {
         let hex = crate::digest::sha256_hex(matched.key().as_bytes(), 6);
         Ruleset {
             posture,
+            separate: matches!(matched, Matched::Cgroup(_)),
             matched,
             table: format!("sandboxd_{hex}"),
         }
+    }
+
+    /// The same without the separation's rules: the fallback for a kernel
+    /// or nft that cannot load them.
+    pub fn without_separation(self) -> Ruleset {
+        Ruleset {
+            separate: false,
+            ..self
+        }
+    }
+
+    /// True when there is nothing to load.
+    pub fn is_empty(&self) -> bool {
+        self.posture.is_none() && !self.separate
     }
 
     /// `inet sandboxd_…`, as nft commands name it.
@@ -79,7 +104,7 @@ impl Ruleset {
         let _ = writeln!(script, "table inet {table} {{}}");
         let _ = writeln!(script, "delete table inet {table}");
         let _ = writeln!(script, "table inet {table} {{");
-        for (name, family) in [("refused_ipv4", "ipv4_addr"), ("refused_ipv6", "ipv6_addr")] {
+        for (name, family) in self.refused_sets() {
             let elements: Vec<String> = self
                 .refused(name == "refused_ipv6")
                 .map(|range| range.to_string())
@@ -89,6 +114,13 @@ impl Ruleset {
                 "    set {name} {{ type {family}; flags interval; elements = {{ {} }} }}",
                 elements.join(", ")
             );
+        }
+        for declaration in self
+            .separation()
+            .iter()
+            .flat_map(Separation::set_declarations)
+        {
+            let _ = writeln!(script, "    {declaration}");
         }
         for chain in self.chains() {
             let _ = writeln!(script, "    chain {} {{", chain.name);
@@ -123,7 +155,11 @@ impl Ruleset {
                 ));
             }
         }
-        for (name, v6) in [("refused_ipv4", false), ("refused_ipv6", true)] {
+        if self.separate {
+            separation::sets_are_declared(&flat)?;
+        }
+        for (name, _) in self.refused_sets() {
+            let v6 = name == "refused_ipv6";
             let listed = set_elements(&flat, name)
                 .ok_or_else(|| format!("its set {name} is missing or unreadable"))?;
             let wanted: BTreeSet<(IpAddr, u8)> = self
@@ -133,15 +169,21 @@ impl Ruleset {
             if listed != wanted {
                 return Err(format!(
                     "its set {name} holds {listed:?}, not the {} posture's {wanted:?}",
-                    self.posture
+                    self.posture.map_or("none", Posture::as_str)
                 ));
             }
         }
         Ok(())
     }
 
-    /// What the rules hold, for `status`.
+    /// What the posture's rules hold, for `status`.
     pub fn describe(&self) -> String {
+        if self.posture.is_none() {
+            return format!(
+                "nftables table {} refuses no destination (egress = \"none\")",
+                self.table_spec()
+            );
+        }
         match &self.matched {
             Matched::Cgroup(target) => format!(
                 "nftables table {} refuses the posture's ranges to every socket under cgroup {}",
@@ -151,13 +193,35 @@ impl Ruleset {
             Matched::Bridge(bridge) => format!(
                 "nftables table {} refuses the posture's ranges{} to every packet from bridge {bridge}",
                 self.table_spec(),
-                if self.posture == Posture::Strict {
+                if self.posture == Some(Posture::Strict) {
                     ", and the host itself,"
                 } else {
                     ""
                 }
             ),
         }
+    }
+
+    /// What the separation's rules hold, for `status`, when loaded.
+    pub fn describe_separation(&self) -> Option<String> {
+        self.separation()
+            .map(|_| Separation::describe(&self.table_spec()))
+    }
+
+    /// The separation's rules, when this table holds them.
+    fn separation(&self) -> Option<Separation<'_>> {
+        match &self.matched {
+            Matched::Cgroup(target) if self.separate => Some(Separation { target }),
+            _ => None,
+        }
+    }
+
+    /// The posture's address sets, and their nft types.
+    fn refused_sets(&self) -> Vec<(&'static str, &'static str)> {
+        if self.posture.is_none() {
+            return Vec::new();
+        }
+        vec![("refused_ipv4", "ipv4_addr"), ("refused_ipv6", "ipv6_addr")]
     }
 
     /// The table's chains, the hooked ones first.
@@ -167,20 +231,13 @@ impl Ruleset {
             head: None,
             rules: SANDBOX_RULES.map(String::from).to_vec(),
         };
+        let Some(posture) = self.posture else {
+            return self.cgroup_chains(None);
+        };
         match &self.matched {
-            Matched::Cgroup(target) => vec![
-                Chain {
-                    name: "output",
-                    head: Some(hook("output")),
-                    rules: vec![format!(
-                        "socket cgroupv2 level {} \"{}\" jump sandboxes",
-                        target.level, target.nft_path
-                    )],
-                },
-                sandboxes,
-            ],
+            Matched::Cgroup(_) => self.cgroup_chains(Some(sandboxes)),
             Matched::Bridge(bridge) => {
-                let host = match self.posture {
+                let host = match posture {
                     // Whatever address the host answers on, the host is not
                     // for sandboxes (IPv6 neighbour discovery excepted).
                     Posture::Strict => vec![
@@ -211,9 +268,54 @@ impl Ruleset {
         }
     }
 
+    /// A cgroup's chains: the posture's (`sandboxes`, when given) on the
+    /// way out, then the separation's; none for a bridge.
+    fn cgroup_chains(&self, sandboxes: Option<Chain>) -> Vec<Chain> {
+        let Matched::Cgroup(target) = &self.matched else {
+            return Vec::new();
+        };
+        let mut output = Vec::new();
+        if sandboxes.is_some() {
+            output.push(format!(
+                "socket cgroupv2 level {} \"{}\" jump sandboxes",
+                target.level, target.nft_path
+            ));
+        }
+        let separation = self.separation();
+        output.extend(separation.iter().flat_map(Separation::record_rules));
+        let mut chains = Vec::new();
+        if !output.is_empty() {
+            chains.push(Chain {
+                name: "output",
+                head: Some(hook("output")),
+                rules: output,
+            });
+        }
+        if let Some(separation) = separation {
+            chains.push(Chain {
+                name: "input",
+                head: Some(hook("input")),
+                rules: separation.input_rules(),
+            });
+            chains.push(Chain {
+                name: "opening",
+                head: None,
+                rules: separation.opening_rules(),
+            });
+            chains.push(Chain {
+                name: "foreign",
+                head: None,
+                rules: Separation::foreign_rules(),
+            });
+        }
+        chains.extend(sandboxes);
+        chains
+    }
+
     fn refused(&self, v6: bool) -> impl Iterator<Item = &'static Range> {
         self.posture
-            .refused_ranges()
+            .into_iter()
+            .flat_map(|posture| posture.refused_ranges())
             .filter(move |range| range.network.is_ipv6() == v6)
     }
 }
@@ -281,7 +383,7 @@ mod tests {
             Path::new("d/sandboxes"),
         )
         .unwrap();
-        Ruleset::new(posture, Matched::Cgroup(target))
+        Ruleset::new(Some(posture), Matched::Cgroup(target)).without_separation()
     }
 
     /// What nft 1.0.6 lists back for the strict script (its own layout).
@@ -367,13 +469,144 @@ mod tests {
         assert!(ruleset(Posture::Strict).verify("").is_err());
     }
 
+    fn separated(posture: Option<Posture>) -> Ruleset {
+        let target = CgroupTarget::new(
+            Path::new("/sys/fs/cgroup/unified"),
+            Path::new("nettest/sandboxes"),
+        )
+        .unwrap();
+        Ruleset::new(posture, Matched::Cgroup(target))
+    }
+
+    /// What nft 1.0.6 lists back for the relaxed script with the
+    /// separation's rules (it lists the set's `typeof` level as 0).
+    const SEPARATED_LISTING: &str = r#"table inet TABLE {
+	set refused_ipv4 {
+		type ipv4_addr
+		flags interval
+		elements = { 169.254.0.0/16 }
+	}
+
+	set refused_ipv6 {
+		type ipv6_addr
+		flags interval
+		elements = { fe80::/10 }
+	}
+
+	set syn_owner {
+		typeof ct id . tcp sequence . socket cgroupv2 level 0
+		size 65536
+		flags dynamic,timeout
+		timeout 2s
+	}
+
+	set syn_sent {
+		typeof ct id . tcp sequence
+		size 65536
+		flags dynamic,timeout
+		timeout 2s
+	}
+
+	set udp_owner {
+		typeof ct id . socket cgroupv2 level 0
+		size 65536
+		flags dynamic,timeout
+		timeout 2s
+	}
+
+	set served_ports {
+		typeof tcp sport
+		size 65536
+		flags dynamic,timeout
+		timeout 1m30s
+	}
+
+	chain output {
+		type filter hook output priority filter; policy accept;
+		socket cgroupv2 level 2 "unified/nettest/sandboxes" jump sandboxes
+		socket cgroupv2 level 2 "unified/nettest/sandboxes" tcp flags syn / syn,ack update @syn_owner { ct id . tcp sequence . socket cgroupv2 level 3 } update @syn_sent { ct id . tcp sequence }
+		socket cgroupv2 level 2 "unified/nettest/sandboxes" ct direction reply update @served_ports { tcp sport }
+		socket cgroupv2 level 2 "unified/nettest/sandboxes" meta l4proto udp ct direction original update @udp_owner { ct id . socket cgroupv2 level 3 }
+	}
+
+	chain input {
+		type filter hook input priority filter; policy accept;
+		tcp flags syn / syn,ack jump opening
+		socket cgroupv2 level 2 "unified/nettest/sandboxes" meta l4proto udp ct direction original ct id . socket cgroupv2 level 3 != @udp_owner jump foreign
+	}
+
+	chain opening {
+		socket cgroupv2 level 2 "unified/nettest/sandboxes" ct id . tcp sequence . socket cgroupv2 level 3 != @syn_owner jump foreign
+		socket wildcard { 0, 1 } return
+		socket transparent { 0, 1 } ct id . tcp sequence @syn_sent tcp dport @served_ports jump foreign
+	}
+
+	chain foreign {
+		meta l4proto tcp reject with tcp reset
+		reject
+	}
+
+	chain sandboxes {
+		ip daddr @refused_ipv4 meta l4proto tcp reject with tcp reset
+		ip daddr @refused_ipv4 drop
+		ip6 daddr @refused_ipv6 meta l4proto tcp reject with tcp reset
+		ip6 daddr @refused_ipv6 drop
+	}
+}
+"#;
+
+    #[test]
+    fn the_separation_rides_with_every_posture_and_alone_under_none() {
+        let relaxed = separated(Some(Posture::Relaxed));
+        assert_eq!(relaxed.verify(SEPARATED_LISTING), Ok(()));
+        let script = relaxed.script();
+        assert!(script.contains("set syn_owner { typeof ct id . tcp sequence . socket cgroupv2 level 3; flags dynamic,timeout; timeout 2s; size 65536; }"), "{script}");
+        // The posture refuses first; only what it lets out is recorded.
+        let jump = script.find("jump sandboxes").unwrap();
+        let record = script.find("update @syn_owner").unwrap();
+        assert!(jump < record, "{script}");
+
+        let none = separated(None);
+        assert!(!none.is_empty());
+        let script = none.script();
+        assert!(!script.contains("refused_ipv4") && !script.contains("jump sandboxes"));
+        assert!(script.contains("jump foreign"), "{script}");
+        let listing = SEPARATED_LISTING.replace(
+            "\t\tsocket cgroupv2 level 2 \"unified/nettest/sandboxes\" jump sandboxes\n",
+            "",
+        );
+        assert_eq!(none.verify(&listing), Ok(()));
+        let error = none.verify(SEPARATED_LISTING).unwrap_err();
+        assert!(error.contains("output chain"), "{error}");
+        assert!(none.clone().without_separation().is_empty());
+        // Bridges are kept apart by their network, not this table.
+        assert!(!Ruleset::new(Some(Posture::Strict), Matched::Bridge("b".into())).separate);
+    }
+
+    #[test]
+    fn a_separation_altered_or_gone_is_named() {
+        let relaxed = separated(Some(Posture::Relaxed));
+        let gutted = SEPARATED_LISTING.replace("\t\treject\n", "");
+        let error = relaxed.verify(&gutted).unwrap_err();
+        assert!(error.contains("foreign chain"), "{error}");
+        let shrunk = SEPARATED_LISTING.replacen("size 65536", "size 2", 1);
+        let error = relaxed.verify(&shrunk).unwrap_err();
+        assert!(error.contains("syn_owner"), "{error}");
+        let unchecked =
+            SEPARATED_LISTING.replace(" tcp dport @served_ports jump foreign", " accept");
+        let error = relaxed.verify(&unchecked).unwrap_err();
+        assert!(error.contains("opening chain"), "{error}");
+        let opened = SEPARATED_LISTING.replace(" jump foreign", " accept");
+        assert!(relaxed.verify(&opened).is_err());
+    }
+
     #[test]
     fn each_sandboxes_cgroup_gets_a_table_of_its_own() {
         let other =
             CgroupTarget::new(Path::new("/sys/fs/cgroup"), Path::new("e/sandboxes")).unwrap();
         let a = ruleset(Posture::Strict).table;
-        let b = Ruleset::new(Posture::Strict, Matched::Cgroup(other)).table;
-        let c = Ruleset::new(Posture::Strict, Matched::Bridge("d/sandboxes".into())).table;
+        let b = Ruleset::new(Some(Posture::Strict), Matched::Cgroup(other)).table;
+        let c = Ruleset::new(Some(Posture::Strict), Matched::Bridge("d/sandboxes".into())).table;
         assert_ne!(a, c);
         assert_ne!(a, b);
         assert!(a.starts_with("sandboxd_") && a.len() == "sandboxd_".len() + 12);
@@ -381,14 +614,15 @@ mod tests {
 
     #[test]
     fn a_bridge_is_held_on_forward_and_input_and_strict_refuses_the_host() {
-        let relaxed = Ruleset::new(Posture::Relaxed, Matched::Bridge("sbxd0".into())).script();
+        let relaxed =
+            Ruleset::new(Some(Posture::Relaxed), Matched::Bridge("sbxd0".into())).script();
         assert!(relaxed.contains("chain forward {\n        type filter hook forward priority filter; policy accept;\n        iifname \"sbxd0\" jump sandboxes\n"), "{relaxed}");
         assert!(relaxed.contains("iifname \"sbxd0\" jump host"), "{relaxed}");
         assert!(
             relaxed.contains("chain host {\n        jump sandboxes\n"),
             "{relaxed}"
         );
-        let strict = Ruleset::new(Posture::Strict, Matched::Bridge("sbxd0".into())).script();
+        let strict = Ruleset::new(Some(Posture::Strict), Matched::Bridge("sbxd0".into())).script();
         assert!(strict.contains("chain host {\n        meta l4proto tcp reject with tcp reset\n        meta l4proto != ipv6-icmp drop\n"), "{strict}");
     }
 }

@@ -321,9 +321,12 @@ fn link_local_is_refused_under_both_postures_and_reachable_with_none() {
 
     let peers = [PEER.to_string(), peer.peer_v6()];
 
-    let none = Egress::establish(EgressSetting::Unrestricted, Some(&cgroup.relative));
-    assert_eq!(none.check(), Ok(()));
-    assert!(!none.status().enforced);
+    let none = Installed(Egress::establish(
+        EgressSetting::Unrestricted,
+        Some(&cgroup.relative),
+    ));
+    assert_eq!(none.0.check(), Ok(()));
+    assert!(!none.0.status().enforced);
     for address in &peers {
         let (ok, stderr) = run_in(&sandbox, &tcp(address, port));
         assert!(
@@ -382,7 +385,7 @@ fn rules_altered_behind_the_daemon_are_restored() {
     let cgroup = TestCgroup::new();
     let rules = install(STRICT, &cgroup);
     let (nft, table) = match &*rules.0.state() {
-        State::InForce { nft, ruleset } => (nft.clone(), ruleset.table_spec()),
+        State::InForce { nft, ruleset, .. } => (nft.clone(), ruleset.table_spec()),
         _ => panic!("not in force"),
     };
     nft.delete_table(&table)
@@ -394,24 +397,48 @@ fn rules_altered_behind_the_daemon_are_restored() {
 }
 
 #[test]
-fn none_removes_the_rules_a_crashed_daemon_left() {
+fn none_replaces_the_rules_a_crashed_daemon_left_with_the_separation_alone() {
     require_root();
     let cgroup = TestCgroup::new();
     // A daemon that never stopped cleanly: its rules are never removed.
     let crashed = Egress::establish(STRICT, Some(&cgroup.relative));
     let (nft, table) = match &*crashed.state() {
-        State::InForce { nft, ruleset } => (nft.clone(), ruleset.table_spec()),
+        State::InForce { nft, ruleset, .. } => (nft.clone(), ruleset.table_spec()),
         _ => panic!("not in force"),
     };
     drop(crashed);
     assert!(nft.list_table(&table).is_ok(), "the leftover table");
 
-    let none = Egress::establish(EgressSetting::Unrestricted, Some(&cgroup.relative));
-    assert_eq!(none.check(), Ok(()));
+    let none = Installed(Egress::establish(
+        EgressSetting::Unrestricted,
+        Some(&cgroup.relative),
+    ));
+    assert_eq!(none.0.check(), Ok(()));
+    let status = none.0.status();
+    assert!(!status.enforced, "{status:?}");
+    assert!(status.mechanism.starts_with("unrestricted"), "{status:?}");
+    let separation = none.0.separation().expect("the separation is in force");
+    assert!(separation.contains(&table), "{separation}");
+    let listing = nft.list_table(&table).expect("the separation's table");
     assert!(
-        nft.list_table(&table).is_err(),
-        "{table} outlived egress = none"
+        !listing.contains("refused_ipv4") && !listing.contains("jump sandboxes"),
+        "strict's rules outlived egress = none: {listing}"
     );
+    assert!(listing.contains("jump foreign"), "{listing}");
+
+    // Altered behind the daemon's back, it is restored like a posture's.
+    nft.delete_table(&table).expect("delete the table");
+    none.0.reverify();
+    assert!(none.0.separation().is_ok());
+    assert!(nft.list_table(&table).is_ok(), "{table} was not restored");
+}
+
+#[test]
+fn without_a_sandboxes_cgroup_none_says_the_sandboxes_are_not_kept_apart() {
+    let none = Egress::establish(EgressSetting::Unrestricted, None);
+    assert_eq!(none.check(), Ok(()));
+    let why = none.separation().unwrap_err();
+    assert!(why.contains("not placed in a cgroup v2"), "{why}");
 }
 
 #[test]
@@ -420,7 +447,7 @@ fn rules_removed_on_a_clean_stop_are_not_reinstalled() {
     let cgroup = TestCgroup::new();
     let egress = Egress::establish(STRICT, Some(&cgroup.relative));
     let (nft, table) = match &*egress.state() {
-        State::InForce { nft, ruleset } => (nft.clone(), ruleset.table_spec()),
+        State::InForce { nft, ruleset, .. } => (nft.clone(), ruleset.table_spec()),
         _ => panic!("not in force"),
     };
     egress.remove();
@@ -441,7 +468,7 @@ fn a_crashed_daemons_table_goes_once_its_cgroup_is_gone_and_a_live_one_stays() {
     let gone = TestCgroup::new();
     let crashed = Egress::establish(STRICT, Some(&gone.relative));
     let table_of = |egress: &Egress| match &*egress.state() {
-        State::InForce { nft, ruleset } => (nft.clone(), ruleset.table_spec()),
+        State::InForce { nft, ruleset, .. } => (nft.clone(), ruleset.table_spec()),
         _ => panic!("not in force"),
     };
     let (nft, orphan) = table_of(&crashed);

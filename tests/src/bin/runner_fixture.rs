@@ -35,9 +35,16 @@
 //!   10 ms; a SIGTERM meanwhile waits until then), so a test decides when.
 //! - `--serve-attacks`: once `pid` is written, wait for an `attack` file and
 //!   attack the runner it names (see [`attack`]).
+//! - `--serve-net PORT`: listen on TCP and UDP PORT (0: any) on every
+//!   address, write the ports to `net` before `pid`, then answer `probe-*`
+//!   requests (see [`net`]).
+//! - `--probe tcp|udp ADDRESS`: one probe from here, `errno N` on stdout,
+//!   and exit (no workspace needed: for `docker exec`).
 
 #[path = "runner_fixture/attack.rs"]
 mod attack;
+#[path = "runner_fixture/net.rs"]
+mod net;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -60,6 +67,7 @@ struct Flags {
     fork_many: u32,
     serve_attacks: bool,
     connect: Option<String>,
+    serve_net: Option<u16>,
 }
 
 fn parse_flags() -> Result<Flags, String> {
@@ -77,6 +85,10 @@ fn parse_flags() -> Result<Flags, String> {
                     .map_err(|_| format!("bad fork count '{value}'"))?;
             }
             "--serve-attacks" => flags.serve_attacks = true,
+            "--serve-net" => {
+                let value = args.next().ok_or("--serve-net needs a port")?;
+                flags.serve_net = Some(value.parse().map_err(|_| format!("bad port '{value}'"))?);
+            }
             "--exit-code" => {
                 let value = args.next().ok_or("--exit-code needs a value")?;
                 flags.exit_code = Some(
@@ -248,6 +260,13 @@ fn fork_many(count: u32) -> String {
 }
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, protocol, address] = &args[..] {
+        if flag == "--probe" {
+            println!("errno {}", net::probe(protocol, address));
+            return ExitCode::SUCCESS;
+        }
+    }
     let flags = match parse_flags() {
         Ok(flags) => flags,
         Err(message) => {
@@ -349,6 +368,13 @@ fn main() -> ExitCode {
         _memory = allocate_resident(flags.allocate_mib);
     }
 
+    if let Some(port) = flags.serve_net {
+        if let Err(error) = net::listen(&workspace, port) {
+            eprintln!("runner-fixture: cannot listen on port {port}: {error}");
+            return ExitCode::from(4);
+        }
+    }
+
     let pid_text = format!("{}\n", std::process::id());
     if let Err(error) = write_atomically(&workspace, "pid", pid_text.as_bytes()) {
         eprintln!("runner-fixture: cannot write pid: {error}");
@@ -356,6 +382,11 @@ fn main() -> ExitCode {
     }
 
     if flags.serve_attacks && !attack::serve(&workspace) {
+        eprintln!("runner-fixture: got SIGTERM, exiting");
+        return ExitCode::SUCCESS;
+    }
+
+    if flags.serve_net.is_some() && !net::serve(&workspace) {
         eprintln!("runner-fixture: got SIGTERM, exiting");
         return ExitCode::SUCCESS;
     }

@@ -127,6 +127,17 @@ pub fn validate(spec: &Value) -> Result<(), Invalid> {
             );
         }
     }
+    if !spec["ingress"].is_null() && !spec["ingress"].is_array() {
+        return invalid("spec.ingress".into(), "Invalid value: must be a list");
+    }
+    for (i, rule) in spec["ingress"].as_array().into_iter().flatten().enumerate() {
+        for (j, from) in rule["from"].as_array().into_iter().flatten().enumerate() {
+            peer(from, &format!("spec.ingress[{i}].from[{j}]"))?;
+        }
+        for (j, ports) in rule["ports"].as_array().into_iter().flatten().enumerate() {
+            port(ports, &format!("spec.ingress[{i}].ports[{j}]"))?;
+        }
+    }
     for (i, rule) in spec["egress"].as_array().into_iter().flatten().enumerate() {
         for (j, to) in rule["to"].as_array().into_iter().flatten().enumerate() {
             peer(to, &format!("spec.egress[{i}].to[{j}]"))?;
@@ -161,5 +172,10 @@ mod tests {
         assert!(validate(&spec(&["10.0.0.0/33"], "0.0.0.0/0")).is_err());
         assert!(validate(&json!({"policyTypes": ["Egress"]})).is_err());
         assert!(validate(&json!({"podSelector": {}, "policyTypes": ["Outbound"]})).is_err());
+        let ingress_only = json!({"podSelector": {}, "policyTypes": ["Ingress"], "ingress": []});
+        assert!(validate(&ingress_only).is_ok());
+        let bad_from = json!({"podSelector": {}, "policyTypes": ["Ingress"],
+                              "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/33"}}]}]});
+        assert!(validate(&bad_from).is_err());
     }
 }

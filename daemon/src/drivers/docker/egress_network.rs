@@ -1,9 +1,17 @@
-//! The docker tier's own network, the one the egress rules hold.
+//! The docker tier's own network, the one the egress rules hold, and the
+//! one that keeps containers apart.
 //!
-//! With a posture configured, runner containers join this bridge network
-//! instead of Docker's default one. Its bridge interface has a name the
-//! daemon chooses, so the nftables rules (see `crate::egress`) can match
-//! it by name before the network exists and after it is recreated.
+//! Runner containers join this bridge network instead of Docker's default
+//! one (on every posture, `none` included, unless `[docker] network` names
+//! another). Its bridge interface has a name the daemon chooses, so the
+//! nftables rules (see `crate::egress`) can match it by name before the
+//! network exists and after it is recreated. It is created with
+//! inter-container communication off (`enable_icc=false`: Docker then
+//! drops every packet from one port of the bridge to another), so no
+//! container of the daemon reaches another over it (issue 16, item 10);
+//! each still reaches the host and the outside as the posture allows. A
+//! network an older daemon made with it on is recreated once no container
+//! uses it; until then [`Icc::OnInUse`] says so, and `status` with it.
 
 use std::collections::HashMap;
 
@@ -43,18 +51,59 @@ pub fn bridge() -> String {
 /// The network option that names the bridge interface.
 const BRIDGE_OPTION: &str = "com.docker.network.bridge.name";
 
+/// The network option that turns inter-container communication off.
+const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
+
+/// Whether the network keeps its containers apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Icc {
+    /// Inter-container communication is off.
+    Off,
+    /// An older daemon's network, with it on, that `containers` containers
+    /// still use: it cannot be recreated under them.
+    OnInUse { containers: usize },
+}
+
+impl Icc {
+    /// For `status`'s `network` feature: how, or why not.
+    pub fn describe(&self) -> Result<String, String> {
+        match self {
+            Icc::Off => Ok(format!(
+                "containers join the daemon's network {} with inter-container communication off ({ICC_OPTION}=false): no container reaches another over it",
+                network()
+            )),
+            Icc::OnInUse { containers } => Err(format!(
+                "the network {} was made by an older sandboxd with inter-container communication on, and {containers} container(s) still use it: it is recreated without once none does",
+                network()
+            )),
+        }
+    }
+}
+
+/// What was found under the network's name.
+enum Found {
+    Absent,
+    Present(Icc),
+}
+
 /// Creates the network unless it exists: an inspect, and a create when
 /// there is none. Engines before API 1.44 accept a second network of the
 /// same name, so the name is looked up rather than left to a conflict; a
-/// create that loses a race is settled by looking again.
-pub async fn ensure(engine: &Engine) -> Result<(), SandboxError> {
-    if exists(engine).await? {
-        return Ok(());
+/// create that loses a race is settled by looking again. One with
+/// inter-container communication on and no container is removed first.
+pub async fn ensure(engine: &Engine) -> Result<Icc, SandboxError> {
+    match inspect(engine).await? {
+        Found::Present(Icc::OnInUse { containers: 0 }) => remove(engine).await?,
+        Found::Present(icc) => return Ok(icc),
+        Found::Absent => {}
     }
     let request = NetworkCreateRequest {
         name: network(),
         driver: Some("bridge".to_string()),
-        options: Some(HashMap::from([(BRIDGE_OPTION.to_string(), bridge())])),
+        options: Some(HashMap::from([
+            (BRIDGE_OPTION.to_string(), bridge()),
+            (ICC_OPTION.to_string(), "false".to_string()),
+        ])),
         labels: Some(HashMap::from([(
             LABEL_MANAGED_BY.to_string(),
             MANAGED_BY_VALUE.to_string(),
@@ -67,16 +116,37 @@ pub async fn ensure(engine: &Engine) -> Result<(), SandboxError> {
         })
         .await;
     match created {
-        Ok(_) => Ok(()),
-        Err(_) if exists(engine).await? => Ok(()),
+        Ok(_) => Ok(Icc::Off),
+        Err(error) => match inspect(engine).await? {
+            Found::Present(icc) => Ok(icc),
+            Found::Absent => Err(error.into_sandbox_error(&format!(
+                "cannot create the sandboxes' network {}",
+                network()
+            ))),
+        },
+    }
+}
+
+/// Removes the network (none of its containers is left); one already gone
+/// is fine.
+async fn remove(engine: &Engine) -> Result<(), SandboxError> {
+    tracing::info!(network = %network(), "recreating the sandboxes' network with inter-container communication off");
+    let removed = engine
+        .call(WRITE_TIMEOUT, |docker| async move {
+            docker.remove_network(&network()).await
+        })
+        .await;
+    match removed {
+        Ok(()) => Ok(()),
+        Err(error) if error.is_not_found() => Ok(()),
         Err(error) => Err(error.into_sandbox_error(&format!(
-            "cannot create the sandboxes' network {}",
+            "cannot remove the sandboxes' network {} to recreate it without inter-container communication",
             network()
         ))),
     }
 }
 
-async fn exists(engine: &Engine) -> Result<bool, SandboxError> {
+async fn inspect(engine: &Engine) -> Result<Found, SandboxError> {
     let inspected = engine
         .call(READ_TIMEOUT, |docker| async move {
             docker
@@ -100,9 +170,19 @@ async fn exists(engine: &Engine) -> Result<bool, SandboxError> {
                     bridge.map_or("(unnamed)", String::as_str)
                 )));
             }
-            Ok(true)
+            let icc_off = found
+                .options
+                .as_ref()
+                .and_then(|options| options.get(ICC_OPTION))
+                .is_some_and(|value| value == "false");
+            let containers = found.containers.as_ref().map_or(0, HashMap::len);
+            Ok(Found::Present(if icc_off {
+                Icc::Off
+            } else {
+                Icc::OnInUse { containers }
+            }))
         }
-        Err(error) if error.is_not_found() => Ok(false),
+        Err(error) if error.is_not_found() => Ok(Found::Absent),
         Err(error) => Err(error.into_sandbox_error(&format!(
             "cannot inspect the sandboxes' network {}",
             network()

@@ -62,9 +62,12 @@ pub struct DockerDriver {
     /// The egress posture's rules on the daemon's own network; an ensure
     /// is refused while they are not in force (SPEC §9, fail closed).
     egress: Arc<Egress>,
-    /// True when runners join [`egress_network::network`] (a posture on the
-    /// default network).
+    /// True when runners join [`egress_network::network`] (the default
+    /// network, on every posture).
     own_network: bool,
+    /// What the last ensure found of that network's inter-container
+    /// communication; `None` before the first.
+    icc: Mutex<Option<egress_network::Icc>>,
 }
 
 /// What every operation shares.
@@ -136,12 +139,16 @@ impl DockerDriver {
     /// watcher and the connect reaper.
     pub async fn start(config: &Config) -> anyhow::Result<DockerDriver> {
         let mut spec = RunnerSpec::from_config(config).map_err(anyhow::Error::msg)?;
-        // Under a posture, the default network is replaced by the daemon's
-        // own, whose bridge the rules hold; any other network cannot be.
-        let own_network = config.egress != EgressSetting::Unrestricted && spec.network == "bridge";
-        let setting = config.egress;
-        let egress = Arc::new(if own_network {
+        // The default network is replaced by the daemon's own, on every
+        // posture: its containers cannot reach each other there, and under
+        // a posture its bridge is what the rules hold. Any other network
+        // is the operator's, and holds neither.
+        let own_network = spec.network == "bridge";
+        if own_network {
             spec.network = egress_network::network();
+        }
+        let setting = config.egress;
+        let egress = Arc::new(if own_network && setting != EgressSetting::Unrestricted {
             // Kept on a clean stop: containers outlive the daemon.
             tokio::task::spawn_blocking(move || {
                 Egress::establish_for_bridge(setting, &egress_network::bridge())
@@ -192,6 +199,7 @@ impl DockerDriver {
             tasks: Mutex::new(tasks),
             egress,
             own_network,
+            icc: Mutex::new(None),
         })
     }
 }
@@ -289,7 +297,8 @@ impl Driver for DockerDriver {
         // force, and then only on the network they hold.
         self.egress.check()?;
         if self.own_network {
-            egress_network::ensure(&self.inner.engine).await?;
+            let icc = egress_network::ensure(&self.inner.engine).await?;
+            *self.icc.lock().unwrap_or_else(|poison| poison.into_inner()) = Some(icc);
         }
         // In a task of its own: a caller that stops waiting must not leave
         // a container created but never started, or a generation recorded
@@ -304,6 +313,37 @@ impl Driver for DockerDriver {
 
     fn egress(&self) -> EgressStatus {
         self.egress.status()
+    }
+
+    fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
+        use sandboxd_protocol::IsolationFeature;
+        let runtime = IsolationFeature::in_force(
+            "runtime",
+            "each sandbox is a container of the runtime, with its own namespaces",
+        );
+        let network = if !self.own_network {
+            IsolationFeature::not_in_force(
+                "network",
+                format!(
+                    "runners join [docker] network '{}', which is not the daemon's own: whether its containers reach each other is that network's setting",
+                    self.inner.spec.network
+                ),
+            )
+        } else {
+            let icc = self.icc.lock().unwrap_or_else(|poison| poison.into_inner());
+            let described = icc.as_ref().map_or_else(
+                || Err(format!(
+                    "not checked yet: the network {} is made (or remade) without inter-container communication on the first ensure",
+                    egress_network::network()
+                )),
+                egress_network::Icc::describe,
+            );
+            match described {
+                Ok(how) => IsolationFeature::in_force("network", how),
+                Err(why) => IsolationFeature::not_in_force("network", why),
+            }
+        };
+        ("the runtime's own".to_string(), vec![network, runtime])
     }
 
     async fn deprovision(

@@ -137,6 +137,20 @@ impl Driver for KubernetesDriver {
         self.egress.status()
     }
 
+    fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
+        use sandboxd_protocol::IsolationFeature;
+        (
+            "the runtime's own".to_string(),
+            vec![
+                IsolationFeature::in_force("network", network_policy::SEPARATION),
+                IsolationFeature::in_force(
+                    "runtime",
+                    "each sandbox is a pod of the cluster, with its own namespaces",
+                ),
+            ],
+        )
+    }
+
     /// Unhealthy when the API server did not answer the last call or the
     /// permission check failed; degraded when verbs are missing. (Status
     /// lists the sandboxes too, a live call that adds its own failure.)

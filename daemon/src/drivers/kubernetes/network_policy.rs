@@ -1,5 +1,13 @@
-//! The egress posture on the cluster: one NetworkPolicy per sandbox,
-//! `<base>-egress`, selecting the sandbox's pod by its labels.
+//! The egress posture on the cluster, and no road between sandboxes: one
+//! NetworkPolicy per sandbox, `<base>-egress`, selecting the sandbox's pod
+//! by its labels.
+//!
+//! Ingress, on every posture (`none` included: then the policy is
+//! ingress-only): no rule, so no pod and no address may open a connection
+//! to a sandbox's pod — another sandbox's pod least of all (issue 16, item
+//! 10). A runner is a client (it polls its queue); nothing needs to reach
+//! it, and the process tier refuses the host's connections to a sandbox
+//! likewise. Its replies to its own connections are not ingress.
 //!
 //! It allows egress to `0.0.0.0/0` and `::/0` except the posture's ranges,
 //! built from the protocol crate's one table
@@ -25,9 +33,10 @@
 //! posture changed between daemon runs, is put right before a runner
 //! starts); deleted on deprovision after the Deployment and before the
 //! Secret (a pod still terminating within its grace may outlive it by that
-//! grace). Under `egress = "none"` no policy is made, and an ensure that
-//! creates or starts a sandbox deletes a leftover one (made by an earlier
-//! daemon under a posture), so `none` means what `status` says.
+//! grace). Under `egress = "none"` the policy has no egress part: applying
+//! it replaces one an earlier daemon made under a posture (server-side
+//! apply drops the fields this manager no longer sets), so `none` means
+//! what `status` says.
 
 use std::collections::BTreeMap;
 
@@ -87,8 +96,39 @@ fn refused(posture: Posture, family: Family) -> Vec<String> {
         .collect()
 }
 
-/// The sandbox's NetworkPolicy under `posture`.
-pub fn policy(key: &SandboxKey, namespace: &str, posture: Posture) -> NetworkPolicy {
+/// What the `network` isolation feature says on this tier.
+pub const SEPARATION: &str = "a NetworkPolicy per sandbox (<name>-egress) admits no ingress: no pod, another sandbox's included, may open a connection to a sandbox's pod; enforced only if the cluster's network plugin enforces NetworkPolicies";
+
+/// The sandbox's NetworkPolicy: no ingress, and under a posture the
+/// posture's egress (`None`: `egress = "none"`, no egress part).
+pub fn policy(key: &SandboxKey, namespace: &str, posture: Option<Posture>) -> NetworkPolicy {
+    let mut policy_types = vec!["Ingress".to_string()];
+    let egress = posture.map(|posture| {
+        policy_types.push("Egress".to_string());
+        egress_rules(posture)
+    });
+    NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(policy_name(key)),
+            namespace: Some(namespace.to_string()),
+            labels: Some(labels(key)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(labels(key)),
+                match_expressions: None,
+            }),
+            policy_types: Some(policy_types),
+            egress,
+            // No rule: nothing is admitted.
+            ingress: Some(Vec::new()),
+        }),
+    }
+}
+
+/// Everything but the posture's ranges, and cluster DNS.
+fn egress_rules(posture: Posture) -> Vec<NetworkPolicyEgressRule> {
     let everything_but = |cidr: &str, family| NetworkPolicyPeer {
         ip_block: Some(IPBlock {
             cidr: cidr.to_string(),
@@ -105,70 +145,46 @@ pub fn policy(key: &SandboxKey, namespace: &str, posture: Posture) -> NetworkPol
         port: Some(IntOrString::Int(DNS_PORT)),
         end_port: None,
     };
-    NetworkPolicy {
-        metadata: ObjectMeta {
-            name: Some(policy_name(key)),
-            namespace: Some(namespace.to_string()),
-            labels: Some(labels(key)),
-            ..ObjectMeta::default()
-        },
-        spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(labels(key)),
-                match_expressions: None,
-            }),
-            policy_types: Some(vec!["Egress".to_string()]),
-            egress: Some(vec![
-                NetworkPolicyEgressRule {
-                    to: Some(vec![
-                        everything_but("0.0.0.0/0", Family::V4),
-                        everything_but("::/0", Family::V6),
-                    ]),
-                    ports: None,
-                },
-                NetworkPolicyEgressRule {
-                    to: Some(vec![NetworkPolicyPeer {
-                        namespace_selector: Some(selector(DNS_NAMESPACE)),
-                        pod_selector: Some(selector(DNS_POD)),
-                        ip_block: None,
-                    }]),
-                    ports: Some(vec![dns_port("UDP"), dns_port("TCP")]),
-                },
+    vec![
+        NetworkPolicyEgressRule {
+            to: Some(vec![
+                everything_but("0.0.0.0/0", Family::V4),
+                everything_but("::/0", Family::V6),
             ]),
-            ingress: None,
-        }),
-    }
+            ports: None,
+        },
+        NetworkPolicyEgressRule {
+            to: Some(vec![NetworkPolicyPeer {
+                namespace_selector: Some(selector(DNS_NAMESPACE)),
+                pod_selector: Some(selector(DNS_POD)),
+                ip_block: None,
+            }]),
+            ports: Some(vec![dns_port("UDP"), dns_port("TCP")]),
+        },
+    ]
 }
 
-/// Puts the sandbox's policy in force before a runner starts: applied under
-/// a posture, a leftover deleted under `none`. `Ok(None)` on a 409.
+/// Puts the sandbox's policy in force before a runner starts, on every
+/// posture. `Ok(None)` on a 409.
 pub async fn ensure(inner: &Inner, key: &SandboxKey) -> Result<Option<()>, (Action, CallError)> {
-    match inner.egress {
-        EgressSetting::Enforced(posture) => {
-            let policy = policy(key, &inner.cluster.namespace, posture);
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            match inner
-                .cluster
-                .call(
-                    inner
-                        .policies()
-                        .patch(&policy_name(key), &params, &Patch::Apply(&policy)),
-                )
-                .await
-            {
-                Ok(_) => Ok(Some(())),
-                Err(error) if error.is_conflict() => Ok(None),
-                Err(error) => Err((APPLY_POLICY, error)),
-            }
-        }
-        EgressSetting::Unrestricted => match delete(inner, key).await {
-            Ok(true) => {
-                tracing::info!(scope = %key.scope, id = %key.shown_id(), "egress = \"none\": deleted the NetworkPolicy an earlier sandboxd left");
-                Ok(Some(()))
-            }
-            Ok(false) => Ok(Some(())),
-            Err(error) => Err((DELETE_POLICY, error)),
-        },
+    let posture = match inner.egress {
+        EgressSetting::Enforced(posture) => Some(posture),
+        EgressSetting::Unrestricted => None,
+    };
+    let policy = policy(key, &inner.cluster.namespace, posture);
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    match inner
+        .cluster
+        .call(
+            inner
+                .policies()
+                .patch(&policy_name(key), &params, &Patch::Apply(&policy)),
+        )
+        .await
+    {
+        Ok(_) => Ok(Some(())),
+        Err(error) if error.is_conflict() => Ok(None),
+        Err(error) => Err((APPLY_POLICY, error)),
     }
 }
 
@@ -198,7 +214,12 @@ mod tests {
     fn the_policy_refuses_exactly_the_postures_ranges_of_the_one_table() {
         let key = SandboxKey::new(Scope::Session, "s");
         for posture in Posture::ALL {
-            let policy = serde_json::to_value(policy(&key, "ns", posture)).unwrap();
+            let policy = serde_json::to_value(policy(&key, "ns", Some(posture))).unwrap();
+            assert_eq!(
+                policy["spec"]["policyTypes"],
+                serde_json::json!(["Ingress", "Egress"])
+            );
+            assert_eq!(policy["spec"]["ingress"], serde_json::json!([]));
             let blocks = &policy["spec"]["egress"][0]["to"];
             let mut except: Vec<String> = [0, 1]
                 .iter()
@@ -211,5 +232,17 @@ mod tests {
             assert_eq!(except, table, "{posture}");
         }
         assert!(mechanism(Posture::Relaxed).contains("169.254.0.0/16, fe80::/10"));
+    }
+
+    #[test]
+    fn under_none_the_policy_only_refuses_ingress() {
+        let key = SandboxKey::new(Scope::Session, "s");
+        let policy = serde_json::to_value(policy(&key, "ns", None)).unwrap();
+        assert_eq!(
+            policy["spec"]["policyTypes"],
+            serde_json::json!(["Ingress"])
+        );
+        assert_eq!(policy["spec"]["ingress"], serde_json::json!([]));
+        assert!(policy["spec"].get("egress").is_none(), "{policy}");
     }
 }

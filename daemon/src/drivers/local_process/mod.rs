@@ -631,7 +631,11 @@ impl Driver for LocalProcessDriver {
     }
 
     fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
-        let features = isolation::features(&self.inner.settings.identity, &self.inner.containment);
+        let features = isolation::features(
+            &self.inner.settings.identity,
+            &self.inner.containment,
+            &self.inner.egress,
+        );
         ("uid-cgroup".to_string(), features)
     }
 

@@ -155,7 +155,7 @@ fn ptrace(request: libc::c_uint, pid: i32) -> i32 {
 }
 
 /// True when a SIGTERM (blocked) arrives within `timeout`.
-fn sigterm_pending_within(timeout: Duration) -> bool {
+pub fn sigterm_pending_within(timeout: Duration) -> bool {
     // SAFETY: a zeroed sigset_t filled by sigemptyset/sigaddset, and a
     // timespec; sigtimedwait takes the blocked signal off the queue.
     unsafe {

@@ -7,14 +7,25 @@
 //! [`features`] is what `status` and `describe` list: every mechanism,
 //! in force or not, with how or why not.
 
+mod network;
+
 use sandboxd_protocol::IsolationFeature;
 
 use super::cgroup::Containment;
 use super::users::identity::{RunnerIdentity, RunnerUsers};
+use crate::egress::Egress;
 
 /// The mechanisms every sandbox started now gets, in force or not.
-pub fn features(identity: &RunnerIdentity, containment: &Containment) -> Vec<IsolationFeature> {
-    let mut features = vec![uid_feature(identity), cgroup_feature(containment)];
+pub fn features(
+    identity: &RunnerIdentity,
+    containment: &Containment,
+    egress: &Egress,
+) -> Vec<IsolationFeature> {
+    let mut features = vec![
+        uid_feature(identity),
+        cgroup_feature(containment),
+        network::network_feature(egress),
+    ];
     features.sort_by(|a, b| a.name.cmp(&b.name));
     features
 }

@@ -1,0 +1,196 @@
+//! No road between a daemon's containers (issue 16, item 10), against the
+//! real engine: on every posture the runners join the daemon's own network,
+//! made with inter-container communication off, so sandbox B's container
+//! cannot reach a listener in sandbox A's (TCP or UDP) while A reaches its
+//! own. A network an older daemon made with it on, and no container on it,
+//! is recreated without it.
+//!
+//! The daemon runs under an instance name of this test's own, so its
+//! network, bridge and nftables table are nobody else's; all are removed
+//! at the end, passed or failed. Skipped (loudly) without an engine.
+
+use sandboxd_client::{SandboxdClient, Scope};
+use sandboxd_protocol::naming::base_name;
+use sandboxd_tests::docker_image::{
+    build_image_tagged, docker, docker_ok, engine_ready, unique_id, Cleanup,
+};
+use sandboxd_tests::{Options, TestDaemon};
+
+/// This checkout's fixture (it knows `--serve-net` and `--probe`).
+const IMAGE: &str = "sandboxd-network-test-runner:latest";
+/// The port the runners listen on inside their containers.
+const PORT: u16 = 7070;
+
+fn instance() -> String {
+    format!("netsep{}", std::process::id())
+}
+
+fn network() -> String {
+    format!("{}-sandboxd-egress", instance())
+}
+
+/// Removes the daemon's network and its table when dropped.
+struct NetworkCleanup {
+    table: Option<String>,
+}
+
+impl Drop for NetworkCleanup {
+    fn drop(&mut self) {
+        let _ = docker(&["network", "rm", &network()]);
+        if let Some(table) = &self.table {
+            let _ = std::process::Command::new("nft")
+                .args(["delete", "table", "inet", table])
+                .output();
+        }
+    }
+}
+
+fn daemon(posture: &str) -> TestDaemon {
+    TestDaemon::start(Options {
+        args: vec!["--driver".to_string(), "docker".to_string()],
+        extra_toml: format!(
+            "instance = \"{}\"\nrunner_image = \"{IMAGE}\"\n[docker]\ncommand = [\"--serve-net\", \"{PORT}\"]\n",
+            instance()
+        ),
+        egress: Some(posture.to_string()),
+        ..Options::default()
+    })
+}
+
+/// Ensures a session sandbox and returns its container's name and address.
+async fn start(client: &SandboxdClient, id: &str) -> (String, String) {
+    let env = sandboxd_tests::sandbox_env(&format!("session:{id}"), "tok-net");
+    client.ensure_session_sandbox(id, &env).await.unwrap();
+    let name = format!("{}-{}", instance(), base_name(Scope::Session, id));
+    let address = docker_ok(&[
+        "inspect",
+        &name,
+        "--format",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+    ])
+    .trim()
+    .to_string();
+    assert!(!address.is_empty(), "{name} has no address");
+    (name, address)
+}
+
+/// The errno of one probe made inside `container` (`docker exec` of the
+/// fixture in its image, which has no shell).
+fn probe(container: &str, protocol: &str, address: &str) -> Option<i32> {
+    let output = docker(&[
+        "exec",
+        container,
+        "/runner-fixture",
+        "--probe",
+        protocol,
+        address,
+    ]);
+    String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .strip_prefix("errno ")
+        .and_then(|errno| errno.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_of_one_daemon_cannot_reach_each_other_on_any_posture() {
+    let test = "containers_of_one_daemon_cannot_reach_each_other_on_any_posture";
+    if !engine_ready(test) {
+        return;
+    }
+    build_image_tagged(IMAGE).expect("build the network test image");
+    let mut network_cleanup = NetworkCleanup { table: None };
+    // An older daemon's network: inter-container communication on, unused.
+    docker_ok(&[
+        "network",
+        "create",
+        "-o",
+        &format!(
+            "com.docker.network.bridge.name=sbxd-{}",
+            &sha256_hex(&instance())[..10]
+        ),
+        &network(),
+    ]);
+
+    // `none` first: no table of the daemon's holds the bridge yet (a
+    // posture's is kept when its daemon stops), so only the network's own
+    // setting keeps A and B apart there.
+    for posture in ["none", "relaxed", "strict"] {
+        let ids = [
+            unique_id(&format!("net-a-{posture}")),
+            unique_id(&format!("net-b-{posture}")),
+        ];
+        let _cleanup = Cleanup::new(&ids.each_ref().map(String::as_str));
+        let mut daemon = daemon(posture);
+        let client = daemon.client().await;
+        let (a, a_ip) = start(&client, &ids[0]).await;
+        let (b, _) = start(&client, &ids[1]).await;
+        let status = client.status().await.unwrap();
+        if network_cleanup.table.is_none() {
+            network_cleanup.table = status
+                .egress
+                .mechanism
+                .split_whitespace()
+                .find(|word| word.starts_with("sandboxd_"))
+                .map(str::to_string);
+        }
+        let feature = status
+            .isolation
+            .iter()
+            .find(|feature| feature.name == "network")
+            .unwrap_or_else(|| panic!("no network feature: {:?}", status.isolation));
+        assert!(feature.in_force, "{posture}: {feature:?}");
+        let icc = docker_ok(&[
+            "network",
+            "inspect",
+            &network(),
+            "--format",
+            "{{index .Options \"com.docker.network.bridge.enable_icc\"}}",
+        ]);
+        assert_eq!(icc.trim(), "false", "{posture}: the network keeps ICC on");
+
+        for protocol in ["tcp", "udp"] {
+            let target = format!("{a_ip}:{PORT}");
+            // A's own listener answers (waiting until its runner listens).
+            let mut own = None;
+            sandboxd_tests::procs::wait_until(std::time::Duration::from_secs(30), || {
+                own = probe(&a, protocol, &target);
+                own == Some(0)
+            });
+            assert_eq!(
+                own,
+                Some(0),
+                "{posture}: A cannot reach its own {protocol} listener"
+            );
+            let other = probe(&b, protocol, &target);
+            eprintln!("{posture}: B -> A {protocol} {target}: errno {other:?}");
+            assert!(
+                other.is_some_and(|errno| errno != 0),
+                "{posture}: B reached A over {protocol}: {other:?}"
+            );
+        }
+        for id in &ids {
+            client.deprovision(Scope::Session, id, false).await.unwrap();
+        }
+        daemon.stop();
+    }
+}
+
+/// The first hex digits of SHA-256 of `text`, as the daemon names a named
+/// instance's bridge.
+fn sha256_hex(text: &str) -> String {
+    let output = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child.stdin.take().unwrap().write_all(text.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("run sha256sum");
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}

@@ -59,6 +59,16 @@ async fn two_instances_on_one_engine_never_see_or_touch_each_others_containers()
     assert_eq!(containers_of(&id).len(), 2);
     assert_eq!(listed(&a.list(None).await.unwrap(), &id).len(), 1);
     assert_eq!(listed(&b.list(None).await.unwrap(), &id).len(), 1);
+    // describe and list name the container as the engine knows it.
+    assert_eq!(
+        b.describe(Scope::Session, &id).await.unwrap().name,
+        blue_name
+    );
+    assert_eq!(listed(&b.list(None).await.unwrap(), &id)[0].name, blue_name);
+    assert_eq!(
+        a.describe(Scope::Session, &id).await.unwrap().name,
+        default_name
+    );
 
     // Blue's deprovision removes blue's, and only blue's.
     assert!(

@@ -194,11 +194,13 @@ impl Observed {
         ))
     }
 
-    /// describe's facts. `generation` is the sandbox's, not only the container's.
+    /// describe's facts. `generation` is the sandbox's, not only the
+    /// container's. The name is the container's own (`<instance>-<base>`
+    /// for a named instance), so `docker inspect NAME` finds it.
     pub fn info(&self, key: &SandboxKey, generation: u64) -> SandboxInfo {
         let state = self.phase.probe_state();
         SandboxInfo {
-            name: key.base_name.clone(),
+            name: crate::instance::Instance::current().object_name(&key.base_name),
             scope: key.scope,
             id: key.id.clone(),
             state,

@@ -61,6 +61,11 @@ pub const DEFAULT_RUNNER_LOG_MAX_SIZE: u64 = 16 * 1024 * 1024;
 /// The smallest cap allowed: below a few lines, rotation would be constant.
 pub const MIN_RUNNER_LOG_MAX_SIZE: u64 = 1024;
 
+/// Where the uid claims of every sandboxd on the host are: under `/run`
+/// (emptied at boot, when each daemon claims its ledger's uids again), in
+/// the directory the packaged units already let the daemon write.
+pub const DEFAULT_UID_CLAIMS_DIR: &str = "/run/stigmer/uids";
+
 /// Where the docker tier finds the engine when neither `[docker] host` nor
 /// `DOCKER_HOST` says.
 pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
@@ -339,6 +344,7 @@ struct FileConfig {
     runner_oom_score_adj: Option<i32>,
     workspace_ttl: Option<String>,
     runner_uid_range: Option<String>,
+    uid_claims_dir: Option<PathBuf>,
     access: Option<AccessConfig>,
     docker: Option<DockerConfig>,
     cgroup_root: Option<PathBuf>,
@@ -384,6 +390,9 @@ pub struct Config {
     /// `FIRST-LAST`: the uids the process tier's sandboxes get, one each
     /// (parsed and checked against the host's users by that driver).
     pub runner_uid_range: Option<String>,
+    /// Where every daemon on the host claims the uids its sandboxes hold
+    /// (see `users/uid_claims.rs`); all of them must share it.
+    pub uid_claims_dir: PathBuf,
     pub access: AccessConfig,
     /// The docker tier's settings; `host` is always set once resolved.
     pub docker: DockerConfig,
@@ -492,6 +501,9 @@ impl Config {
                 None => Some(DEFAULT_WORKSPACE_TTL),
             },
             runner_uid_range: file.runner_uid_range,
+            uid_claims_dir: file
+                .uid_claims_dir
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_UID_CLAIMS_DIR)),
             access: file.access.unwrap_or_default(),
             docker,
             cgroup_root: file.cgroup_root,
@@ -538,6 +550,12 @@ impl Config {
             bail!(
                 "stop_grace {:?} is longer than the limit of 1h",
                 self.stop_grace
+            );
+        }
+        if !self.uid_claims_dir.is_absolute() {
+            bail!(
+                "uid_claims_dir '{}' must be absolute",
+                self.uid_claims_dir.display()
             );
         }
         if let Some(root) = &self.cgroup_root {

@@ -163,7 +163,12 @@ impl LocalProcessDriver {
                 ledger
                     .restore_uids(restored)
                     .context("cannot write the sandboxes' uids into the spawn ledger")?;
-                Some(SandboxUids::new(pool))
+                let claims = users::uid_claims::UidClaims::open(
+                    &config.uid_claims_dir,
+                    config.instance.display_name(),
+                    &config.state_dir,
+                )?;
+                Some(tokio::task::spawn_blocking(move || SandboxUids::new(pool, claims)).await?)
             }
             None => None,
         };
@@ -631,7 +636,11 @@ impl Driver for LocalProcessDriver {
     }
 
     fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
-        let features = isolation::features(&self.inner.settings.identity, &self.inner.containment);
+        let features = isolation::features(
+            &self.inner.settings.identity,
+            &self.inner.containment,
+            self.inner.uids.as_ref().map(SandboxUids::claims_dir),
+        );
         ("uid-cgroup".to_string(), features)
     }
 

@@ -11,7 +11,9 @@ pub mod procs;
 pub mod raw;
 pub mod runner;
 
-pub use daemon::{make_test_dir, run_with_timeout, Options, TestDaemon, NOBODY, RUNNER_UIDS};
+pub use daemon::{
+    make_test_dir, run_with_timeout, Options, TestDaemon, UidClaims, NOBODY, RUNNER_UIDS,
+};
 pub use procs::{eventually, pid_is_gone, start_time, wait_until};
 pub use raw::{context, read_response, request_frame, sandbox_env, tarpc_client};
 pub use runner::{

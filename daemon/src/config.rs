@@ -170,6 +170,10 @@ pub struct LimitsConfig {
     pub pids: u64,
     /// How many CPUs a sandbox may use (fractions allowed).
     pub cpu: f64,
+    /// How much a sandbox's workspace may hold on disk, in bytes: the
+    /// kubernetes tier's claim size by default.
+    #[serde(deserialize_with = "deserialize_memory")]
+    pub disk: u64,
 }
 
 impl Default for LimitsConfig {
@@ -178,6 +182,7 @@ impl Default for LimitsConfig {
             memory: 2 * 1024 * 1024 * 1024,
             pids: 512,
             cpu: 2.0,
+            disk: DEFAULT_DISK_LIMIT,
         }
     }
 }
@@ -248,8 +253,20 @@ impl Default for KubernetesConfig {
     }
 }
 
+/// `[limits] disk` when not written: 10 GiB, the size of the kubernetes
+/// tier's workspace claim.
+pub const DEFAULT_DISK_LIMIT: u64 = 10 << 30;
+/// The smallest disk limit allowed (0 aside).
+const MIN_DISK_LIMIT: u64 = 1 << 20;
+
 impl LimitsConfig {
     fn validate(&self) -> anyhow::Result<()> {
+        if self.disk != 0 && self.disk < MIN_DISK_LIMIT {
+            bail!(
+                "[limits] disk {} bytes is below the minimum of 1 MiB (0 = unlimited)",
+                self.disk
+            );
+        }
         if self.memory != 0 && self.memory < DockerConfig::MIN_MEMORY {
             bail!(
                 "[limits] memory {} bytes is below the minimum of 6 MiB (0 = unlimited)",

@@ -59,6 +59,9 @@ pub struct Options {
     pub egress: Option<String>,
     /// Where the daemon claims its sandboxes' uids host-wide.
     pub uid_claims: UidClaims,
+    /// `state_dir` instead of `<test dir>/state` (a file system the test
+    /// mounted, say).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// `uid_claims_dir` of a test daemon.
@@ -91,6 +94,7 @@ impl Default for Options {
             daemon_uid: None,
             egress: None,
             uid_claims: UidClaims::OwnDir,
+            state_dir: None,
         }
     }
 }
@@ -147,7 +151,10 @@ impl TestDaemon {
             .socket
             .clone()
             .unwrap_or_else(|| dir.join("run").join("sandboxd.sock"));
-        let state_dir = dir.join("state");
+        let state_dir = options
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| dir.join("state"));
         let config = dir.join("sandboxd.toml");
         let log = dir.join("daemon.log");
         let daemon = TestDaemon {

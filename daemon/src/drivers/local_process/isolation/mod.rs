@@ -12,6 +12,7 @@ use std::path::Path;
 use sandboxd_protocol::IsolationFeature;
 
 use super::cgroup::Containment;
+use super::disk_limit::DiskLimit;
 use super::users::identity::{RunnerIdentity, RunnerUsers};
 
 /// The mechanisms every sandbox started now gets, in force or not.
@@ -21,11 +22,13 @@ pub fn features(
     identity: &RunnerIdentity,
     containment: &Containment,
     uid_claims: Option<&Path>,
+    disk_limit: &DiskLimit,
 ) -> Vec<IsolationFeature> {
     let mut features = vec![
         uid_feature(identity),
         uid_claims_feature(uid_claims),
         cgroup_feature(containment),
+        disk_limit.feature(),
     ];
     features.sort_by(|a, b| a.name.cmp(&b.name));
     features

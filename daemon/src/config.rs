@@ -985,6 +985,8 @@ mod tests {
             (config.limits.memory, config.limits.pids, config.limits.cpu),
             (2 << 30, 512, 2.0)
         );
+        assert_eq!(config.limits.disk, 10 << 30);
+        assert_eq!(config.uid_claims_dir, PathBuf::from("/run/stigmer/uids"));
         assert_eq!(config.containment, ContainmentMode::Auto);
         assert_eq!(config.cgroup_root, None);
         let config = resolve("[limits]\nmemory = \"64m\"", &[], Flags::default()).unwrap();
@@ -994,18 +996,21 @@ mod tests {
             "an absent key keeps its default"
         );
         let file = "containment = \"process-group\"\ncgroup_root = \"/sys/fs/cgroup/x\"\n\
-                    [limits]\nmemory = 0\npids = 0\ncpu = 0.0";
+                    [limits]\nmemory = 0\npids = 0\ncpu = 0.0\ndisk = 0";
         let config = resolve(file, &[], Flags::default()).unwrap();
         assert_eq!(
             (config.limits.memory, config.limits.pids, config.limits.cpu),
             (0, 0, 0.0)
         );
+        assert_eq!(config.limits.disk, 0);
         assert_eq!(config.containment, ContainmentMode::ProcessGroup);
         assert_eq!(config.cgroup_root, Some(PathBuf::from("/sys/fs/cgroup/x")));
         for (bad, named) in [
             ("[limits]\nmemory = \"1k\"", "memory"),
             ("[limits]\ncpu = 0.001", "cpu"),
             ("[limits]\ncpu = -1.0", "cpu"),
+            ("[limits]\ndisk = \"512k\"", "disk"),
+            ("uid_claims_dir = \"run/uids\"", "uid_claims_dir"),
             ("cgroup_root = \"relative\"", "cgroup_root"),
         ] {
             let error = resolve(bad, &[], Flags::default()).unwrap_err();

@@ -42,7 +42,11 @@ async fn start(daemon: &TestDaemon, id: &str) -> u32 {
 fn fill(daemon: &TestDaemon, id: &str, bytes: u64) -> String {
     let workspace = daemon.workspace(Scope::Session, id);
     std::fs::write(workspace.join(".fill-request"), bytes.to_string()).unwrap();
-    std::fs::rename(workspace.join(".fill-request"), workspace.join("fill-request")).unwrap();
+    std::fs::rename(
+        workspace.join(".fill-request"),
+        workspace.join("fill-request"),
+    )
+    .unwrap();
     let log = daemon.runner_log(Scope::Session, id);
     let line = || {
         std::fs::read_to_string(&log)
@@ -77,13 +81,19 @@ async fn the_watcher_stops_a_runner_over_the_limit_and_spares_one_under_it() {
         eprintln!("skipping: this state directory's file system enforces project quotas, so no watcher runs (see the quota test)");
         return;
     }
-    assert!(feature.in_force && feature.detail.starts_with("1 MiB"), "{feature:?}");
+    assert!(
+        feature.in_force && feature.detail.starts_with("1 MiB"),
+        "{feature:?}"
+    );
 
     start(&daemon, "small").await;
     let big = start(&daemon, "big").await;
     // The small one first: the pass that stops the big one started after
     // the small one's fill, so it measured it too.
-    assert_eq!(fill(&daemon, "small", 100 * 1024), "runner-fixture: fill: ok");
+    assert_eq!(
+        fill(&daemon, "small", 100 * 1024),
+        "runner-fixture: fill: ok"
+    );
     assert_eq!(fill(&daemon, "big", 2 * LIMIT), "runner-fixture: fill: ok");
     let client = daemon.client().await;
     let mut stopped = None;
@@ -95,13 +105,17 @@ async fn the_watcher_stops_a_runner_over_the_limit_and_spares_one_under_it() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let info = stopped.unwrap_or_else(|| panic!("big was not stopped; log:\n{}", daemon.log_text()));
+    let info =
+        stopped.unwrap_or_else(|| panic!("big was not stopped; log:\n{}", daemon.log_text()));
     let exit = info.last_exit.expect("an exit");
     assert_eq!(exit.disk_limit_bytes, Some(LIMIT));
     assert_eq!(exit.to_string(), "stopped: disk limit (1 MiB)");
     assert!(sandboxd_tests::procs::pid_is_gone(big));
     assert!(daemon.log_text().contains("outgrew [limits] disk"));
-    assert!(info.isolation.iter().any(|feature| feature.name == "disk-limit"));
+    assert!(info
+        .isolation
+        .iter()
+        .any(|feature| feature.name == "disk-limit"));
     assert_eq!(
         client.probe(Scope::Session, "small").await.unwrap(),
         ProbeState::Running,
@@ -219,7 +233,9 @@ async fn project_quotas_refuse_a_write_past_the_limit_inside_the_runner() {
     let quota = match QuotaMount::make() {
         Ok(quota) => quota,
         Err(refused) => {
-            eprintln!("skipping: no file system with project quotas could be mounted here ({refused})");
+            eprintln!(
+                "skipping: no file system with project quotas could be mounted here ({refused})"
+            );
             return;
         }
     };

@@ -71,7 +71,11 @@ impl HostClaimsCleanup {
 
 impl Drop for HostClaimsCleanup {
     fn drop(&mut self) {
-        for entry in std::fs::read_dir(HOST_CLAIMS).into_iter().flatten().flatten() {
+        for entry in std::fs::read_dir(HOST_CLAIMS)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let ours = entry
                 .file_name()
                 .to_str()
@@ -110,11 +114,19 @@ async fn two_daemons_with_the_default_range_and_claims_dir_share_no_uid() {
         of_b.push(start(&b, &format!("b{n}")).await);
     }
     eprintln!("daemon a: uids {of_a:?}; daemon b: uids {of_b:?}");
-    let (set_a, set_b): (HashSet<u32>, HashSet<u32>) =
-        (of_a.iter().copied().collect(), of_b.iter().copied().collect());
+    let (set_a, set_b): (HashSet<u32>, HashSet<u32>) = (
+        of_a.iter().copied().collect(),
+        of_b.iter().copied().collect(),
+    );
     assert_eq!((set_a.len(), set_b.len()), (3, 3), "one uid per sandbox");
-    assert!(set_a.is_disjoint(&set_b), "a uid in common: {of_a:?} {of_b:?}");
-    assert!(of_a.iter().chain(&of_b).all(|uid| RUNNER_UIDS.contains(uid)));
+    assert!(
+        set_a.is_disjoint(&set_b),
+        "a uid in common: {of_a:?} {of_b:?}"
+    );
+    assert!(of_a
+        .iter()
+        .chain(&of_b)
+        .all(|uid| RUNNER_UIDS.contains(uid)));
     for uid in &of_a {
         assert_eq!(claimant(claims, *uid), Some(state_dir_of(&a)), "uid {uid}");
     }
@@ -160,7 +172,11 @@ async fn two_daemons_with_the_default_range_and_claims_dir_share_no_uid() {
         .copied()
         .filter(|uid| claims.join(uid.to_string()).exists())
         .collect();
-    assert_eq!(left, Vec::<u32>::new(), "claims left after the workspaces went");
+    assert_eq!(
+        left,
+        Vec::<u32>::new(),
+        "claims left after the workspaces went"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -120,7 +120,8 @@ fn open_dir(path: &Path) -> std::io::Result<File> {
 /// `Ok` when the file system of `dir` counts project usage and enforces
 /// project limits; else why not, for `status`.
 pub fn enforced_on(dir: &Path) -> Result<(), String> {
-    let handle = open_dir(dir).map_err(|error| format!("cannot open {}: {error}", dir.display()))?;
+    let handle =
+        open_dir(dir).map_err(|error| format!("cannot open {}: {error}", dir.display()))?;
     let mut stat = QuotaStat {
         version: 1,
         ..QuotaStat::default()
@@ -210,7 +211,9 @@ fn give_tree_to(root: &Path, project: u32) {
             continue;
         };
         for entry in entries.flatten() {
-            let Ok(kind) = entry.file_type() else { continue };
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
             let path = entry.path();
             let opened = if kind.is_dir() {
                 open_dir(&path)

@@ -56,7 +56,11 @@ pub async fn keep_watching(inner: Weak<Inner>, limit: u64) {
             .iter()
             .filter_map(|(key, record)| {
                 let running = record.running.as_ref()?;
-                Some((key.clone(), running.generation, inner.settings.workspace(key)))
+                Some((
+                    key.clone(),
+                    running.generation,
+                    inner.settings.workspace(key),
+                ))
             })
             .collect();
         let started = Instant::now();
@@ -70,7 +74,9 @@ pub async fn keep_watching(inner: Weak<Inner>, limit: u64) {
         .await;
         pause = INTERVAL.max(started.elapsed() * 4);
         for (key, generation, measured) in measured.unwrap_or_default() {
-            inner.stop_over_disk_limit(&key, generation, measured, limit).await;
+            inner
+                .stop_over_disk_limit(&key, generation, measured, limit)
+                .await;
         }
     }
 }

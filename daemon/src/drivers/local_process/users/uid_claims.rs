@@ -418,7 +418,14 @@ mod tests {
         let message = error.to_string();
         assert!(
             message.contains("instance 'default'")
-                && message.contains(&dir.0.join("a").canonicalize().unwrap().display().to_string())
+                && message.contains(
+                    &dir.0
+                        .join("a")
+                        .canonicalize()
+                        .unwrap()
+                        .display()
+                        .to_string()
+                )
                 && message.contains("which is running"),
             "{message}"
         );
@@ -443,7 +450,10 @@ mod tests {
         std::fs::create_dir(&workspace).unwrap();
         a.hold(9, "sbx-ses-aaaaaaaaaaaa").unwrap();
         let error = b.hold(9, "sbx-ses-bbbbbbbbbbbb").unwrap_err();
-        assert!(error.to_string().contains("workspace still exists"), "{error}");
+        assert!(
+            error.to_string().contains("workspace still exists"),
+            "{error}"
+        );
         std::fs::remove_dir(&workspace).unwrap();
         b.hold(9, "sbx-ses-bbbbbbbbbbbb").unwrap();
     }
@@ -467,6 +477,9 @@ mod tests {
         assert_eq!(left, [".lock", "2", "4"]);
         std::fs::write(claims.join("5"), "garbage").unwrap();
         let error = a.hold(5, "sbx-ses-aaaaaaaaaaaa").unwrap_err();
-        assert!(matches!(error, ClaimError::Unreadable { uid: 5, .. }), "{error}");
+        assert!(
+            matches!(error, ClaimError::Unreadable { uid: 5, .. }),
+            "{error}"
+        );
     }
 }

@@ -176,7 +176,7 @@ impl UidPool {
                 .contains(&uid)
         };
         let mut claimed_elsewhere = 0usize;
-        while let Some(uid) = self.before_restart.next() {
+        for uid in self.before_restart.by_ref() {
             // In the range (below the high-water mark), so it fits.
             let uid = uid as u32;
             if self.owners.contains_key(&uid) {
@@ -500,9 +500,18 @@ mod tests {
     fn fresh_uids_go_out_lowest_first_without_a_scan_and_a_sandbox_keeps_its_own() {
         let mut pool = empty_pool();
         let no_scan = || -> HashSet<u32> { panic!("a fresh uid needs no scan") };
-        assert_eq!(pool.assign("a", no_scan, claim_all), Ok(Assignment::New(1000)));
-        assert_eq!(pool.assign("b", no_scan, claim_all), Ok(Assignment::New(1001)));
-        assert_eq!(pool.assign("a", no_scan, claim_all), Ok(Assignment::Kept(1000)));
+        assert_eq!(
+            pool.assign("a", no_scan, claim_all),
+            Ok(Assignment::New(1000))
+        );
+        assert_eq!(
+            pool.assign("b", no_scan, claim_all),
+            Ok(Assignment::New(1001))
+        );
+        assert_eq!(
+            pool.assign("a", no_scan, claim_all),
+            Ok(Assignment::Kept(1000))
+        );
         assert_eq!(pool.uid_of("b"), Some(1001));
         assert_eq!(pool.high_water(), 1002);
     }
@@ -516,9 +525,18 @@ mod tests {
         assert_eq!(pool.release("b"), Some(1001));
         assert_eq!(pool.release("a"), Some(1000));
         assert_eq!(pool.release("a"), None, "released twice");
-        assert_eq!(pool.assign("d", nothing_live, claim_all), Ok(Assignment::New(1003)));
-        assert_eq!(pool.assign("e", nothing_live, claim_all), Ok(Assignment::New(1001)));
-        assert_eq!(pool.assign("f", nothing_live, claim_all), Ok(Assignment::New(1000)));
+        assert_eq!(
+            pool.assign("d", nothing_live, claim_all),
+            Ok(Assignment::New(1003))
+        );
+        assert_eq!(
+            pool.assign("e", nothing_live, claim_all),
+            Ok(Assignment::New(1001))
+        );
+        assert_eq!(
+            pool.assign("f", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
         let error = pool.assign("g", nothing_live, claim_all).unwrap_err();
         assert!(
             error.contains("every uid of runner_uid_range 1000-1003 (4)"),
@@ -535,23 +553,35 @@ mod tests {
         pool.release("a");
         pool.release("b");
         let a_lives = || HashSet::from([1000]);
-        assert_eq!(pool.assign("e", a_lives, claim_all), Ok(Assignment::New(1001)));
+        assert_eq!(
+            pool.assign("e", a_lives, claim_all),
+            Ok(Assignment::New(1001))
+        );
         let error = pool.assign("f", a_lives, claim_all).unwrap_err();
         assert!(
             error.contains("still have processes (e.g. uid 1000)"),
             "{error}"
         );
-        assert_eq!(pool.assign("f", nothing_live, claim_all), Ok(Assignment::New(1000)));
+        assert_eq!(
+            pool.assign("f", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
     }
 
     #[test]
     fn a_uid_taken_back_goes_out_next_as_if_never_handed_out() {
         let mut pool = empty_pool();
-        assert_eq!(pool.assign("a", nothing_live, claim_all), Ok(Assignment::New(1000)));
+        assert_eq!(
+            pool.assign("a", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
         pool.take_back("a", 1000);
         assert_eq!(pool.uid_of("a"), None);
         assert_eq!(pool.high_water(), 1000);
-        assert_eq!(pool.assign("b", nothing_live, claim_all), Ok(Assignment::New(1000)));
+        assert_eq!(
+            pool.assign("b", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
     }
 
     #[test]
@@ -566,9 +596,18 @@ mod tests {
         assert_eq!(pool.uid_of("b"), Some(1001));
         assert_eq!(pool.high_water(), 1002);
         // Fresh first, then 1000, which was handed out before the restart.
-        assert_eq!(pool.assign("c", nothing_live, claim_all), Ok(Assignment::New(1002)));
-        assert_eq!(pool.assign("d", nothing_live, claim_all), Ok(Assignment::New(1003)));
-        assert_eq!(pool.assign("e", nothing_live, claim_all), Ok(Assignment::New(1000)));
+        assert_eq!(
+            pool.assign("c", nothing_live, claim_all),
+            Ok(Assignment::New(1002))
+        );
+        assert_eq!(
+            pool.assign("d", nothing_live, claim_all),
+            Ok(Assignment::New(1003))
+        );
+        assert_eq!(
+            pool.assign("e", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
     }
 
     #[test]
@@ -586,7 +625,10 @@ mod tests {
         let busy = || HashSet::from([1000, 1001]);
         assert_eq!(pool.assign("b", busy, claim_all), Ok(Assignment::New(1002)));
         // The busy ones wait at the back; the rest keep coming lowest first.
-        assert_eq!(pool.assign("c", nothing_live, claim_all), Ok(Assignment::New(1003)));
+        assert_eq!(
+            pool.assign("c", nothing_live, claim_all),
+            Ok(Assignment::New(1003))
+        );
     }
 
     #[test]
@@ -594,14 +636,26 @@ mod tests {
         let mut pool = empty_pool();
         let mut elsewhere = HashSet::from([1000, 1001]);
         let mut claim = |uid: u32| Ok(!elsewhere.contains(&uid));
-        assert_eq!(pool.assign("a", nothing_live, &mut claim), Ok(Assignment::New(1002)));
-        assert_eq!(pool.assign("b", nothing_live, &mut claim), Ok(Assignment::New(1003)));
+        assert_eq!(
+            pool.assign("a", nothing_live, &mut claim),
+            Ok(Assignment::New(1002))
+        );
+        assert_eq!(
+            pool.assign("b", nothing_live, &mut claim),
+            Ok(Assignment::New(1003))
+        );
         let error = pool.assign("c", nothing_live, &mut claim).unwrap_err();
-        assert!(error.contains("2 are claimed by other sandboxd daemons"), "{error}");
+        assert!(
+            error.contains("2 are claimed by other sandboxd daemons"),
+            "{error}"
+        );
         // The other daemon released 1001.
         elsewhere.remove(&1001);
         let mut claim = |uid: u32| Ok(!elsewhere.contains(&uid));
-        assert_eq!(pool.assign("c", nothing_live, &mut claim), Ok(Assignment::New(1001)));
+        assert_eq!(
+            pool.assign("c", nothing_live, &mut claim),
+            Ok(Assignment::New(1001))
+        );
     }
 
     #[test]
@@ -613,7 +667,10 @@ mod tests {
             Err("cannot claim: no such directory".to_string())
         );
         assert_eq!(pool.high_water(), 1000);
-        assert_eq!(pool.assign("a", nothing_live, claim_all), Ok(Assignment::New(1000)));
+        assert_eq!(
+            pool.assign("a", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
     }
 
     #[test]

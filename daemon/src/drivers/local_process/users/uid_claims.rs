@@ -265,15 +265,28 @@ impl UidClaims {
     }
 
     /// A descriptor of its own each time: `flock` excludes open files, so
-    /// two threads sharing one would not exclude each other.
+    /// two threads sharing one would not exclude each other. A directory
+    /// removed meanwhile (by hand) is made again.
     fn open_lock(&self) -> std::io::Result<File> {
-        OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(self.dir.join(LOCK))
+        let open = || {
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(self.dir.join(LOCK))
+        };
+        match open() {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&self.dir)?;
+                open()
+            }
+            opened => opened,
+        }
     }
 
     fn lock_dir(&self, uid: u32) -> Result<Flock<File>, ClaimError> {

@@ -61,6 +61,11 @@ pub const DEFAULT_RUNNER_LOG_MAX_SIZE: u64 = 16 * 1024 * 1024;
 /// The smallest cap allowed: below a few lines, rotation would be constant.
 pub const MIN_RUNNER_LOG_MAX_SIZE: u64 = 1024;
 
+/// Where the uid claims of every sandboxd on the host are: under `/run`
+/// (emptied at boot, when each daemon claims its ledger's uids again), in
+/// the directory the packaged units already let the daemon write.
+pub const DEFAULT_UID_CLAIMS_DIR: &str = "/run/stigmer/uids";
+
 /// Where the docker tier finds the engine when neither `[docker] host` nor
 /// `DOCKER_HOST` says.
 pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
@@ -165,6 +170,10 @@ pub struct LimitsConfig {
     pub pids: u64,
     /// How many CPUs a sandbox may use (fractions allowed).
     pub cpu: f64,
+    /// How much a sandbox's workspace may hold on disk, in bytes: the
+    /// kubernetes tier's claim size by default.
+    #[serde(deserialize_with = "deserialize_memory")]
+    pub disk: u64,
 }
 
 impl Default for LimitsConfig {
@@ -173,6 +182,7 @@ impl Default for LimitsConfig {
             memory: 2 * 1024 * 1024 * 1024,
             pids: 512,
             cpu: 2.0,
+            disk: DEFAULT_DISK_LIMIT,
         }
     }
 }
@@ -243,8 +253,20 @@ impl Default for KubernetesConfig {
     }
 }
 
+/// `[limits] disk` when not written: 10 GiB, the size of the kubernetes
+/// tier's workspace claim.
+pub const DEFAULT_DISK_LIMIT: u64 = 10 << 30;
+/// The smallest disk limit allowed (0 aside).
+const MIN_DISK_LIMIT: u64 = 1 << 20;
+
 impl LimitsConfig {
     fn validate(&self) -> anyhow::Result<()> {
+        if self.disk != 0 && self.disk < MIN_DISK_LIMIT {
+            bail!(
+                "[limits] disk {} bytes is below the minimum of 1 MiB (0 = unlimited)",
+                self.disk
+            );
+        }
         if self.memory != 0 && self.memory < DockerConfig::MIN_MEMORY {
             bail!(
                 "[limits] memory {} bytes is below the minimum of 6 MiB (0 = unlimited)",
@@ -339,6 +361,7 @@ struct FileConfig {
     runner_oom_score_adj: Option<i32>,
     workspace_ttl: Option<String>,
     runner_uid_range: Option<String>,
+    uid_claims_dir: Option<PathBuf>,
     access: Option<AccessConfig>,
     docker: Option<DockerConfig>,
     cgroup_root: Option<PathBuf>,
@@ -384,6 +407,9 @@ pub struct Config {
     /// `FIRST-LAST`: the uids the process tier's sandboxes get, one each
     /// (parsed and checked against the host's users by that driver).
     pub runner_uid_range: Option<String>,
+    /// Where every daemon on the host claims the uids its sandboxes hold
+    /// (see `users/uid_claims.rs`); all of them must share it.
+    pub uid_claims_dir: PathBuf,
     pub access: AccessConfig,
     /// The docker tier's settings; `host` is always set once resolved.
     pub docker: DockerConfig,
@@ -494,6 +520,9 @@ impl Config {
                 None => Some(DEFAULT_WORKSPACE_TTL),
             },
             runner_uid_range: file.runner_uid_range,
+            uid_claims_dir: file
+                .uid_claims_dir
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_UID_CLAIMS_DIR)),
             access: file.access.unwrap_or_default(),
             docker,
             cgroup_root: file.cgroup_root,
@@ -540,6 +569,12 @@ impl Config {
             bail!(
                 "stop_grace {:?} is longer than the limit of 1h",
                 self.stop_grace
+            );
+        }
+        if !self.uid_claims_dir.is_absolute() {
+            bail!(
+                "uid_claims_dir '{}' must be absolute",
+                self.uid_claims_dir.display()
             );
         }
         if let Some(root) = &self.cgroup_root {
@@ -952,6 +987,8 @@ mod tests {
             (config.limits.memory, config.limits.pids, config.limits.cpu),
             (2 << 30, 512, 2.0)
         );
+        assert_eq!(config.limits.disk, 10 << 30);
+        assert_eq!(config.uid_claims_dir, PathBuf::from("/run/stigmer/uids"));
         assert_eq!(config.containment, ContainmentMode::Auto);
         assert_eq!(config.cgroup_root, None);
         let config = resolve("[limits]\nmemory = \"64m\"", &[], Flags::default()).unwrap();
@@ -961,18 +998,21 @@ mod tests {
             "an absent key keeps its default"
         );
         let file = "containment = \"process-group\"\ncgroup_root = \"/sys/fs/cgroup/x\"\n\
-                    [limits]\nmemory = 0\npids = 0\ncpu = 0.0";
+                    [limits]\nmemory = 0\npids = 0\ncpu = 0.0\ndisk = 0";
         let config = resolve(file, &[], Flags::default()).unwrap();
         assert_eq!(
             (config.limits.memory, config.limits.pids, config.limits.cpu),
             (0, 0, 0.0)
         );
+        assert_eq!(config.limits.disk, 0);
         assert_eq!(config.containment, ContainmentMode::ProcessGroup);
         assert_eq!(config.cgroup_root, Some(PathBuf::from("/sys/fs/cgroup/x")));
         for (bad, named) in [
             ("[limits]\nmemory = \"1k\"", "memory"),
             ("[limits]\ncpu = 0.001", "cpu"),
             ("[limits]\ncpu = -1.0", "cpu"),
+            ("[limits]\ndisk = \"512k\"", "disk"),
+            ("uid_claims_dir = \"run/uids\"", "uid_claims_dir"),
             ("cgroup_root = \"relative\"", "cgroup_root"),
         ] {
             let error = resolve(bad, &[], Flags::default()).unwrap_err();

@@ -57,6 +57,25 @@ pub struct Options {
     /// `egress` in the config file; `None` leaves it out (the daemon's
     /// default, `relaxed`, which every end-to-end test then runs under).
     pub egress: Option<String>,
+    /// Where the daemon claims its sandboxes' uids host-wide.
+    pub uid_claims: UidClaims,
+    /// `state_dir` instead of `<test dir>/state` (a file system the test
+    /// mounted, say).
+    pub state_dir: Option<PathBuf>,
+}
+
+/// `uid_claims_dir` of a test daemon.
+#[derive(Debug, Clone, Default)]
+pub enum UidClaims {
+    /// `<test dir>/uid-claims`: tests in parallel do not see each other's
+    /// claims (each daemon's uids are its own, as before claims), and
+    /// nothing is left in `/run`.
+    #[default]
+    OwnDir,
+    /// A directory several test daemons share, as the daemons of one host do.
+    Shared(PathBuf),
+    /// No key: the daemon's default, `/run/stigmer/uids`.
+    HostDefault,
 }
 
 impl Default for Options {
@@ -74,6 +93,8 @@ impl Default for Options {
             cgroup: None,
             daemon_uid: None,
             egress: None,
+            uid_claims: UidClaims::OwnDir,
+            state_dir: None,
         }
     }
 }
@@ -130,7 +151,10 @@ impl TestDaemon {
             .socket
             .clone()
             .unwrap_or_else(|| dir.join("run").join("sandboxd.sock"));
-        let state_dir = dir.join("state");
+        let state_dir = options
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| dir.join("state"));
         let config = dir.join("sandboxd.toml");
         let log = dir.join("daemon.log");
         let daemon = TestDaemon {
@@ -178,6 +202,21 @@ impl TestDaemon {
         writeln!(text, "log_level = {}", toml_string(&options.log_level)).unwrap();
         if let Some(egress) = &options.egress {
             writeln!(text, "egress = {}", toml_string(egress)).unwrap();
+        }
+        match &options.uid_claims {
+            UidClaims::OwnDir => writeln!(
+                text,
+                "uid_claims_dir = {}",
+                toml_string(&self.dir.join("uid-claims").display().to_string())
+            )
+            .unwrap(),
+            UidClaims::Shared(dir) => writeln!(
+                text,
+                "uid_claims_dir = {}",
+                toml_string(&dir.display().to_string())
+            )
+            .unwrap(),
+            UidClaims::HostDefault => {}
         }
         text.push_str(&options.extra_toml);
         text.push('\n');

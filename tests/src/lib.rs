@@ -12,8 +12,8 @@ pub mod raw;
 pub mod runner;
 
 pub use daemon::{
-    make_test_dir, run_with_timeout, Options, ScratchDir, TestDaemon, KEEP_DIRS_ENV, NOBODY,
-    RUNNER_UIDS,
+    make_test_dir, run_with_timeout, Options, ScratchDir, TestDaemon, UidClaims, KEEP_DIRS_ENV,
+    NOBODY, RUNNER_UIDS,
 };
 pub use procs::{eventually, pid_is_gone, start_time, wait_until};
 pub use raw::{context, read_response, request_frame, sandbox_env, tarpc_client};

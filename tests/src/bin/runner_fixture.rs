@@ -33,6 +33,11 @@
 //! - `--allocate-when NAME`: with `--allocate-mib`, write `pid` first and
 //!   allocate only once `$WORKSPACE_ROOT_DIR/NAME` exists (looked for every
 //!   10 ms; a SIGTERM meanwhile waits until then), so a test decides when.
+//! - `--fill-when NAME`: once `pid` is written and `$WORKSPACE_ROOT_DIR/NAME`
+//!   exists (looked for every 10 ms), write as many bytes as it says into
+//!   `$WORKSPACE_ROOT_DIR/fill` (64 KiB a write, then fsync), print
+//!   `runner-fixture: fill: ok` or `runner-fixture: fill: errno E after B
+//!   bytes` to stdout, then go on.
 //! - `--serve-attacks`: once `pid` is written, wait for an `attack` file and
 //!   attack the runner it names (see [`attack`]).
 //! - `--serve-net PORT`: listen on TCP and UDP PORT (0: any) on every
@@ -63,6 +68,7 @@ struct Flags {
     write_bytes: u64,
     allocate_mib: usize,
     allocate_when: Option<String>,
+    fill_when: Option<String>,
     escape: bool,
     fork_many: u32,
     serve_attacks: bool,
@@ -121,6 +127,9 @@ fn parse_flags() -> Result<Flags, String> {
             "--allocate-when" => {
                 let value = args.next().ok_or("--allocate-when needs a file name")?;
                 flags.allocate_when = Some(value);
+            }
+            "--fill-when" => {
+                flags.fill_when = Some(args.next().ok_or("--fill-when needs a file name")?);
             }
             other => return Err(format!("unknown flag '{other}'")),
         }
@@ -182,6 +191,21 @@ fn try_connect(target: &str) -> String {
 }
 
 /// Writes `contents` to `dir/name` through a temporary name and a rename.
+/// Writes `total` bytes into `path`; on failure, the error and how many
+/// bytes went in.
+fn fill(path: &Path, total: u64) -> Result<(), (std::io::Error, u64)> {
+    let mut file = std::fs::File::create(path).map_err(|error| (error, 0))?;
+    let block = vec![0x5au8; 64 * 1024];
+    let mut written = 0;
+    while written < total {
+        let size = block.len().min((total - written) as usize);
+        file.write_all(&block[..size])
+            .map_err(|error| (error, written))?;
+        written += size as u64;
+    }
+    file.sync_all().map_err(|error| (error, written))
+}
+
 fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> std::io::Result<()> {
     let temporary = dir.join(format!(".{name}.tmp"));
     std::fs::write(&temporary, contents)?;
@@ -397,6 +421,24 @@ fn main() -> ExitCode {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         _memory = allocate_resident(flags.allocate_mib);
+    }
+
+    if let Some(name) = &flags.fill_when {
+        let trigger = workspace.join(name);
+        let total = loop {
+            match std::fs::read_to_string(&trigger).map(|text| text.trim().parse::<u64>()) {
+                Ok(Ok(total)) => break total,
+                _ => std::thread::sleep(std::time::Duration::from_millis(10)),
+            }
+        };
+        match fill(&workspace.join("fill"), total) {
+            Ok(()) => println!("runner-fixture: fill: ok"),
+            Err((error, written)) => println!(
+                "runner-fixture: fill: errno {} after {written} bytes",
+                error.raw_os_error().unwrap_or(0)
+            ),
+        }
+        let _ = std::io::stdout().flush();
     }
 
     if let Some(code) = flags.exit_code {

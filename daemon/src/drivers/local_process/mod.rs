@@ -14,6 +14,7 @@
 
 pub mod cgroup;
 mod deferred;
+mod disk_limit;
 mod isolation;
 mod launch;
 mod ledger;
@@ -78,6 +79,8 @@ struct Running {
     /// Resolves once the runner's whole group is gone and forgotten (a
     /// oneshot: its one waiter is the deprovision that takes the record).
     gone: oneshot::Receiver<()>,
+    /// Set when the disk-limit watcher stops it: its exit says so.
+    over_disk_limit: bool,
 }
 
 pub struct LocalProcessDriver {
@@ -105,6 +108,8 @@ struct Inner {
     workspace_ttl: Option<Duration>,
     /// Each sandbox's uid, when each has its own (a root daemon without `run_as`).
     uids: Option<SandboxUids>,
+    /// `[limits] disk` and how it is held (see [`disk_limit`]).
+    disk_limit: disk_limit::DiskLimit,
     /// The egress posture's rules; an ensure is refused while not in force.
     egress: Arc<Egress>,
     stopping: AtomicBool,
@@ -163,10 +168,21 @@ impl LocalProcessDriver {
                 ledger
                     .restore_uids(restored)
                     .context("cannot write the sandboxes' uids into the spawn ledger")?;
-                Some(SandboxUids::new(pool))
+                let claims = users::uid_claims::UidClaims::open(
+                    &config.uid_claims_dir,
+                    config.instance.display_name(),
+                    &config.state_dir,
+                )?;
+                Some(tokio::task::spawn_blocking(move || SandboxUids::new(pool, claims)).await?)
             }
             None => None,
         };
+        let (limit, sandboxes, uid_per_sandbox) =
+            (config.limits.disk, dirs.sandboxes.clone(), uids.is_some());
+        let disk_limit = tokio::task::spawn_blocking(move || {
+            disk_limit::DiskLimit::choose(limit, &sandboxes, uid_per_sandbox)
+        })
+        .await?;
         let (catalog_dir, sandboxes) = (dirs.ledger.clone(), dirs.sandboxes.clone());
         let catalog = tokio::task::spawn_blocking(move || {
             let catalog = workspaces::Catalog::open(&catalog_dir).with_context(|| {
@@ -212,6 +228,7 @@ impl LocalProcessDriver {
             sandboxes_dir: dirs.sandboxes,
             logs_dir: dirs.logs,
             cgroups: containment.tree().cloned(),
+            disk_quota: disk_limit.by_quota(),
         };
         match settings.resolve_command() {
             Ok(program) => {
@@ -250,6 +267,7 @@ impl LocalProcessDriver {
             catalog,
             workspace_ttl: config.workspace_ttl,
             uids,
+            disk_limit,
             egress,
             stopping: AtomicBool::new(false),
             stop_remover: Mutex::new(None),
@@ -257,6 +275,12 @@ impl LocalProcessDriver {
         });
         if let Some(ttl) = config.workspace_ttl {
             tokio::spawn(workspaces::keep_expiring(Arc::downgrade(&inner), ttl));
+        }
+        if let Some(limit) = inner.disk_limit.watched() {
+            tokio::spawn(disk_limit::watcher::keep_watching(
+                Arc::downgrade(&inner),
+                limit,
+            ));
         }
         Ok(LocalProcessDriver { inner })
     }
@@ -302,6 +326,7 @@ impl Inner {
         key: &SandboxKey,
         env: &SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
+        self.check_back_under_disk_limit(key)?;
         // Before the workspace is touched: it is never on disk unnamed.
         self.catalog.note_active(key, now_unix_ms());
         let child = self.spawn_as_its_uid(key, env).inspect_err(|error| {
@@ -342,6 +367,7 @@ impl Inner {
                 generation: record.generation,
                 started_at_unix_ms: now_unix_ms(),
                 gone: gone_rx,
+                over_disk_limit: false,
             });
             record.generation
         };
@@ -447,9 +473,27 @@ impl Inner {
         // Its workspace is gone, so its uid may go to another sandbox once
         // no process of it is left (the pool checks at reuse).
         if let Some(uids) = &self.uids {
+            if let (Some(_), Some(uid)) = (self.disk_limit.by_quota(), uids.uid_of(key)) {
+                if let Err(error) =
+                    disk_limit::project_quota::clear(&self.settings.sandboxes_dir, uid)
+                {
+                    tracing::warn!(uid, %error, "cannot lift the project quota of a removed workspace");
+                }
+            }
             uids.release(key, &self.ledger);
         }
         Ok(())
+    }
+
+    /// What keeps every sandbox started now apart (the same for each).
+    fn isolation_features(&self) -> Vec<sandboxd_protocol::IsolationFeature> {
+        isolation::features(
+            &self.settings.identity,
+            &self.containment,
+            &self.egress,
+            self.uids.as_ref().map(SandboxUids::claims_dir),
+            &self.disk_limit,
+        )
     }
 
     fn info(&self, key: &SandboxKey, record: Option<&Record>) -> SandboxInfo {
@@ -477,7 +521,7 @@ impl Inner {
             caller_class: record.caller_class.clone(),
             egress: None,
             cluster: None,
-            isolation: Vec::new(),
+            isolation: self.isolation_features(),
         }
     }
 }
@@ -564,11 +608,14 @@ async fn after_exit(
     {
         let mut records = inner.records();
         if let Some(record) = records.get_mut(&key) {
-            if record
+            if let Some(running) = record
                 .running
                 .as_ref()
-                .is_some_and(|running| running.generation == generation)
+                .filter(|running| running.generation == generation)
             {
+                if running.over_disk_limit {
+                    exit.disk_limit_bytes = Some(inner.disk_limit.bytes);
+                }
                 record.running = None;
                 record.last_exit = Some(Box::new(exit));
             }
@@ -631,12 +678,7 @@ impl Driver for LocalProcessDriver {
     }
 
     fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
-        let features = isolation::features(
-            &self.inner.settings.identity,
-            &self.inner.containment,
-            &self.inner.egress,
-        );
-        ("uid-cgroup".to_string(), features)
+        ("uid-cgroup".to_string(), self.inner.isolation_features())
     }
 
     async fn ensure(

@@ -191,12 +191,15 @@ impl Daemon {
              socket = {}\n\
              state_dir = {}\n\
              runner_command = {}\n\
+             uid_claims_dir = {}\n\
              stop_grace = \"10s\"\n\
              log_level = \"info\"\n\
              {tables_toml}",
             toml_string(&socket),
             toml_string(&state_dir),
             toml_string(&runner),
+            // The bench's own: nothing of it is left in /run.
+            toml_string(&dir.join(format!("{prefix}uid-claims"))),
         );
         fs::write(&config, text).with_context(|| format!("write {}", config.display()))?;
         let log_file = fs::File::create(&log)?;

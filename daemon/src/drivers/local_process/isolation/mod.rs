@@ -9,22 +9,31 @@
 
 mod network;
 
+use std::path::Path;
+
 use sandboxd_protocol::IsolationFeature;
 
 use super::cgroup::Containment;
+use super::disk_limit::DiskLimit;
 use super::users::identity::{RunnerIdentity, RunnerUsers};
 use crate::egress::Egress;
 
 /// The mechanisms every sandbox started now gets, in force or not.
+/// `uid_claims`: where the sandboxes' uids are claimed host-wide, when
+/// each sandbox has its own.
 pub fn features(
     identity: &RunnerIdentity,
     containment: &Containment,
     egress: &Egress,
+    uid_claims: Option<&Path>,
+    disk_limit: &DiskLimit,
 ) -> Vec<IsolationFeature> {
     let mut features = vec![
         uid_feature(identity),
+        uid_claims_feature(uid_claims),
         cgroup_feature(containment),
         network::network_feature(egress),
+        disk_limit.feature(),
     ];
     features.sort_by(|a, b| a.name.cmp(&b.name));
     features
@@ -36,6 +45,22 @@ fn uid_feature(identity: &RunnerIdentity) -> IsolationFeature {
         RunnerUsers::Shared { .. } | RunnerUsers::DaemonsOwn => {
             IsolationFeature::not_in_force("uid", identity.display.clone())
         }
+    }
+}
+
+fn uid_claims_feature(uid_claims: Option<&Path>) -> IsolationFeature {
+    match uid_claims {
+        Some(dir) => IsolationFeature::in_force(
+            "uid-claims",
+            format!(
+                "each sandbox's uid is claimed host-wide in {}: no other sandboxd sharing it hands out a uid this one holds",
+                dir.display()
+            ),
+        ),
+        None => IsolationFeature::not_in_force(
+            "uid-claims",
+            "sandboxes have no uid of their own to claim (run_as, or a daemon that is not root)",
+        ),
     }
 }
 

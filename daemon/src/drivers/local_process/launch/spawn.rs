@@ -37,6 +37,10 @@ pub struct RunnerSettings {
     pub oom_score_adj: i32,
     /// The sandboxes' cgroups; `None` in the process-group fallback.
     pub cgroups: Option<std::sync::Arc<CgroupTree>>,
+    /// `[limits] disk` in bytes, when project quotas hold it: each
+    /// workspace is made the sandbox's uid's project before the runner
+    /// starts (see `disk_limit/project_quota.rs`).
+    pub disk_quota: Option<u64>,
 }
 
 /// The variables a runner may inherit. Nothing else of the daemon's
@@ -120,6 +124,17 @@ impl RunnerSettings {
             .map_err(|error| {
                 unavailable(format!("workspace {}: {}", workspace.display(), io(&error)))
             })?;
+        if let (Some(limit), Some(project)) = (self.disk_quota, sandbox_uid) {
+            super::super::disk_limit::project_quota::apply(&workspace, project, limit).map_err(
+                |error| {
+                    unavailable(format!(
+                        "project quota on workspace {}: {}",
+                        workspace.display(),
+                        io(&error)
+                    ))
+                },
+            )?;
+        }
         let log_path = self.log_file(key);
         let log = logs.open_output(&key.base_name).map_err(|error| {
             unavailable(format!("log file {}: {}", log_path.display(), io(&error)))

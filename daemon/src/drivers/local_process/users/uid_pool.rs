@@ -22,6 +22,7 @@ use std::sync::{Mutex, MutexGuard};
 use sandboxd_protocol::SandboxError;
 
 use super::super::ledger::{Ledger, UidLedger};
+use super::uid_claims::UidClaims;
 use super::uid_range::UidRange;
 use crate::provisioner::SandboxKey;
 
@@ -114,42 +115,67 @@ impl UidPool {
 
     /// The sandbox's uid: the one it has, else a fresh one, else the
     /// longest-released one that `live_uids` (called at most once, only
-    /// then) does not list. The error says why none is free.
+    /// then) does not list — in both cases one that `claim` could claim
+    /// host-wide (see [`super::uid_claims`]): `Ok(false)` means another
+    /// daemon has it, so it is skipped (and tried again once it comes up
+    /// among the released ones); an error ends the search, with the uid
+    /// put back. The error says why none is free.
     pub fn assign(
         &mut self,
         base: &str,
         live_uids: impl FnOnce() -> HashSet<u32>,
+        mut claim: impl FnMut(u32) -> Result<bool, String>,
     ) -> Result<Assignment, String> {
         if let Some(uid) = self.uid_of(base) {
             return Ok(Assignment::Kept(uid));
         }
-        let uid = match self.take_fresh() {
+        let uid = match self.take_fresh(&mut claim)? {
             Some(uid) => uid,
-            None => self.take_released(live_uids)?,
+            None => self.take_released(live_uids, &mut claim)?,
         };
         self.owners.insert(uid, base.to_owned());
         self.by_sandbox.insert(base.to_owned(), uid);
         Ok(Assignment::New(uid))
     }
 
-    fn take_fresh(&mut self) -> Option<u32> {
-        if self.next_fresh > u64::from(self.range.last) {
-            return None;
+    /// The lowest never-handed-out uid that `claim` claims; those claimed
+    /// elsewhere join the released ones.
+    fn take_fresh(
+        &mut self,
+        claim: &mut impl FnMut(u32) -> Result<bool, String>,
+    ) -> Result<Option<u32>, String> {
+        while self.next_fresh <= u64::from(self.range.last) {
+            let uid = self.next_fresh as u32;
+            match claim(uid) {
+                Ok(true) => {
+                    self.next_fresh += 1;
+                    return Ok(Some(uid));
+                }
+                Ok(false) => {
+                    self.next_fresh += 1;
+                    self.released.push_back(uid);
+                }
+                Err(problem) => return Err(problem),
+            }
         }
-        let uid = self.next_fresh as u32;
-        self.next_fresh += 1;
-        Some(uid)
+        Ok(None)
     }
 
-    /// The longest-released uid without a process. Those that still have
-    /// processes go to the back of the queue.
-    fn take_released(&mut self, live_uids: impl FnOnce() -> HashSet<u32>) -> Result<u32, String> {
+    /// The longest-released uid without a process that `claim` claims.
+    /// Those that still have processes, or that another daemon claims, go
+    /// to the back of the queue.
+    fn take_released(
+        &mut self,
+        live_uids: impl FnOnce() -> HashSet<u32>,
+        claim: &mut impl FnMut(u32) -> Result<bool, String>,
+    ) -> Result<u32, String> {
         let mut scan = Some(live_uids);
         let mut live: Option<HashSet<u32>> = None;
         let mut has_processes = |uid: u32| {
             live.get_or_insert_with(|| scan.take().map(|scan| scan()).unwrap_or_default())
                 .contains(&uid)
         };
+        let mut claimed_elsewhere = 0usize;
         for uid in self.before_restart.by_ref() {
             // In the range (below the high-water mark), so it fits.
             let uid = uid as u32;
@@ -157,7 +183,14 @@ impl UidPool {
                 continue;
             }
             if !has_processes(uid) {
-                return Ok(uid);
+                match claim(uid) {
+                    Ok(true) => return Ok(uid),
+                    Ok(false) => claimed_elsewhere += 1,
+                    Err(problem) => {
+                        self.released.push_front(uid);
+                        return Err(problem);
+                    }
+                }
             }
             self.released.push_back(uid);
         }
@@ -171,9 +204,23 @@ impl UidPool {
         for _ in 0..self.released.len() {
             let uid = self.released.pop_front().expect("not empty");
             if !has_processes(uid) {
-                return Ok(uid);
+                match claim(uid) {
+                    Ok(true) => return Ok(uid),
+                    Ok(false) => claimed_elsewhere += 1,
+                    Err(problem) => {
+                        self.released.push_front(uid);
+                        return Err(problem);
+                    }
+                }
             }
             self.released.push_back(uid);
+        }
+        if claimed_elsewhere > 0 {
+            return Err(format!(
+                "no uid of runner_uid_range {} is free: of the {} not held by this daemon's sandboxes, {claimed_elsewhere} are claimed by other sandboxd daemons on this host and the rest still have processes — widen the range, or give each daemon its own",
+                self.range,
+                self.released.len()
+            ));
         }
         Err(format!(
             "no uid of runner_uid_range {} is free: the {} released ones all still have processes (e.g. uid {})",
@@ -208,15 +255,31 @@ impl UidPool {
 }
 
 /// The pool as the driver shares it between its spawner threads, with the
-/// ledger records of each change.
+/// ledger records and the host-wide claims of each change.
 pub struct SandboxUids {
     pool: Mutex<UidPool>,
+    claims: UidClaims,
 }
 
 impl SandboxUids {
-    pub fn new(pool: UidPool) -> SandboxUids {
+    /// The restored pool, its uids claimed again host-wide (a uid another
+    /// daemon claims meanwhile is a clash: logged here, and its sandbox
+    /// refused at its next ensure), and this daemon's claims on uids it no
+    /// longer holds removed. Blocking.
+    pub fn new(pool: UidPool, claims: UidClaims) -> SandboxUids {
+        let held: HashSet<u32> = pool.owners.keys().copied().collect();
+        for (base, uid) in &pool.by_sandbox {
+            if let Err(error) = claims.hold(*uid, base) {
+                tracing::error!(sandbox = %base, uid, %error, "a uid of this daemon's ledger is another daemon's: its sandbox is refused until one of the two is removed");
+            }
+        }
+        let removed = claims.remove_stale_own(&held);
+        if removed > 0 {
+            tracing::info!(removed, dir = %claims.dir().display(), "removed this daemon's claims on uids it no longer holds");
+        }
         SandboxUids {
             pool: Mutex::new(pool),
+            claims,
         }
     }
 
@@ -228,23 +291,54 @@ impl SandboxUids {
 
     /// The sandbox's uid: the one it has (a respawn, a kept workspace), else
     /// a new one, which [`SandboxUids::settle_new`] records or takes back.
+    /// Either way claimed host-wide: a uid another daemon claims is
+    /// skipped when new, and refused (a clash) when the sandbox has it.
     pub fn assign(&self, key: &SandboxKey) -> Result<Assignment, SandboxError> {
         let mut pool = self.pool();
         let range = pool.range();
-        pool.assign(&key.base_name, || live_uids_in(range))
+        let base = &key.base_name;
+        let claims = &self.claims;
+        let assignment = pool
+            .assign(
+                base,
+                || live_uids_in(range),
+                |uid| match claims.hold(uid, base) {
+                    Ok(()) => Ok(true),
+                    Err(error) if error.is_held() => {
+                        tracing::debug!(uid, %error, "skipping a uid another daemon claims");
+                        Ok(false)
+                    }
+                    Err(error) => Err(error.to_string()),
+                },
+            )
             .map_err(|problem| {
                 SandboxError::Unavailable(format!(
                     "cannot start the runner of {} '{}': {problem}",
                     key.scope, key.id
                 ))
-            })
+            })?;
+        if let Assignment::Kept(uid) = assignment {
+            claims.hold(uid, base).map_err(|error| {
+                let problem = format!(
+                    "cannot start the runner of {} '{}' as its uid {uid}: {error}",
+                    key.scope, key.id
+                );
+                if error.is_held() {
+                    SandboxError::FailedPrecondition(problem)
+                } else {
+                    SandboxError::Unavailable(problem)
+                }
+            })?;
+        }
+        Ok(assignment)
     }
 
     /// Records a new uid once its runner started (a crash before that
     /// leaves at most a workspace owned by it, which the next start
     /// adopts). When the spawn failed, the empty workspace it may have made
-    /// goes and the uid is taken back: a failed ensure leaves nothing
-    /// behind. A workspace with files in it (`rmdir` refuses) keeps the uid.
+    /// goes and the uid is taken back (and its claim removed): a failed
+    /// ensure leaves nothing behind. A workspace with files in it (`rmdir`
+    /// refuses) keeps the uid.
     pub fn settle_new(
         &self,
         key: &SandboxKey,
@@ -259,22 +353,41 @@ impl SandboxUids {
                 Err(error) => error.kind() == std::io::ErrorKind::NotFound,
             };
         if unused {
-            self.pool().take_back(&key.base_name, uid);
+            let mut pool = self.pool();
+            pool.take_back(&key.base_name, uid);
+            self.claims.release(uid);
         } else if let Err(error) = ledger.record_uid(&key.base_name, uid) {
             tracing::warn!(%error, uid, "cannot record the sandbox's uid in the ledger");
         }
     }
 
     /// Gives the sandbox's uid back once its runner is gone and its
-    /// workspace removed. Whether a process of it survived elsewhere is
-    /// checked when the uid is handed out again.
+    /// workspace removed, with its host-wide claim. Whether a process of
+    /// it survived elsewhere is checked when the uid is handed out again.
     pub fn release(&self, key: &SandboxKey, ledger: &Ledger) {
-        let released = self.pool().release(&key.base_name);
+        let released = {
+            let mut pool = self.pool();
+            let released = pool.release(&key.base_name);
+            if let Some(uid) = released {
+                self.claims.release(uid);
+            }
+            released
+        };
         if let Some(uid) = released {
             if let Err(error) = ledger.release_uid(&key.base_name, uid) {
                 tracing::warn!(%error, uid, "cannot record the release of a sandbox's uid in the ledger");
             }
         }
+    }
+
+    /// The sandbox's uid, if it has one.
+    pub fn uid_of(&self, key: &SandboxKey) -> Option<u32> {
+        self.pool().uid_of(&key.base_name)
+    }
+
+    /// Where the host-wide claims are (for `status`).
+    pub fn claims_dir(&self) -> &Path {
+        self.claims.dir()
     }
 }
 
@@ -375,6 +488,10 @@ mod tests {
         HashSet::new()
     }
 
+    fn claim_all(_: u32) -> Result<bool, String> {
+        Ok(true)
+    }
+
     fn empty_pool() -> UidPool {
         UidPool::new(RANGE, [], 0).0
     }
@@ -383,9 +500,18 @@ mod tests {
     fn fresh_uids_go_out_lowest_first_without_a_scan_and_a_sandbox_keeps_its_own() {
         let mut pool = empty_pool();
         let no_scan = || -> HashSet<u32> { panic!("a fresh uid needs no scan") };
-        assert_eq!(pool.assign("a", no_scan), Ok(Assignment::New(1000)));
-        assert_eq!(pool.assign("b", no_scan), Ok(Assignment::New(1001)));
-        assert_eq!(pool.assign("a", no_scan), Ok(Assignment::Kept(1000)));
+        assert_eq!(
+            pool.assign("a", no_scan, claim_all),
+            Ok(Assignment::New(1000))
+        );
+        assert_eq!(
+            pool.assign("b", no_scan, claim_all),
+            Ok(Assignment::New(1001))
+        );
+        assert_eq!(
+            pool.assign("a", no_scan, claim_all),
+            Ok(Assignment::Kept(1000))
+        );
         assert_eq!(pool.uid_of("b"), Some(1001));
         assert_eq!(pool.high_water(), 1002);
     }
@@ -394,15 +520,24 @@ mod tests {
     fn released_uids_wait_until_the_fresh_ones_are_used_up_then_go_longest_released_first() {
         let mut pool = empty_pool();
         for base in ["a", "b", "c"] {
-            pool.assign(base, nothing_live).unwrap();
+            pool.assign(base, nothing_live, claim_all).unwrap();
         }
         assert_eq!(pool.release("b"), Some(1001));
         assert_eq!(pool.release("a"), Some(1000));
         assert_eq!(pool.release("a"), None, "released twice");
-        assert_eq!(pool.assign("d", nothing_live), Ok(Assignment::New(1003)));
-        assert_eq!(pool.assign("e", nothing_live), Ok(Assignment::New(1001)));
-        assert_eq!(pool.assign("f", nothing_live), Ok(Assignment::New(1000)));
-        let error = pool.assign("g", nothing_live).unwrap_err();
+        assert_eq!(
+            pool.assign("d", nothing_live, claim_all),
+            Ok(Assignment::New(1003))
+        );
+        assert_eq!(
+            pool.assign("e", nothing_live, claim_all),
+            Ok(Assignment::New(1001))
+        );
+        assert_eq!(
+            pool.assign("f", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
+        let error = pool.assign("g", nothing_live, claim_all).unwrap_err();
         assert!(
             error.contains("every uid of runner_uid_range 1000-1003 (4)"),
             "{error}"
@@ -413,28 +548,40 @@ mod tests {
     fn a_released_uid_with_a_live_process_is_skipped_until_it_has_none() {
         let mut pool = empty_pool();
         for base in ["a", "b", "c", "d"] {
-            pool.assign(base, nothing_live).unwrap();
+            pool.assign(base, nothing_live, claim_all).unwrap();
         }
         pool.release("a");
         pool.release("b");
         let a_lives = || HashSet::from([1000]);
-        assert_eq!(pool.assign("e", a_lives), Ok(Assignment::New(1001)));
-        let error = pool.assign("f", a_lives).unwrap_err();
+        assert_eq!(
+            pool.assign("e", a_lives, claim_all),
+            Ok(Assignment::New(1001))
+        );
+        let error = pool.assign("f", a_lives, claim_all).unwrap_err();
         assert!(
             error.contains("still have processes (e.g. uid 1000)"),
             "{error}"
         );
-        assert_eq!(pool.assign("f", nothing_live), Ok(Assignment::New(1000)));
+        assert_eq!(
+            pool.assign("f", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
     }
 
     #[test]
     fn a_uid_taken_back_goes_out_next_as_if_never_handed_out() {
         let mut pool = empty_pool();
-        assert_eq!(pool.assign("a", nothing_live), Ok(Assignment::New(1000)));
+        assert_eq!(
+            pool.assign("a", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
         pool.take_back("a", 1000);
         assert_eq!(pool.uid_of("a"), None);
         assert_eq!(pool.high_water(), 1000);
-        assert_eq!(pool.assign("b", nothing_live), Ok(Assignment::New(1000)));
+        assert_eq!(
+            pool.assign("b", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
     }
 
     #[test]
@@ -449,9 +596,18 @@ mod tests {
         assert_eq!(pool.uid_of("b"), Some(1001));
         assert_eq!(pool.high_water(), 1002);
         // Fresh first, then 1000, which was handed out before the restart.
-        assert_eq!(pool.assign("c", nothing_live), Ok(Assignment::New(1002)));
-        assert_eq!(pool.assign("d", nothing_live), Ok(Assignment::New(1003)));
-        assert_eq!(pool.assign("e", nothing_live), Ok(Assignment::New(1000)));
+        assert_eq!(
+            pool.assign("c", nothing_live, claim_all),
+            Ok(Assignment::New(1002))
+        );
+        assert_eq!(
+            pool.assign("d", nothing_live, claim_all),
+            Ok(Assignment::New(1003))
+        );
+        assert_eq!(
+            pool.assign("e", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
     }
 
     #[test]
@@ -463,13 +619,58 @@ mod tests {
         let adopted = [("old".to_string(), 3_999_999_999)];
         let (mut pool, _) = UidPool::new(range, adopted, 0);
         assert_eq!(
-            pool.assign("a", nothing_live),
+            pool.assign("a", nothing_live, claim_all),
             Ok(Assignment::New(4_000_000_000))
         );
         let busy = || HashSet::from([1000, 1001]);
-        assert_eq!(pool.assign("b", busy), Ok(Assignment::New(1002)));
+        assert_eq!(pool.assign("b", busy, claim_all), Ok(Assignment::New(1002)));
         // The busy ones wait at the back; the rest keep coming lowest first.
-        assert_eq!(pool.assign("c", nothing_live), Ok(Assignment::New(1003)));
+        assert_eq!(
+            pool.assign("c", nothing_live, claim_all),
+            Ok(Assignment::New(1003))
+        );
+    }
+
+    #[test]
+    fn uids_another_daemon_claims_are_skipped_and_tried_again_once_released_ones_are_due() {
+        let mut pool = empty_pool();
+        let mut elsewhere = HashSet::from([1000, 1001]);
+        let mut claim = |uid: u32| Ok(!elsewhere.contains(&uid));
+        assert_eq!(
+            pool.assign("a", nothing_live, &mut claim),
+            Ok(Assignment::New(1002))
+        );
+        assert_eq!(
+            pool.assign("b", nothing_live, &mut claim),
+            Ok(Assignment::New(1003))
+        );
+        let error = pool.assign("c", nothing_live, &mut claim).unwrap_err();
+        assert!(
+            error.contains("2 are claimed by other sandboxd daemons"),
+            "{error}"
+        );
+        // The other daemon released 1001.
+        elsewhere.remove(&1001);
+        let mut claim = |uid: u32| Ok(!elsewhere.contains(&uid));
+        assert_eq!(
+            pool.assign("c", nothing_live, &mut claim),
+            Ok(Assignment::New(1001))
+        );
+    }
+
+    #[test]
+    fn a_failing_claim_ends_the_search_and_uses_up_no_uid() {
+        let mut pool = empty_pool();
+        let broken = |_: u32| Err("cannot claim: no such directory".to_string());
+        assert_eq!(
+            pool.assign("a", nothing_live, broken),
+            Err("cannot claim: no such directory".to_string())
+        );
+        assert_eq!(pool.high_water(), 1000);
+        assert_eq!(
+            pool.assign("a", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
     }
 
     #[test]

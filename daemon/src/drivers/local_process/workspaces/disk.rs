@@ -10,7 +10,7 @@ use sandboxd_protocol::Scope;
 /// At most this many entries of one workspace are visited to size it: a
 /// runner cannot make a listing take forever with a tree of millions of
 /// files (the size is then a lower bound).
-const MAX_ENTRIES_SIZED: usize = 1_000_000;
+pub const MAX_ENTRIES_SIZED: usize = 1_000_000;
 
 /// One workspace directory found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +68,20 @@ pub fn file_modified_ms(path: &Path) -> Option<u64> {
 /// Bytes `path` takes on disk (allocated blocks), the whole tree for a
 /// directory; symbolic links are not followed. 0 when it is gone. Blocking.
 pub fn bytes_on_disk(path: &Path) -> u64 {
+    measure(path).bytes
+}
+
+/// What [`measure`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Measured {
+    pub bytes: u64,
+    /// False when the tree had more than [`MAX_ENTRIES_SIZED`] entries:
+    /// `bytes` is then a lower bound.
+    pub complete: bool,
+}
+
+/// [`bytes_on_disk`], saying whether the whole tree was visited. Blocking.
+pub fn measure(path: &Path) -> Measured {
     let mut total = 0;
     let mut visited = 0;
     let mut pending = vec![path.to_path_buf()];
@@ -78,7 +92,10 @@ pub fn bytes_on_disk(path: &Path) -> u64 {
         total += metadata.blocks() * 512;
         visited += 1;
         if visited >= MAX_ENTRIES_SIZED {
-            break;
+            return Measured {
+                bytes: total,
+                complete: pending.is_empty() && !metadata.is_dir(),
+            };
         }
         if metadata.is_dir() {
             if let Ok(entries) = std::fs::read_dir(&next) {
@@ -86,7 +103,10 @@ pub fn bytes_on_disk(path: &Path) -> u64 {
             }
         }
     }
-    total
+    Measured {
+        bytes: total,
+        complete: true,
+    }
 }
 
 #[cfg(test)]

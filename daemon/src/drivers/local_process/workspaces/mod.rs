@@ -17,7 +17,7 @@
 //! the TTL, at least every second and at most every hour.
 
 mod catalog;
-mod disk;
+pub mod disk;
 pub mod owner;
 pub mod scan;
 

@@ -137,6 +137,8 @@ impl LocalProcessDriver {
         {
             state_dir::check_reachable(&dirs.sandboxes, uid, gid, &identity.display)?;
         }
+        // What runners go back to: the limits before the daemon raised its own.
+        isolation::clean_start::remember_startup_limits();
         state_dir::raise_open_file_limit();
         // Before the reaper starts: the daemon may move into a leaf cgroup.
         let containment = cgroup::setup::set_up(config)?;
@@ -208,6 +210,10 @@ impl LocalProcessDriver {
             backend_endpoint: config.backend_endpoint.clone(),
             temporal_address: config.temporal_address.clone(),
             inherited_env: launch::spawn::inherited_env(),
+            runner_path: config.runner_path.clone().into(),
+            filters: Arc::new(isolation::kernel_filters::KernelFilters::for_this_host(
+                &config.runner_path,
+            )),
             oom_score_adj: config.runner_oom_score_adj,
             sandboxes_dir: dirs.sandboxes,
             logs_dir: dirs.logs,
@@ -631,7 +637,11 @@ impl Driver for LocalProcessDriver {
     }
 
     fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
-        let features = isolation::features(&self.inner.settings.identity, &self.inner.containment);
+        let features = isolation::features(
+            &self.inner.settings.identity,
+            &self.inner.containment,
+            &self.inner.settings.filters,
+        );
         ("uid-cgroup".to_string(), features)
     }
 

@@ -7,14 +7,26 @@
 //! [`features`] is what `status` and `describe` list: every mechanism,
 //! in force or not, with how or why not.
 
+pub mod clean_start;
+pub mod kernel_filters;
+pub mod keyring;
+pub mod landlock;
+pub mod seccomp;
+
 use sandboxd_protocol::IsolationFeature;
 
 use super::cgroup::Containment;
 use super::users::identity::{RunnerIdentity, RunnerUsers};
+use kernel_filters::KernelFilters;
 
 /// The mechanisms every sandbox started now gets, in force or not.
-pub fn features(identity: &RunnerIdentity, containment: &Containment) -> Vec<IsolationFeature> {
+pub fn features(
+    identity: &RunnerIdentity,
+    containment: &Containment,
+    filters: &KernelFilters,
+) -> Vec<IsolationFeature> {
     let mut features = vec![uid_feature(identity), cgroup_feature(containment)];
+    features.extend(filters.features());
     features.sort_by(|a, b| a.name.cmp(&b.name));
     features
 }

@@ -35,6 +35,9 @@
 //!   10 ms; a SIGTERM meanwhile waits until then), so a test decides when.
 //! - `--serve-attacks`: once `pid` is written, wait for an `attack` file and
 //!   attack the runner it names (see [`attack`]).
+//! - `--kernel-probes`: list the descriptors it started with first thing,
+//!   and before `pid` hold a session key and an abstract socket and write
+//!   `kernel-start.json` (see [`attack::hold_kernel_objects`]).
 
 #[path = "runner_fixture/attack.rs"]
 mod attack;
@@ -59,6 +62,7 @@ struct Flags {
     escape: bool,
     fork_many: u32,
     serve_attacks: bool,
+    kernel_probes: bool,
     connect: Option<String>,
 }
 
@@ -77,6 +81,7 @@ fn parse_flags() -> Result<Flags, String> {
                     .map_err(|_| format!("bad fork count '{value}'"))?;
             }
             "--serve-attacks" => flags.serve_attacks = true,
+            "--kernel-probes" => flags.kernel_probes = true,
             "--exit-code" => {
                 let value = args.next().ok_or("--exit-code needs a value")?;
                 flags.exit_code = Some(
@@ -247,7 +252,27 @@ fn fork_many(count: u32) -> String {
     format!("started {started} refused {refused} errno {first_errno}\n")
 }
 
+/// `/proc/self/fd` as `[fd, link target]` (the listing's own descriptor
+/// among them, linked to `/proc/<pid>/fd`).
+fn open_descriptors() -> Vec<(i32, String)> {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    let mut fds: Vec<(i32, String)> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let fd = entry.file_name().to_str()?.parse().ok()?;
+            let target = std::fs::read_link(entry.path()).ok()?;
+            Some((fd, target.display().to_string()))
+        })
+        .collect();
+    fds.sort();
+    fds
+}
+
 fn main() -> ExitCode {
+    // First, before anything here opens one: what it was started with.
+    let start_fds = open_descriptors();
     let flags = match parse_flags() {
         Ok(flags) => flags,
         Err(message) => {
@@ -347,6 +372,13 @@ fn main() -> ExitCode {
     let mut _memory = None;
     if flags.allocate_when.is_none() {
         _memory = allocate_resident(flags.allocate_mib);
+    }
+
+    if flags.kernel_probes {
+        if let Err(error) = attack::hold_kernel_objects(&workspace, start_fds) {
+            eprintln!("runner-fixture: cannot hold its kernel objects: {error}");
+            return ExitCode::from(4);
+        }
     }
 
     let pid_text = format!("{}\n", std::process::id());

@@ -60,7 +60,8 @@ pub struct AccessConfig {
 pub const DEFAULT_RUNNER_LOG_MAX_SIZE: u64 = 16 * 1024 * 1024;
 /// The `PATH` runners start with unless `runner_path` says otherwise:
 /// systemd's default for the services it starts, not the daemon's own.
-pub const DEFAULT_RUNNER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub const DEFAULT_RUNNER_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// The smallest cap allowed: below a few lines, rotation would be constant.
 pub const MIN_RUNNER_LOG_MAX_SIZE: u64 = 1024;
 
@@ -758,7 +759,11 @@ mod tests {
     fn runner_path_defaults_to_systemds_and_must_be_absolute_directories() {
         let config = resolve("", &[], Flags::default()).unwrap();
         assert_eq!(config.runner_path, DEFAULT_RUNNER_PATH);
-        let config = resolve("runner_path = \"/opt/tools/bin:/usr/bin\"", &[], Flags::default());
+        let config = resolve(
+            "runner_path = \"/opt/tools/bin:/usr/bin\"",
+            &[],
+            Flags::default(),
+        );
         assert_eq!(config.unwrap().runner_path, "/opt/tools/bin:/usr/bin");
         for bad in ["bin:/usr/bin", "/usr/bin::/bin", ""] {
             let error = resolve(&format!("runner_path = {bad:?}"), &[], Flags::default())

@@ -131,11 +131,20 @@ async fn attack_each_other(egress: Option<&str>) {
         ("mount a tmpfs", libc::EPERM),
         ("clone3", libc::ENOSYS),
         ("read the daemon's session key", libc::EACCES),
-        ("find the daemon's key from its session keyring", libc::ENOKEY),
+        (
+            "find the daemon's key from its session keyring",
+            libc::ENOKEY,
+        ),
         ("read the other sandbox's key", libc::EACCES),
-        ("connect to the other sandbox's abstract socket", libc::EPERM),
+        (
+            "connect to the other sandbox's abstract socket",
+            libc::EPERM,
+        ),
         ("control: read its own key", 0),
-        ("control: connect to its own abstract socket from a child", 0),
+        (
+            "control: connect to its own abstract socket from a child",
+            0,
+        ),
         ("control: fork", 0),
         ("control: a thread", 0),
         ("control: sh -c", 0),
@@ -190,8 +199,13 @@ async fn attack_each_other(egress: Option<&str>) {
         assert_eq!(env.get("PATH").map(String::as_str), Some(SYSTEMD_PATH));
     }
     // Each runner has a session keyring of its own.
-    let keyrings = held.clone().map(|start| start["session_keyring"].as_i64().unwrap());
-    assert_ne!(keyrings[0], keyrings[1], "one session keyring for two sandboxes");
+    let keyrings = held
+        .clone()
+        .map(|start| start["session_keyring"].as_i64().unwrap());
+    assert_ne!(
+        keyrings[0], keyrings[1],
+        "one session keyring for two sandboxes"
+    );
 
     // status says so.
     let status = daemon.client().await.status().await.unwrap();

@@ -217,8 +217,16 @@ pub fn hold_kernel_objects(workspace: &Path, start_fds: Vec<(i32, String)>) -> R
         .map_err(|error| error.to_string())?;
     let listener = std::os::unix::net::UnixListener::bind_addr(&address)
         .map_err(|error| format!("listen on @{abstract_name}: {error}"))?;
-    let session_keyring = keyctl(libc::KEYCTL_GET_KEYRING_ID, libc::KEY_SPEC_SESSION_KEYRING as i64, 0, 0);
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let session_keyring = keyctl(
+        libc::KEYCTL_GET_KEYRING_ID,
+        libc::KEY_SPEC_SESSION_KEYRING as i64,
+        0,
+        0,
+    );
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit writes one rlimit.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
     let report = serde_json::json!({
@@ -228,51 +236,133 @@ pub fn hold_kernel_objects(workspace: &Path, start_fds: Vec<(i32, String)>) -> R
         "key": key,
         "abstract": abstract_name,
     });
-    HELD.set(Held { key, abstract_name, _listener: listener })
-        .map_err(|_| "kernel objects held twice".to_string())?;
+    HELD.set(Held {
+        key,
+        abstract_name,
+        _listener: listener,
+    })
+    .map_err(|_| "kernel objects held twice".to_string())?;
     let text = serde_json::to_vec_pretty(&report).expect("json serializes");
-    super::write_atomically(workspace, "kernel-start.json", &text).map_err(|error| error.to_string())
+    super::write_atomically(workspace, "kernel-start.json", &text)
+        .map_err(|error| error.to_string())
 }
 
 /// The kernel attempts, each with its errno (0: it worked).
 fn kernel_attempts(other_socket: &str, other_key: i32, daemon_key: i32) -> Vec<serde_json::Value> {
     let held = HELD.get();
     let own_key = held.map_or(-1, |held| held.key);
-    let own_socket = held.map(|held| held.abstract_name.clone()).unwrap_or_default();
+    let own_socket = held
+        .map(|held| held.abstract_name.clone())
+        .unwrap_or_default();
     let outcomes: Vec<(&str, i32)> = vec![
-        // SAFETY (all in_child probes): raw system calls in a forked child.
-        ("unshare(CLONE_NEWUSER)", in_child(|| unsafe { libc::unshare(libc::CLONE_NEWUSER) })),
-        ("unshare(CLONE_NEWNS)", in_child(|| unsafe { libc::unshare(libc::CLONE_NEWNS) })),
-        ("clone(CLONE_NEWUSER)", in_child(|| unsafe {
-            let pid = libc::syscall(libc::SYS_clone, libc::CLONE_NEWUSER | libc::SIGCHLD, 0, 0, 0, 0);
-            if pid == 0 {
-                libc::_exit(0);
-            }
-            pid as libc::c_int
-        })),
+        (
+            "unshare(CLONE_NEWUSER)",
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            in_child(|| unsafe { libc::unshare(libc::CLONE_NEWUSER) }),
+        ),
+        (
+            "unshare(CLONE_NEWNS)",
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            in_child(|| unsafe { libc::unshare(libc::CLONE_NEWNS) }),
+        ),
+        (
+            "clone(CLONE_NEWUSER)",
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            in_child(|| unsafe {
+                let pid = libc::syscall(
+                    libc::SYS_clone,
+                    libc::CLONE_NEWUSER | libc::SIGCHLD,
+                    0,
+                    0,
+                    0,
+                    0,
+                );
+                if pid == 0 {
+                    libc::_exit(0);
+                }
+                pid as libc::c_int
+            }),
+        ),
         // Unfiltered: EINVAL (it is already in that namespace).
-        ("setns into its own user namespace", in_child(|| unsafe {
-            let fd = libc::open(c"/proc/self/ns/user".as_ptr(), libc::O_RDONLY);
-            libc::setns(fd, libc::CLONE_NEWUSER)
-        })),
+        (
+            "setns into its own user namespace",
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            in_child(|| unsafe {
+                let fd = libc::open(c"/proc/self/ns/user".as_ptr(), libc::O_RDONLY);
+                libc::setns(fd, libc::CLONE_NEWUSER)
+            }),
+        ),
         // Unfiltered: ENOENT (the target is looked up first).
-        ("mount a tmpfs", in_child(|| unsafe {
-            libc::mount(c"none".as_ptr(), c"/nonexistent/sandboxd-test".as_ptr(), c"tmpfs".as_ptr(), 0, std::ptr::null())
-        })),
+        (
+            "mount a tmpfs",
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            in_child(|| unsafe {
+                libc::mount(
+                    c"none".as_ptr(),
+                    c"/nonexistent/sandboxd-test".as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                )
+            }),
+        ),
         // Unfiltered: EINVAL (no clone_args).
-        ("clone3", in_child(|| unsafe {
-            libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize) as libc::c_int
-        })),
-        ("read the daemon's session key", keyctl_errno(libc::KEYCTL_READ, daemon_key)),
-        ("find the daemon's key from its session keyring", search_session(DAEMON_KEY_DESCRIPTION)),
-        ("read the other sandbox's key", keyctl_errno(libc::KEYCTL_READ, other_key)),
-        ("connect to the other sandbox's abstract socket", connect_abstract(other_socket)),
-        ("control: read its own key", keyctl_errno(libc::KEYCTL_READ, own_key)),
-        ("control: connect to its own abstract socket from a child", in_child_connect(&own_socket)),
+        (
+            "clone3",
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            in_child(|| unsafe {
+                libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize) as libc::c_int
+            }),
+        ),
+        (
+            "read the daemon's session key",
+            keyctl_errno(libc::KEYCTL_READ, daemon_key),
+        ),
+        (
+            "find the daemon's key from its session keyring",
+            search_session(DAEMON_KEY_DESCRIPTION),
+        ),
+        (
+            "read the other sandbox's key",
+            keyctl_errno(libc::KEYCTL_READ, other_key),
+        ),
+        (
+            "connect to the other sandbox's abstract socket",
+            connect_abstract(other_socket),
+        ),
+        (
+            "control: read its own key",
+            keyctl_errno(libc::KEYCTL_READ, own_key),
+        ),
+        (
+            "control: connect to its own abstract socket from a child",
+            in_child_connect(&own_socket),
+        ),
         ("control: fork", in_child(|| 0)),
-        ("control: a thread", errno_of(std::thread::spawn(|| ()).join().map_err(|_| std::io::Error::other("panicked")))),
-        ("control: sh -c", exit_errno(std::process::Command::new("sh").args(["-c", "exit 0"]).status())),
-        ("control: python3 -c", exit_errno(std::process::Command::new("python3").args(["-c", "import os; os.fork() or os._exit(0)"]).status())),
+        (
+            "control: a thread",
+            errno_of(
+                std::thread::spawn(|| ())
+                    .join()
+                    .map_err(|_| std::io::Error::other("panicked")),
+            ),
+        ),
+        (
+            "control: sh -c",
+            exit_errno(
+                std::process::Command::new("sh")
+                    .args(["-c", "exit 0"])
+                    .status(),
+            ),
+        ),
+        (
+            "control: python3 -c",
+            exit_errno(
+                std::process::Command::new("python3")
+                    .args(["-c", "import os; os.fork() or os._exit(0)"])
+                    .status(),
+            ),
+        ),
     ];
     outcomes
         .into_iter()
@@ -286,7 +376,13 @@ fn in_child(probe: impl FnOnce() -> libc::c_int) -> i32 {
     // SAFETY: the child only makes raw system calls and _exits.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        let code = if probe() < 0 { std::io::Error::last_os_error().raw_os_error().unwrap_or(255) } else { 0 };
+        let code = if probe() < 0 {
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(255)
+        } else {
+            0
+        };
         // SAFETY: ends the forked child.
         unsafe { libc::_exit(code) };
     }
@@ -296,7 +392,11 @@ fn in_child(probe: impl FnOnce() -> libc::c_int) -> i32 {
     let mut status = 0;
     // SAFETY: our own child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
-    if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 }
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    }
 }
 
 /// 0 when the command ran and exited 0; its spawn errno; -1 for a failure.
@@ -335,8 +435,17 @@ fn add_session_key(description: &str, payload: &[u8]) -> Result<i32, String> {
 /// The errno of `keyctl(operation, key, buffer, 64)` (0: allowed).
 fn keyctl_errno(operation: u32, key: i32) -> i32 {
     let mut buffer = [0u8; 64];
-    let done = keyctl(operation, key as i64, buffer.as_mut_ptr() as i64, buffer.len() as i64);
-    if done < 0 { std::io::Error::last_os_error().raw_os_error().unwrap_or(-1) } else { 0 }
+    let done = keyctl(
+        operation,
+        key as i64,
+        buffer.as_mut_ptr() as i64,
+        buffer.len() as i64,
+    );
+    if done < 0 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    } else {
+        0
+    }
 }
 
 /// The errno of a search of its session keyring for a user key.
@@ -353,7 +462,11 @@ fn search_session(description: &str) -> i32 {
             0,
         )
     };
-    if done < 0 { std::io::Error::last_os_error().raw_os_error().unwrap_or(-1) } else { 0 }
+    if done < 0 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    } else {
+        0
+    }
 }
 
 fn connect_abstract(name: &str) -> i32 {

@@ -11,7 +11,7 @@ use sandboxd_protocol::IsolationFeature;
 
 use super::clean_start::{ChildCleanStart, CleanStart};
 use super::landlock::LandlockScoping;
-use super::seccomp::{SeccompPlan, MAX_FILTERS};
+use super::seccomp::SeccompPlan;
 
 /// Each mechanism, or why this host cannot have it.
 #[derive(Debug)]
@@ -71,25 +71,23 @@ impl KernelFilters {
         ]
     }
 
+    /// The open-file limit runners start with.
+    #[cfg(test)]
+    pub fn clean_start_nofile(&self) -> super::clean_start::Limit {
+        self.clean_start.runner_nofile()
+    }
+
     /// The plain values the clone child reads; the pointers in it point
     /// into `self`, which must outlive the clone.
     pub fn child_plan(&self) -> ChildFilters {
-        let (seccomp, seccomp_len) = match &self.seccomp {
-            Ok(plan) => plan.programs(),
-            Err(_) => (
-                [libc::sock_fprog {
-                    len: 0,
-                    filter: std::ptr::null_mut(),
-                }; MAX_FILTERS],
-                0,
-            ),
-        };
         ChildFilters {
             join_session_keyring: self.keyring.is_ok(),
-            landlock_ruleset: self.landlock.as_ref().map_or(-1, |scoping| scoping.ruleset_fd()),
+            landlock_ruleset: self
+                .landlock
+                .as_ref()
+                .map_or(-1, |scoping| scoping.ruleset_fd()),
             clean_start: self.clean_start.child_plan(),
-            seccomp,
-            seccomp_len,
+            seccomp: self.seccomp.as_ref().ok().map(SeccompPlan::program),
         }
     }
 }
@@ -101,13 +99,6 @@ pub struct ChildFilters {
     /// `-1`: no Landlock scoping on this host.
     pub landlock_ruleset: RawFd,
     pub clean_start: ChildCleanStart,
-    seccomp: [libc::sock_fprog; MAX_FILTERS],
-    seccomp_len: usize,
-}
-
-impl ChildFilters {
-    /// The seccomp programs to install (none where not in force).
-    pub fn seccomp(&self) -> &[libc::sock_fprog] {
-        &self.seccomp[..self.seccomp_len]
-    }
+    /// `None`: no seccomp filter on this host.
+    pub seccomp: Option<libc::sock_fprog>,
 }

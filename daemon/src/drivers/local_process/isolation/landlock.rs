@@ -140,8 +140,16 @@ mod tests {
                     libc::_exit(255);
                 }
                 let socket = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
-                let done = libc::connect(socket, (&address as *const libc::sockaddr_un).cast(), length);
-                libc::_exit(if done < 0 { *libc::__errno_location() } else { 0 });
+                let done = libc::connect(
+                    socket,
+                    (&address as *const libc::sockaddr_un).cast(),
+                    length,
+                );
+                libc::_exit(if done < 0 {
+                    *libc::__errno_location()
+                } else {
+                    0
+                });
             }
         }
         let mut status = 0;
@@ -167,7 +175,11 @@ mod tests {
         .unwrap();
         let fd = scoping.ruleset_fd();
         assert_eq!(connect_errno(fd, name.as_bytes(), false), 0, "unscoped");
-        assert_eq!(connect_errno(fd, name.as_bytes(), true), libc::EPERM, "scoped");
+        assert_eq!(
+            connect_errno(fd, name.as_bytes(), true),
+            libc::EPERM,
+            "scoped"
+        );
         drop(listener);
     }
 }

@@ -606,8 +606,7 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         // descriptor beyond 0-2 closed, the limits lowered (no privilege
         // needed by now).
         if let Some(filters) = &plan.filters {
-            if filters.landlock_ruleset >= 0 && !landlock::restrict_self(filters.landlock_ruleset)
-            {
+            if filters.landlock_ruleset >= 0 && !landlock::restrict_self(filters.landlock_ruleset) {
                 fail(plan, STEP_LANDLOCK);
             }
             filters.clean_start.close_inherited();
@@ -621,8 +620,12 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
         // Last before exec (after no_new_privs, which it needs): from here
         // on the calls above would be refused.
-        if let Some(filters) = &plan.filters {
-            if !seccomp::apply(filters.seccomp()) {
+        if let Some(filter) = plan
+            .filters
+            .as_ref()
+            .and_then(|filters| filters.seccomp.as_ref())
+        {
+            if !seccomp::apply(filter) {
                 fail(plan, STEP_SECCOMP);
             }
         }
@@ -1087,6 +1090,34 @@ mod tests {
         ] {
             assert!(out.lines().any(|got| got == line), "no {line:?} in:\n{out}");
         }
+    }
+
+    #[tokio::test]
+    async fn under_the_kernel_filters_a_shell_runs_clean_and_cannot_unshare() {
+        if !is_root() {
+            eprintln!("skipped: needs root to switch users");
+            return;
+        }
+        let filters = Arc::new(KernelFilters::for_this_host("/usr/bin:/bin"));
+        let script = "unshare -U true 2>/dev/null; echo unshare=$?; \
+                      echo nofile=$(ulimit -Sn)/$(ulimit -Hn); \
+                      exec ls /proc/self/fd";
+        let (plan, mut output) = plan("/bin/sh", &["-c", script], "/", as_user(65534, 65534));
+        // A descriptor left open across exec by mistake: the clean start closes it.
+        let leaked = File::open("/dev/null").unwrap();
+        // SAFETY: clears close-on-exec on a descriptor this test owns.
+        unsafe { libc::fcntl(leaked.as_raw_fd(), libc::F_SETFD, 0) };
+        let runner = plan.with_filters(filters.clone()).spawn().unwrap();
+        let status = runner.wait().await.unwrap();
+        let mut text = String::new();
+        output.read_to_string(&mut text).unwrap();
+        assert!(status.success(), "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "unshare=1", "{text}");
+        let nofile = filters.clean_start_nofile();
+        assert_eq!(lines[1], format!("nofile={}/{}", nofile.soft, nofile.hard));
+        // ls's own listing of /proc/self/fd is the 3.
+        assert_eq!(&lines[2..], ["0", "1", "2", "3"], "{text}");
     }
 
     #[test]

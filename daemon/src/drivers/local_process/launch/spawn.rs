@@ -11,10 +11,10 @@ use std::sync::Arc;
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
 use super::super::cgroup::{kill, CgroupTree};
+use super::super::isolation::kernel_filters::KernelFilters;
 use super::super::logs::RunnerLogs;
 use super::super::users::identity::RunnerIdentity;
 use super::child_exits::{ChildExits, RunnerProcess};
-use super::super::isolation::kernel_filters::KernelFilters;
 use super::clone_exec::ExecPlan;
 use crate::fd_limit;
 use crate::provisioner::SandboxKey;

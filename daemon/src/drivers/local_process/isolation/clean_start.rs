@@ -79,7 +79,8 @@ impl CleanStart {
                     _ => now,
                 }
             };
-            if wanted != now {
+            // NOFILE always: the daemon's may be changed later (prlimit).
+            if wanted != now || resource == NOFILE {
                 limits.push((resource, wanted));
             }
         }
@@ -102,16 +103,31 @@ impl CleanStart {
             .unwrap_or(RUNNER_NOFILE)
     }
 
-    /// What the child needs, as plain values.
+    /// What the child needs, as plain values: the planned limits, each
+    /// within the daemon's hard limit as it is now (someone may have
+    /// lowered it with `prlimit` since; the child cannot raise one).
     pub fn child_plan(&self) -> ChildCleanStart {
         let mut plan = ChildCleanStart {
             limits: [(0, RUNNER_NOFILE); MAX_LIMITS],
             limits_len: 0,
             close_fallback_up_to: self.close_fallback_up_to,
         };
-        for (slot, limit) in plan.limits.iter_mut().zip(&self.limits) {
-            *slot = *limit;
+        for (slot, &(resource, limit)) in plan.limits.iter_mut().zip(&self.limits) {
+            let now = get(resource);
+            let hard = now.map_or(limit.hard, |now| limit.hard.min(now.hard));
+            *slot = (
+                resource,
+                Limit {
+                    soft: limit.soft.min(hard),
+                    hard,
+                },
+            );
             plan.limits_len += 1;
+            if resource == NOFILE {
+                // Descriptors of the daemon's may lie up to its limit now.
+                let soft = now.map_or(0, |now| now.soft.min(u32::MAX as u64) as u32);
+                plan.close_fallback_up_to = plan.close_fallback_up_to.max(soft);
+            }
         }
         plan
     }
@@ -203,7 +219,7 @@ mod tests {
     fn limits_the_daemon_never_changed_are_left_alone() {
         remember_startup_limits();
         let plan = CleanStart::for_this_daemon();
-        // This test process changes nothing but (perhaps) NOFILE.
+        // This test process changes nothing; NOFILE is always set.
         assert!(
             plan.limits.iter().all(|(resource, _)| *resource == NOFILE),
             "{:?}",

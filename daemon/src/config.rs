@@ -58,6 +58,10 @@ pub struct AccessConfig {
 /// The default cap on one runner's output on disk (16 MiB): the live file
 /// and the one rotated file together.
 pub const DEFAULT_RUNNER_LOG_MAX_SIZE: u64 = 16 * 1024 * 1024;
+/// The `PATH` runners start with unless `runner_path` says otherwise:
+/// systemd's default for the services it starts, not the daemon's own.
+pub const DEFAULT_RUNNER_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// The smallest cap allowed: below a few lines, rotation would be constant.
 pub const MIN_RUNNER_LOG_MAX_SIZE: u64 = 1024;
 
@@ -348,6 +352,7 @@ struct FileConfig {
     stop_grace: Option<String>,
     runner_command: Option<String>,
     runner_args: Option<Vec<String>>,
+    runner_path: Option<String>,
     runner_image: Option<String>,
     backend_endpoint: Option<String>,
     temporal_address: Option<String>,
@@ -386,6 +391,9 @@ pub struct Config {
     pub stop_grace: Duration,
     pub runner_command: String,
     pub runner_args: Vec<String>,
+    /// The `PATH` every process-tier runner starts with (not the daemon's:
+    /// the runner command itself is still looked up in the daemon's).
+    pub runner_path: String,
     pub runner_image: Option<String>,
     pub backend_endpoint: String,
     pub temporal_address: String,
@@ -497,6 +505,9 @@ impl Config {
                 .or(file.runner_command)
                 .unwrap_or_else(|| "stigmer-runner".to_string()),
             runner_args: file.runner_args.unwrap_or_default(),
+            runner_path: file
+                .runner_path
+                .unwrap_or_else(|| DEFAULT_RUNNER_PATH.to_string()),
             runner_image: env("STIGMER_SANDBOX_RUNNER_IMAGE").or(file.runner_image),
             backend_endpoint: env("STIGMER_SANDBOX_BACKEND_ENDPOINT")
                 .or(file.backend_endpoint)
@@ -547,6 +558,7 @@ impl Config {
         if self.runner_command.is_empty() {
             bail!("runner_command must not be empty");
         }
+        validate_runner_path(&self.runner_path)?;
         if self.max_connections == 0 {
             bail!("max_connections must be at least 1");
         }
@@ -605,6 +617,19 @@ impl Config {
     pub fn has_default_state_dir(&self) -> bool {
         default_state_dir(true).is_ok_and(|default| default == self.state_dir)
     }
+}
+
+/// `runner_path`: absolute directories separated by `:`. A relative entry
+/// (or an empty one, which means the working directory) would look
+/// programs up in the runner's own writable workspace.
+fn validate_runner_path(path: &str) -> anyhow::Result<()> {
+    if path.contains('\0') {
+        bail!("runner_path {path:?} contains a NUL byte");
+    }
+    if let Some(entry) = path.split(':').find(|entry| !entry.starts_with('/')) {
+        bail!("runner_path '{path}': entry '{entry}' is not an absolute directory");
+    }
+    Ok(())
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -765,6 +790,24 @@ mod tests {
         assert_eq!(config.stop_grace, Duration::from_secs(10));
         assert_eq!(config.runner_command, "stigmer-runner");
         assert_eq!(config.access, AccessConfig::default());
+    }
+
+    #[test]
+    fn runner_path_defaults_to_systemds_and_must_be_absolute_directories() {
+        let config = resolve("", &[], Flags::default()).unwrap();
+        assert_eq!(config.runner_path, DEFAULT_RUNNER_PATH);
+        let config = resolve(
+            "runner_path = \"/opt/tools/bin:/usr/bin\"",
+            &[],
+            Flags::default(),
+        );
+        assert_eq!(config.unwrap().runner_path, "/opt/tools/bin:/usr/bin");
+        for bad in ["bin:/usr/bin", "/usr/bin::/bin", ""] {
+            let error = resolve(&format!("runner_path = {bad:?}"), &[], Flags::default())
+                .err()
+                .unwrap_or_else(|| panic!("runner_path {bad:?} was accepted"));
+            assert!(format!("{error:#}").contains("runner_path"), "{error:#}");
+        }
     }
 
     #[test]

@@ -45,6 +45,9 @@
 //!   requests (see [`net`]).
 //! - `--probe tcp|udp ADDRESS`: one probe from here, `errno N` on stdout,
 //!   and exit (no workspace needed: for `docker exec`).
+//! - `--kernel-probes`: list the descriptors it started with first thing,
+//!   and before `pid` hold a session key and an abstract socket and write
+//!   `kernel-start.json` (see [`attack::hold_kernel_objects`]).
 
 #[path = "runner_fixture/attack.rs"]
 mod attack;
@@ -72,6 +75,7 @@ struct Flags {
     escape: bool,
     fork_many: u32,
     serve_attacks: bool,
+    kernel_probes: bool,
     connect: Option<String>,
     serve_net: Option<u16>,
 }
@@ -95,6 +99,7 @@ fn parse_flags() -> Result<Flags, String> {
                 let value = args.next().ok_or("--serve-net needs a port")?;
                 flags.serve_net = Some(value.parse().map_err(|_| format!("bad port '{value}'"))?);
             }
+            "--kernel-probes" => flags.kernel_probes = true,
             "--exit-code" => {
                 let value = args.next().ok_or("--exit-code needs a value")?;
                 flags.exit_code = Some(
@@ -283,7 +288,27 @@ fn fork_many(count: u32) -> String {
     format!("started {started} refused {refused} errno {first_errno}\n")
 }
 
+/// `/proc/self/fd` as `[fd, link target]` (the listing's own descriptor
+/// among them, linked to `/proc/<pid>/fd`).
+fn open_descriptors() -> Vec<(i32, String)> {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    let mut fds: Vec<(i32, String)> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let fd = entry.file_name().to_str()?.parse().ok()?;
+            let target = std::fs::read_link(entry.path()).ok()?;
+            Some((fd, target.display().to_string()))
+        })
+        .collect();
+    fds.sort();
+    fds
+}
+
 fn main() -> ExitCode {
+    // First, before anything here opens one: what it was started with.
+    let start_fds = open_descriptors();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let [flag, protocol, address] = &args[..] {
         if flag == "--probe" {
@@ -395,6 +420,12 @@ fn main() -> ExitCode {
     if let Some(port) = flags.serve_net {
         if let Err(error) = net::listen(&workspace, port) {
             eprintln!("runner-fixture: cannot listen on port {port}: {error}");
+            return ExitCode::from(4);
+        }
+    }
+    if flags.kernel_probes {
+        if let Err(error) = attack::hold_kernel_objects(&workspace, start_fds) {
+            eprintln!("runner-fixture: cannot hold its kernel objects: {error}");
             return ExitCode::from(4);
         }
     }

@@ -142,6 +142,8 @@ impl LocalProcessDriver {
         {
             state_dir::check_reachable(&dirs.sandboxes, uid, gid, &identity.display)?;
         }
+        // What runners go back to: the limits before the daemon raised its own.
+        isolation::clean_start::remember_startup_limits();
         state_dir::raise_open_file_limit();
         // Before the reaper starts: the daemon may move into a leaf cgroup.
         let containment = cgroup::setup::set_up(config)?;
@@ -224,6 +226,10 @@ impl LocalProcessDriver {
             backend_endpoint: config.backend_endpoint.clone(),
             temporal_address: config.temporal_address.clone(),
             inherited_env: launch::spawn::inherited_env(),
+            runner_path: config.runner_path.clone().into(),
+            filters: Arc::new(isolation::kernel_filters::KernelFilters::for_this_host(
+                &config.runner_path,
+            )),
             oom_score_adj: config.runner_oom_score_adj,
             sandboxes_dir: dirs.sandboxes,
             logs_dir: dirs.logs,
@@ -487,13 +493,14 @@ impl Inner {
 
     /// What keeps every sandbox started now apart (the same for each).
     fn isolation_features(&self) -> Vec<sandboxd_protocol::IsolationFeature> {
-        isolation::features(
-            &self.settings.identity,
-            &self.containment,
-            &self.egress,
-            self.uids.as_ref().map(SandboxUids::claims_dir),
-            &self.disk_limit,
-        )
+        isolation::features(&isolation::Facts {
+            identity: &self.settings.identity,
+            containment: &self.containment,
+            egress: &self.egress,
+            uid_claims: self.uids.as_ref().map(SandboxUids::claims_dir),
+            disk_limit: &self.disk_limit,
+            filters: &self.settings.filters,
+        })
     }
 
     fn info(&self, key: &SandboxKey, record: Option<&Record>) -> SandboxInfo {

@@ -8,6 +8,17 @@
 //! "errno": …}], "securebits": …}`, errno 0 meaning the attempt succeeded.
 //! Two control attempts on itself (its own environ, its own workspace)
 //! show that the same calls do work where they are allowed.
+//!
+//! With `--kernel-probes` the runner also holds kernel objects of its own
+//! from its start ([`hold_kernel_objects`]: a key in its session keyring,
+//! a listening abstract Unix socket, written to `kernel-start.json` with
+//! the descriptors and open-file limit it started with), and a request with
+//! `abstract <name>` lines (the other sandbox's socket), `key <id>` (the
+//! other sandbox's key) and `daemon-key <id>` (a key in the daemon's
+//! session keyring) adds the kernel attempts ([`kernel_attempts`]): new
+//! namespaces, mounts, `clone3`, those keys and that socket, and controls
+//! that show the runner still works (fork, a thread, a shell, python3, its
+//! own key and its own socket from a child process).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -42,8 +53,17 @@ pub fn serve(workspace: &Path) -> bool {
         eprintln!("runner-fixture: bad attack request {request:?}");
         return true;
     };
+    let mut all = attempts(pid, &victim_workspace, &log, workspace);
+    if let Some(other_socket) = fields.get("abstract") {
+        let number = |name: &str| fields.get(name).and_then(|id| id.parse::<i32>().ok());
+        all.extend(kernel_attempts(
+            other_socket,
+            number("key").unwrap_or(-1),
+            number("daemon-key").unwrap_or(-1),
+        ));
+    }
     let report = serde_json::json!({
-        "attempts": attempts(pid, &victim_workspace, &log, workspace),
+        "attempts": all,
         // SAFETY: PR_GET_SECUREBITS reads this thread's securebits.
         "securebits": unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) },
     });
@@ -168,4 +188,308 @@ pub fn sigterm_pending_within(timeout: Duration) -> bool {
         };
         libc::sigtimedwait(&set, std::ptr::null_mut(), &wait) == libc::SIGTERM
     }
+}
+
+/// The description of the key the test puts in the daemon's session keyring.
+pub const DAEMON_KEY_DESCRIPTION: &str = "sandboxd-test-daemon-key";
+
+/// What this runner holds from its start (`--kernel-probes`).
+struct Held {
+    key: i32,
+    abstract_name: String,
+    /// Kept open (listening) for as long as the runner lives.
+    _listener: std::os::unix::net::UnixListener,
+}
+
+static HELD: std::sync::OnceLock<Held> = std::sync::OnceLock::new();
+
+/// `--kernel-probes`, at start: `start_fds` (what `/proc/self/fd` listed
+/// first thing, as `[fd, target]`) and the open-file limit go into
+/// `kernel-start.json` with the key this runner adds to its session
+/// keyring and the abstract socket it listens on.
+pub fn hold_kernel_objects(workspace: &Path, start_fds: Vec<(i32, String)>) -> Result<(), String> {
+    use std::os::linux::net::SocketAddrExt;
+    let me = std::process::id();
+    let description = format!("sandboxd-test-runner-key-{me}");
+    let key = add_session_key(&description, b"runner-secret")?;
+    let abstract_name = format!("sandboxd-test-runner-{me}");
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes())
+        .map_err(|error| error.to_string())?;
+    let listener = std::os::unix::net::UnixListener::bind_addr(&address)
+        .map_err(|error| format!("listen on @{abstract_name}: {error}"))?;
+    let session_keyring = keyctl(
+        libc::KEYCTL_GET_KEYRING_ID,
+        libc::KEY_SPEC_SESSION_KEYRING as i64,
+        0,
+        0,
+    );
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    let report = serde_json::json!({
+        "fds": start_fds,
+        "nofile": [limit.rlim_cur, limit.rlim_max],
+        "session_keyring": session_keyring,
+        "key": key,
+        "abstract": abstract_name,
+    });
+    HELD.set(Held {
+        key,
+        abstract_name,
+        _listener: listener,
+    })
+    .map_err(|_| "kernel objects held twice".to_string())?;
+    let text = serde_json::to_vec_pretty(&report).expect("json serializes");
+    super::write_atomically(workspace, "kernel-start.json", &text)
+        .map_err(|error| error.to_string())
+}
+
+/// The kernel attempts, each with its errno (0: it worked).
+fn kernel_attempts(other_socket: &str, other_key: i32, daemon_key: i32) -> Vec<serde_json::Value> {
+    let held = HELD.get();
+    let own_key = held.map_or(-1, |held| held.key);
+    let own_socket = held
+        .map(|held| held.abstract_name.clone())
+        .unwrap_or_default();
+    let outcomes: Vec<(&str, i32)> = vec![
+        (
+            "unshare(CLONE_NEWUSER)",
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            in_child(|| unsafe { libc::unshare(libc::CLONE_NEWUSER) }),
+        ),
+        (
+            "unshare(CLONE_NEWNS)",
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            in_child(|| unsafe { libc::unshare(libc::CLONE_NEWNS) }),
+        ),
+        (
+            "clone(CLONE_NEWUSER)",
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            in_child(|| unsafe {
+                let pid = libc::syscall(
+                    libc::SYS_clone,
+                    libc::CLONE_NEWUSER | libc::SIGCHLD,
+                    0,
+                    0,
+                    0,
+                    0,
+                );
+                if pid == 0 {
+                    libc::_exit(0);
+                }
+                pid as libc::c_int
+            }),
+        ),
+        // Unfiltered: EINVAL (it is already in that namespace).
+        (
+            "setns into its own user namespace",
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            in_child(|| unsafe {
+                let fd = libc::open(c"/proc/self/ns/user".as_ptr(), libc::O_RDONLY);
+                libc::setns(fd, libc::CLONE_NEWUSER)
+            }),
+        ),
+        // Unfiltered: ENOENT (the target is looked up first).
+        (
+            "mount a tmpfs",
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            in_child(|| unsafe {
+                libc::mount(
+                    c"none".as_ptr(),
+                    c"/nonexistent/sandboxd-test".as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                )
+            }),
+        ),
+        // Unfiltered: EINVAL (no clone_args).
+        (
+            "clone3",
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            in_child(|| unsafe {
+                libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize) as libc::c_int
+            }),
+        ),
+        (
+            "read the daemon's session key",
+            keyctl_errno(libc::KEYCTL_READ, daemon_key),
+        ),
+        (
+            "find the daemon's key from its session keyring",
+            search_session(DAEMON_KEY_DESCRIPTION),
+        ),
+        (
+            "read the other sandbox's key",
+            keyctl_errno(libc::KEYCTL_READ, other_key),
+        ),
+        (
+            "connect to the other sandbox's abstract socket",
+            connect_abstract(other_socket),
+        ),
+        (
+            "control: read its own key",
+            keyctl_errno(libc::KEYCTL_READ, own_key),
+        ),
+        (
+            "control: connect to its own abstract socket from a child",
+            in_child_connect(&own_socket),
+        ),
+        ("control: fork", in_child(|| 0)),
+        (
+            "control: a thread",
+            errno_of(
+                std::thread::spawn(|| ())
+                    .join()
+                    .map_err(|_| std::io::Error::other("panicked")),
+            ),
+        ),
+        (
+            "control: sh -c",
+            exit_errno(
+                std::process::Command::new("sh")
+                    .args(["-c", "exit 0"])
+                    .status(),
+            ),
+        ),
+        (
+            "control: python3 -c",
+            exit_errno(
+                std::process::Command::new("python3")
+                    .args(["-c", "import os; os.fork() or os._exit(0)"])
+                    .status(),
+            ),
+        ),
+    ];
+    outcomes
+        .into_iter()
+        .map(|(name, errno)| serde_json::json!({"name": name, "errno": errno}))
+        .collect()
+}
+
+/// Runs `probe` in a forked child (raw system calls only), which exits
+/// with its errno (0 when the call returned 0 or more).
+fn in_child(probe: impl FnOnce() -> libc::c_int) -> i32 {
+    // SAFETY: the child only makes raw system calls and _exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let code = if probe() < 0 {
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(255)
+        } else {
+            0
+        };
+        // SAFETY: ends the forked child.
+        unsafe { libc::_exit(code) };
+    }
+    if pid < 0 {
+        return -1;
+    }
+    let mut status = 0;
+    // SAFETY: our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    }
+}
+
+/// 0 when the command ran and exited 0; its spawn errno; -1 for a failure.
+fn exit_errno(status: std::io::Result<std::process::ExitStatus>) -> i32 {
+    match status {
+        Ok(status) if status.success() => 0,
+        Ok(_) => -1,
+        Err(error) => error.raw_os_error().unwrap_or(-1),
+    }
+}
+
+fn keyctl(operation: u32, a: i64, b: i64, c: i64) -> i64 {
+    // SAFETY: keyctl with plain numbers, or a buffer the caller sized.
+    unsafe { libc::syscall(libc::SYS_keyctl, operation, a, b, c) }
+}
+
+fn add_session_key(description: &str, payload: &[u8]) -> Result<i32, String> {
+    let description = std::ffi::CString::new(description).expect("no NUL");
+    // SAFETY: C strings and a payload buffer of the length given.
+    let id = unsafe {
+        libc::syscall(
+            libc::SYS_add_key,
+            c"user".as_ptr(),
+            description.as_ptr(),
+            payload.as_ptr(),
+            payload.len(),
+            libc::KEY_SPEC_SESSION_KEYRING,
+        )
+    };
+    if id < 0 {
+        return Err(format!("add_key: {}", std::io::Error::last_os_error()));
+    }
+    Ok(id as i32)
+}
+
+/// The errno of `keyctl(operation, key, buffer, 64)` (0: allowed).
+fn keyctl_errno(operation: u32, key: i32) -> i32 {
+    let mut buffer = [0u8; 64];
+    let done = keyctl(
+        operation,
+        key as i64,
+        buffer.as_mut_ptr() as i64,
+        buffer.len() as i64,
+    );
+    if done < 0 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    } else {
+        0
+    }
+}
+
+/// The errno of a search of its session keyring for a user key.
+fn search_session(description: &str) -> i32 {
+    let description = std::ffi::CString::new(description).expect("no NUL");
+    // SAFETY: C strings; no destination keyring.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            libc::KEYCTL_SEARCH,
+            libc::KEY_SPEC_SESSION_KEYRING,
+            c"user".as_ptr(),
+            description.as_ptr(),
+            0,
+        )
+    };
+    if done < 0 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    } else {
+        0
+    }
+}
+
+fn connect_abstract(name: &str) -> i32 {
+    use std::os::linux::net::SocketAddrExt;
+    let address = match std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()) {
+        Ok(address) => address,
+        Err(error) => return error.raw_os_error().unwrap_or(-1),
+    };
+    errno_of(std::os::unix::net::UnixStream::connect_addr(&address))
+}
+
+/// Connects from a forked child: another process of the same sandbox.
+fn in_child_connect(name: &str) -> i32 {
+    let name = name.to_string();
+    // The child may allocate: this process has no other thread now.
+    in_child(move || {
+        let errno = connect_abstract(&name);
+        if errno == 0 {
+            0
+        } else {
+            // SAFETY: sets errno for in_child to report.
+            unsafe { *libc::__errno_location() = errno };
+            -1
+        }
+    })
 }

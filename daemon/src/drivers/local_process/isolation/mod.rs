@@ -7,7 +7,12 @@
 //! [`features`] is what `status` and `describe` list: every mechanism,
 //! in force or not, with how or why not.
 
+pub mod clean_start;
+pub mod kernel_filters;
+pub mod keyring;
+pub mod landlock;
 mod network;
+pub mod seccomp;
 
 use std::path::Path;
 
@@ -17,24 +22,30 @@ use super::cgroup::Containment;
 use super::disk_limit::DiskLimit;
 use super::users::identity::{RunnerIdentity, RunnerUsers};
 use crate::egress::Egress;
+use kernel_filters::KernelFilters;
+
+/// What the list is made from: the driver's parts that isolate.
+pub struct Facts<'a> {
+    pub identity: &'a RunnerIdentity,
+    pub containment: &'a Containment,
+    pub egress: &'a Egress,
+    /// Where the sandboxes' uids are claimed host-wide, when each sandbox
+    /// has its own.
+    pub uid_claims: Option<&'a Path>,
+    pub disk_limit: &'a DiskLimit,
+    pub filters: &'a KernelFilters,
+}
 
 /// The mechanisms every sandbox started now gets, in force or not.
-/// `uid_claims`: where the sandboxes' uids are claimed host-wide, when
-/// each sandbox has its own.
-pub fn features(
-    identity: &RunnerIdentity,
-    containment: &Containment,
-    egress: &Egress,
-    uid_claims: Option<&Path>,
-    disk_limit: &DiskLimit,
-) -> Vec<IsolationFeature> {
+pub fn features(facts: &Facts<'_>) -> Vec<IsolationFeature> {
     let mut features = vec![
-        uid_feature(identity),
-        uid_claims_feature(uid_claims),
-        cgroup_feature(containment),
-        network::network_feature(egress),
-        disk_limit.feature(),
+        uid_feature(facts.identity),
+        uid_claims_feature(facts.uid_claims),
+        cgroup_feature(facts.containment),
+        network::network_feature(facts.egress),
+        facts.disk_limit.feature(),
     ];
+    features.extend(facts.filters.features());
     features.sort_by(|a, b| a.name.cmp(&b.name));
     features
 }

@@ -56,6 +56,10 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::super::isolation::kernel_filters::{ChildFilters, KernelFilters};
+use super::super::isolation::{keyring, landlock, seccomp};
 
 /// Everything the child needs, allocated before the clone.
 pub struct ExecPlan {
@@ -70,6 +74,8 @@ pub struct ExecPlan {
     privileges: Privileges,
     /// The cgroup to start in; `None` starts in the daemon's own.
     cgroup: Option<CgroupPlacement>,
+    /// Keyring, Landlock, clean start and seccomp; `None`: none of them.
+    filters: Option<Arc<KernelFilters>>,
 }
 
 /// Where a runner starts, opened before the clone.
@@ -133,7 +139,7 @@ impl std::fmt::Display for ExecError {
 }
 
 /// Steps of the child, in order; their index is what the child reports.
-const STEPS: [&str; 14] = [
+const STEPS: [&str; 18] = [
     "write to cgroup.procs",
     "dup2 of stdio",
     "prctl(PR_SET_NO_NEW_PRIVS)",
@@ -148,6 +154,10 @@ const STEPS: [&str; 14] = [
     "setsid",
     "prctl(PR_SET_PDEATHSIG)",
     "execve",
+    "keyctl(KEYCTL_JOIN_SESSION_KEYRING)",
+    "landlock_restrict_self",
+    "prlimit64 (clean start)",
+    "seccomp(SECCOMP_SET_MODE_FILTER)",
 ];
 const STEP_CGROUP: usize = 0;
 const STEP_DUP2: usize = 1;
@@ -163,6 +173,10 @@ const STEP_CHDIR: usize = 10;
 const STEP_SETSID: usize = 11;
 const STEP_PDEATHSIG: usize = 12;
 const STEP_EXECVE: usize = 13;
+const STEP_KEYRING: usize = 14;
+const STEP_LANDLOCK: usize = 15;
+const STEP_LIMITS: usize = 16;
+const STEP_SECCOMP: usize = 17;
 const NO_FAILURE: usize = usize::MAX;
 /// Exit code of a child that failed before exec (as std and the shells use).
 const EXEC_FAILED: i32 = 127;
@@ -211,7 +225,15 @@ impl ExecPlan {
             stderr,
             privileges,
             cgroup: None,
+            filters: None,
         })
+    }
+
+    /// Starts the runner under these kernel filters (see
+    /// [`KernelFilters`]), applied between the user switch and exec.
+    pub fn with_filters(mut self, filters: Arc<KernelFilters>) -> ExecPlan {
+        self.filters = Some(filters);
+        self
     }
 
     /// Starts the runner in this cgroup rather than the daemon's.
@@ -259,6 +281,7 @@ impl ExecPlan {
             stat_len: AtomicUsize::new(0),
             procs: [-1; MAX_PROCS_FDS],
             procs_len: 0,
+            filters: self.filters.as_ref().map(|filters| filters.child_plan()),
         };
         let pid = self.clone_into_cgroup(&mut child, try_clone3)?;
         let failed_step = child.failed_step.load(Ordering::Acquire);
@@ -361,6 +384,8 @@ struct ChildPlan {
     /// `cgroup.procs` descriptors the child writes `0` to, first thing.
     procs: [RawFd; MAX_PROCS_FDS],
     procs_len: usize,
+    /// Pointers into the plan's [`KernelFilters`].
+    filters: Option<ChildFilters>,
 }
 
 impl ChildPlan {
@@ -545,6 +570,12 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         // clear most of them for a non-root uid, but not the inheritable
         // set, and not for root: empty all three here.
         clear_capability_sets(plan);
+        // As the sandbox's uid, so the keyring is its own.
+        if let Some(filters) = &plan.filters {
+            if filters.join_session_keyring && !keyring::join_fresh_session() {
+                fail(plan, STEP_KEYRING);
+            }
+        }
         // As the runner's user: a workspace it cannot enter is an error now.
         if libc::chdir(plan.cwd) < 0 {
             fail(plan, STEP_CHDIR);
@@ -571,10 +602,33 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
             libc::_exit(1);
         }
         copy_own_stat(plan);
+        // Landlock while its ruleset descriptor is open; then every
+        // descriptor beyond 0-2 closed, the limits lowered (no privilege
+        // needed by now).
+        if let Some(filters) = &plan.filters {
+            if filters.landlock_ruleset >= 0 && !landlock::restrict_self(filters.landlock_ruleset) {
+                fail(plan, STEP_LANDLOCK);
+            }
+            filters.clean_start.close_inherited();
+            if !filters.clean_start.reset_limits() {
+                fail(plan, STEP_LIMITS);
+            }
+        }
         // The runner starts with nothing blocked, as std's children do.
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        // Last before exec (after no_new_privs, which it needs): from here
+        // on the calls above would be refused.
+        if let Some(filter) = plan
+            .filters
+            .as_ref()
+            .and_then(|filters| filters.seccomp.as_ref())
+        {
+            if !seccomp::apply(filter) {
+                fail(plan, STEP_SECCOMP);
+            }
+        }
         libc::execve(plan.program, plan.argv, plan.envp);
         fail(plan, STEP_EXECVE)
     }
@@ -1036,6 +1090,34 @@ mod tests {
         ] {
             assert!(out.lines().any(|got| got == line), "no {line:?} in:\n{out}");
         }
+    }
+
+    #[tokio::test]
+    async fn under_the_kernel_filters_a_shell_runs_clean_and_cannot_unshare() {
+        if !is_root() {
+            eprintln!("skipped: needs root to switch users");
+            return;
+        }
+        let filters = Arc::new(KernelFilters::for_this_host("/usr/bin:/bin"));
+        let script = "unshare -U true 2>/dev/null; echo unshare=$?; \
+                      echo nofile=$(ulimit -Sn)/$(ulimit -Hn); \
+                      exec ls /proc/self/fd";
+        let (plan, mut output) = plan("/bin/sh", &["-c", script], "/", as_user(65534, 65534));
+        // A descriptor left open across exec by mistake: the clean start closes it.
+        let leaked = File::open("/dev/null").unwrap();
+        // SAFETY: clears close-on-exec on a descriptor this test owns.
+        unsafe { libc::fcntl(leaked.as_raw_fd(), libc::F_SETFD, 0) };
+        let runner = plan.with_filters(filters.clone()).spawn().unwrap();
+        let status = runner.wait().await.unwrap();
+        let mut text = String::new();
+        output.read_to_string(&mut text).unwrap();
+        assert!(status.success(), "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "unshare=1", "{text}");
+        let nofile = filters.clean_start_nofile();
+        assert_eq!(lines[1], format!("nofile={}/{}", nofile.soft, nofile.hard));
+        // ls's own listing of /proc/self/fd is the 3.
+        assert_eq!(&lines[2..], ["0", "1", "2", "3"], "{text}");
     }
 
     #[test]

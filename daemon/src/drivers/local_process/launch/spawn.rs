@@ -11,6 +11,7 @@ use std::sync::Arc;
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
 use super::super::cgroup::{kill, CgroupTree};
+use super::super::isolation::kernel_filters::KernelFilters;
 use super::super::logs::RunnerLogs;
 use super::super::users::identity::RunnerIdentity;
 use super::child_exits::{ChildExits, RunnerProcess};
@@ -27,8 +28,13 @@ pub struct RunnerSettings {
     pub identity: RunnerIdentity,
     pub backend_endpoint: String,
     pub temporal_address: String,
-    /// The only variables a runner inherits from the daemon: PATH, LANG, TZ.
+    /// The only variables a runner inherits from the daemon: LANG, TZ (and
+    /// PATH, which is only where the command is looked up).
     pub inherited_env: Vec<(&'static str, OsString)>,
+    /// The `PATH` a runner gets (`runner_path`), not the daemon's.
+    pub runner_path: OsString,
+    /// Keyring, Landlock, clean start and seccomp, prepared once.
+    pub filters: Arc<KernelFilters>,
     pub sandboxes_dir: PathBuf,
     pub logs_dir: PathBuf,
     /// Written to each runner's `oom_score_adj`: a daemon shielded from the
@@ -69,7 +75,7 @@ impl RunnerSettings {
         super::super::logs::file_path(&self.logs_dir, &key.base_name)
     }
 
-    /// The `PATH` runners see, which is also where the command is looked up.
+    /// The daemon's own `PATH`, where the command is looked up.
     fn path_var(&self) -> Option<&OsString> {
         self.inherited_env
             .iter()
@@ -148,8 +154,10 @@ impl RunnerSettings {
         let mut vars: Vec<(&OsStr, &OsStr)> = self
             .inherited_env
             .iter()
+            .filter(|(name, _)| *name != "PATH")
             .map(|(name, value)| (OsStr::new(name), value.as_os_str()))
             .collect();
+        vars.push((OsStr::new("PATH"), self.runner_path.as_os_str()));
         let optional = [
             ("STIGMER_BACKEND_ENDPOINT", self.backend_endpoint.as_str()),
             ("TEMPORAL_SERVICE_ADDRESS", self.temporal_address.as_str()),
@@ -178,7 +186,8 @@ impl RunnerSettings {
             [OwnedFd::from(stdin), log, log_for_stderr],
             privileges,
         )
-        .map_err(unavailable)?;
+        .map_err(unavailable)?
+        .with_filters(self.filters.clone());
         let plan = match &self.cgroups {
             Some(tree) => {
                 let placement = tree

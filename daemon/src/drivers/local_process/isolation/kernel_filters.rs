@@ -1,0 +1,104 @@
+//! The kernel-side confinement every process-tier runner gets between
+//! clone and exec, detected and prepared once when the driver starts: a
+//! fresh session keyring ([`super::keyring`]), Landlock scoping
+//! ([`super::landlock`]), a clean start ([`super::clean_start`]) and the
+//! seccomp filter ([`super::seccomp`]). [`ChildFilters`] is what the clone
+//! child reads; [`KernelFilters::features`] is what `status` says of them.
+
+use std::os::fd::RawFd;
+
+use sandboxd_protocol::IsolationFeature;
+
+use super::clean_start::{ChildCleanStart, CleanStart};
+use super::landlock::LandlockScoping;
+use super::seccomp::SeccompPlan;
+
+/// Each mechanism, or why this host cannot have it.
+#[derive(Debug)]
+pub struct KernelFilters {
+    keyring: Result<(), String>,
+    landlock: Result<LandlockScoping, String>,
+    seccomp: Result<SeccompPlan, String>,
+    clean_start: CleanStart,
+    runner_path: String,
+}
+
+impl KernelFilters {
+    /// Detects what this kernel offers and prepares it. Never fails: what
+    /// the host lacks is listed as not in force.
+    pub fn for_this_host(runner_path: &str) -> KernelFilters {
+        let filters = KernelFilters {
+            keyring: super::keyring::kernel_has_keyrings().map_err(|error| {
+                format!("not in force: the kernel has no keyrings ({error}): none to share")
+            }),
+            landlock: LandlockScoping::for_this_host().map_err(|error| error.to_string()),
+            seccomp: SeccompPlan::for_this_host().map_err(|error| error.to_string()),
+            clean_start: CleanStart::for_this_daemon(),
+            runner_path: runner_path.to_string(),
+        };
+        for feature in filters.features() {
+            if !feature.in_force {
+                tracing::warn!(feature = %feature.name, "{}", feature.detail);
+            }
+        }
+        filters
+    }
+
+    /// What `status` and `describe` list.
+    pub fn features(&self) -> Vec<IsolationFeature> {
+        let feature = |name: &str, state: Result<String, &String>| match state {
+            Ok(how) => IsolationFeature::in_force(name, how),
+            Err(why) => IsolationFeature::not_in_force(name, why.clone()),
+        };
+        let landlock = self.landlock.as_ref().map(LandlockScoping::describe);
+        vec![
+            feature(
+                "keyring",
+                self.keyring.as_ref().map(|()| {
+                    "a fresh session keyring per runner, owned by its uid".to_string()
+                }),
+            ),
+            feature("seccomp", self.seccomp.as_ref().map(SeccompPlan::describe)),
+            feature(
+                "no-new-namespaces",
+                self.seccomp.as_ref().map(|_| {
+                    "seccomp: unshare, setns and clone with CLONE_NEW* refused with EPERM, clone3 with ENOSYS".to_string()
+                }),
+            ),
+            feature("abstract-sockets", landlock.clone()),
+            feature("signals", landlock),
+            IsolationFeature::in_force("clean-start", self.clean_start.describe(&self.runner_path)),
+        ]
+    }
+
+    /// The open-file limit runners start with.
+    #[cfg(test)]
+    pub fn clean_start_nofile(&self) -> super::clean_start::Limit {
+        self.clean_start.runner_nofile()
+    }
+
+    /// The plain values the clone child reads; the pointers in it point
+    /// into `self`, which must outlive the clone.
+    pub fn child_plan(&self) -> ChildFilters {
+        ChildFilters {
+            join_session_keyring: self.keyring.is_ok(),
+            landlock_ruleset: self
+                .landlock
+                .as_ref()
+                .map_or(-1, |scoping| scoping.ruleset_fd()),
+            clean_start: self.clean_start.child_plan(),
+            seccomp: self.seccomp.as_ref().ok().map(SeccompPlan::program),
+        }
+    }
+}
+
+/// The child's copy: flags, a descriptor, limits and filter pointers.
+#[derive(Clone, Copy)]
+pub struct ChildFilters {
+    pub join_session_keyring: bool,
+    /// `-1`: no Landlock scoping on this host.
+    pub landlock_ruleset: RawFd,
+    pub clean_start: ChildCleanStart,
+    /// `None`: no seccomp filter on this host.
+    pub seccomp: Option<libc::sock_fprog>,
+}

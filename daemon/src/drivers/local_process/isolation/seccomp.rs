@@ -1,0 +1,487 @@
+//! The seccomp filter every process-tier runner gets: no new namespaces
+//! from inside, and none of the calls container runtimes refuse by default.
+//!
+//! In the spirit of Docker's default profile and systemd's
+//! `RestrictNamespaces=` / `SystemCallFilter=`, but as a deny list over a
+//! default of "allow": a runner is an ordinary program (shells, compilers,
+//! interpreters), and an allow list that misses one call breaks it in ways
+//! that are hard to see. What is refused is what an unprivileged process
+//! does not need and what has been the road into the kernel:
+//! - **namespaces** (`EPERM`): `unshare`, `setns`, and `clone` with any
+//!   `CLONE_NEW*` flag (its flags are an argument the filter can read). A
+//!   user namespace is where most unprivileged kernel exploits start.
+//!   `clone3` passes its flags in memory a filter cannot read, so it is
+//!   refused with `ENOSYS`: glibc (2.34+) and others then fall back to
+//!   `clone`, as they do under Docker and systemd.
+//! - **mounts** (`EPERM`): `mount`, `umount2`, `pivot_root`, `move_mount`,
+//!   `open_tree`, `open_tree_attr`, `fsopen`, `fsconfig`, `fsmount`,
+//!   `fspick`, `mount_setattr`.
+//! - **kernel extension and tracing** (`EPERM`): `bpf`, `perf_event_open`,
+//!   `kexec_load`, `kexec_file_load`, `init_module`, `finit_module`,
+//!   `delete_module`, `lookup_dcookie`, `syslog` (the kernel log).
+//! - **known exploit primitives** (`EPERM`): `userfaultfd` (stalls kernel
+//!   copies at will), `io_uring_setup`/`_enter`/`_register` (refused by
+//!   Docker since 25.0 and by Google's fleet), `open_by_handle_at` and
+//!   `name_to_handle_at` (the "shocker" container escape).
+//! - **host administration** (`EPERM`): `swapon`, `swapoff`, `reboot`,
+//!   `acct`, `settimeofday`, `clock_settime`, `quotactl`, `quotactl_fd`,
+//!   and on x86 `iopl`, `ioperm`.
+//! - **`personality`** except the harmless values Docker allows (query,
+//!   `PER_LINUX`, `PER_LINUX32`, `UNAME26` and both): no
+//!   `ADDR_NO_RANDOMIZE`, `READ_IMPLIES_EXEC` or other ASLR-defeating flag.
+//!
+//! Allowed on purpose: `keyctl`, `add_key`, `request_key` (the runner has a
+//! session keyring of its own, see [`super::keyring`]), `ptrace` of its own
+//! processes (debuggers), `landlock_*` and `seccomp` (a runner may confine
+//! itself further).
+//!
+//! A system call of another ABI than the daemon's (i386 `int 0x80` on
+//! x86_64, 32-bit ARM on aarch64) would bypass a filter written in the
+//! daemon's numbers, so it kills the process (seccompiler's architecture
+//! check), and on x86_64 every x32 call (numbers with bit 30 set) is
+//! refused with `ENOSYS`, as on kernels built without x32.
+//!
+//! The filter is compiled once, by [`seccompiler`] (Firecracker's: pure
+//! Rust, no libseccomp C library to link or ship), behind a few
+//! hand-written instructions for the `ENOSYS` answers (seccompiler gives
+//! one filter one action); the clone child only hands the kernel a
+//! pointer to it ([`apply`]).
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
+};
+
+/// The filter, compiled: one program (each filter attached costs the
+/// kernel a JIT compile and a cache of its verdicts, ~50 µs even for a
+/// tiny one, so the three parts are one program).
+#[derive(Debug)]
+pub struct SeccompPlan {
+    program: BpfProgram,
+}
+
+/// `open_tree_attr` (Linux 6.15): one number on every architecture, not
+/// yet in the libc crate.
+const SYS_OPEN_TREE_ATTR: i64 = 467;
+
+/// Every `CLONE_NEW*` flag `clone` takes (`CLONE_NEWTIME` only goes
+/// through `clone3` and `unshare`: in `clone` its bit is the exit signal's).
+const CLONE_NEW_FLAGS: [libc::c_int; 7] = [
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWCGROUP,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNET,
+];
+
+/// `personality` values that change nothing dangerous: the query
+/// (0xffffffff), `PER_LINUX`, `PER_LINUX32`, `UNAME26`, `UNAME26|PER_LINUX32`.
+const HARMLESS_PERSONALITIES: [u64; 5] = [0x0, 0x8, 0x2_0000, 0x2_0008, 0xffff_ffff];
+
+/// Refused with `EPERM` whatever their arguments.
+fn refused_calls() -> Vec<i64> {
+    let mut calls = vec![
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_move_mount,
+        libc::SYS_open_tree,
+        SYS_OPEN_TREE_ATTR,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_lookup_dcookie,
+        libc::SYS_syslog,
+        libc::SYS_userfaultfd,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_reboot,
+        libc::SYS_acct,
+        libc::SYS_settimeofday,
+        libc::SYS_clock_settime,
+        libc::SYS_quotactl,
+        libc::SYS_quotactl_fd,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([libc::SYS_iopl, libc::SYS_ioperm]);
+    calls
+}
+
+/// Why a filter could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("not in force: seccompiler has no filters for the {0} architecture (x86_64, aarch64 and riscv64 only)")]
+    Architecture(&'static str),
+    #[error("not in force: the kernel has no seccomp filters ({0})")]
+    Kernel(std::io::Error),
+    #[error("cannot compile the seccomp filter: {0}")]
+    Compile(#[from] seccompiler::BackendError),
+}
+
+impl SeccompPlan {
+    /// Compiles the filters for this architecture, after checking that the
+    /// kernel takes them.
+    pub fn for_this_host() -> Result<SeccompPlan, SeccompError> {
+        let arch = TargetArch::try_from(std::env::consts::ARCH)
+            .map_err(|_| SeccompError::Architecture(std::env::consts::ARCH))?;
+        kernel_takes_errno_filters().map_err(SeccompError::Kernel)?;
+        // Two halves by call number, so a call walks half of the chain.
+        let mut low = refusals();
+        let pivot = *low.keys().nth(low.len() / 2).expect("calls are refused");
+        let high = low.split_off(&pivot);
+        let eperm = SeccompAction::Errno(libc::EPERM as u32);
+        let (low, high) = (
+            compile(low, eperm.clone(), arch)?,
+            compile(high, eperm, arch)?,
+        );
+        let mut program = enosys_prefix(arch == TargetArch::x86_64);
+        program.extend(split_at(pivot as u32, low.len() as u32));
+        program.extend(low);
+        program.extend(high);
+        Ok(SeccompPlan { program })
+    }
+
+    /// What the child hands the kernel, pointing into this plan (which
+    /// must outlive the clone).
+    pub fn program(&self) -> libc::sock_fprog {
+        libc::sock_fprog {
+            len: self.program.len() as libc::c_ushort,
+            // seccompiler's sock_filter is `#[repr(C)]` with the kernel's
+            // layout, as libc's is; the kernel only reads it.
+            filter: self.program.as_ptr() as *mut libc::sock_filter,
+        }
+    }
+
+    /// For `status`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} calls refused with EPERM (unshare, setns, clone with CLONE_NEW*, mount and the new mount API, bpf, perf_event_open, io_uring, userfaultfd, kexec and modules, open_by_handle_at, swap, reboot, clock, quotas, personality beyond the harmless values), clone3 with ENOSYS, calls of another ABI refused",
+            refusals().len()
+        )
+    }
+}
+
+/// The `EPERM` rules: by call number, each with its argument conditions
+/// (none: always).
+fn refusals() -> BTreeMap<i64, Vec<SeccompRule>> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = refused_calls()
+        .into_iter()
+        .map(|call| (call, vec![]))
+        .collect();
+    // `clone` with any namespace flag: one rule per flag (rules are or-ed).
+    let clone_rules = CLONE_NEW_FLAGS
+        .iter()
+        .map(|&flag| {
+            let flag = flag as u64;
+            rule(vec![condition(0, SeccompCmpOp::MaskedEq(flag), flag)])
+        })
+        .collect();
+    rules.insert(libc::SYS_clone, clone_rules);
+    // `personality` with anything but the harmless values (conditions and-ed).
+    let personality = HARMLESS_PERSONALITIES
+        .iter()
+        .map(|&value| condition(0, SeccompCmpOp::Ne, value))
+        .collect();
+    rules.insert(libc::SYS_personality, vec![rule(personality)]);
+    rules
+}
+
+fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> SeccompCondition {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
+        .expect("argument 0 exists for every call")
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> SeccompRule {
+    SeccompRule::new(conditions).expect("a rule with conditions")
+}
+
+fn compile(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    action: SeccompAction,
+    arch: TargetArch,
+) -> Result<BpfProgram, SeccompError> {
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch)?;
+    Ok(BpfProgram::try_from(filter)?)
+}
+
+/// The `ENOSYS` part, ahead of seccompiler's program: `clone3`, and on
+/// x86_64 every x32 call (x32 shares x86_64's architecture token but
+/// numbers its calls from `0x4000_0000`). Everything else falls through to
+/// seccompiler's program, which checks the architecture first: this part
+/// only ever refuses, so a call of another ABI is never let through by it.
+fn enosys_prefix(x32: bool) -> BpfProgram {
+    const LOAD_NR: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS
+    const JUMP_IF_EQUAL: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
+    const JUMP_IF_AT_LEAST: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
+    const JUMP: u16 = 0x05; // BPF_JMP | BPF_JA
+    const RETURN: u16 = 0x06; // BPF_RET | BPF_K
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    let instruction = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    // Offsets count from the next instruction.
+    let mut program = vec![
+        // seccomp_data.nr is at offset 0.
+        instruction(LOAD_NR, 0, 0, 0),
+        // Equal: on to the ENOSYS return (past the x32 test, if any, and the jump).
+        instruction(JUMP_IF_EQUAL, 1 + u8::from(x32), 0, libc::SYS_clone3 as u32),
+    ];
+    if x32 {
+        program.push(instruction(JUMP_IF_AT_LEAST, 1, 0, X32_SYSCALL_BIT));
+    }
+    program.extend([
+        // Past the return, into seccompiler's program.
+        instruction(JUMP, 0, 0, 1),
+        instruction(RETURN, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+    ]);
+    program
+}
+
+/// After [`enosys_prefix`] (the call number loaded): calls from `pivot` up
+/// jump past the low half's program (`low_len` instructions) to the high
+/// half's; the others go on into the low half's. Each half checks the
+/// architecture and reloads the number itself. seccompiler lays a filter
+/// out as one chain that every call not in it walks to its end, and the
+/// kernel walks it once per call number when it builds its verdict cache
+/// at each attach: halving the chain halves most of the attach.
+fn split_at(pivot: u32, low_len: u32) -> BpfProgram {
+    const JUMP_IF_AT_LEAST: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
+    const JUMP: u16 = 0x05; // BPF_JMP | BPF_JA
+    let instruction = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    vec![
+        // At least the pivot: to the long jump; else past it, into the low half.
+        instruction(JUMP_IF_AT_LEAST, 0, 1, pivot),
+        instruction(JUMP, 0, 0, low_len),
+    ]
+}
+
+/// `SECCOMP_GET_ACTION_AVAIL` for `SECCOMP_RET_ERRNO`: fails where the
+/// kernel has no seccomp filters (or is older than 4.14).
+fn kernel_takes_errno_filters() -> std::io::Result<()> {
+    let action: u32 = libc::SECCOMP_RET_ERRNO;
+    // SAFETY: the kernel reads one u32 from the pointer.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_GET_ACTION_AVAIL,
+            0,
+            &action as *const u32,
+        )
+    };
+    if done < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Installs the filter on the calling thread. Child side: allocates
+/// nothing; needs `no_new_privs` (or CAP_SYS_ADMIN). Returns false with
+/// `errno` set when the kernel refuses it.
+///
+/// # Safety
+/// `program` must point at a live program (see [`SeccompPlan::program`]).
+pub unsafe fn apply(program: &libc::sock_fprog) -> bool {
+    libc::syscall(
+        libc::SYS_seccomp,
+        libc::SECCOMP_SET_MODE_FILTER,
+        0,
+        program as *const libc::sock_fprog,
+    ) >= 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `probe` in a forked child under the filters and returns the
+    /// errno it reports (0: the call succeeded). The child makes only raw
+    /// system calls: this test process has other threads.
+    /// A probe: raw system calls, returning what the last one returned.
+    type Probe = fn() -> libc::c_long;
+
+    fn errno_under_filters(probe: Probe) -> i32 {
+        let plan = SeccompPlan::for_this_host().expect("this host takes seccomp filters");
+        let program = plan.program();
+        // SAFETY: the child only makes raw system calls and _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: in the forked child, on the plan's live program.
+            unsafe {
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0);
+                if !apply(&program) {
+                    libc::_exit(255);
+                }
+                let code = if probe() < 0 {
+                    *libc::__errno_location()
+                } else {
+                    0
+                };
+                libc::_exit(code);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "the probe died: {status:#x}");
+        let code = libc::WEXITSTATUS(status);
+        assert_ne!(code, 255, "the filters could not be installed");
+        code
+    }
+
+    #[test]
+    fn namespaces_and_mounts_are_refused_with_eperm() {
+        // Each probe would succeed, or fail otherwise, without the filter
+        // (this test runs as root: unshare and setns would work, the
+        // mount fails with ENOENT on its missing target).
+        let probes: [(&str, Probe); 6] = [
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            ("unshare(CLONE_NEWUSER)", || unsafe {
+                libc::syscall(libc::SYS_unshare, libc::CLONE_NEWUSER)
+            }),
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            ("unshare(CLONE_NEWNS)", || unsafe {
+                libc::syscall(libc::SYS_unshare, libc::CLONE_NEWNS)
+            }),
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            ("setns(own uts)", || unsafe {
+                let fd = libc::open(c"/proc/self/ns/uts".as_ptr(), libc::O_RDONLY);
+                libc::syscall(libc::SYS_setns, fd, libc::CLONE_NEWUTS)
+            }),
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            ("mount", || unsafe {
+                libc::syscall(
+                    libc::SYS_mount,
+                    c"none".as_ptr(),
+                    c"/nonexistent/sandboxd-seccomp-test".as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    0,
+                )
+            }),
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            ("clone(CLONE_NEWUSER)", || unsafe {
+                // A fork-like clone: the child (if any) exits at once.
+                let pid = libc::syscall(
+                    libc::SYS_clone,
+                    libc::CLONE_NEWUSER | libc::SIGCHLD,
+                    0,
+                    0,
+                    0,
+                    0,
+                );
+                if pid == 0 {
+                    libc::_exit(0);
+                }
+                pid
+            }),
+            // SAFETY: raw system calls with constant arguments, in the forked probe child.
+            ("personality(ADDR_NO_RANDOMIZE)", || unsafe {
+                libc::syscall(libc::SYS_personality, 0x0040000)
+            }),
+        ];
+        for (name, probe) in probes {
+            assert_eq!(errno_under_filters(probe), libc::EPERM, "{name}");
+        }
+    }
+
+    #[test]
+    fn every_refused_call_gets_eperm_in_both_halves() {
+        // With every argument all ones, each call would fail harmlessly
+        // without the filter (EFAULT, EBADF, EINVAL; this test runs as
+        // root): only the filter answers EPERM to all of them.
+        let mut calls = refused_calls();
+        calls.push(libc::SYS_clone);
+        let plan = SeccompPlan::for_this_host().unwrap();
+        let program = plan.program();
+        // SAFETY: the child only makes raw system calls and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: in the forked child, on the plan's live program.
+            unsafe {
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0);
+                if !apply(&program) {
+                    libc::_exit(255);
+                }
+                for (index, &call) in calls.iter().enumerate() {
+                    let all = u64::MAX;
+                    let done = libc::syscall(call, all, all, all, all, all, all);
+                    if done >= 0 || *libc::__errno_location() != libc::EPERM {
+                        libc::_exit(index as i32 + 1);
+                    }
+                }
+                libc::_exit(0);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "{status:#x}");
+        let code = libc::WEXITSTATUS(status);
+        assert_ne!(code, 255, "the filter could not be installed");
+        assert_eq!(code, 0, "call {} was not refused", calls[code as usize - 1]);
+    }
+
+    #[test]
+    fn clone3_is_refused_with_enosys_and_ordinary_calls_still_work() {
+        // clone3 with a size the kernel refuses (EINVAL) without the filter.
+        // SAFETY: raw system calls with constant arguments, in the forked probe child.
+        let clone3 = || unsafe { libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0) };
+        assert_eq!(errno_under_filters(clone3), libc::ENOSYS);
+        // SAFETY: raw system calls with constant arguments, in the forked probe child.
+        let fork = || unsafe {
+            let pid = libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0);
+            if pid == 0 {
+                libc::_exit(0);
+            }
+            pid
+        };
+        assert_eq!(errno_under_filters(fork), 0, "a plain fork");
+        // SAFETY: raw system calls with constant arguments, in the forked probe child.
+        let query = || unsafe { libc::syscall(libc::SYS_personality, 0xffff_ffff_u64) };
+        assert_eq!(errno_under_filters(query), 0, "a personality query");
+        // SAFETY: raw system calls with constant arguments, in the forked probe child.
+        let keyring = || unsafe {
+            libc::syscall(
+                libc::SYS_keyctl,
+                libc::KEYCTL_GET_KEYRING_ID,
+                libc::KEY_SPEC_SESSION_KEYRING,
+                0,
+            )
+        };
+        assert_eq!(errno_under_filters(keyring), 0, "keyctl");
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x32_calls_are_refused() {
+        // getpid through the x32 ABI.
+        // SAFETY: getpid, harmless in this process and in the probe child.
+        let x32 = || unsafe { libc::syscall(0x4000_0000 | libc::SYS_getpid) };
+        if x32() < 0 {
+            eprintln!(
+                "skipped: this kernel has no x32 ABI (CONFIG_X86_X32_ABI off or x32 disabled)"
+            );
+            return;
+        }
+        assert_eq!(errno_under_filters(x32), libc::ENOSYS);
+    }
+}

@@ -20,6 +20,7 @@ mod ledger;
 mod logs;
 mod peer_check;
 pub mod reaper;
+pub use isolation::init::{run_init_process as run_sandbox_init, ARG as INIT_ARG};
 mod state_dir;
 mod stop;
 mod trash;
@@ -72,7 +73,13 @@ struct Record {
 }
 
 struct Running {
+    /// The runner's host pid, as reported.
     pid: u32,
+    /// The sandbox's group leader, signalled at a stop: the runner itself,
+    /// or its init under `isolation = "full"`.
+    leader: u32,
+    /// What kept it apart, as it was started (one list shared by all).
+    isolation: Arc<[sandboxd_protocol::IsolationFeature]>,
     generation: u64,
     started_at_unix_ms: u64,
     /// Resolves once the runner's whole group is gone and forgotten (a
@@ -108,6 +115,9 @@ struct Inner {
     /// The egress posture's rules; an ensure is refused while not in force.
     egress: Arc<Egress>,
     stopping: AtomicBool,
+    /// `isolation` as configured, and what every sandbox started now gets.
+    isolation_mode: crate::config::IsolationMode,
+    isolation: Arc<[sandboxd_protocol::IsolationFeature]>,
     /// Set while a stop runs (see [`cgroup::setup::StopRemover`]).
     stop_remover: Mutex<Option<cgroup::setup::StopRemover>>,
     /// Held for the daemon's life: one daemon per state directory.
@@ -201,6 +211,7 @@ impl LocalProcessDriver {
             config.runner_log_max_size,
             deferred,
         ));
+        let (view, view_problem) = isolation::set_up_view(config, &dirs.exits).await;
         let settings = RunnerSettings {
             command: config.runner_command.clone(),
             args: config.runner_args.clone(),
@@ -212,7 +223,16 @@ impl LocalProcessDriver {
             sandboxes_dir: dirs.sandboxes,
             logs_dir: dirs.logs,
             cgroups: containment.tree().cloned(),
+            view,
         };
+        let isolation: Arc<[sandboxd_protocol::IsolationFeature]> = isolation::features(
+            &settings.identity,
+            &containment,
+            config.isolation,
+            settings.view.as_deref(),
+            view_problem.as_deref(),
+        )
+        .into();
         match settings.resolve_command() {
             Ok(program) => {
                 tracing::info!(runner = %program.display(), user = %settings.identity.display, containment = %containment.describe(), "local-process driver ready")
@@ -252,6 +272,8 @@ impl LocalProcessDriver {
             uids,
             egress,
             stopping: AtomicBool::new(false),
+            isolation_mode: config.isolation,
+            isolation,
             stop_remover: Mutex::new(None),
             _state_lock: state_lock,
         });
@@ -307,20 +329,20 @@ impl Inner {
         let child = self.spawn_as_its_uid(key, env).inspect_err(|error| {
             tracing::error!(scope = %key.scope, id = %key.shown_id(), %error, "runner failed to start");
         })?;
-        let pid = child.id();
+        let (leader, pid) = (child.id(), child.runner_pid());
         let start_time = child
             .start_time()
-            .or_else(|| launch::proc_stat::read(pid as i32).map(|stat| stat.start_time))
+            .or_else(|| launch::proc_stat::read(leader as i32).map(|stat| stat.start_time))
             .unwrap_or(0);
-        self.reaper.track(pid as i32);
+        self.reaper.track(leader as i32);
         if let Err(error) = self.ledger.record(
             &key.base_name,
             LedgerRecord {
-                pid: pid as i32,
+                pid: leader as i32,
                 start_time,
             },
         ) {
-            tracing::warn!(%error, pid, "cannot record the runner in the ledger");
+            tracing::warn!(%error, pid, leader, "cannot record the runner in the ledger");
         }
         let (gone_tx, gone_rx) = oneshot::channel();
         let generation = {
@@ -339,13 +361,15 @@ impl Inner {
             record.token_sha256 = token_digest(&env.stigmer_token);
             record.running = Some(Running {
                 pid,
+                leader,
+                isolation: self.isolation.clone(),
                 generation: record.generation,
                 started_at_unix_ms: now_unix_ms(),
                 gone: gone_rx,
             });
             record.generation
         };
-        tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, generation, "runner started");
+        tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, leader, generation, "runner started");
         tokio::spawn(watch_runner(
             self.clone(),
             key.clone(),
@@ -404,7 +428,7 @@ impl Inner {
                     .containment
                     .tree()
                     .map(|tree| tree.dirs(&key.base_name));
-                stop::stop_runner(key, running.pid, running.gone, self.stop_grace, cgroup).await?
+                stop::stop_runner(key, running.leader, running.gone, self.stop_grace, cgroup).await?
             }
             None => false,
         };
@@ -477,7 +501,7 @@ impl Inner {
             caller_class: record.caller_class.clone(),
             egress: None,
             cluster: None,
-            isolation: Vec::new(),
+            isolation: running.map_or_else(Vec::new, |running| running.isolation.to_vec()),
         }
     }
 }
@@ -631,8 +655,8 @@ impl Driver for LocalProcessDriver {
     }
 
     fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
-        let features = isolation::features(&self.inner.settings.identity, &self.inner.containment);
-        ("uid-cgroup".to_string(), features)
+        let mode = self.inner.isolation_mode.as_str().to_string();
+        (mode, self.inner.isolation.to_vec())
     }
 
     async fn ensure(

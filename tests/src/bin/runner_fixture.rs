@@ -33,6 +33,9 @@
 //! - `--allocate-when NAME`: with `--allocate-mib`, write `pid` first and
 //!   allocate only once `$WORKSPACE_ROOT_DIR/NAME` exists (looked for every
 //!   10 ms; a SIGTERM meanwhile waits until then), so a test decides when.
+//! - `--serve-probes`: once `pid` is written, run each `probe.sh` the test
+//!   writes (see `attack::serve_probes`); `--ipc OP [ARG]` is the System V
+//!   helper those probes call.
 //! - `--serve-attacks`: once `pid` is written, wait for an `attack` file and
 //!   attack the runner it names (see [`attack`]).
 
@@ -59,6 +62,7 @@ struct Flags {
     escape: bool,
     fork_many: u32,
     serve_attacks: bool,
+    serve_probes: bool,
     connect: Option<String>,
 }
 
@@ -77,6 +81,7 @@ fn parse_flags() -> Result<Flags, String> {
                     .map_err(|_| format!("bad fork count '{value}'"))?;
             }
             "--serve-attacks" => flags.serve_attacks = true,
+            "--serve-probes" => flags.serve_probes = true,
             "--exit-code" => {
                 let value = args.next().ok_or("--exit-code needs a value")?;
                 flags.exit_code = Some(
@@ -248,6 +253,14 @@ fn fork_many(count: u32) -> String {
 }
 
 fn main() -> ExitCode {
+    // A helper for probes, not a runner.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--ipc") {
+        return attack::ipc(
+            args.get(2).map_or("", String::as_str),
+            args.get(3).map(String::as_str),
+        );
+    }
     let flags = match parse_flags() {
         Ok(flags) => flags,
         Err(message) => {
@@ -353,6 +366,11 @@ fn main() -> ExitCode {
     if let Err(error) = write_atomically(&workspace, "pid", pid_text.as_bytes()) {
         eprintln!("runner-fixture: cannot write pid: {error}");
         return ExitCode::from(4);
+    }
+
+    if flags.serve_probes && !attack::serve_probes(&workspace) {
+        eprintln!("runner-fixture: got SIGTERM, exiting");
+        return ExitCode::SUCCESS;
     }
 
     if flags.serve_attacks && !attack::serve(&workspace) {

@@ -10,19 +10,20 @@
 //! What it does, in order:
 //! 1. reads its [`InitPlan`] from descriptor 0, a socket the daemon holds
 //!    the other end of (never argv or the environment: the plan holds the
-//!    token), until EOF;
-//! 2. opens the status file (in the state directory, before it is hidden);
-//! 3. builds the view ([`MountPlan::apply`]) and mounts a `/proc` of its
+//!    token), until EOF; with its first bytes comes (`SCM_RIGHTS`) the
+//!    status file, which the daemon opened: a file open for writing on a
+//!    mount of this namespace would keep it from being made read-only;
+//! 2. builds the view ([`MountPlan::apply`]) and mounts a `/proc` of its
 //!    own PID namespace;
-//! 4. blocks the signals it handles, then starts the runner with the
+//! 3. blocks the signals it handles, then starts the runner with the
 //!    daemon's own [`RunnerLaunch::exec_plan`] and clone child — so every
 //!    step (privileges, user switch, filters) is the daemon's;
-//! 5. drops its own privileges for good: non-dumpable (the runner cannot
+//! 4. drops its own privileges for good: non-dumpable (the runner cannot
 //!    ptrace it or read its memory), an empty bounding set, the runner's
 //!    uid, no capability, `no_new_privs`;
-//! 6. reports [`InitReport::Started`] (or the step and errno that failed)
+//! 5. reports [`InitReport::Started`] (or the step and errno that failed)
 //!    on the socket and closes it: the daemon's spawn waits for this;
-//! 7. then, until the runner exits: reaps every orphan, and forwards the
+//! 6. then, until the runner exits: reaps every orphan, and forwards the
 //!    signals the daemon sends it (SIGTERM at a stop, …) to the runner's
 //!    process group. When the runner exits it writes the runner's raw wait
 //!    status into the status file and exits; the kernel kills whatever is
@@ -37,7 +38,6 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde::{Deserialize, Serialize};
@@ -54,8 +54,6 @@ pub const ARG: &str = "__sandbox-init";
 pub struct InitPlan {
     pub runner: RunnerLaunch,
     pub mounts: MountPlan,
-    /// Where the runner's wait status goes (made empty by the daemon).
-    pub status_file: PathBuf,
 }
 
 /// What init answers once the runner has started, or could not.
@@ -111,7 +109,8 @@ pub fn run_init_process() -> ExitCode {
     // SAFETY: descriptor 0 is the socket the daemon gave, owned by no one
     // else in this process.
     let mut channel = unsafe { UnixStream::from_raw_fd(0) };
-    let started = read_plan(&mut channel).and_then(|plan| start(&plan));
+    let started = read_plan(&mut channel)
+        .and_then(|(plan, status_file)| Ok((start(&plan)?, status_file)));
     let report = match &started {
         Ok((pid, _)) => InitReport::Started { pid: *pid },
         Err(failure) => InitReport::Failed {
@@ -141,24 +140,49 @@ pub fn run_init_process() -> ExitCode {
     supervise(runner, status_file)
 }
 
-fn read_plan(channel: &mut UnixStream) -> Result<InitPlan, Failure> {
-    let mut bytes = Vec::new();
+/// The plan, and the status file the daemon sends with its first bytes.
+fn read_plan(channel: &mut UnixStream) -> Result<(InitPlan, File), Failure> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut bytes = vec![0u8; 64 * 1024];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let (received, status_file) = {
+        let mut iov = [std::io::IoSliceMut::new(&mut bytes)];
+        let message = recvmsg::<()>(
+            channel.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|errno| Failure::at("receive the sandbox plan")(errno.into()))?;
+        let mut status_file = None;
+        for control in message.cmsgs().into_iter().flatten() {
+            if let ControlMessageOwned::ScmRights(fds) = control {
+                for fd in fds {
+                    // SAFETY: a descriptor the kernel just installed for us.
+                    let file = unsafe { File::from_raw_fd(fd) };
+                    status_file.get_or_insert(file);
+                }
+            }
+        }
+        (message.bytes, status_file)
+    };
+    bytes.truncate(received);
     channel
         .read_to_end(&mut bytes)
         .map_err(Failure::at("read the sandbox plan"))?;
-    serde_json::from_slice(&bytes).map_err(|error| Failure {
+    let status_file = status_file.ok_or_else(|| Failure {
+        step: "receive the status file".to_string(),
+        error: io::Error::from_raw_os_error(libc::EBADF),
+    })?;
+    let plan = serde_json::from_slice(&bytes).map_err(|error| Failure {
         step: format!("parse the sandbox plan ({error})"),
         error: io::Error::from_raw_os_error(libc::EINVAL),
-    })
+    })?;
+    Ok((plan, status_file))
 }
 
-/// Steps 2 to 5: returns the runner's pid (in the namespace) and the
-/// status file.
-fn start(plan: &InitPlan) -> Result<(libc::pid_t, File), Failure> {
-    let status_file = File::options()
-        .write(true)
-        .open(&plan.status_file)
-        .map_err(Failure::at("open the status file"))?;
+/// Steps 2 to 4: returns the runner's pid (in the namespace).
+fn start(plan: &InitPlan) -> Result<libc::pid_t, Failure> {
     plan.mounts.apply().map_err(|error| Failure {
         step: format!("{} {}", error.step, error.path.display()),
         error: error.error,
@@ -186,7 +210,7 @@ fn start(plan: &InitPlan) -> Result<(libc::pid_t, File), Failure> {
         unsafe { libc::kill(runner, libc::SIGKILL) };
         return Err(failure);
     }
-    Ok((runner, status_file))
+    Ok(runner)
 }
 
 /// A `/proc` of this PID namespace over the host's.
@@ -273,7 +297,7 @@ fn drop_own_privileges(user: Option<(u32, u32)>) -> Result<(), Failure> {
     prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(Failure::at("init: prctl(PR_SET_NO_NEW_PRIVS)"))
 }
 
-/// Step 7: reaps, forwards, and at the runner's exit records its status
+/// Step 6: reaps, forwards, and at the runner's exit records its status
 /// and exits.
 fn supervise(runner: libc::pid_t, mut status_file: File) -> ExitCode {
     let set = handled_signals();

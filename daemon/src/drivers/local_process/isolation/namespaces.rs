@@ -120,11 +120,11 @@ impl View {
         cgroup: Option<CgroupPlacement>,
     ) -> Result<ViewSpawn, StartError> {
         let status_file = self.exits_dir.join(base_name);
-        File::create(&status_file).map_err(StartError::at("create the status file"))?;
+        let status =
+            File::create(&status_file).map_err(StartError::at("create the status file"))?;
         let plan = InitPlan {
             runner: runner.clone(),
             mounts: self.settings.plan(&runner.cwd, &runner.program),
-            status_file: status_file.clone(),
         };
         let (mut ours, theirs) = UnixStream::pair().map_err(StartError::at("socketpair"))?;
         let [stdout, stderr] = output;
@@ -151,7 +151,8 @@ impl View {
         })?;
         // Our copies of init's descriptors: only init holds its end now.
         drop(init);
-        match handshake(&mut ours, &plan) {
+        let handshake = handshake(&mut ours, &plan, status);
+        match handshake {
             Ok(()) => {}
             Err(error) => {
                 // SAFETY: our unreaped child.
@@ -173,15 +174,28 @@ impl View {
     }
 }
 
-/// Sends init its plan and waits for its report.
-fn handshake(channel: &mut UnixStream, plan: &InitPlan) -> Result<(), StartError> {
+/// Sends init its plan, with `status` (its first bytes carry it), and
+/// waits for its report.
+fn handshake(channel: &mut UnixStream, plan: &InitPlan, status: File) -> Result<(), StartError> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     let bytes = serde_json::to_vec(plan).map_err(|error| StartError {
         step: format!("serialise the sandbox plan ({error})"),
         error: io::Error::from_raw_os_error(libc::EINVAL),
     })?;
     let read_report = StartError::at("read init's report");
+    let fds = [status.as_raw_fd()];
+    let sent = sendmsg::<()>(
+        channel.as_raw_fd(),
+        &[io::IoSlice::new(&bytes)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(|errno| StartError::at("send init its plan")(errno.into()))?;
+    // Init has its own copy now.
+    drop(status);
     channel
-        .write_all(&bytes)
+        .write_all(&bytes[sent..])
         .and_then(|()| channel.shutdown(std::net::Shutdown::Write))
         .map_err(StartError::at("send init its plan"))?;
     channel

@@ -846,7 +846,10 @@ mod tests {
             ("[view]\nhidden = [\"relative/dir\"]", "must be absolute"),
             ("[view]\nread_only = [\"/\"]", "'/' is not allowed"),
             ("[view]\nread_write = [\"/usr/../etc\"]", "'..'"),
-            ("[view]\nhidden = [\"/nonexistent/sandboxd-view\"]", "/nonexistent/sandboxd-view"),
+            (
+                "[view]\nhidden = [\"/nonexistent/sandboxd-view\"]",
+                "/nonexistent/sandboxd-view",
+            ),
             ("[view]\ntmp_size = \"4k\"", "below the minimum"),
             ("[view]\nshown = [\"/usr\"]", "unknown field"),
             ("isolation = \"none\"", "unknown variant"),

@@ -66,7 +66,10 @@ pub fn sandbox_leader(pid: u32) -> u32 {
     let namespaced = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|status| {
-            let line = status.lines().find(|line| line.starts_with("NSpid:"))?.to_string();
+            let line = status
+                .lines()
+                .find(|line| line.starts_with("NSpid:"))?
+                .to_string();
             Some(line.split_whitespace().count() > 2)
         })
         .unwrap_or(false);

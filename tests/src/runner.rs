@@ -37,7 +37,8 @@ pub fn wait_for_runner(workspace: &Path, pid: u32) {
 
 /// The pid of the grandchild the fixture forked (`--fork-grandchild`).
 pub fn read_grandchild_pid(workspace: &Path) -> Option<u32> {
-    read_pid_file(&workspace.join("grandchild.pid")).map(|inner| host_pid_in_sandbox(workspace, inner))
+    read_pid_file(&workspace.join("grandchild.pid"))
+        .map(|inner| host_pid_in_sandbox(workspace, inner))
 }
 
 /// The environment the fixture recorded in `workspace/env.json`.

@@ -11,8 +11,8 @@ use nix::sys::signal::Signal;
 use sandboxd_client::{ClientError, EnsureReport, ProbeState, SandboxError, Scope};
 use sandboxd_tests::procs::{self, process_group};
 use sandboxd_tests::{
-    eventually, pid_is_gone, read_grandchild_pid, runner_env, sandbox_env,
-    start_time, wait_for_runner, wait_until, Options, TestDaemon, NOBODY, RUNNER_UIDS,
+    eventually, pid_is_gone, read_grandchild_pid, runner_env, sandbox_env, start_time,
+    wait_for_runner, wait_until, Options, TestDaemon, NOBODY, RUNNER_UIDS,
 };
 
 const GONE_TIMEOUT: Duration = Duration::from_secs(15);

@@ -77,7 +77,10 @@ async fn two_sandboxes_share_no_tmp_shm_ipc_processes_or_files() {
     );
     assert_eq!(planted["planted"], "ok");
     let (shm, queue) = (&planted["shm"], &planted["queue"]);
-    assert!(shm.parse::<i32>().is_ok() && queue.parse::<i32>().is_ok(), "{planted:?}");
+    assert!(
+        shm.parse::<i32>().is_ok() && queue.parse::<i32>().is_ok(),
+        "{planted:?}"
+    );
     // Control: A reaches its own.
     let own = probe(
         &daemon,
@@ -118,7 +121,12 @@ async fn two_sandboxes_share_no_tmp_shm_ipc_processes_or_files() {
     );
     // Nothing but the mount points of its own workspace and program (the
     // test's directory lives in /tmp).
-    let test_dir = daemon.dir().file_name().unwrap().to_string_lossy().into_owned();
+    let test_dir = daemon
+        .dir()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     assert!(
         ["", test_dir.as_str()].contains(&seen["tmp"].as_str()),
         "B sees A's /tmp: {}",
@@ -165,7 +173,10 @@ async fn two_sandboxes_share_no_tmp_shm_ipc_processes_or_files() {
         assert_eq!(procs::innermost_pid(pid), Some(2));
         assert_ne!(procs::sandbox_leader(pid), pid);
     }
-    assert!(b_workspace.join("mine").exists(), "the workspace is the real one");
+    assert!(
+        b_workspace.join("mine").exists(),
+        "the workspace is the real one"
+    );
 
     // Orphans are reaped by init: a grandchild whose parent is gone exits.
     let leader = procs::sandbox_leader(b);
@@ -212,7 +223,11 @@ async fn exit_codes_and_signals_are_the_runners_own() {
         info.last_exit.is_some_and(|exit| exit.code == Some(7))
     })
     .await;
-    assert!(exited, "exit code 7 was not reported: {}", daemon.log_text());
+    assert!(
+        exited,
+        "exit code 7 was not reported: {}",
+        daemon.log_text()
+    );
 
     let daemon = probing_daemon("");
     let pid = start(&daemon, "usr2").await;
@@ -237,8 +252,16 @@ async fn exit_codes_and_signals_are_the_runners_own() {
 /// `Shmem:` of `/proc/meminfo` in bytes: tmpfs and System V pages in use.
 fn host_shmem() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let line = meminfo.lines().find(|line| line.starts_with("Shmem:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    let line = meminfo
+        .lines()
+        .find(|line| line.starts_with("Shmem:"))
+        .unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -286,7 +309,11 @@ async fn deprovision_reaches_the_runner_and_gives_its_shm_and_sysv_memory_back()
 async fn uid_cgroup_keeps_the_hosts_view_and_says_so() {
     let daemon = probing_daemon("isolation = \"uid-cgroup\"");
     let pid = start(&daemon, "host").await;
-    assert_eq!(procs::innermost_pid(pid), Some(pid), "a namespace of its own");
+    assert_eq!(
+        procs::innermost_pid(pid),
+        Some(pid),
+        "a namespace of its own"
+    );
     assert_eq!(procs::sandbox_leader(pid), pid);
     let seen = probe(&daemon, "host", "echo init=$(cat /proc/1/comm)\n");
     assert_ne!(seen["init"], "sandbox-init");

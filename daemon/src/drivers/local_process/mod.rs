@@ -428,7 +428,8 @@ impl Inner {
                     .containment
                     .tree()
                     .map(|tree| tree.dirs(&key.base_name));
-                stop::stop_runner(key, running.leader, running.gone, self.stop_grace, cgroup).await?
+                stop::stop_runner(key, running.leader, running.gone, self.stop_grace, cgroup)
+                    .await?
             }
             None => false,
         };

@@ -109,8 +109,8 @@ pub fn run_init_process() -> ExitCode {
     // SAFETY: descriptor 0 is the socket the daemon gave, owned by no one
     // else in this process.
     let mut channel = unsafe { UnixStream::from_raw_fd(0) };
-    let started = read_plan(&mut channel)
-        .and_then(|(plan, status_file)| Ok((start(&plan)?, status_file)));
+    let started =
+        read_plan(&mut channel).and_then(|(plan, status_file)| Ok((start(&plan)?, status_file)));
     let report = match &started {
         Ok((pid, _)) => InitReport::Started { pid: *pid },
         Err(failure) => InitReport::Failed {
@@ -285,7 +285,10 @@ fn drop_own_privileges(user: Option<(u32, u32)>) -> Result<(), Failure> {
         }
     }
     if let Some((uid, gid)) = user {
-        let (uid, gid) = (nix::unistd::Uid::from_raw(uid), nix::unistd::Gid::from_raw(gid));
+        let (uid, gid) = (
+            nix::unistd::Uid::from_raw(uid),
+            nix::unistd::Gid::from_raw(gid),
+        );
         nix::unistd::setgroups(&[])
             .map_err(|errno| Failure::at("init: setgroups")(errno.into()))?;
         nix::unistd::setresgid(gid, gid, gid)

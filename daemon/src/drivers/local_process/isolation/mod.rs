@@ -61,7 +61,8 @@ pub async fn set_up_view(config: &Config, exits_dir: &Path) -> (Option<Arc<View>
     match View::open(settings, exits_dir.to_path_buf()) {
         Ok(view) => (Some(Arc::new(view)), None),
         Err(error) => {
-            let problem = format!("cannot open /proc/self/exe to start each sandbox's init: {error}");
+            let problem =
+                format!("cannot open /proc/self/exe to start each sandbox's init: {error}");
             tracing::warn!(%problem, "sandboxes see the host's file system, processes and IPC");
             (None, Some(problem))
         }
@@ -87,7 +88,10 @@ fn namespace_features(
         return [
             IsolationFeature::not_in_force("mount-namespace", format!("{why} file system")),
             IsolationFeature::not_in_force("pid-namespace", format!("{why} processes")),
-            IsolationFeature::not_in_force("ipc-namespace", format!("{why} System V and POSIX IPC")),
+            IsolationFeature::not_in_force(
+                "ipc-namespace",
+                format!("{why} System V and POSIX IPC"),
+            ),
         ];
     };
     let hidden: Vec<String> = view

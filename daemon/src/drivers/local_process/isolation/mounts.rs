@@ -164,7 +164,11 @@ impl MountPlan {
         set_writable(dev).map_err(fails("make writable", dev))?;
         let mut covers: Vec<(&Path, bool)> = Vec::new();
         let size = format!("size={},mode=1777", self.tmp_size);
-        for tmp in PRIVATE_TMP.iter().map(Path::new).filter(|path| path.is_dir()) {
+        for tmp in PRIVATE_TMP
+            .iter()
+            .map(Path::new)
+            .filter(|path| path.is_dir())
+        {
             mount(
                 Some("tmpfs"),
                 tmp,
@@ -259,7 +263,13 @@ fn mount(
 /// A bind mount of `source` on `target`, then its flags: read-only unless
 /// `writable`; `nosuid,nodev` always.
 fn bind(source: &Path, target: &Path, writable: bool) -> io::Result<()> {
-    mount(Some(&source.to_string_lossy()), target, None, libc::MS_BIND | libc::MS_REC, None)?;
+    mount(
+        Some(&source.to_string_lossy()),
+        target,
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )?;
     let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV;
     if !writable {
         flags |= libc::MS_RDONLY;
@@ -397,7 +407,11 @@ fn mount_points(mountinfo: &str) -> impl Iterator<Item = PathBuf> + '_ {
     mountinfo
         .lines()
         .filter_map(|line| line.split(' ').nth(4))
-        .map(|field| PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(unescape(field))))
+        .map(|field| {
+            PathBuf::from(
+                <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(unescape(field)),
+            )
+        })
 }
 
 fn unescape(field: &str) -> Vec<u8> {
@@ -410,7 +424,11 @@ fn unescape(field: &str) -> Vec<u8> {
         });
         match octal {
             Some(digits) => {
-                out.push(digits.iter().fold(0u8, |value, digit| value * 8 + (digit - b'0')));
+                out.push(
+                    digits
+                        .iter()
+                        .fold(0u8, |value, digit| value * 8 + (digit - b'0')),
+                );
                 i += 4;
             }
             None => {
@@ -445,7 +463,13 @@ mod tests {
         let hidden: Vec<&str> = plan.hidden.iter().map(|p| p.to_str().unwrap()).collect();
         assert_eq!(
             hidden,
-            ["/home", "/root", "/run/sandboxd", "/run/user", "/var/lib/sandboxd"]
+            [
+                "/home",
+                "/root",
+                "/run/sandboxd",
+                "/run/user",
+                "/var/lib/sandboxd"
+            ]
         );
         assert_eq!(
             plan.binds,
@@ -481,7 +505,10 @@ mod tests {
         assert!(plan.hidden.contains(&PathBuf::from("/opt/secrets")));
         assert!(plan.hidden.contains(&PathBuf::from("/run/sandboxd.sock")));
         assert!(!plan.hidden.contains(&PathBuf::from("/run")));
-        assert_eq!(plan.hidden.iter().filter(|p| p.ends_with("home")).count(), 1);
+        assert_eq!(
+            plan.hidden.iter().filter(|p| p.ends_with("home")).count(),
+            1
+        );
         let writable: Vec<(&str, bool)> = plan
             .binds
             .iter()

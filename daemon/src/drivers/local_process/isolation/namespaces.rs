@@ -35,7 +35,8 @@ const REPORT_TIMEOUT: Duration = Duration::from_secs(60);
 /// (not root, a seccomp filter such as systemd's `RestrictNamespaces=`, a
 /// kernel without them).
 pub fn probe() -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|error| format!("cannot find this binary: {error}"))?;
+    let exe =
+        std::env::current_exe().map_err(|error| format!("cannot find this binary: {error}"))?;
     let mut command = std::process::Command::new(exe);
     command
         .arg("--version")
@@ -140,7 +141,7 @@ impl View {
             step: problem,
             error: io::Error::from_raw_os_error(libc::EINVAL),
         })?
-        .as_sandbox_init(self.exe.as_raw_fd(), NAMESPACES);
+        .into_sandbox_init(self.exe.as_raw_fd(), NAMESPACES);
         let init = match cgroup {
             Some(placement) => init.in_cgroup(placement),
             None => init,
@@ -163,7 +164,10 @@ impl View {
             }
         }
         let runner_pid = first_child(cloned.pid).unwrap_or_else(|| {
-            tracing::warn!(init = cloned.pid, "cannot read the runner's pid from /proc: reporting the init's");
+            tracing::warn!(
+                init = cloned.pid,
+                "cannot read the runner's pid from /proc: reporting the init's"
+            );
             cloned.pid
         });
         Ok(ViewSpawn {

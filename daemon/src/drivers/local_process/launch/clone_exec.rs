@@ -75,7 +75,7 @@ pub struct ExecPlan {
     namespaces: libc::c_int,
     /// `Some(fd)`: exec this open file (`execveat(AT_EMPTY_PATH)`) rather
     /// than `program` by path, and keep every privilege: a sandbox's init
-    /// (see [`ExecPlan::as_sandbox_init`]).
+    /// (see [`ExecPlan::into_sandbox_init`]).
     init_exe: Option<RawFd>,
 }
 
@@ -230,7 +230,7 @@ impl ExecPlan {
     /// descriptor of the daemon's own binary, so an upgraded file on disk
     /// never runs as the init of an older daemon. Cgroup, stdio, `setsid`
     /// and `PR_SET_PDEATHSIG` are as for a runner.
-    pub fn as_sandbox_init(mut self, exe: RawFd, namespaces: libc::c_int) -> ExecPlan {
+    pub fn into_sandbox_init(mut self, exe: RawFd, namespaces: libc::c_int) -> ExecPlan {
         self.namespaces = namespaces;
         self.init_exe = Some(exe);
         self
@@ -617,7 +617,11 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         // The daemon may have died before the prctl took effect. (In a new
         // PID namespace the parent is outside it and `getppid` says 0: the
         // group reaper covers that instant.)
-        let parent = if plan.new_pid_namespace { 0 } else { plan.parent };
+        let parent = if plan.new_pid_namespace {
+            0
+        } else {
+            plan.parent
+        };
         if libc::getppid() != parent {
             libc::_exit(1);
         }

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
 use super::super::cgroup::{kill, CgroupTree};
+use super::super::isolation::namespaces::View;
 use super::super::logs::RunnerLogs;
 use super::super::users::identity::RunnerIdentity;
 use super::child_exits::{ChildExits, RunnerProcess};
-use super::super::isolation::namespaces::View;
 use super::runner_plan::RunnerLaunch;
 use crate::fd_limit;
 use crate::provisioner::SandboxKey;
@@ -185,7 +185,11 @@ impl RunnerSettings {
                     status_file: Some(spawned.status_file),
                 })
                 .map_err(|error| (error.step, error.error)),
-            None => start_directly(&launch, [OwnedFd::from(stdin), log, log_for_stderr], placement),
+            None => start_directly(
+                &launch,
+                [OwnedFd::from(stdin), log, log_for_stderr],
+                placement,
+            ),
         };
         let started = started.map_err(|(step, error)| {
             if let Some(tree) = &self.cgroups {
@@ -257,9 +261,9 @@ fn start_directly(
     stdio: [OwnedFd; 3],
     placement: Option<super::clone_exec::CgroupPlacement>,
 ) -> Result<Started, (String, std::io::Error)> {
-    let plan = launch.exec_plan(stdio).map_err(|problem| {
-        (problem, std::io::Error::from_raw_os_error(libc::EINVAL))
-    })?;
+    let plan = launch
+        .exec_plan(stdio)
+        .map_err(|problem| (problem, std::io::Error::from_raw_os_error(libc::EINVAL)))?;
     let plan = match placement {
         Some(placement) => plan.in_cgroup(placement),
         None => plan,

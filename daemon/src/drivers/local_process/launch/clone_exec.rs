@@ -47,6 +47,11 @@
 //!   return to, so it is issued from a few lines of assembly that call the
 //!   child's entry function at once (as glibc's own `clone3` wrapper does).
 //!
+//! Under `isolation = "full"` the daemon's clone child starts a sandbox's
+//! init instead ([`ExecPlan::into_sandbox_init`]: new namespaces, the
+//! daemon's privileges kept, the daemon's binary exec'd by descriptor), and
+//! init starts the runner with this same child (see `isolation::init`).
+//!
 //! The spawn returns the child's pid unreaped; the caller has its exit
 //! watched ([`super::child_exits`]: reaped by the thread that cloned it),
 //! and the pid cannot be recycled until then.

@@ -131,9 +131,6 @@ impl RunnerSettings {
         let log_for_stderr = log
             .try_clone()
             .map_err(|error| unavailable(format!("output pipe: {}", io(&error))))?;
-        let stdin = File::open("/dev/null")
-            .map_err(|error| unavailable(format!("/dev/null: {}", io(&error))))?;
-
         let mut vars: Vec<(&OsStr, &OsStr)> = self
             .inherited_env
             .iter()
@@ -185,11 +182,15 @@ impl RunnerSettings {
                     status_file: Some(spawned.status_file),
                 })
                 .map_err(|error| (error.step, error.error)),
-            None => start_directly(
-                &launch,
-                [OwnedFd::from(stdin), log, log_for_stderr],
-                placement,
-            ),
+            // (Under an init, init opens the runner's /dev/null itself.)
+            None => match File::open("/dev/null") {
+                Ok(stdin) => start_directly(
+                    &launch,
+                    [OwnedFd::from(stdin), log, log_for_stderr],
+                    placement,
+                ),
+                Err(error) => Err(("open /dev/null".to_string(), error)),
+            },
         };
         let started = started.map_err(|(step, error)| {
             if let Some(tree) = &self.cgroups {

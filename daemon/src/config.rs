@@ -1062,13 +1062,21 @@ mod tests {
                 || key == "limits"
                 || key == "connections"
                 || key == "kubernetes"
+                || key == "view"
             {
                 assert!(text.contains(&format!("\n[{key}]\n")), "no [{key}] table");
                 continue;
             }
             assert!(shown("", key), "the example config does not show `{key}`");
         }
-        for table in ["access", "docker", "limits", "connections", "kubernetes"] {
+        for table in [
+            "access",
+            "docker",
+            "limits",
+            "connections",
+            "kubernetes",
+            "view",
+        ] {
             let keys = known_keys(table);
             let least = if table == "limits" { 3 } else { 4 };
             assert!(keys.len() >= least, "[{table}]: {keys:?}");

@@ -191,6 +191,109 @@ impl Default for LimitsConfig {
     }
 }
 
+/// `isolation`: how far apart the process tier keeps its sandboxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IsolationMode {
+    /// A uid and a cgroup, and a private view: its own mount, PID and IPC
+    /// namespaces (where the daemon can make them; `status` says).
+    #[default]
+    Full,
+    /// A uid and a cgroup only: the runner sees the host's file system,
+    /// processes and IPC (the opt-out for runners that need the host's view).
+    UidCgroup,
+}
+
+impl IsolationMode {
+    /// The word the config file and `status` use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IsolationMode::Full => "full",
+            IsolationMode::UidCgroup => "uid-cgroup",
+        }
+    }
+}
+
+/// The `[view]` table: what a sandbox sees of the host's file system under
+/// `isolation = "full"`, beyond the defaults (the system read-only; `/root`,
+/// `/home`, `/run/user`, the state and socket directories hidden; private
+/// `/tmp`, `/var/tmp` and `/dev/shm`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ViewConfig {
+    /// Visible read-only, even under a hidden path (a toolchain in `/root`).
+    pub read_only: Vec<PathBuf>,
+    /// Writable (a shared cache), even under a hidden path.
+    pub read_write: Vec<PathBuf>,
+    /// Out of sight: an empty read-only directory (or an empty file).
+    pub hidden: Vec<PathBuf>,
+    /// The size of each private tmpfs (`/tmp`, `/var/tmp`, `/dev/shm`);
+    /// default `[limits] memory` (or 2 GiB when that is unlimited). Their
+    /// pages are charged to the sandbox's memory limit either way.
+    #[serde(deserialize_with = "deserialize_optional_memory")]
+    pub tmp_size: Option<u64>,
+}
+
+impl ViewConfig {
+    /// The tmpfs size when `[limits] memory` is 0 (unlimited).
+    const UNLIMITED_MEMORY_TMP_SIZE: u64 = 2 * 1024 * 1024 * 1024;
+    /// The smallest tmpfs size accepted (1 MiB).
+    const MIN_TMP_SIZE: u64 = 1024 * 1024;
+
+    /// Each private tmpfs's size in bytes, given the memory limit.
+    pub fn tmp_size(&self, memory_limit: u64) -> u64 {
+        self.tmp_size.unwrap_or(if memory_limit == 0 {
+            Self::UNLIMITED_MEMORY_TMP_SIZE
+        } else {
+            memory_limit
+        })
+    }
+
+    /// Every path must be absolute, plain (no `.` or `..`), not `/`, and
+    /// exist; the size at least 1 MiB.
+    fn validate(&self) -> anyhow::Result<()> {
+        for (key, paths) in [
+            ("read_only", &self.read_only),
+            ("read_write", &self.read_write),
+            ("hidden", &self.hidden),
+        ] {
+            for path in paths {
+                validate_view_path(key, path)?;
+            }
+        }
+        if let Some(size) = self.tmp_size {
+            if size < Self::MIN_TMP_SIZE {
+                bail!("[view] tmp_size {size} bytes is below the minimum of 1 MiB");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One `[view]` path: absolute, plain, not `/`, existing.
+fn validate_view_path(key: &str, path: &Path) -> anyhow::Result<()> {
+    use std::path::Component;
+    if !path.is_absolute() {
+        bail!("[view] {key} path '{}' must be absolute", path.display());
+    }
+    if path
+        .components()
+        .any(|part| matches!(part, Component::CurDir | Component::ParentDir))
+    {
+        bail!(
+            "[view] {key} path '{}' must not contain '.' or '..'",
+            path.display()
+        );
+    }
+    if path.parent().is_none() {
+        bail!("[view] {key} path '/' is not allowed: name a directory or file below it");
+    }
+    if let Err(error) = std::fs::symlink_metadata(path) {
+        bail!("[view] {key} path '{}': {error}", path.display());
+    }
+    Ok(())
+}
+
 /// Where the kubernetes tier puts its objects when neither
 /// `STIGMER_SANDBOX_K8S_NAMESPACE` nor `[kubernetes] namespace` says.
 pub const DEFAULT_K8S_NAMESPACE: &str = "stigmer-sandboxes";
@@ -376,6 +479,8 @@ struct FileConfig {
     instance: Option<String>,
     egress: Option<EgressSetting>,
     kubernetes: Option<KubernetesConfig>,
+    isolation: Option<IsolationMode>,
+    view: Option<ViewConfig>,
 }
 
 /// The resolved configuration.
@@ -436,6 +541,10 @@ pub struct Config {
     pub egress: EgressSetting,
     /// The kubernetes tier's settings; `namespace` is always resolved.
     pub kubernetes: KubernetesConfig,
+    /// How far apart the process tier keeps its sandboxes (default `full`).
+    pub isolation: IsolationMode,
+    /// What a sandbox sees under `isolation = "full"`.
+    pub view: ViewConfig,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -543,6 +652,8 @@ impl Config {
             instance: Instance::from_config(file.instance.as_deref())?,
             egress: file.egress.unwrap_or_default(),
             kubernetes,
+            isolation: file.isolation.unwrap_or_default(),
+            view: file.view.unwrap_or_default(),
         };
         config.validate()?;
         Ok(config)
@@ -595,6 +706,7 @@ impl Config {
             }
         }
         self.limits.validate()?;
+        self.view.validate()?;
         self.docker.validate()?;
         self.connections.validate(self.max_connections)?;
         self.kubernetes.validate()
@@ -781,6 +893,32 @@ mod tests {
             ..flags
         };
         Config::resolve(file, None, lookup, &flags)
+    }
+
+    #[test]
+    fn isolation_is_full_by_default_and_view_paths_are_checked() {
+        let config = resolve("", &[], Flags::default()).unwrap();
+        assert_eq!(config.isolation, IsolationMode::Full);
+        assert_eq!(config.view.tmp_size(config.limits.memory), 2 << 30);
+        let opt_out = resolve("isolation = \"uid-cgroup\"", &[], Flags::default()).unwrap();
+        assert_eq!(opt_out.isolation, IsolationMode::UidCgroup);
+        let sized = resolve("[view]\ntmp_size = \"64m\"", &[], Flags::default()).unwrap();
+        assert_eq!(sized.view.tmp_size(0), 64 << 20);
+        for (file, words) in [
+            ("[view]\nhidden = [\"relative/dir\"]", "must be absolute"),
+            ("[view]\nread_only = [\"/\"]", "'/' is not allowed"),
+            ("[view]\nread_write = [\"/usr/../etc\"]", "'..'"),
+            (
+                "[view]\nhidden = [\"/nonexistent/sandboxd-view\"]",
+                "/nonexistent/sandboxd-view",
+            ),
+            ("[view]\ntmp_size = \"4k\"", "below the minimum"),
+            ("[view]\nshown = [\"/usr\"]", "unknown field"),
+            ("isolation = \"none\"", "unknown variant"),
+        ] {
+            let error = format!("{:#}", resolve(file, &[], Flags::default()).unwrap_err());
+            assert!(error.contains(words), "{file}: {error}");
+        }
     }
 
     #[test]
@@ -1004,13 +1142,21 @@ mod tests {
                 || key == "limits"
                 || key == "connections"
                 || key == "kubernetes"
+                || key == "view"
             {
                 assert!(text.contains(&format!("\n[{key}]\n")), "no [{key}] table");
                 continue;
             }
             assert!(shown("", key), "the example config does not show `{key}`");
         }
-        for table in ["access", "docker", "limits", "connections", "kubernetes"] {
+        for table in [
+            "access",
+            "docker",
+            "limits",
+            "connections",
+            "kubernetes",
+            "view",
+        ] {
             let keys = known_keys(table);
             let least = if table == "limits" { 3 } else { 4 };
             assert!(keys.len() >= least, "[{table}]: {keys:?}");

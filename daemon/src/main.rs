@@ -84,6 +84,10 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(drivers::local_process::reaper::ARG.as_ref()) {
         return drivers::local_process::reaper::run_reaper_process();
     }
+    // A sandbox's PID 1 is this same binary too, exec'd by the daemon.
+    if std::env::args_os().nth(1).as_deref() == Some(drivers::local_process::INIT_ARG.as_ref()) {
+        return drivers::local_process::run_sandbox_init();
+    }
     // First, while the process has one thread: it edits the environment.
     let handoff = match systemd::Handoff::take() {
         Ok(handoff) => handoff,

@@ -54,6 +54,32 @@ pub fn start_time(pid: u32) -> Option<u64> {
     stat_fields(pid)?.get(19)?.parse().ok()
 }
 
+/// Field 4 of `/proc/<pid>/stat`: the parent's pid.
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+/// The group leader sandboxd signals, reaps and records in its ledger for
+/// the runner `pid`: under `isolation = "full"` its sandbox's init (its
+/// parent, outside the runner's PID namespace), else the runner itself.
+pub fn sandbox_leader(pid: u32) -> u32 {
+    let namespaced = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let line = status
+                .lines()
+                .find(|line| line.starts_with("NSpid:"))?
+                .to_string();
+            Some(line.split_whitespace().count() > 2)
+        })
+        .unwrap_or(false);
+    if namespaced {
+        parent_pid(pid).unwrap_or(pid)
+    } else {
+        pid
+    }
+}
+
 /// Field 5 of `/proc/<pid>/stat`: the process group id.
 pub fn process_group(pid: u32) -> Option<u32> {
     stat_fields(pid)?.get(2)?.parse().ok()
@@ -104,6 +130,32 @@ pub fn signal_group(pgid: u32, signal: nix::sys::signal::Signal) {
 /// Reads a file holding one decimal pid (trailing whitespace allowed).
 pub fn read_pid_file(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The pid a live process has in its own, innermost PID namespace (the
+/// last field of `NSpid:` in `/proc/<pid>/status`): what it sees as its
+/// own pid. The host pid itself when it has no namespace of its own.
+pub fn innermost_pid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
+}
+
+/// The host pid of the live process of the sandbox with `workspace` that
+/// sees itself as `inner` (a pid the runner fixture wrote, which under
+/// `isolation = "full"` is a pid of the sandbox's own namespace): found
+/// among the processes whose `WORKSPACE_ROOT_DIR` is `workspace`. `inner`
+/// itself when none is (the process is gone: the number as written).
+pub fn host_pid_in_sandbox(workspace: &Path, inner: u32) -> u32 {
+    let wanted = workspace.to_string_lossy();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return inner;
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| innermost_pid(pid) == Some(inner))
+        .find(|&pid| env_of(pid, "WORKSPACE_ROOT_DIR").as_deref() == Some(&*wanted))
+        .unwrap_or(inner)
 }
 
 /// One variable of a live process's environment, read from `/proc/<pid>/environ`.

@@ -4,23 +4,29 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::procs::{read_pid_file, wait_until};
+use crate::procs::{host_pid_in_sandbox, innermost_pid, read_pid_file, wait_until};
 
 /// How long a runner gets to write its files.
 pub const RUNNER_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The pid the fixture recorded in `workspace/pid`, if it has.
+/// The pid a runner sees as its own under `isolation = "full"`: it is the
+/// first child of its sandbox's init, PID 1 of the namespace.
+pub const RUNNER_PID_IN_SANDBOX: u32 = 2;
+
+/// The pid the fixture recorded in `workspace/pid`, as a host pid (see
+/// [`host_pid_in_sandbox`]), if it has.
 pub fn read_runner_pid(workspace: &Path) -> Option<u32> {
-    read_pid_file(&workspace.join("pid"))
+    read_pid_file(&workspace.join("pid")).map(|inner| host_pid_in_sandbox(workspace, inner))
 }
 
-/// Waits until the runner with `pid` has written its files (its `pid` file
-/// names it); panics after [`RUNNER_TIMEOUT`].
+/// Waits until the runner with (host) `pid` has written its files (its
+/// `pid` file names it, as the runner sees itself); panics after
+/// [`RUNNER_TIMEOUT`].
 pub fn wait_for_runner(workspace: &Path, pid: u32) {
     let mut seen = None;
     let written = wait_until(RUNNER_TIMEOUT, || {
-        seen = read_runner_pid(workspace);
-        seen == Some(pid)
+        seen = read_pid_file(&workspace.join("pid"));
+        seen.is_some() && seen == innermost_pid(pid)
     });
     assert!(
         written,
@@ -32,6 +38,7 @@ pub fn wait_for_runner(workspace: &Path, pid: u32) {
 /// The pid of the grandchild the fixture forked (`--fork-grandchild`).
 pub fn read_grandchild_pid(workspace: &Path) -> Option<u32> {
     read_pid_file(&workspace.join("grandchild.pid"))
+        .map(|inner| host_pid_in_sandbox(workspace, inner))
 }
 
 /// The environment the fixture recorded in `workspace/env.json`.

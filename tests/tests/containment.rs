@@ -48,6 +48,7 @@ async fn ensure_with_escapee(daemon: &TestDaemon, id: &str) -> (u32, u32) {
     let workspace = daemon.workspace(Scope::Session, id);
     wait_for_runner(&workspace, pid);
     let escapee = procs::read_pid_file(&workspace.join("escapee.pid")).expect("escapee.pid");
+    let escapee = procs::host_pid_in_sandbox(&workspace, escapee);
     // It really did get away from its runner, by every measure but the cgroup.
     assert!(!pid_is_gone(escapee), "the escapee is not running");
     assert_ne!(

@@ -393,7 +393,10 @@ async fn a_second_daemon_on_the_same_state_dir_refuses_and_kills_nothing() {
     );
     assert_eq!(
         first.ledger_record(Scope::Session, "mine"),
-        Some((pid, start_time(pid).unwrap())),
+        Some((
+            sandboxd_tests::procs::sandbox_leader(pid),
+            start_time(sandboxd_tests::procs::sandbox_leader(pid)).unwrap()
+        )),
         "the second daemon swept the first one's ledger"
     );
     assert_eq!(

@@ -11,8 +11,8 @@ use nix::sys::signal::Signal;
 use sandboxd_client::{ClientError, EnsureReport, ProbeState, SandboxError, Scope};
 use sandboxd_tests::procs::{self, process_group};
 use sandboxd_tests::{
-    eventually, pid_is_gone, read_grandchild_pid, read_runner_pid, runner_env, sandbox_env,
-    start_time, wait_for_runner, wait_until, Options, TestDaemon, NOBODY, RUNNER_UIDS,
+    eventually, pid_is_gone, read_grandchild_pid, runner_env, sandbox_env, start_time,
+    wait_for_runner, wait_until, Options, TestDaemon, NOBODY, RUNNER_UIDS,
 };
 
 const GONE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -54,10 +54,12 @@ async fn ensure_provisions_once_then_takes_the_fast_path() {
     assert_eq!(meta.mode() & 0o777, 0o700, "workspace mode");
     assert_eq!((meta.uid(), meta.gid()), (uid, uid), "workspace owner");
 
-    // The ledger records the runner with its start time.
+    // The ledger records the sandbox's leader (the runner, or its init
+    // under `isolation = "full"`) with its start time.
+    let leader = procs::sandbox_leader(pid);
     assert_eq!(
         daemon.ledger_record(Scope::Session, "fast-1"),
-        Some((pid, start_time(pid).unwrap())),
+        Some((leader, start_time(leader).unwrap())),
         "ledger record"
     );
 
@@ -223,7 +225,7 @@ async fn a_killed_runner_is_absent_and_the_next_ensure_respawns_it() {
         daemon
             .ledger_record(Scope::Session, "phoenix")
             .map(|(pid, _)| pid),
-        Some(new_pid),
+        Some(procs::sandbox_leader(new_pid)),
         "the ledger records the new runner, and no longer the old one"
     );
 }
@@ -243,7 +245,13 @@ async fn a_runner_that_exits_at_once_is_seen_and_recorded() {
         .await,
         "a runner that exited must probe absent"
     );
-    assert_eq!(read_runner_pid(&workspace), first.pid, "the runner did run");
+    // Gone, so its pid cannot be mapped: under `isolation = "full"` it wrote
+    // the pid it had in its sandbox, as the init's first child.
+    assert_eq!(
+        sandboxd_tests::procs::read_pid_file(&workspace.join("pid")),
+        Some(sandboxd_tests::runner::RUNNER_PID_IN_SANDBOX),
+        "the runner did run"
+    );
     let second = client.ensure_workflow_sandbox("brief", &env).await.unwrap();
     assert_eq!(second.generation, first.generation + 1);
     let exited_with_3 = eventually(GONE_TIMEOUT, || async {

@@ -42,6 +42,8 @@ async fn sandboxctl_logs_prints_the_output_and_its_last_lines() {
     let pid = report.pid.unwrap();
     // The fixture writes its pid file after printing its lines.
     wait_for_runner(&daemon.workspace(Scope::Session, "logs-1"), pid);
+    // The pid it prints is its own, as it sees it (in its PID namespace).
+    let pid = sandboxd_tests::procs::innermost_pid(pid).unwrap();
 
     let tail = daemon.sandboxctl(&["logs", "session", "logs-1", "--tail", "3"]);
     assert_eq!(tail.status.code(), Some(0), "{}", stderr(&tail));
@@ -286,7 +288,13 @@ async fn reading_logs_takes_the_mutate_lists_not_the_read_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recycled_output_file_carries_nothing_of_the_sandbox_before() {
     use std::os::unix::fs::MetadataExt;
-    let daemon = TestDaemon::start(Options::with_runner_args(&["--print-lines", "20"]));
+    // The runners are told apart by the pid each prints, which under
+    // `isolation = "full"` is 2 for both (the first child of each sandbox's
+    // init): the host's pids are needed here.
+    let daemon = TestDaemon::start(Options {
+        extra_toml: "isolation = \"uid-cgroup\"".to_string(),
+        ..Options::with_runner_args(&["--print-lines", "20"])
+    });
     let client = daemon.client().await;
     let env = sandbox_env("session:recycled", "");
     let first = client.ensure_session_sandbox("old", &env).await.unwrap();

@@ -202,6 +202,9 @@ async fn output_that_cannot_be_written_is_dropped_with_a_marker_and_the_runner_g
     let mut daemon = TestDaemon::prepare(Options {
         runner_command: Some("/bin/sh".to_string()),
         runner_args: vec!["-c".to_string(), script],
+        // The test's directory is in /tmp, which is private to a sandbox
+        // under `isolation = "full"`: shared with it, as an operator would.
+        extra_toml: format!("[view]\nread_write = [\"{}\"]", signals.display()),
         ..Options::default()
     });
     let state = Tmpfs::mount(daemon.state_dir(), 16 * MIB);

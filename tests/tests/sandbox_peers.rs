@@ -50,9 +50,12 @@ async fn a_runner_calling_the_daemon_is_refused(daemon_uid: Option<u32>) {
         // Under a root daemon every runner runs as nobody (`run_as`), so its
         // uid is one the socket lets in. A daemon that is not root cannot
         // install egress rules, so it runs with none.
+        // `isolation = "uid-cgroup"`: under "full" the socket's directory is
+        // out of the runner's sight (private_view.rs checks that), and this
+        // test is about the daemon's own check behind the socket.
         extra_toml: match daemon_uid {
-            None => "socket_group = \"nogroup\"\nrun_as = \"nobody:nogroup\"\n".into(),
-            Some(_) => "socket_group = \"nogroup\"\n".into(),
+            None => "socket_group = \"nogroup\"\nrun_as = \"nobody:nogroup\"\nisolation = \"uid-cgroup\"\n".into(),
+            Some(_) => "socket_group = \"nogroup\"\nisolation = \"uid-cgroup\"\n".into(),
         },
         egress: daemon_uid.map(|_| "none".to_string()),
         access_toml: Some(format!("mutate_uids = [{NOBODY}]")),

@@ -46,7 +46,13 @@ fn status_line(pid: u32, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_is_refused_every_way_into_another_sandbox() {
-    let daemon = TestDaemon::start(Options::with_runner_args(&["--serve-attacks"]));
+    // The uid layer alone: under `isolation = "full"` the victim's pid and
+    // paths do not even exist in the attacker's view (ENOENT, ESRCH; see
+    // private_view.rs), which would hide what the uids refuse by themselves.
+    let daemon = TestDaemon::start(Options {
+        extra_toml: "isolation = \"uid-cgroup\"".to_string(),
+        ..Options::with_runner_args(&["--serve-attacks"])
+    });
     let attacker = start(&daemon, "attacker", "tok-attacker").await;
     let victim = start(&daemon, "victim", "tok-victim-secret").await;
     let (attacker_uid, victim_uid) = (

@@ -38,6 +38,9 @@
 //!   `$WORKSPACE_ROOT_DIR/fill` (64 KiB a write, then fsync), print
 //!   `runner-fixture: fill: ok` or `runner-fixture: fill: errno E after B
 //!   bytes` to stdout, then go on.
+//! - `--serve-probes`: once `pid` is written, run each `probe.sh` the test
+//!   writes (see `attack::serve_probes`); `--ipc OP [ARG]` is the System V
+//!   helper those probes call.
 //! - `--serve-attacks`: once `pid` is written, wait for an `attack` file and
 //!   attack the runner it names (see [`attack`]).
 //! - `--serve-net PORT`: listen on TCP and UDP PORT (0: any) on every
@@ -76,6 +79,7 @@ struct Flags {
     fork_many: u32,
     serve_attacks: bool,
     kernel_probes: bool,
+    serve_probes: bool,
     connect: Option<String>,
     serve_net: Option<u16>,
 }
@@ -100,6 +104,7 @@ fn parse_flags() -> Result<Flags, String> {
                 flags.serve_net = Some(value.parse().map_err(|_| format!("bad port '{value}'"))?);
             }
             "--kernel-probes" => flags.kernel_probes = true,
+            "--serve-probes" => flags.serve_probes = true,
             "--exit-code" => {
                 let value = args.next().ok_or("--exit-code needs a value")?;
                 flags.exit_code = Some(
@@ -316,6 +321,13 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
+    // A helper for probes, not a runner.
+    if args.first().map(String::as_str) == Some("--ipc") {
+        return attack::ipc(
+            args.get(1).map_or("", String::as_str),
+            args.get(2).map(String::as_str),
+        );
+    }
     let flags = match parse_flags() {
         Ok(flags) => flags,
         Err(message) => {
@@ -434,6 +446,11 @@ fn main() -> ExitCode {
     if let Err(error) = write_atomically(&workspace, "pid", pid_text.as_bytes()) {
         eprintln!("runner-fixture: cannot write pid: {error}");
         return ExitCode::from(4);
+    }
+
+    if flags.serve_probes && !attack::serve_probes(&workspace) {
+        eprintln!("runner-fixture: got SIGTERM, exiting");
+        return ExitCode::SUCCESS;
     }
 
     if flags.serve_attacks && !attack::serve(&workspace) {

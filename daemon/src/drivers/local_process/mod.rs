@@ -21,6 +21,7 @@ mod ledger;
 mod logs;
 mod peer_check;
 pub mod reaper;
+pub use isolation::init::{run_init_process as run_sandbox_init, ARG as INIT_ARG};
 mod state_dir;
 mod stop;
 mod trash;
@@ -73,7 +74,13 @@ struct Record {
 }
 
 struct Running {
+    /// The runner's host pid, as reported.
     pid: u32,
+    /// The sandbox's group leader, signalled at a stop: the runner itself,
+    /// or its init under `isolation = "full"`.
+    leader: u32,
+    /// What kept it apart, as it was started (one list shared by all).
+    isolation: Arc<[sandboxd_protocol::IsolationFeature]>,
     generation: u64,
     started_at_unix_ms: u64,
     /// Resolves once the runner's whole group is gone and forgotten (a
@@ -113,6 +120,11 @@ struct Inner {
     /// The egress posture's rules; an ensure is refused while not in force.
     egress: Arc<Egress>,
     stopping: AtomicBool,
+    /// `isolation` as configured, and what every sandbox started now gets.
+    isolation_mode: crate::config::IsolationMode,
+    isolation: Arc<[sandboxd_protocol::IsolationFeature]>,
+    /// Why sandboxes get no namespaces of their own, when `full` asked.
+    view_problem: Option<String>,
     /// Set while a stop runs (see [`cgroup::setup::StopRemover`]).
     stop_remover: Mutex<Option<cgroup::setup::StopRemover>>,
     /// Held for the daemon's life: one daemon per state directory.
@@ -219,6 +231,7 @@ impl LocalProcessDriver {
             config.runner_log_max_size,
             deferred,
         ));
+        let (view, view_problem) = isolation::set_up_view(config, &dirs.exits).await;
         let settings = RunnerSettings {
             command: config.runner_command.clone(),
             args: config.runner_args.clone(),
@@ -235,6 +248,7 @@ impl LocalProcessDriver {
             logs_dir: dirs.logs,
             cgroups: containment.tree().cloned(),
             disk_quota: disk_limit.by_quota(),
+            view,
         };
         match settings.resolve_command() {
             Ok(program) => {
@@ -259,6 +273,21 @@ impl LocalProcessDriver {
             .await?,
         );
         tokio::spawn(egress::keep_verified(Arc::downgrade(&egress)));
+        // What every sandbox started from now on gets; `describe` keeps the
+        // list each was started with.
+        let isolation: Arc<[sandboxd_protocol::IsolationFeature]> =
+            isolation::features(&isolation::Facts {
+                identity: &settings.identity,
+                containment: &containment,
+                egress: &egress,
+                uid_claims: uids.as_ref().map(SandboxUids::claims_dir),
+                disk_limit: &disk_limit,
+                filters: &settings.filters,
+                mode: config.isolation,
+                view: settings.view.as_deref(),
+                view_problem: view_problem.as_deref(),
+            })
+            .into();
         let inner = Arc::new(Inner {
             settings,
             stop_grace: config.stop_grace,
@@ -276,6 +305,9 @@ impl LocalProcessDriver {
             disk_limit,
             egress,
             stopping: AtomicBool::new(false),
+            isolation_mode: config.isolation,
+            isolation,
+            view_problem,
             stop_remover: Mutex::new(None),
             _state_lock: state_lock,
         });
@@ -338,20 +370,20 @@ impl Inner {
         let child = self.spawn_as_its_uid(key, env).inspect_err(|error| {
             tracing::error!(scope = %key.scope, id = %key.shown_id(), %error, "runner failed to start");
         })?;
-        let pid = child.id();
+        let (leader, pid) = (child.id(), child.runner_pid());
         let start_time = child
             .start_time()
-            .or_else(|| launch::proc_stat::read(pid as i32).map(|stat| stat.start_time))
+            .or_else(|| launch::proc_stat::read(leader as i32).map(|stat| stat.start_time))
             .unwrap_or(0);
-        self.reaper.track(pid as i32);
+        self.reaper.track(leader as i32);
         if let Err(error) = self.ledger.record(
             &key.base_name,
             LedgerRecord {
-                pid: pid as i32,
+                pid: leader as i32,
                 start_time,
             },
         ) {
-            tracing::warn!(%error, pid, "cannot record the runner in the ledger");
+            tracing::warn!(%error, pid, leader, "cannot record the runner in the ledger");
         }
         let (gone_tx, gone_rx) = oneshot::channel();
         let generation = {
@@ -370,6 +402,8 @@ impl Inner {
             record.token_sha256 = token_digest(&env.stigmer_token);
             record.running = Some(Running {
                 pid,
+                leader,
+                isolation: self.isolation.clone(),
                 generation: record.generation,
                 started_at_unix_ms: now_unix_ms(),
                 gone: gone_rx,
@@ -377,7 +411,7 @@ impl Inner {
             });
             record.generation
         };
-        tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, generation, "runner started");
+        tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, leader, generation, "runner started");
         tokio::spawn(watch_runner(
             self.clone(),
             key.clone(),
@@ -436,7 +470,8 @@ impl Inner {
                     .containment
                     .tree()
                     .map(|tree| tree.dirs(&key.base_name));
-                stop::stop_runner(key, running.pid, running.gone, self.stop_grace, cgroup).await?
+                stop::stop_runner(key, running.leader, running.gone, self.stop_grace, cgroup)
+                    .await?
             }
             None => false,
         };
@@ -500,6 +535,9 @@ impl Inner {
             uid_claims: self.uids.as_ref().map(SandboxUids::claims_dir),
             disk_limit: &self.disk_limit,
             filters: &self.settings.filters,
+            mode: self.isolation_mode,
+            view: self.settings.view.as_deref(),
+            view_problem: self.view_problem.as_deref(),
         })
     }
 
@@ -528,7 +566,7 @@ impl Inner {
             caller_class: record.caller_class.clone(),
             egress: None,
             cluster: None,
-            isolation: self.isolation_features(),
+            isolation: running.map_or_else(Vec::new, |running| running.isolation.to_vec()),
         }
     }
 }
@@ -685,7 +723,8 @@ impl Driver for LocalProcessDriver {
     }
 
     fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
-        ("uid-cgroup".to_string(), self.inner.isolation_features())
+        let mode = self.inner.isolation_mode.as_str().to_string();
+        (mode, self.inner.isolation_features())
     }
 
     async fn ensure(

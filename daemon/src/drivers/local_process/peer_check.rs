@@ -20,6 +20,7 @@ impl Inner {
             for (key, runner) in running {
                 names.insert(key.base_name.clone());
                 runners.insert(runner.pid as i32, key.base_name.clone());
+                runners.insert(runner.leader as i32, key.base_name.clone());
             }
             (names, runners)
         };

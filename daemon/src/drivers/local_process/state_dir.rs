@@ -9,6 +9,7 @@
 //!   logs/.spare/          0700        emptied output files for reuse (logs/spare.rs)
 //!   ledger/journal        0700 / 0600 what this daemon spawned (see ledger.rs)
 //!   ledger/workspaces           0600 whose each workspace is (workspaces/catalog.rs)
+//!   exits/<base>          0700 / 0644 a runner's wait status, by its init (isolation/init.rs)
 //! ```
 
 use std::fs::{DirBuilder, File, OpenOptions};
@@ -28,6 +29,8 @@ pub struct StateDirs {
     /// Inside `logs`, for the same reason.
     pub spares: PathBuf,
     pub ledger: PathBuf,
+    /// Where each sandbox's init records its runner's wait status.
+    pub exits: PathBuf,
 }
 
 impl StateDirs {
@@ -39,12 +42,14 @@ impl StateDirs {
             logs: root.join("logs"),
             spares: root.join("logs").join(".spare"),
             ledger: root.join("ledger"),
+            exits: root.join("exits"),
         };
         make_dir(&dirs.sandboxes, 0o711)?;
         make_dir(&dirs.trash, 0o700)?;
         make_dir(&dirs.logs, 0o700)?;
         make_dir(&dirs.spares, 0o700)?;
         make_dir(&dirs.ledger, 0o700)?;
+        make_dir(&dirs.exits, 0o700)?;
         Ok(dirs)
     }
 }

@@ -209,7 +209,12 @@ static HELD: std::sync::OnceLock<Held> = std::sync::OnceLock::new();
 /// keyring and the abstract socket it listens on.
 pub fn hold_kernel_objects(workspace: &Path, start_fds: Vec<(i32, String)>) -> Result<(), String> {
     use std::os::linux::net::SocketAddrExt;
-    let me = std::process::id();
+    // Named after the workspace (the sandbox's base name), not the pid:
+    // under a PID namespace of its own every runner is pid 2.
+    let me = workspace.file_name().map_or_else(
+        || std::process::id().to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    );
     let description = format!("sandboxd-test-runner-key-{me}");
     let key = add_session_key(&description, b"runner-secret")?;
     let abstract_name = format!("sandboxd-test-runner-{me}");
@@ -492,4 +497,112 @@ fn in_child_connect(name: &str) -> i32 {
             -1
         }
     })
+}
+
+/// `--serve-probes`: once `pid` is written, runs each `probe.sh` the test
+/// writes into the workspace (as this runner, in its sandbox, with
+/// `FIXTURE` naming this binary as the sandbox sees it), its output in
+/// `probe.out` and its exit code in `probe.done` (written last), until
+/// SIGTERM (then `false`).
+pub fn serve_probes(workspace: &Path) -> bool {
+    let script = workspace.join("probe.sh");
+    let fixture = std::env::current_exe().unwrap_or_default();
+    loop {
+        if sigterm_pending_within(Duration::from_millis(10)) {
+            return false;
+        }
+        if !script.exists() {
+            continue;
+        }
+        let output = std::fs::File::create(workspace.join("probe.out"));
+        let status = output.and_then(|output| {
+            let errors = output.try_clone()?;
+            std::process::Command::new("/bin/sh")
+                .arg(&script)
+                .env("FIXTURE", &fixture)
+                .stdout(output)
+                .stderr(errors)
+                .status()
+        });
+        let code = match status {
+            Ok(status) => status.code().unwrap_or(-1),
+            Err(error) => {
+                eprintln!("runner-fixture: cannot run probe.sh: {error}");
+                -1
+            }
+        };
+        let _ = std::fs::remove_file(&script);
+        let _ = super::write_atomically(workspace, "probe.done", format!("{code}\n").as_bytes());
+    }
+}
+
+/// `runner-fixture --ipc <op> [arg]`, for probes: System V IPC as a
+/// program would use it. Prints the id made, or the errno of the attempt
+/// (`errno N`), and exits 0 when the call worked.
+/// - `shm-create <bytes>`: a segment, every page written (so it is memory
+///   in use, not only reserved), left in place after exit;
+/// - `shm-attach <id>`: attaches someone's segment;
+/// - `msg-create`: a message queue with one message in it;
+/// - `msg-receive <id>`: takes a message from someone's queue.
+pub fn ipc(op: &str, arg: Option<&str>) -> std::process::ExitCode {
+    let number = |text: Option<&str>| text.and_then(|text| text.parse::<i64>().ok()).unwrap_or(0);
+    // SAFETY: each call gets plain integers, or buffers of the sizes given.
+    let result: i64 = unsafe {
+        match op {
+            "shm-create" => {
+                let size = number(arg) as usize;
+                let id = libc::shmget(libc::IPC_PRIVATE, size, libc::IPC_CREAT | 0o666);
+                if id >= 0 {
+                    let at = libc::shmat(id, std::ptr::null(), 0);
+                    if at as isize != -1 {
+                        std::ptr::write_bytes(at.cast::<u8>(), 0x5a, size);
+                        libc::shmdt(at);
+                    }
+                }
+                id.into()
+            }
+            "shm-attach" => {
+                let at = libc::shmat(number(arg) as i32, std::ptr::null(), libc::SHM_RDONLY);
+                if at as isize == -1 {
+                    -1
+                } else {
+                    0
+                }
+            }
+            "msg-create" => {
+                let id = libc::msgget(libc::IPC_PRIVATE, libc::IPC_CREAT | 0o666);
+                if id >= 0 {
+                    let message: [libc::c_long; 2] = [1, 0x6d6f_6f72_6373];
+                    libc::msgsnd(id, message.as_ptr().cast(), 8, libc::IPC_NOWAIT);
+                }
+                id.into()
+            }
+            "msg-receive" => {
+                let mut message: [libc::c_long; 2] = [0, 0];
+                let got = libc::msgrcv(
+                    number(arg) as i32,
+                    message.as_mut_ptr().cast(),
+                    8,
+                    0,
+                    libc::IPC_NOWAIT,
+                );
+                if got < 0 {
+                    -1
+                } else {
+                    0
+                }
+            }
+            other => {
+                eprintln!("runner-fixture: unknown --ipc operation '{other}'");
+                return std::process::ExitCode::from(2);
+            }
+        }
+    };
+    if result < 0 {
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(-1);
+        println!("errno {errno}");
+        return std::process::ExitCode::from(1);
+    }
+    println!("{result}");
+    std::process::ExitCode::SUCCESS
 }

@@ -8,21 +8,27 @@
 //! in force or not, with how or why not.
 
 pub mod clean_start;
+pub mod init;
 pub mod kernel_filters;
 pub mod keyring;
 pub mod landlock;
+pub mod mounts;
+pub mod namespaces;
 mod network;
 pub mod seccomp;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use sandboxd_protocol::IsolationFeature;
 
 use super::cgroup::Containment;
 use super::disk_limit::DiskLimit;
 use super::users::identity::{RunnerIdentity, RunnerUsers};
+use crate::config::{Config, IsolationMode};
 use crate::egress::Egress;
 use kernel_filters::KernelFilters;
+use namespaces::View;
 
 /// What the list is made from: the driver's parts that isolate.
 pub struct Facts<'a> {
@@ -34,6 +40,11 @@ pub struct Facts<'a> {
     pub uid_claims: Option<&'a Path>,
     pub disk_limit: &'a DiskLimit,
     pub filters: &'a KernelFilters,
+    pub mode: IsolationMode,
+    /// `Some` when sandboxes get their own namespaces.
+    pub view: Option<&'a View>,
+    /// Why not, when `isolation = "full"` asked for them.
+    pub view_problem: Option<&'a str>,
 }
 
 /// The mechanisms every sandbox started now gets, in force or not.
@@ -46,8 +57,96 @@ pub fn features(facts: &Facts<'_>) -> Vec<IsolationFeature> {
         facts.disk_limit.feature(),
     ];
     features.extend(facts.filters.features());
+    features.extend(namespace_features(
+        facts.mode,
+        facts.view,
+        facts.view_problem,
+    ));
     features.sort_by(|a, b| a.name.cmp(&b.name));
     features
+}
+
+/// Under `isolation = "full"`, the view every sandbox gets, when this
+/// daemon can make namespaces (tried at start, see [`namespaces::probe`]);
+/// else `None` and why (logged: sandboxes then run as under `uid-cgroup`,
+/// and `status` says so).
+pub async fn set_up_view(config: &Config, exits_dir: &Path) -> (Option<Arc<View>>, Option<String>) {
+    if config.isolation != IsolationMode::Full {
+        return (None, None);
+    }
+    let probed = tokio::task::spawn_blocking(namespaces::probe)
+        .await
+        .unwrap_or_else(|error| Err(format!("the namespace probe failed: {error}")));
+    if let Err(problem) = probed {
+        tracing::warn!(%problem, "isolation = \"full\" but this daemon cannot make namespaces: sandboxes see the host's file system, processes and IPC");
+        return (None, Some(problem));
+    }
+    let settings = mounts::ViewSettings::new(
+        &config.view,
+        config.limits.memory,
+        &config.state_dir,
+        &config.socket,
+    );
+    match View::open(settings, exits_dir.to_path_buf()) {
+        Ok(view) => (Some(Arc::new(view)), None),
+        Err(error) => {
+            let problem =
+                format!("cannot open /proc/self/exe to start each sandbox's init: {error}");
+            tracing::warn!(%problem, "sandboxes see the host's file system, processes and IPC");
+            (None, Some(problem))
+        }
+    }
+}
+
+/// `mount-namespace`, `pid-namespace`, `ipc-namespace`.
+fn namespace_features(
+    mode: IsolationMode,
+    view: Option<&View>,
+    problem: Option<&str>,
+) -> [IsolationFeature; 3] {
+    let Some(view) = view else {
+        let why = match (mode, problem) {
+            (IsolationMode::UidCgroup, _) => {
+                "isolation = \"uid-cgroup\": runners share the host's".to_string()
+            }
+            (IsolationMode::Full, problem) => format!(
+                "isolation = \"full\" but namespaces cannot be made here ({}): runners share the host's",
+                problem.unwrap_or("unknown")
+            ),
+        };
+        return [
+            IsolationFeature::not_in_force("mount-namespace", format!("{why} file system")),
+            IsolationFeature::not_in_force("pid-namespace", format!("{why} processes")),
+            IsolationFeature::not_in_force(
+                "ipc-namespace",
+                format!("{why} System V and POSIX IPC"),
+            ),
+        ];
+    };
+    let hidden: Vec<String> = view
+        .settings
+        .hidden()
+        .iter()
+        .map(|path| path.display().to_string())
+        .collect();
+    let mib = view.settings.tmp_size() >> 20;
+    [
+        IsolationFeature::in_force(
+            "mount-namespace",
+            format!(
+                "system read-only; private /tmp, /var/tmp, /dev/shm ({mib} MiB each, charged to the sandbox's memory); hidden: {}; own workspace writable",
+                hidden.join(", ")
+            ),
+        ),
+        IsolationFeature::in_force(
+            "pid-namespace",
+            "own /proc: only the sandbox's processes; PID 1 is sandboxd's init (reaps, forwards signals); the pid reported is the runner's host pid",
+        ),
+        IsolationFeature::in_force(
+            "ipc-namespace",
+            "System V and POSIX IPC private, gone with the sandbox",
+        ),
+    ]
 }
 
 fn uid_feature(identity: &RunnerIdentity) -> IsolationFeature {

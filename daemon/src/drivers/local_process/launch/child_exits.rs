@@ -36,15 +36,39 @@ pub struct ChildExits {
 
 /// A started runner, until its exit is known.
 pub struct RunnerProcess {
+    /// The sandbox's group leader: the runner, or its init (see
+    /// `isolation::namespaces`).
     pid: libc::pid_t,
+    /// The runner's own host pid, the one reported.
+    runner_pid: libc::pid_t,
+    /// Under an init: where it records the runner's wait status.
+    status_file: Option<std::path::PathBuf>,
     /// Field 22 of its `/proc/<pid>/stat`, as the child read it before exec.
     start_time: Option<u64>,
     exit: oneshot::Receiver<ExitStatus>,
 }
 
 impl RunnerProcess {
+    /// The group leader's pid: the one signalled, reaped and in the ledger.
     pub fn id(&self) -> u32 {
         self.pid as u32
+    }
+
+    /// The runner's host pid (the leader's, without an init).
+    pub fn runner_pid(&self) -> u32 {
+        self.runner_pid as u32
+    }
+
+    /// Notes that the leader is a sandbox's init whose runner is
+    /// `runner_pid`, and whose exit status is the one in `status_file`.
+    pub fn running(
+        mut self,
+        runner_pid: libc::pid_t,
+        status_file: Option<std::path::PathBuf>,
+    ) -> RunnerProcess {
+        self.runner_pid = runner_pid;
+        self.status_file = status_file;
+        self
     }
 
     /// Its start time in clock ticks since boot, when the child could read it.
@@ -52,10 +76,16 @@ impl RunnerProcess {
         self.start_time
     }
 
-    /// Its exit status, once it has exited and been reaped. `None` only if
-    /// its reaper is gone (the spawner threads ended).
+    /// Its exit status, once it has exited and been reaped: under an init,
+    /// the runner's own, as init recorded it (the init's when it could
+    /// not: killed with the rest of its cgroup). `None` only if its reaper
+    /// is gone (the spawner threads ended).
     pub async fn wait(self) -> Option<ExitStatus> {
-        self.exit.await.ok()
+        let leader = self.exit.await.ok();
+        match &self.status_file {
+            Some(file) => super::super::isolation::namespaces::recorded_status(file).or(leader),
+            None => leader,
+        }
     }
 }
 
@@ -85,6 +115,8 @@ impl ChildExits {
         }
         RunnerProcess {
             pid,
+            runner_pid: pid,
+            status_file: None,
             start_time,
             exit,
         }

@@ -47,6 +47,11 @@
 //!   return to, so it is issued from a few lines of assembly that call the
 //!   child's entry function at once (as glibc's own `clone3` wrapper does).
 //!
+//! Under `isolation = "full"` the daemon's clone child starts a sandbox's
+//! init instead ([`ExecPlan::into_sandbox_init`]: new namespaces, the
+//! daemon's privileges kept, the daemon's binary exec'd by descriptor), and
+//! init starts the runner with this same child (see `isolation::init`).
+//!
 //! The spawn returns the child's pid unreaped; the caller has its exit
 //! watched ([`super::child_exits`]: reaped by the thread that cloned it),
 //! and the pid cannot be recycled until then.
@@ -76,6 +81,13 @@ pub struct ExecPlan {
     cgroup: Option<CgroupPlacement>,
     /// Keyring, Landlock, clean start and seccomp; `None`: none of them.
     filters: Option<Arc<KernelFilters>>,
+    /// `CLONE_NEW*` flags: the namespaces the child starts in (none: the
+    /// daemon's).
+    namespaces: libc::c_int,
+    /// `Some(fd)`: exec this open file (`execveat(AT_EMPTY_PATH)`) rather
+    /// than `program` by path, and keep every privilege: a sandbox's init
+    /// (see [`ExecPlan::into_sandbox_init`]).
+    init_exe: Option<RawFd>,
 }
 
 /// Where a runner starts, opened before the clone.
@@ -103,7 +115,7 @@ static CLONE3_REFUSED: AtomicBool = AtomicBool::new(!cfg!(target_arch = "x86_64"
 /// locked securebits: no root uid grants capabilities (`NOROOT`), a uid
 /// change never restores any (`NO_SETUID_FIXUP`), keep-caps and ambient
 /// raises are off — each locked, so the runner cannot undo them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Privileges {
     /// `Some((uid, gid))` to switch to that user (supplementary groups
     /// cleared) before the `chdir`, as std's `Command::uid`/`gid` do.
@@ -226,6 +238,8 @@ impl ExecPlan {
             privileges,
             cgroup: None,
             filters: None,
+            namespaces: 0,
+            init_exe: None,
         })
     }
 
@@ -233,6 +247,21 @@ impl ExecPlan {
     /// [`KernelFilters`]), applied between the user switch and exec.
     pub fn with_filters(mut self, filters: Arc<KernelFilters>) -> ExecPlan {
         self.filters = Some(filters);
+        self
+    }
+
+    /// Makes this the plan of a sandbox's init rather than of a runner: the
+    /// child is cloned into new `namespaces` (`CLONE_NEW*`), keeps the
+    /// daemon's privileges (init needs them to build the sandbox's view; it
+    /// drops them itself, see `isolation::init`) and execs `exe`, an open
+    /// descriptor of the daemon's own binary, so an upgraded file on disk
+    /// never runs as the init of an older daemon. Cgroup, stdio, `setsid`
+    /// and `PR_SET_PDEATHSIG` are as for a runner.
+    pub fn into_sandbox_init(mut self, exe: RawFd, namespaces: libc::c_int) -> ExecPlan {
+        self.namespaces = namespaces;
+        self.init_exe = Some(exe);
+        // Init keeps every privilege to build the view: no runner's filters.
+        self.filters = None;
         self
     }
 
@@ -273,6 +302,8 @@ impl ExecPlan {
                 self.stderr.as_raw_fd(),
             ],
             privileges: self.privileges,
+            init_exe: self.init_exe.unwrap_or(-1),
+            new_pid_namespace: self.namespaces & libc::CLONE_NEWPID != 0,
             // SAFETY: getpid has no preconditions.
             parent: unsafe { libc::getpid() },
             failed_step: AtomicUsize::new(NO_FAILURE),
@@ -312,14 +343,14 @@ impl ExecPlan {
         try_clone3: bool,
     ) -> Result<libc::pid_t, ExecError> {
         let Some(cgroup) = &self.cgroup else {
-            return CHILD_STACK.with(|stack| clone_vfork(stack, child, None));
+            return CHILD_STACK.with(|stack| clone_vfork(stack, child, None, self.namespaces));
         };
         for procs in &cgroup.v1_procs {
             child.push_procs(procs.as_raw_fd());
         }
         if try_clone3 {
             let dir = cgroup.v2_dir.as_raw_fd();
-            match CHILD_STACK.with(|stack| clone_vfork(stack, child, Some(dir))) {
+            match CHILD_STACK.with(|stack| clone_vfork(stack, child, Some(dir), self.namespaces)) {
                 // ENOSYS: no clone3 (or a seccomp filter); E2BIG: a kernel
                 // before 5.7, which has no CLONE_INTO_CGROUP.
                 Err(error)
@@ -336,7 +367,7 @@ impl ExecPlan {
             error,
         })?;
         child.push_procs(procs.as_raw_fd());
-        CHILD_STACK.with(|stack| clone_vfork(stack, child, None))
+        CHILD_STACK.with(|stack| clone_vfork(stack, child, None, self.namespaces))
     }
 }
 
@@ -375,6 +406,11 @@ struct ChildPlan {
     cwd: *const libc::c_char,
     stdio: [RawFd; 3],
     privileges: Privileges,
+    /// The init's executable, or -1 for a runner (exec by path, privileges
+    /// dropped).
+    init_exe: RawFd,
+    /// In a new PID namespace `getppid` is 0: the parent is outside it.
+    new_pid_namespace: bool,
     parent: libc::pid_t,
     failed_step: AtomicUsize,
     failed_errno: AtomicI32,
@@ -420,10 +456,12 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// Clones the child with every signal blocked in this thread, then restores
 /// the thread's mask. Returns when the child has exec'd or exited. With
 /// `cgroup` (a v2 directory descriptor) it is `clone3` into that cgroup.
+/// `namespaces`: `CLONE_NEW*` flags for both calls.
 fn clone_vfork(
     stack: &ChildStack,
     child: &ChildPlan,
     cgroup: Option<RawFd>,
+    namespaces: libc::c_int,
 ) -> Result<libc::pid_t, ExecError> {
     // SAFETY: sigset_t is plain data, filled by sigfillset before any use.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -440,12 +478,12 @@ fn clone_vfork(
     // `child` outlives it for the same reason. SIGCHLD as the exit signal
     // makes it an ordinary child for waitpid.
     let pid = match cgroup {
-        Some(dir) => clone3_into(stack, child, dir),
+        Some(dir) => clone3_into(stack, child, dir, namespaces),
         None => unsafe {
             libc::clone(
                 child_main,
                 stack.top(),
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                libc::CLONE_VM | libc::CLONE_VFORK | namespaces | libc::SIGCHLD,
                 child as *const ChildPlan as *mut libc::c_void,
             )
         },
@@ -466,10 +504,15 @@ fn clone_vfork(
 /// on `stack`, into the cgroup directory `dir`. Returns the child's pid, or
 /// -1 with `errno` set, like `clone`.
 #[cfg(target_arch = "x86_64")]
-fn clone3_into(stack: &ChildStack, child: &ChildPlan, dir: RawFd) -> libc::pid_t {
+fn clone3_into(
+    stack: &ChildStack,
+    child: &ChildPlan,
+    dir: RawFd,
+    namespaces: libc::c_int,
+) -> libc::pid_t {
     let page = page_size();
     let args = CloneArgs {
-        flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | CLONE_INTO_CGROUP,
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK | namespaces) as u64 | CLONE_INTO_CGROUP,
         exit_signal: libc::SIGCHLD as u64,
         // The lowest address above the guard page; the kernel starts the
         // child at stack + stack_size (page-aligned, so 16-byte aligned).
@@ -518,7 +561,12 @@ fn clone3_into(stack: &ChildStack, child: &ChildPlan, dir: RawFd) -> libc::pid_t
 
 /// Elsewhere `clone3` is never tried ([`CLONE3_REFUSED`] starts set).
 #[cfg(not(target_arch = "x86_64"))]
-fn clone3_into(_stack: &ChildStack, _child: &ChildPlan, _dir: RawFd) -> libc::pid_t {
+fn clone3_into(
+    _stack: &ChildStack,
+    _child: &ChildPlan,
+    _dir: RawFd,
+    _namespaces: libc::c_int,
+) -> libc::pid_t {
     // SAFETY: errno is this thread's.
     unsafe { *libc::__errno_location() = libc::ENOSYS };
     -1
@@ -546,11 +594,16 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
                 fail(plan, STEP_DUP2);
             }
         }
+        // A sandbox's init keeps the daemon's privileges to build the view;
+        // it drops them itself once the runner has started.
+        let is_init = plan.init_exe >= 0;
         // Before the switch: dropping from the bounding set and setting
         // securebits need CAP_SETPCAP, and a switch away from uid 0 would
         // clear it (were NO_SETUID_FIXUP not set first).
-        drop_privileges_for_good(plan);
-        if let Some((uid, gid)) = plan.privileges.user {
+        if !is_init {
+            drop_privileges_for_good(plan);
+        }
+        if let Some((uid, gid)) = plan.privileges.user.filter(|_| !is_init) {
             // Ignoring EPERM as std does: without CAP_SETGID there are no
             // groups to shed that the switch would not already drop.
             if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) < 0
@@ -569,7 +622,9 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         // capabilities; without a switch they are the daemon's. Exec would
         // clear most of them for a non-root uid, but not the inheritable
         // set, and not for root: empty all three here.
-        clear_capability_sets(plan);
+        if !is_init {
+            clear_capability_sets(plan);
+        }
         // As the sandbox's uid, so the keyring is its own.
         if let Some(filters) = &plan.filters {
             if filters.join_session_keyring && !keyring::join_fresh_session() {
@@ -597,8 +652,15 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         {
             fail(plan, STEP_PDEATHSIG);
         }
-        // The daemon may have died before the prctl took effect.
-        if libc::getppid() != plan.parent {
+        // The daemon may have died before the prctl took effect. (In a new
+        // PID namespace the parent is outside it and `getppid` says 0: the
+        // group reaper covers that instant.)
+        let parent = if plan.new_pid_namespace {
+            0
+        } else {
+            plan.parent
+        };
+        if libc::getppid() != parent {
             libc::_exit(1);
         }
         copy_own_stat(plan);
@@ -629,7 +691,18 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
                 fail(plan, STEP_SECCOMP);
             }
         }
-        libc::execve(plan.program, plan.argv, plan.envp);
+        if is_init {
+            libc::syscall(
+                libc::SYS_execveat,
+                plan.init_exe,
+                c"".as_ptr(),
+                plan.argv,
+                plan.envp,
+                libc::AT_EMPTY_PATH,
+            );
+        } else {
+            libc::execve(plan.program, plan.argv, plan.envp);
+        }
         fail(plan, STEP_EXECVE)
     }
 }
@@ -722,6 +795,26 @@ unsafe fn clear_capability_sets(plan: &ChildPlan) {
     if libc::syscall(libc::SYS_capset, &mut header, empty.as_ptr()) < 0 {
         fail(plan, STEP_CAPSET);
     }
+}
+
+/// Empties the calling thread's permitted, effective and inheritable
+/// sets: for a sandbox's init, which drops its privileges outside any
+/// clone child.
+pub fn empty_capability_sets() -> io::Result<()> {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let empty = [0, 1].map(|_| CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    });
+    // SAFETY: a valid header and two data structs, as version 3 takes.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, empty.as_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The highest capability number this kernel knows, for

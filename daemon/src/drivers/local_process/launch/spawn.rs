@@ -12,10 +12,11 @@ use sandboxd_protocol::{SandboxEnv, SandboxError};
 
 use super::super::cgroup::{kill, CgroupTree};
 use super::super::isolation::kernel_filters::KernelFilters;
+use super::super::isolation::namespaces::View;
 use super::super::logs::RunnerLogs;
 use super::super::users::identity::RunnerIdentity;
 use super::child_exits::{ChildExits, RunnerProcess};
-use super::clone_exec::ExecPlan;
+use super::runner_plan::RunnerLaunch;
 use crate::fd_limit;
 use crate::provisioner::SandboxKey;
 
@@ -47,6 +48,9 @@ pub struct RunnerSettings {
     /// workspace is made the sandbox's uid's project before the runner
     /// starts (see `disk_limit/project_quota.rs`).
     pub disk_quota: Option<u64>,
+    /// `Some` under `isolation = "full"` where namespaces can be made:
+    /// each runner starts under its own init, in its own view.
+    pub view: Option<Arc<View>>,
 }
 
 /// The variables a runner may inherit. Nothing else of the daemon's
@@ -148,9 +152,6 @@ impl RunnerSettings {
         let log_for_stderr = log
             .try_clone()
             .map_err(|error| unavailable(format!("output pipe: {}", io(&error))))?;
-        let stdin = File::open("/dev/null")
-            .map_err(|error| unavailable(format!("/dev/null: {}", io(&error))))?;
-
         let mut vars: Vec<(&OsStr, &OsStr)> = self
             .inherited_env
             .iter()
@@ -178,26 +179,44 @@ impl RunnerSettings {
                 .filter(|(_, value)| !value.is_empty())
                 .map(|(name, value)| (OsStr::new(name), OsStr::new(value))),
         );
-        let plan = ExecPlan::new(
-            program.as_os_str(),
-            &self.args,
-            vars,
-            workspace.as_os_str(),
-            [OwnedFd::from(stdin), log, log_for_stderr],
+        let launch = RunnerLaunch {
+            program: program.clone(),
+            args: self.args.clone(),
+            env: vars
+                .into_iter()
+                .map(|(name, value)| (name.to_os_string(), value.to_os_string()))
+                .collect(),
+            cwd: workspace.clone(),
             privileges,
-        )
-        .map_err(unavailable)?
-        .with_filters(self.filters.clone());
-        let plan = match &self.cgroups {
-            Some(tree) => {
-                let placement = tree
-                    .create(&key.base_name)
-                    .map_err(|error| unavailable(format!("cgroup: {}", io(&error))))?;
-                plan.in_cgroup(placement)
-            }
-            None => plan,
         };
-        let child = plan.spawn().map_err(|error| {
+        let placement = match &self.cgroups {
+            Some(tree) => Some(
+                tree.create(&key.base_name)
+                    .map_err(|error| unavailable(format!("cgroup: {}", io(&error))))?,
+            ),
+            None => None,
+        };
+        let started = match &self.view {
+            Some(view) => view
+                .spawn(&key.base_name, &launch, [log, log_for_stderr], placement)
+                .map(|spawned| Started {
+                    leader: spawned.init,
+                    runner_pid: spawned.runner_pid,
+                    status_file: Some(spawned.status_file),
+                })
+                .map_err(|error| (error.step, error.error)),
+            // (Under an init, init opens the runner's /dev/null itself.)
+            None => match File::open("/dev/null") {
+                Ok(stdin) => start_directly(
+                    &launch,
+                    [OwnedFd::from(stdin), log, log_for_stderr],
+                    placement,
+                    &self.filters,
+                ),
+                Err(error) => Err(("open /dev/null".to_string(), error)),
+            },
+        };
+        let started = started.map_err(|(step, error)| {
             if let Some(tree) = &self.cgroups {
                 let _ = kill::remove(&tree.dirs(&key.base_name));
             }
@@ -206,20 +225,23 @@ impl RunnerSettings {
                 None => self.identity.display.clone(),
             };
             unavailable(format!(
-                "'{}' as {who} in {}: {}: {}",
+                "'{}' as {who} in {}: {step}: {}",
                 program.display(),
                 workspace.display(),
-                error.step,
-                io(&error.error)
+                io(&error)
             ))
         })?;
-        let child = exits.watch(child.pid, child.start_time);
-        let pid = child.id();
+        let child = exits
+            .watch(started.leader.pid, started.leader.start_time)
+            .running(started.runner_pid, started.status_file);
         // Set from outside: after setuid the runner could no longer write its
-        // own. Raising the score needs no privilege.
+        // own. Raising the score needs no privilege. (Under an init both get
+        // it: the runner started before this write.)
         let adj = self.oom_score_adj.to_string();
-        if let Err(error) = std::fs::write(format!("/proc/{pid}/oom_score_adj"), adj) {
-            tracing::warn!(pid, %error, "cannot set the runner's oom_score_adj");
+        for pid in [child.id(), child.runner_pid()] {
+            if let Err(error) = std::fs::write(format!("/proc/{pid}/oom_score_adj"), &adj) {
+                tracing::warn!(pid, %error, "cannot set the runner's oom_score_adj");
+            }
         }
         Ok(child)
     }
@@ -248,6 +270,38 @@ impl RunnerSettings {
         }
         Ok(())
     }
+}
+
+/// A sandbox's leader (its runner, or its init), and what is reported.
+struct Started {
+    leader: super::clone_exec::Cloned,
+    runner_pid: libc::pid_t,
+    status_file: Option<PathBuf>,
+}
+
+/// `isolation = "uid-cgroup"` (or no namespaces here): the daemon's clone
+/// child execs the runner itself.
+fn start_directly(
+    launch: &RunnerLaunch,
+    stdio: [OwnedFd; 3],
+    placement: Option<super::clone_exec::CgroupPlacement>,
+    filters: &Arc<KernelFilters>,
+) -> Result<Started, (String, std::io::Error)> {
+    let plan = launch
+        .exec_plan(stdio, filters.clone())
+        .map_err(|problem| (problem, std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+    let plan = match placement {
+        Some(placement) => plan.in_cgroup(placement),
+        None => plan,
+    };
+    let child = plan
+        .spawn()
+        .map_err(|error| (error.step.to_string(), error.error))?;
+    Ok(Started {
+        leader: child,
+        runner_pid: child.pid,
+        status_file: None,
+    })
 }
 
 pub(in crate::drivers::local_process) fn is_executable_file(path: &Path) -> bool {

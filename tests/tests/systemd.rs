@@ -291,7 +291,7 @@ fn a_handoff_that_cannot_be_served_is_refused_by_name() {
 }
 
 /// The capabilities sandboxd.service keeps, as setpriv(1) names them.
-const UNIT_CAPABILITIES: [&str; 7] = [
+const UNIT_CAPABILITIES: [&str; 8] = [
     "setuid",
     "setgid",
     "setpcap",
@@ -299,6 +299,7 @@ const UNIT_CAPABILITIES: [&str; 7] = [
     "chown",
     "dac_override",
     "net_admin",
+    "sys_admin",
 ];
 
 /// `CapabilityBoundingSet=` of the shipped unit, lower-cased without `CAP_`.
@@ -342,6 +343,19 @@ async fn lifecycle_with_capabilities(caps: &[&str]) -> Result<(), String> {
     );
     wait_ready(&mut notify, &activated);
     let client = SandboxdClient::connect(daemon.socket()).await.unwrap();
+    // The default isolation, whole: without CAP_SYS_ADMIN the daemon falls
+    // back to uid-cgroup (and says so) rather than failing.
+    let status = client
+        .status()
+        .await
+        .map_err(|error| format!("status: {error}"))?;
+    if let Some(missing) = status
+        .isolation
+        .iter()
+        .find(|feature| feature.name == "mount-namespace" && !feature.in_force)
+    {
+        return Err(format!("status: no private view: {}", missing.detail));
+    }
     let report = client
         .ensure_session_sandbox("caps", &sandbox_env("session:caps", "tok"))
         .await
@@ -400,6 +414,7 @@ async fn the_units_capability_set_is_enough_and_each_capability_is_needed() {
         "chown",
         "dac_override",
         "net_admin",
+        "sys_admin",
     ] {
         let fewer: Vec<&str> = UNIT_CAPABILITIES
             .iter()

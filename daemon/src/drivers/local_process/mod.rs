@@ -566,7 +566,12 @@ impl Inner {
             caller_class: record.caller_class.clone(),
             egress: None,
             cluster: None,
-            isolation: running.map_or_else(Vec::new, |running| running.isolation.to_vec()),
+            // What its runner was started with; for a stopped one, what its
+            // next runner will get.
+            isolation: running.map_or_else(
+                || self.isolation.to_vec(),
+                |running| running.isolation.to_vec(),
+            ),
         }
     }
 }

@@ -105,8 +105,13 @@ async fn version(client: &SandboxdClient) -> Result<u32, tarpc::client::RpcError
 
 /// Waits until the daemon closes this raw connection (EOF or reset).
 async fn closed_by_daemon(stream: &mut UnixStream) {
+    closed_by_daemon_within(stream, PATIENCE).await
+}
+
+/// The same, for up to `patience`.
+async fn closed_by_daemon_within(stream: &mut UnixStream, patience: Duration) {
     let mut buffer = [0u8; 64];
-    let read = tokio::time::timeout(PATIENCE, stream.read(&mut buffer)).await;
+    let read = tokio::time::timeout(patience, stream.read(&mut buffer)).await;
     match read.expect("the daemon closes the connection in time") {
         Ok(0) | Err(_) => {}
         Ok(n) => panic!("expected the connection to close, got {n} bytes"),
@@ -204,8 +209,10 @@ async fn over_the_connection_cap_new_connections_are_closed() {
     let first = connect(&daemon.path).await;
     assert_eq!(version(&first).await.unwrap(), PROTOCOL_VERSION);
 
+    // These peers are root, an owner: its connection over the cap waits
+    // for a slot (`OWNER_WAIT`), then is closed unserved.
     let mut second = UnixStream::connect(&daemon.path).await.unwrap();
-    closed_by_daemon(&mut second).await;
+    closed_by_daemon_within(&mut second, super::admission::OWNER_WAIT + PATIENCE).await;
 
     // Once the first leaves, its slot is free again.
     drop(first);

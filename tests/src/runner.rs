@@ -62,3 +62,22 @@ pub fn dir_entries(dir: &Path) -> Vec<String> {
     names.sort();
     names
 }
+
+/// Ensures the session sandbox `id` (task queue `q:<id>`, token `tok`) and
+/// waits until its runner has written its files; returns the runner's pid
+/// as the daemon reports it. Panics with the daemon's log on failure.
+pub async fn start_session(daemon: &crate::TestDaemon, id: &str) -> u32 {
+    use sandboxd_protocol::Scope;
+    let client = daemon.client().await;
+    let report = client
+        .ensure(
+            Scope::Session,
+            id,
+            &crate::sandbox_env(&format!("q:{id}"), "tok"),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("ensure {id}: {error}\n{}", daemon.log_text()));
+    let pid = report.pid.expect("the process tier reports the pid");
+    wait_for_runner(&daemon.workspace(Scope::Session, id), pid);
+    pid
+}

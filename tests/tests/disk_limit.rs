@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sandboxd_client::{ProbeState, Scope};
 use sandboxd_tests::procs::wait_until;
-use sandboxd_tests::{make_test_dir, sandbox_env, wait_for_runner, Options, TestDaemon};
+use sandboxd_tests::{make_test_dir, sandbox_env, Options, TestDaemon};
 
 const LIMIT: u64 = 1 << 20;
 /// Long enough for several watcher passes on a loaded machine.
@@ -27,14 +27,7 @@ fn limited(state_dir: Option<PathBuf>) -> Options {
 }
 
 async fn start(daemon: &TestDaemon, id: &str) -> u32 {
-    let client = daemon.client().await;
-    let report = client
-        .ensure(Scope::Session, id, &sandbox_env(&format!("q:{id}"), "tok"))
-        .await
-        .unwrap_or_else(|error| panic!("ensure {id}: {error}\n{}", daemon.log_text()));
-    let pid = report.pid.expect("the process tier reports the pid");
-    wait_for_runner(&daemon.workspace(Scope::Session, id), pid);
-    pid
+    sandboxd_tests::start_session(daemon, id).await
 }
 
 /// Asks the runner of `id` to write `bytes` into its workspace and waits

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use sandboxd_client::Scope;
 use sandboxd_tests::procs::wait_until;
-use sandboxd_tests::{runner_env, sandbox_env, wait_for_runner, Options, TestDaemon};
+use sandboxd_tests::{runner_env, Options, TestDaemon};
 
 const REPORT_TIMEOUT: Duration = Duration::from_secs(30);
 /// What the fixture's `attack::DAEMON_KEY_DESCRIPTION` searches for.
@@ -51,14 +51,7 @@ fn daemon_session_key() -> i32 {
 
 /// Ensures a session sandbox and waits for its runner; returns its pid.
 async fn start(daemon: &TestDaemon, id: &str) -> u32 {
-    let client = daemon.client().await;
-    let report = client
-        .ensure(Scope::Session, id, &sandbox_env(&format!("q:{id}"), "tok"))
-        .await
-        .unwrap_or_else(|error| panic!("ensure {id}: {error}\n{}", daemon.log_text()));
-    let pid = report.pid.expect("the process tier reports the pid");
-    wait_for_runner(&daemon.workspace(Scope::Session, id), pid);
-    pid
+    sandboxd_tests::start_session(daemon, id).await
 }
 
 /// The hard `Max open files` of the daemon, from its `/proc/<pid>/limits`.

@@ -10,20 +10,14 @@ use std::path::{Path, PathBuf};
 
 use sandboxd_client::Scope;
 use sandboxd_tests::procs;
-use sandboxd_tests::{sandbox_env, wait_for_runner, Options, TestDaemon, UidClaims, RUNNER_UIDS};
+use sandboxd_tests::{sandbox_env, Options, TestDaemon, UidClaims, RUNNER_UIDS};
 
 /// The daemon's default claims directory.
 const HOST_CLAIMS: &str = "/run/stigmer/uids";
 
 /// Ensures a session sandbox and waits for its runner; returns its uid.
 async fn start(daemon: &TestDaemon, id: &str) -> u32 {
-    let client = daemon.client().await;
-    let report = client
-        .ensure(Scope::Session, id, &sandbox_env(&format!("q:{id}"), "tok"))
-        .await
-        .unwrap_or_else(|error| panic!("ensure {id}: {error}\n{}", daemon.log_text()));
-    let pid = report.pid.expect("the process tier reports the pid");
-    wait_for_runner(&daemon.workspace(Scope::Session, id), pid);
+    let pid = sandboxd_tests::start_session(daemon, id).await;
     procs::uid_of(pid).expect("the runner's uid")
 }
 

@@ -176,23 +176,31 @@ impl UidPool {
                 .contains(&uid)
         };
         let mut claimed_elsewhere = 0usize;
+        // One candidate: `Some` ends the search (taken, or the claim
+        // failed); `None` puts it at the back of the queue.
+        let mut try_uid = |released: &mut VecDeque<u32>, uid: u32| {
+            if !has_processes(uid) {
+                match claim(uid) {
+                    Ok(true) => return Some(Ok(uid)),
+                    Ok(false) => claimed_elsewhere += 1,
+                    Err(problem) => {
+                        released.push_front(uid);
+                        return Some(Err(problem));
+                    }
+                }
+            }
+            released.push_back(uid);
+            None
+        };
         for uid in self.before_restart.by_ref() {
             // In the range (below the high-water mark), so it fits.
             let uid = uid as u32;
             if self.owners.contains_key(&uid) {
                 continue;
             }
-            if !has_processes(uid) {
-                match claim(uid) {
-                    Ok(true) => return Ok(uid),
-                    Ok(false) => claimed_elsewhere += 1,
-                    Err(problem) => {
-                        self.released.push_front(uid);
-                        return Err(problem);
-                    }
-                }
+            if let Some(taken) = try_uid(&mut self.released, uid) {
+                return taken;
             }
-            self.released.push_back(uid);
         }
         if self.released.is_empty() {
             return Err(format!(
@@ -203,17 +211,9 @@ impl UidPool {
         }
         for _ in 0..self.released.len() {
             let uid = self.released.pop_front().expect("not empty");
-            if !has_processes(uid) {
-                match claim(uid) {
-                    Ok(true) => return Ok(uid),
-                    Ok(false) => claimed_elsewhere += 1,
-                    Err(problem) => {
-                        self.released.push_front(uid);
-                        return Err(problem);
-                    }
-                }
+            if let Some(taken) = try_uid(&mut self.released, uid) {
+                return taken;
             }
-            self.released.push_back(uid);
         }
         if claimed_elsewhere > 0 {
             return Err(format!(

@@ -11,7 +11,7 @@
 //! - `access.mutate_uids` / `access.mutate_gids` may call everything
 //!   (mutating implies reading).
 //! - `access.read_uids` / `access.read_gids` may probe, describe, list,
-//!   list workspaces and ask for status.
+//!   list workspaces, read events and ask for status.
 //! - `logs` is a read, but of what a runner printed, which may include the
 //!   credential it was handed: it takes the mutate lists.
 //!
@@ -47,6 +47,10 @@ pub enum Call {
     Status,
     Logs,
     Workspaces,
+    EnsureFenced,
+    DeprovisionFenced,
+    DeprovisionConnectFenced,
+    Events,
 }
 
 /// What a call can do, which decides who may make it.
@@ -75,6 +79,10 @@ impl Call {
             Call::Status => "status",
             Call::Logs => "logs",
             Call::Workspaces => "workspaces",
+            Call::EnsureFenced => "ensure_fenced",
+            Call::DeprovisionFenced => "deprovision_fenced",
+            Call::DeprovisionConnectFenced => "deprovision_connect_fenced",
+            Call::Events => "events",
         }
     }
 
@@ -91,6 +99,11 @@ impl Call {
             Call::Logs => CallClass::Mutate,
             // Names, sizes and times, as `list` shows: a read.
             Call::Workspaces => CallClass::Read,
+            Call::EnsureFenced | Call::DeprovisionFenced | Call::DeprovisionConnectFenced => {
+                CallClass::Mutate
+            }
+            // Events carry what describe shows (never a token or output).
+            Call::Events => CallClass::Read,
         }
     }
 }
@@ -170,7 +183,7 @@ mod tests {
     use super::*;
 
     const DAEMON_UID: u32 = 990;
-    const ALL_CALLS: [Call; 11] = [
+    const ALL_CALLS: [Call; 15] = [
         Call::ProtocolVersion,
         Call::Ensure,
         Call::Deprovision,
@@ -182,6 +195,10 @@ mod tests {
         Call::Status,
         Call::Logs,
         Call::Workspaces,
+        Call::EnsureFenced,
+        Call::DeprovisionFenced,
+        Call::DeprovisionConnectFenced,
+        Call::Events,
     ];
 
     fn policy() -> AccessPolicy {
@@ -212,7 +229,7 @@ mod tests {
             .collect()
     }
 
-    const EVERYTHING: [&str; 11] = [
+    const EVERYTHING: [&str; 15] = [
         "protocol_version",
         "ensure",
         "deprovision",
@@ -224,14 +241,19 @@ mod tests {
         "status",
         "logs",
         "workspaces",
+        "ensure_fenced",
+        "deprovision_fenced",
+        "deprovision_connect_fenced",
+        "events",
     ];
-    const READ_ONLY: [&str; 6] = [
+    const READ_ONLY: [&str; 7] = [
         "protocol_version",
         "probe",
         "describe",
         "list",
         "status",
         "workspaces",
+        "events",
     ];
 
     #[test]

@@ -463,6 +463,7 @@ struct FileConfig {
     allow_root_runners: Option<bool>,
     max_connections: Option<usize>,
     max_requests_per_connection: Option<usize>,
+    events_ring: Option<usize>,
     log_level: Option<String>,
     #[serde(default, deserialize_with = "deserialize_optional_memory")]
     runner_log_max_size: Option<u64>,
@@ -507,6 +508,10 @@ pub struct Config {
     pub allow_root_runners: bool,
     pub max_connections: usize,
     pub max_requests_per_connection: usize,
+    /// How many events the daemon keeps in memory for `events` callers
+    /// (`events_ring`, default 4096): a follower further behind than that
+    /// gets `expired` and relists.
+    pub events_ring: usize,
     pub log_level: Option<String>,
     /// The process tier's cap on one runner's output on disk, in bytes: the
     /// live file and one rotated file, at most half of it each.
@@ -628,6 +633,7 @@ impl Config {
             allow_root_runners: file.allow_root_runners.unwrap_or(false),
             max_connections: file.max_connections.unwrap_or(256),
             max_requests_per_connection: file.max_requests_per_connection.unwrap_or(64),
+            events_ring: file.events_ring.unwrap_or(4096),
             log_level: file.log_level,
             runner_log_max_size: file
                 .runner_log_max_size
@@ -675,6 +681,12 @@ impl Config {
         }
         if self.max_requests_per_connection == 0 {
             bail!("max_requests_per_connection must be at least 1");
+        }
+        if !(16..=1_000_000).contains(&self.events_ring) {
+            bail!(
+                "events_ring must be between 16 and 1000000 events, not {}",
+                self.events_ring
+            );
         }
         if self.runner_log_max_size < MIN_RUNNER_LOG_MAX_SIZE {
             bail!(

@@ -8,11 +8,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sandboxd_protocol::{
-    naming, DeprovisionReport, EgressStatus, EnsureReport, LogChunk, LogStart, ProbeState,
-    SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
+    naming, DeprovisionReport, EgressStatus, EnsureReport, Expectation, LogChunk, LogStart,
+    ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 
 use crate::config::Config;
+use crate::events::EventHub;
 
 /// One sandbox's identity: scope, full id, and the base name derived from them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -27,6 +28,11 @@ impl SandboxKey {
     /// The id as a person should read it, for logs: see [`sandboxd_protocol::Shown`].
     pub fn shown_id(&self) -> sandboxd_protocol::Shown<'_> {
         sandboxd_protocol::Shown(&self.id)
+    }
+
+    /// `session 'ses_1' (sbx-ses-…)`, for messages.
+    pub fn what(&self) -> String {
+        format!("{} '{}' ({})", self.scope, self.shown_id(), self.base_name)
     }
 
     pub fn new(scope: Scope, id: impl Into<String>) -> Self {
@@ -133,6 +139,38 @@ pub trait Driver: Send + Sync + 'static {
         max_bytes: u32,
     ) -> Result<LogChunk, SandboxError>;
 
+    /// `ensure`, unless the sandbox is another incarnation than `expect`
+    /// names. This default checks `describe` first, then ensures: a tier
+    /// whose own lock can hold both (the process tier) overrides it, so no
+    /// other call can come in between; here the server serializes the
+    /// fenced calls of one key, but an unfenced call may still interleave.
+    async fn ensure_fenced(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+        expect: &Expectation,
+    ) -> Result<EnsureReport, SandboxError> {
+        let info = self.describe(key).await?;
+        expect.check(&key.what(), incarnation(&info))?;
+        self.ensure(key, env).await
+    }
+
+    /// `deprovision`, unless the sandbox is another incarnation than
+    /// `expect` names; one already gone is success. The default checks
+    /// `describe` first (see [`Driver::ensure_fenced`]).
+    async fn deprovision_fenced(
+        &self,
+        key: &SandboxKey,
+        keep_workspace: bool,
+        expect: &Expectation,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        let info = self.describe(key).await?;
+        if incarnation(&info).is_some() {
+            expect.check(&key.what(), incarnation(&info))?;
+        }
+        self.deprovision(key, keep_workspace).await
+    }
+
     /// Every workspace the tier keeps on this host's disk, optionally of
     /// one scope, running or not. Tiers whose workspaces live elsewhere
     /// (Docker volumes, a cluster) keep the default: a clear refusal.
@@ -142,6 +180,13 @@ pub trait Driver: Send + Sync + 'static {
             self.name()
         )))
     }
+}
+
+/// The uid and generation of the incarnation `info` describes, or `None`
+/// when there is none (absent, and nothing remembered of it).
+pub fn incarnation(info: &SandboxInfo) -> Option<(&str, u64)> {
+    (info.state != ProbeState::Absent || !info.uid.is_empty())
+        .then_some((info.uid.as_str(), info.generation))
 }
 
 /// Every driver name, built or not, in the order the error message lists them.
@@ -201,22 +246,25 @@ pub enum SelectError {
 
 /// Builds the driver the configuration names. Never falls back to another
 /// tier: a typo must not silently run unisolated.
-pub async fn select(config: &Config) -> Result<Arc<dyn Driver>, SelectError> {
+pub async fn select(
+    config: &Config,
+    events: Arc<EventHub>,
+) -> Result<Arc<dyn Driver>, SelectError> {
     match config.driver.as_str() {
         "local-process" => {
-            let driver = crate::drivers::local_process::LocalProcessDriver::start(config)
+            let driver = crate::drivers::local_process::LocalProcessDriver::start(config, events)
                 .await
                 .map_err(|error| SelectError::Setup(format!("{error:#}")))?;
             Ok(Arc::new(driver))
         }
         "docker" => {
-            let driver = crate::drivers::docker::DockerDriver::start(config)
+            let driver = crate::drivers::docker::DockerDriver::start(config, events)
                 .await
                 .map_err(|error| SelectError::Setup(format!("{error:#}")))?;
             Ok(Arc::new(driver))
         }
         "kubernetes" => {
-            let driver = crate::drivers::kubernetes::KubernetesDriver::start(config)
+            let driver = crate::drivers::kubernetes::KubernetesDriver::start(config, events)
                 .await
                 .map_err(|error| SelectError::Setup(format!("{error:#}")))?;
             Ok(Arc::new(driver))

@@ -29,6 +29,11 @@ pub enum SandboxError {
     /// deprovisioned): for calls that need one to exist, such as `logs`.
     #[error("no such sandbox: {0}")]
     NotFound(String),
+    /// A fenced call's expectation (uid, generation) does not hold: the
+    /// sandbox is another incarnation than the caller saw. Nothing was
+    /// changed; the message names expected and actual. Added in protocol 5.
+    #[error("conflict: {0}")]
+    Conflict(String),
 }
 
 impl SandboxError {
@@ -41,6 +46,7 @@ impl SandboxError {
             SandboxError::FailedPrecondition(_) => "failed_precondition",
             SandboxError::Internal(_) => "internal",
             SandboxError::NotFound(_) => "not_found",
+            SandboxError::Conflict(_) => "conflict",
         }
     }
 }

@@ -7,6 +7,9 @@
 
 pub mod egress;
 pub mod error;
+pub mod events;
+pub mod exit_reason;
+pub mod fence;
 pub mod naming;
 pub mod service;
 pub mod shown;
@@ -15,6 +18,9 @@ pub mod validate;
 pub mod wire;
 
 pub use error::SandboxError;
+pub use events::{Event, EventCursor, EventKind, EventsReply};
+pub use exit_reason::ExitReason;
+pub use fence::Expectation;
 pub use service::{Sandboxd, SandboxdClient, PROTOCOL_VERSION};
 pub use shown::Shown;
 pub use types::*;

@@ -7,12 +7,12 @@
 //! reason: the positions of the ones before them never change.
 
 use crate::{
-    DaemonStatus, DeprovisionReport, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
-    SandboxError, SandboxInfo, Scope, WorkspaceInfo,
+    DaemonStatus, DeprovisionReport, EnsureReport, EventCursor, EventsReply, Expectation, LogChunk,
+    LogStart, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 
 /// Bump on any change to the service or the types it carries.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 #[tarpc::service]
 pub trait Sandboxd {
@@ -66,4 +66,40 @@ pub trait Sandboxd {
     /// when it was last used. A stopped sandbox's workspace is removed with
     /// `deprovision` of its id. Added in protocol 3.
     async fn workspaces(scope: Option<Scope>) -> Result<Vec<WorkspaceInfo>, SandboxError>;
+
+    /// `ensure`, fenced: refused with `conflict`, changing nothing, unless
+    /// the sandbox is the incarnation `expect` names (see
+    /// [`crate::fence`]). Added in protocol 5.
+    async fn ensure_fenced(
+        scope: Scope,
+        id: String,
+        env: SandboxEnv,
+        expect: Expectation,
+    ) -> Result<EnsureReport, SandboxError>;
+
+    /// `deprovision`, fenced: refused with `conflict`, changing nothing,
+    /// unless the sandbox is the incarnation `expect` names; a sandbox that
+    /// is already gone is still success. Added in protocol 5.
+    async fn deprovision_fenced(
+        scope: Scope,
+        id: String,
+        keep_workspace: bool,
+        expect: Expectation,
+    ) -> Result<DeprovisionReport, SandboxError>;
+
+    /// `deprovision_connect`, fenced like `deprovision_fenced`. Added in
+    /// protocol 5.
+    async fn deprovision_connect_fenced(
+        sandbox_id: String,
+        expect: Expectation,
+    ) -> Result<DeprovisionReport, SandboxError>;
+
+    /// The events after `since` (`None`: from the oldest kept), at most
+    /// `max`, waiting up to `wait_ms` when there are none yet (see
+    /// [`crate::events`]). Added in protocol 5.
+    async fn events(
+        since: Option<EventCursor>,
+        max: u32,
+        wait_ms: u32,
+    ) -> Result<EventsReply, SandboxError>;
 }

@@ -144,6 +144,10 @@ pub struct EnsureReport {
     /// the call changed nothing, and says so. Empty otherwise.
     #[serde(default)]
     pub differs: Vec<String>,
+    /// The incarnation's uid: random, new at each create, kept across
+    /// respawns and daemon restarts. Added in protocol 5.
+    #[serde(default)]
+    pub uid: String,
 }
 
 /// What a deprovision did.
@@ -175,11 +179,25 @@ pub struct ExitInfo {
     /// Set when the daemon stopped the runner because its workspace
     /// outgrew `[limits] disk`: the limit, in bytes (process tier).
     pub disk_limit_bytes: Option<u64>,
+    /// Why it ended, as one typed reason (the same on every tier). Added
+    /// in protocol 5.
+    pub reason: crate::ExitReason,
 }
 
 impl fmt::Display for ExitInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.code, self.signal, self.oom_limit_bytes) {
+            _ if matches!(
+                self.reason,
+                crate::ExitReason::Deprovisioned
+                    | crate::ExitReason::DaemonStopped
+                    | crate::ExitReason::Lost
+                    | crate::ExitReason::Idle
+                    | crate::ExitReason::Lifetime
+            ) =>
+            {
+                write!(f, "stopped: {}", self.reason)?
+            }
             _ if self.disk_limit_bytes.is_some() => write!(
                 f,
                 "stopped: disk limit ({})",
@@ -256,6 +274,10 @@ pub struct SandboxInfo {
     /// Added in protocol 4.
     #[serde(default)]
     pub isolation: Vec<IsolationFeature>,
+    /// The incarnation's uid (see [`EnsureReport::uid`]); empty for an
+    /// absent sandbox. Added in protocol 5.
+    #[serde(default)]
+    pub uid: String,
 }
 
 /// One mechanism that keeps sandboxes apart (a uid of its own, a cgroup,
@@ -336,6 +358,7 @@ impl SandboxInfo {
             egress: None,
             cluster: None,
             isolation: Vec::new(),
+            uid: String::new(),
         }
     }
 }

@@ -59,7 +59,8 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
     // on the error paths below as well.
     let socket_file = obtained.socket_file;
 
-    let driver = provisioner::select(&config).await?;
+    let events = crate::events::EventHub::new(config.events_ring);
+    let driver = provisioner::select(&config, events.clone()).await?;
     let daemon = Arc::new(DaemonState {
         driver: driver.clone(),
         access: AccessPolicy::new(config.access.clone(), nix::unistd::geteuid().as_raw()),
@@ -68,6 +69,8 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         state_dir: config.state_dir.clone(),
         warn_budget: Default::default(),
         differences: Default::default(),
+        events,
+        fence_locks: crate::drivers::key_lock::KeyLocks::new(),
     });
     let limits = Limits::from_config(&config);
     tracing::info!(

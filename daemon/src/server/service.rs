@@ -8,16 +8,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use sandboxd_protocol::events::{MAX_EVENTS_PER_CALL, MAX_EVENTS_WAIT_MS};
 use sandboxd_protocol::{
-    validate, DaemonStatus, DeprovisionReport, EnsureReport, HealthVerdict, LogChunk, LogStart,
-    ProbeState, SandboxCounts, SandboxEnv, SandboxError, SandboxInfo, Sandboxd, Scope,
-    WorkspaceInfo, MAX_LOG_CHUNK, PROTOCOL_VERSION,
+    validate, DaemonStatus, DeprovisionReport, EnsureReport, EventCursor, EventsReply, Expectation,
+    HealthVerdict, LogChunk, LogStart, ProbeState, SandboxCounts, SandboxEnv, SandboxError,
+    SandboxInfo, Sandboxd, Scope, WorkspaceInfo, MAX_LOG_CHUNK, PROTOCOL_VERSION,
 };
 use tarpc::context::Context;
 
 use super::differences::DifferenceLog;
 use super::warn_budget::WarnBudget;
 use crate::access::{AccessPolicy, Call, Peer};
+use crate::drivers::key_lock::KeyLocks;
+use crate::events::EventHub;
 use crate::provisioner::{Driver, SandboxKey};
 
 /// What every connection shares: the driver, the access policy, and the
@@ -32,6 +35,11 @@ pub struct DaemonState {
     pub warn_budget: WarnBudget,
     /// Which ensure differences have been logged already.
     pub differences: DifferenceLog,
+    /// The event stream the drivers emit into and `events` reads.
+    pub events: Arc<EventHub>,
+    /// One fenced call per key at a time, so a tier's default
+    /// check-then-act cannot race another fenced call of the same key.
+    pub fence_locks: KeyLocks<SandboxKey>,
 }
 
 /// The service as one connection sees it: the shared state, and the peer
@@ -399,6 +407,114 @@ impl Sandboxd for ConnectionService {
         let mut workspaces = self.driver().workspaces(scope).await?;
         workspaces.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(workspaces)
+    }
+
+    async fn ensure_fenced(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        env: SandboxEnv,
+        expect: Expectation,
+    ) -> Result<EnsureReport, SandboxError> {
+        self.authorize(Call::EnsureFenced)?;
+        if scope == Scope::Connect {
+            return Err(SandboxError::InvalidArgument(
+                "connect sandboxes are created with create_connect, not ensure".to_string(),
+            ));
+        }
+        let key = key(scope, id_field(scope), id)?;
+        validate::env(&env)?;
+        validate_expectation(&expect)?;
+        let _fence = self.daemon.fence_locks.lock(&key).await;
+        let result = self.driver().ensure_fenced(&key, &env, &expect).await;
+        log_ensure(Call::EnsureFenced, &key, &result, &self.daemon.differences);
+        result
+    }
+
+    async fn deprovision_fenced(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        keep_workspace: bool,
+        expect: Expectation,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        self.authorize(Call::DeprovisionFenced)?;
+        let key = key(scope, id_field(scope), id)?;
+        validate_expectation(&expect)?;
+        self.fenced_deprovision(Call::DeprovisionFenced, key, keep_workspace, expect)
+            .await
+    }
+
+    async fn deprovision_connect_fenced(
+        self,
+        _: Context,
+        sandbox_id: String,
+        expect: Expectation,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        self.authorize(Call::DeprovisionConnectFenced)?;
+        let key = key(Scope::Connect, "sandbox_id", sandbox_id)?;
+        validate_expectation(&expect)?;
+        self.fenced_deprovision(Call::DeprovisionConnectFenced, key, false, expect)
+            .await
+    }
+
+    async fn events(
+        self,
+        _: Context,
+        since: Option<EventCursor>,
+        max: u32,
+        wait_ms: u32,
+    ) -> Result<EventsReply, SandboxError> {
+        self.authorize(Call::Events)?;
+        if max == 0 {
+            return Err(SandboxError::InvalidArgument(
+                "max must be at least 1 event".to_string(),
+            ));
+        }
+        let max = max.min(MAX_EVENTS_PER_CALL) as usize;
+        let wait = std::time::Duration::from_millis(u64::from(wait_ms.min(MAX_EVENTS_WAIT_MS)));
+        Ok(self
+            .daemon
+            .events
+            .wait_read(since.as_ref(), max, wait)
+            .await)
+    }
+}
+
+impl ConnectionService {
+    async fn fenced_deprovision(
+        &self,
+        call: Call,
+        key: SandboxKey,
+        keep_workspace: bool,
+        expect: Expectation,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        let _fence = self.daemon.fence_locks.lock(&key).await;
+        let result = self
+            .driver()
+            .deprovision_fenced(&key, keep_workspace, &expect)
+            .await;
+        if result.is_ok() {
+            self.daemon.differences.forget(&key.base_name);
+        }
+        log_deprovision(call, &key, &result);
+        result
+    }
+}
+
+/// An expected uid is 32 hex digits (what the daemon hands out): anything
+/// else could never match, and is a caller's mistake to name.
+fn validate_expectation(expect: &Expectation) -> Result<(), SandboxError> {
+    match &expect.uid {
+        Some(uid) if uid.len() != 32 || !uid.bytes().all(|byte| byte.is_ascii_hexdigit()) => {
+            Err(SandboxError::InvalidArgument(format!(
+                "expected uid '{}' is not a sandbox uid (32 hex digits, as describe and ensure report it)",
+                sandboxd_protocol::Shown(uid)
+            )))
+        }
+        _ => Ok(()),
     }
 }
 

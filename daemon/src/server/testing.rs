@@ -176,6 +176,8 @@ pub fn daemon_state(driver: Arc<FakeDriver>, lists: AccessConfig) -> Arc<DaemonS
         state_dir: PathBuf::from("/var/lib/test"),
         warn_budget: Default::default(),
         differences: Default::default(),
+        events: crate::events::EventHub::new(64),
+        fence_locks: crate::drivers::key_lock::KeyLocks::new(),
     })
 }
 

@@ -17,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use sandboxd_protocol::{EnsureReport, ProbeState, SandboxEnv, SandboxError, Scope};
+use sandboxd_protocol::{EnsureReport, EventKind, ProbeState, SandboxEnv, SandboxError, Scope};
 
 use super::containers;
 use super::engine::CallError;
@@ -47,6 +47,9 @@ pub async fn ensure(
     let mut failed_create: Option<SandboxError> = None;
     let mut name_taken_since: Option<Instant> = None;
     let mut steps = 0;
+    // The uid of the container this ensure saw, carried over when it is
+    // recreated: the same incarnation.
+    let mut uid: Option<String> = None;
     while steps < MAX_STEPS {
         steps += 1;
         let lookup = containers::inspect(&inner.engine, key)
@@ -57,7 +60,8 @@ pub async fn ensure(
                 if let Some(error) = failed_create {
                     return Err(error);
                 }
-                match create_and_start(inner, key, env).await {
+                let uid = uid.get_or_insert_with(crate::incarnation::new_uid).clone();
+                match create_and_start(inner, key, env, &uid).await {
                     Ok(report) => return Ok(report),
                     // Someone else is creating it: look at what they made,
                     // as soon as the engine shows it. Waiting on them is
@@ -94,6 +98,9 @@ pub async fn ensure(
             }
             Lookup::Ours(observed) => observed,
         };
+        if !observed.uid().is_empty() {
+            uid = Some(observed.uid().to_string());
+        }
         if let Some(report) = step(inner, key, env, &observed).await? {
             return Ok(report);
         }
@@ -124,6 +131,7 @@ async fn step(
         generation,
         pid: None,
         differs: differing_fields(env, &runs_with),
+        uid: observed.uid().to_string(),
     };
     let log = |action: &str| tracing::info!(scope = %key.scope, id = %key.shown_id(), container = %short(&observed.id), phase = observed.phase.as_str(), action, "ensuring");
     // A connect sandbox is request-scoped: one that exists in any usable
@@ -151,13 +159,20 @@ async fn step(
             log("start");
             let generation = inner.next_generation(key, observed);
             match containers::start(&inner.engine, &observed.id).await {
-                Ok(()) => Ok(Some(EnsureReport {
-                    state: ProbeState::Running,
-                    created: true,
-                    generation,
-                    pid: None,
-                    differs: Vec::new(),
-                })),
+                Ok(()) => {
+                    let uid = observed.uid();
+                    inner
+                        .events
+                        .emit(EventKind::Started, key, uid, generation, None);
+                    Ok(Some(EnsureReport {
+                        state: ProbeState::Running,
+                        created: true,
+                        generation,
+                        pid: None,
+                        differs: Vec::new(),
+                        uid: uid.to_string(),
+                    }))
+                }
                 Err(error) if error.is_not_found() => Ok(None),
                 Err(error) => Err(failure(key, "start", error)),
             }
@@ -212,11 +227,12 @@ async fn create_and_start(
     inner: &Inner,
     key: &SandboxKey,
     env: &SandboxEnv,
+    uid: &str,
 ) -> Result<EnsureReport, CreateError> {
     // Recorded only once the container exists: until then its label is
     // the record, and a create lost to another creator takes no number.
     let generation = inner.generation(key, None) + 1;
-    let body = inner.spec.container(key, env, generation);
+    let body = inner.spec.container(key, env, generation, uid);
     let container = match containers::create(&inner.engine, key, body).await {
         Ok(container) => container,
         Err(error) if error.is_conflict() => {
@@ -237,14 +253,25 @@ async fn create_and_start(
     };
     tracing::info!(scope = %key.scope, id = %key.shown_id(), container = %short(&container), generation, "container created");
     inner.record_generation(key, generation);
+    if generation == 1 {
+        inner
+            .events
+            .emit(EventKind::Created, key, uid, generation, None);
+    }
     match containers::start(&inner.engine, &container).await {
-        Ok(()) => Ok(EnsureReport {
-            state: ProbeState::Running,
-            created: true,
-            generation,
-            pid: None,
-            differs: Vec::new(),
-        }),
+        Ok(()) => {
+            inner
+                .events
+                .emit(EventKind::Started, key, uid, generation, None);
+            Ok(EnsureReport {
+                state: ProbeState::Running,
+                created: true,
+                generation,
+                pid: None,
+                differs: Vec::new(),
+                uid: uid.to_string(),
+            })
+        }
         Err(error) => Err(CreateError::Final(failure(key, "start", error))),
     }
 }

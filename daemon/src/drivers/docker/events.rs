@@ -7,6 +7,9 @@
 //! reconnect loop: when the stream breaks, the engine is marked down and
 //! the task keeps trying until it answers again, then resubscribes from
 //! where it left off so nothing that died meanwhile goes unrecorded.
+//! Each new exit is also announced on the daemon's event stream, with its
+//! reason: `out-of-memory` after an `oom` event, `deprovisioned` for a
+//! container the daemon itself was stopping, else the exit code's.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,10 +21,12 @@ use futures::StreamExt;
 use sandboxd_protocol::naming::{
     LABEL_MANAGED_BY, LABEL_SANDBOX_ID, LABEL_SCOPE, MANAGED_BY_VALUE,
 };
-use sandboxd_protocol::ExitInfo;
+use sandboxd_protocol::{EventKind, ExitInfo, ExitReason};
 
 use super::engine::Engine;
 use super::observed::exit_info;
+use super::spec::{LABEL_GENERATION, LABEL_UID};
+use crate::events::EventHub;
 use crate::provisioner::SandboxKey;
 
 /// First and longest pause between attempts to reach a lost engine.
@@ -43,6 +48,16 @@ pub struct Exits {
     table: Mutex<HashMap<String, RecordedExit>>,
     /// Containers whose `oom` event came and whose `die` has not yet.
     oom_pending: Mutex<HashSet<String>>,
+    /// Containers the daemon is stopping (a deprovision), until their `die`.
+    stopping: Mutex<HashSet<String>>,
+}
+
+/// A new exit, to announce: whose, which incarnation, and how it ended.
+pub struct NewExit {
+    pub key: SandboxKey,
+    pub uid: String,
+    pub generation: u64,
+    pub exit: ExitInfo,
 }
 
 impl Exits {
@@ -56,21 +71,27 @@ impl Exits {
         self.table().get(&key.base_name).copied()
     }
 
+    /// Notes that the daemon is about to stop `container`.
+    pub fn stopping(&self, container: &str) {
+        self.stopping
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .insert(container.to_string());
+    }
+
     pub fn forget(&self, key: &SandboxKey) {
         self.table().remove(&key.base_name);
     }
 
-    /// Takes in one event; true when it was a new exit.
-    fn record(&self, event: &EventMessage) -> bool {
-        let Some(actor) = &event.actor else {
-            return false;
-        };
+    /// Takes in one event; the exit, when it was a new one.
+    fn record(&self, event: &EventMessage) -> Option<NewExit> {
+        let actor = event.actor.as_ref()?;
         let attributes = actor.attributes.clone().unwrap_or_default();
         let container = actor.id.clone().unwrap_or_default();
         if attributes.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_VALUE)
             || !crate::instance::Instance::current().owns(&attributes)
         {
-            return false;
+            return None;
         }
         match event.action.as_deref() {
             Some("oom") => {
@@ -84,12 +105,10 @@ impl Exits {
                     container = %short(&container),
                     "runner ran out of memory"
                 );
-                false
+                None
             }
             Some("die") => {
-                let Some(name) = attributes.get("name") else {
-                    return false;
-                };
+                let name = attributes.get("name")?;
                 let time_nano = event
                     .time_nano
                     .unwrap_or_else(|| event.time.unwrap_or_default() * 1_000_000_000);
@@ -102,12 +121,21 @@ impl Exits {
                     .lock()
                     .unwrap_or_else(|poison| poison.into_inner())
                     .remove(&container);
+                let ours = self
+                    .stopping
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner())
+                    .remove(&container);
+                let mut exit = exit_info(
+                    code,
+                    u64::try_from(time_nano / 1_000_000).unwrap_or_default(),
+                    oom_killed,
+                );
+                if ours && !oom_killed {
+                    exit.reason = ExitReason::Deprovisioned;
+                }
                 let recorded = RecordedExit {
-                    exit: exit_info(
-                        code,
-                        u64::try_from(time_nano / 1_000_000).unwrap_or_default(),
-                        oom_killed,
-                    ),
+                    exit,
                     oom_killed,
                     time_nano,
                 };
@@ -116,7 +144,7 @@ impl Exits {
                     .get(name)
                     .is_some_and(|last| last.time_nano >= time_nano)
                 {
-                    return false;
+                    return None;
                 }
                 table.insert(name.clone(), recorded);
                 drop(table);
@@ -128,9 +156,18 @@ impl Exits {
                     oom_killed,
                     "runner exited"
                 );
-                true
+                let scope = attributes.get(LABEL_SCOPE)?.parse().ok()?;
+                Some(NewExit {
+                    key: SandboxKey::new(scope, attributes.get(LABEL_SANDBOX_ID)?.clone()),
+                    uid: attributes.get(LABEL_UID).cloned().unwrap_or_default(),
+                    generation: attributes
+                        .get(LABEL_GENERATION)
+                        .and_then(|value| value.parse().ok())
+                        .unwrap_or(0),
+                    exit: recorded.exit,
+                })
             }
-            _ => false,
+            _ => None,
         }
     }
 }
@@ -141,7 +178,7 @@ pub fn short(container: &str) -> &str {
 }
 
 /// Follows the engine's events for as long as the daemon runs.
-pub async fn watch(engine: Arc<Engine>, exits: Arc<Exits>) {
+pub async fn watch(engine: Arc<Engine>, exits: Arc<Exits>, hub: Arc<EventHub>) {
     let mut retry = RETRY_FIRST;
     // Where a resubscription resumes: the end of what the last stream covered.
     let mut since: Option<SystemTime> = None;
@@ -173,7 +210,15 @@ pub async fn watch(engine: Arc<Engine>, exits: Arc<Exits>) {
         let ended = loop {
             match stream.next().await {
                 Some(Ok(event)) => {
-                    exits.record(&event);
+                    if let Some(new) = exits.record(&event) {
+                        hub.emit(
+                            EventKind::Exited,
+                            &new.key,
+                            &new.uid,
+                            new.generation,
+                            Some(new.exit),
+                        );
+                    }
                     since = Some(SystemTime::now());
                 }
                 Some(Err(error)) => break engine.classify(error).to_string(),
@@ -224,9 +269,15 @@ mod tests {
         let exits = Exits::default();
         let mut key = crate::provisioner::SandboxKey::new(sandboxd_protocol::Scope::Session, "s1");
         key.base_name = "sbx-ses-0123456789ab".to_string();
-        assert!(exits.record(&event("die", "c1", "3", 5_000_000_000)));
+        let new = exits
+            .record(&event("die", "c1", "3", 5_000_000_000))
+            .unwrap();
+        assert_eq!(new.exit.reason, ExitReason::Exited { code: 3 });
+        assert_eq!((new.key.id.as_str(), new.generation), ("s1", 0));
         assert!(
-            !exits.record(&event("die", "c1", "3", 5_000_000_000)),
+            exits
+                .record(&event("die", "c1", "3", 5_000_000_000))
+                .is_none(),
             "a replayed event is not new"
         );
         let last = exits.last(&key).unwrap();
@@ -235,8 +286,21 @@ mod tests {
             (Some(3), None, 5_000)
         );
         assert!(!last.oom_killed);
-        assert!(!exits.record(&event("oom", "c1", "", 6_000_000_000)));
-        assert!(exits.record(&event("die", "c1", "137", 6_000_000_001)));
+        assert!(exits
+            .record(&event("oom", "c1", "", 6_000_000_000))
+            .is_none());
+        let new = exits
+            .record(&event("die", "c1", "137", 6_000_000_001))
+            .unwrap();
+        assert_eq!(
+            new.exit.reason,
+            ExitReason::OutOfMemory { limit_bytes: None }
+        );
+        exits.stopping("c1");
+        let new = exits
+            .record(&event("die", "c1", "143", 6_000_000_002))
+            .unwrap();
+        assert_eq!(new.exit.reason, ExitReason::Deprovisioned);
         let last = exits.last(&key).unwrap();
         assert!(last.oom_killed);
         assert_eq!(last.exit.signal, Some(9));

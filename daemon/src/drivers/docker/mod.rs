@@ -34,8 +34,8 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use futures::StreamExt;
 use sandboxd_protocol::{
-    DeprovisionReport, EgressStatus, EnsureReport, LogChunk, LogStart, ProbeState, SandboxEnv,
-    SandboxError, SandboxInfo, Scope,
+    DeprovisionReport, EgressStatus, EnsureReport, EventKind, Expectation, LogChunk, LogStart,
+    ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope,
 };
 use tokio::task::JoinHandle;
 
@@ -44,6 +44,7 @@ use crate::drivers::differs::{differing_fields, RunsWith};
 use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
 use crate::egress::{Egress, EgressSetting};
+use crate::events::EventHub;
 use crate::provisioner::{Driver, SandboxKey};
 use engine::{CallError, Engine, READ_TIMEOUT};
 use events::Exits;
@@ -78,6 +79,8 @@ struct Inner {
     generations: Generations,
     exits: Arc<Exits>,
     key_locks: KeyLocks<SandboxKey>,
+    /// Where starts, exits, teardowns and adoptions are announced.
+    events: Arc<EventHub>,
 }
 
 impl Inner {
@@ -137,7 +140,7 @@ impl DockerDriver {
     /// Checks the configuration, makes first contact with the engine (the
     /// daemon starts whether or not it answers), and starts the events
     /// watcher and the connect reaper.
-    pub async fn start(config: &Config) -> anyhow::Result<DockerDriver> {
+    pub async fn start(config: &Config, events: Arc<EventHub>) -> anyhow::Result<DockerDriver> {
         let mut spec = RunnerSpec::from_config(config).map_err(anyhow::Error::msg)?;
         // The default network is replaced by the daemon's own, on every
         // posture: its containers cannot reach each other there, and under
@@ -181,6 +184,7 @@ impl DockerDriver {
             generations,
             exits: Arc::new(Exits::default()),
             key_locks: KeyLocks::new(),
+            events,
         });
         first_contact(&inner).await;
         let reaper = ReaperSettings {
@@ -188,7 +192,11 @@ impl DockerDriver {
             creation_grace: config.docker.connect_creation_grace,
         };
         let mut tasks = vec![
-            tokio::spawn(events::watch(inner.engine.clone(), inner.exits.clone())),
+            tokio::spawn(events::watch(
+                inner.engine.clone(),
+                inner.exits.clone(),
+                inner.events.clone(),
+            )),
             tokio::spawn(reaper::run(inner.clone(), reaper)),
         ];
         tasks.push(tokio::spawn(crate::egress::keep_verified(Arc::downgrade(
@@ -232,6 +240,20 @@ async fn first_contact(inner: &Inner) {
     }
     match containers::list(engine, None).await {
         Ok(listed) => {
+            for summary in &listed {
+                let labels = summary.labels.clone().unwrap_or_default();
+                let names = summary.names.as_deref().unwrap_or_default();
+                if let Some(key) = key_of(&labels, names) {
+                    let uid = labels.get(spec::LABEL_UID).map_or("", String::as_str);
+                    let generation = labels
+                        .get(spec::LABEL_GENERATION)
+                        .and_then(|value| value.parse().ok())
+                        .unwrap_or(0);
+                    inner
+                        .events
+                        .emit(EventKind::Adopted, &key, uid, generation, None);
+                }
+            }
             let running = listed
                 .iter()
                 .filter(|summary| {
@@ -290,6 +312,7 @@ impl Driver for DockerDriver {
                     generation,
                     pid: None,
                     differs: differing_fields(env, &runs_with),
+                    uid: observed.uid().to_string(),
                 });
             }
         }
@@ -356,7 +379,22 @@ impl Driver for DockerDriver {
         let (inner, key) = (self.inner.clone(), key.clone());
         run_to_completion("deprovision", async move {
             let _guard = inner.key_locks.lock(&key).await;
-            teardown::deprovision(&inner, &key, keep_workspace).await
+            teardown::deprovision(&inner, &key, keep_workspace, None).await
+        })
+        .await
+    }
+
+    /// Checked under the key lock, on the container as the engine shows it.
+    async fn deprovision_fenced(
+        &self,
+        key: &SandboxKey,
+        keep_workspace: bool,
+        expect: &Expectation,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        let (inner, key, expect) = (self.inner.clone(), key.clone(), expect.clone());
+        run_to_completion("deprovision", async move {
+            let _guard = inner.key_locks.lock(&key).await;
+            teardown::deprovision(&inner, &key, keep_workspace, Some(&expect)).await
         })
         .await
     }

@@ -13,7 +13,9 @@ use sandboxd_protocol::naming::{
 };
 use sandboxd_protocol::{ExitInfo, ProbeState, SandboxInfo};
 
-use super::spec::{LABEL_CALLER_CLASS, LABEL_GENERATION, LABEL_TASK_QUEUE, LABEL_TOKEN_SHA256};
+use super::spec::{
+    LABEL_CALLER_CLASS, LABEL_GENERATION, LABEL_TASK_QUEUE, LABEL_TOKEN_SHA256, LABEL_UID,
+};
 use crate::instance::Instance;
 use crate::provisioner::SandboxKey;
 
@@ -176,6 +178,11 @@ impl Observed {
         self.label(LABEL_TOKEN_SHA256)
     }
 
+    /// The incarnation's uid (empty for a container made before uids).
+    pub fn uid(&self) -> &str {
+        self.label(LABEL_UID).unwrap_or_default()
+    }
+
     pub fn task_queue(&self) -> &str {
         self.label(LABEL_TASK_QUEUE).unwrap_or_default()
     }
@@ -220,6 +227,7 @@ impl Observed {
             egress: None,
             cluster: None,
             isolation: Vec::new(),
+            uid: self.uid().to_string(),
         }
     }
 }
@@ -238,6 +246,13 @@ pub fn exit_info(code: i64, at_unix_ms: u64, oom_killed: bool) -> ExitInfo {
         pids_refused: 0,
         pids_limit: None,
         disk_limit_bytes: None,
+        reason: sandboxd_protocol::ExitReason::from_facts(
+            Some(code),
+            signal,
+            oom_killed,
+            None,
+            None,
+        ),
     }
 }
 

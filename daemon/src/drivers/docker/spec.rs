@@ -27,6 +27,10 @@ pub const LABEL_TOKEN_SHA256: &str = "stigmer.ai/token-sha256";
 pub const LABEL_TASK_QUEUE: &str = "stigmer.ai/task-queue";
 /// The class of caller that provisioned it (recorded, not acted on).
 pub const LABEL_CALLER_CLASS: &str = "stigmer.ai/caller-class";
+/// The incarnation's uid: kept on the container, so a daemon restart
+/// re-adopts it with the same uid, and carried over when ensure recreates
+/// the container (a changed token, a dead container).
+pub const LABEL_UID: &str = "stigmer.ai/uid";
 
 /// Where the workspace is mounted in every runner container.
 pub const WORKSPACE: &str = "/workspace";
@@ -72,8 +76,10 @@ impl RunnerSpec {
         key: &SandboxKey,
         env: &SandboxEnv,
         generation: u64,
+        uid: &str,
     ) -> ContainerCreateBody {
-        let labels = container_labels(key, env, generation);
+        let mut labels = container_labels(key, env, generation);
+        labels.insert(LABEL_UID.to_string(), uid.to_string());
         ContainerCreateBody {
             image: Some(self.image.clone()),
             cmd: self.command.clone(),
@@ -234,7 +240,7 @@ mod tests {
     #[test]
     fn session_container_has_labels_env_mount_and_limits() {
         let key = SandboxKey::new(Scope::Session, "s1");
-        let body = spec().container(&key, &env("hunter2"), 3);
+        let body = spec().container(&key, &env("hunter2"), 3, "0123456789abcdef0123456789abcdef");
         let labels = body.labels.as_ref().unwrap();
         assert_eq!(labels["stigmer.ai/managed-by"], "stigmer-server");
         assert_eq!(labels["stigmer.ai/scope"], "session");
@@ -269,7 +275,7 @@ mod tests {
     #[test]
     fn connect_scratch_is_anonymous_and_tokenless_env_has_no_token() {
         let key = SandboxKey::new(Scope::Connect, "req-1");
-        let body = spec().container(&key, &env(""), 1);
+        let body = spec().container(&key, &env(""), 1, "0123456789abcdef0123456789abcdef");
         assert!(!body
             .env
             .unwrap()

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bollard::query_parameters::WaitContainerOptionsBuilder;
 use futures::StreamExt;
-use sandboxd_protocol::{DeprovisionReport, SandboxError};
+use sandboxd_protocol::{DeprovisionReport, EventKind, Expectation, SandboxError};
 
 use super::containers;
 use super::engine::{CallError, Engine};
@@ -27,6 +27,7 @@ pub async fn deprovision(
     inner: &Inner,
     key: &SandboxKey,
     keep_workspace: bool,
+    expect: Option<&Expectation>,
 ) -> Result<DeprovisionReport, SandboxError> {
     let engine = &inner.engine;
     let what = |verb: &str| {
@@ -38,6 +39,19 @@ pub async fn deprovision(
     let lookup = containers::inspect(engine, key)
         .await
         .map_err(|error| error.into_sandbox_error(&what("inspect")))?;
+    // Checked under the key lock, on what the engine shows now. A sandbox
+    // with no container is absent: success whatever was expected.
+    if let (Some(expect), Lookup::Ours(observed)) = (expect, &lookup) {
+        let generation = inner.generation(key, Some(observed));
+        expect.check(&key.what(), Some((observed.uid(), generation)))?;
+    }
+    let incarnation = match &lookup {
+        Lookup::Ours(observed) => Some((
+            observed.uid().to_string(),
+            inner.generation(key, Some(observed)),
+        )),
+        _ => None,
+    };
     let (had_container, forced) = match lookup {
         Lookup::Ours(observed) => (true, remove_container(inner, key, &observed).await?),
         Lookup::Foreign { id } => {
@@ -53,6 +67,11 @@ pub async fn deprovision(
     inner.generations.forget(key);
     inner.exits.forget(key);
     let was_present = had_container || had_volume;
+    if let Some((uid, generation)) = incarnation {
+        inner
+            .events
+            .emit(EventKind::Deprovisioned, key, &uid, generation, None);
+    }
     if was_present {
         tracing::info!(scope = %key.scope, id = %key.shown_id(), forced, keep_workspace, "sandbox deprovisioned");
     }
@@ -69,6 +88,8 @@ pub async fn remove_container(
     key: &SandboxKey,
     observed: &Observed,
 ) -> Result<bool, SandboxError> {
+    // Its `die` event is the daemon's own doing: reported as such.
+    inner.exits.stopping(&observed.id);
     let forced = stop(&inner.engine, key, observed, inner.stop_grace).await?;
     containers::remove(&inner.engine, &observed.id)
         .await

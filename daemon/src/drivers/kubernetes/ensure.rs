@@ -170,6 +170,7 @@ async fn provision(
         generation,
         pid: None,
         differs: Vec::new(),
+        uid: super::observe::uid_of(&applied),
     }))
 }
 
@@ -229,6 +230,7 @@ async fn existing(
             generation,
             pid: None,
             differs: differs_from(deployment, env),
+            uid: super::observe::uid_of(deployment),
         }));
     }
     // Stopped. The new runner must not start with a stale token or queue:
@@ -288,5 +290,6 @@ async fn existing(
         generation: next,
         pid: None,
         differs: Vec::new(),
+        uid: super::observe::uid_of(deployment),
     }))
 }

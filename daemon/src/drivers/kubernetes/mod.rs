@@ -94,7 +94,12 @@ impl KubernetesDriver {
     /// Checks the configuration and finds the API server (without calling
     /// it: the daemon starts whether or not it answers), then starts the
     /// permission check and the connect reaper.
-    pub async fn start(config: &Config) -> anyhow::Result<KubernetesDriver> {
+    /// `_events`: the kubernetes tier announces nothing on the event
+    /// stream yet (no watch on its Deployments and Pods): see the README.
+    pub async fn start(
+        config: &Config,
+        _events: Arc<crate::events::EventHub>,
+    ) -> anyhow::Result<KubernetesDriver> {
         let shape = RunnerShape::from_config(config).map_err(anyhow::Error::msg)?;
         let cluster = Cluster::connect(&config.kubernetes).await?;
         tracing::info!(server = %cluster.server, namespace = %cluster.namespace, image = %shape.image, timeout = ?cluster.timeout, "kubernetes driver ready");
@@ -194,6 +199,7 @@ impl Driver for KubernetesDriver {
                     generation: generation_of(deployment),
                     pid: None,
                     differs: differs_from(deployment, env),
+                    uid: observe::uid_of(deployment),
                 });
             }
         }

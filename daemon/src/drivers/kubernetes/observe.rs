@@ -90,6 +90,19 @@ pub fn differs_from(deployment: &Deployment, requested: &SandboxEnv) -> Vec<Stri
     differing_fields(requested, &runs_with)
 }
 
+/// The incarnation's uid: the Deployment's own `metadata.uid` (the API
+/// server's random 128-bit id, new at each create, kept while the object
+/// lives: across scale-downs, respawns and daemon restarts), without its
+/// dashes, as the other tiers write theirs.
+pub fn uid_of(deployment: &Deployment) -> String {
+    deployment
+        .metadata
+        .uid
+        .as_deref()
+        .unwrap_or_default()
+        .replace('-', "")
+}
+
 pub fn generation_of(deployment: &Deployment) -> u64 {
     annotation(deployment, ANNOTATION_GENERATION)
         .and_then(|text| text.parse().ok())
@@ -235,6 +248,14 @@ fn exit_of(terminated: &ContainerStateTerminated) -> ExitInfo {
         pids_refused: 0,
         pids_limit: None,
         disk_limit_bytes: None,
+        // `OOMKilled`, `Error`, `Completed`: the kubelet's reasons.
+        reason: sandboxd_protocol::ExitReason::from_facts(
+            (terminated.signal.is_none()).then_some(terminated.exit_code),
+            terminated.signal,
+            terminated.reason.as_deref() == Some("OOMKilled"),
+            None,
+            None,
+        ),
     }
 }
 
@@ -308,5 +329,6 @@ pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> San
                 .and_then(|status| status.phase.clone()),
             last_termination_reason: terminated.and_then(|terminated| terminated.reason.clone()),
         }),
+        uid: uid_of(deployment),
     }
 }

@@ -38,8 +38,8 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use cgroup::Containment;
 use sandboxd_protocol::{
-    DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, LogChunk, LogStart, ProbeState,
-    SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
+    DeprovisionReport, EgressStatus, EnsureReport, EventKind, ExitInfo, ExitReason, Expectation,
+    LogChunk, LogStart, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 use tokio::sync::oneshot;
 
@@ -48,6 +48,7 @@ use crate::drivers::differs::{differing_fields, token_digest, RunsWith};
 use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
 use crate::egress::{self, Egress};
+use crate::events::EventHub;
 use crate::provisioner::{Driver, SandboxKey};
 use launch::spawn::RunnerSettings;
 use launch::spawner::Spawner;
@@ -66,6 +67,9 @@ struct Record {
     token_sha256: String,
     /// How many runners this sandbox has had.
     generation: u64,
+    /// The incarnation's uid (kept in the workspace catalog, so it
+    /// outlives a daemon restart with the workspace).
+    uid: String,
     /// Boxed: most records never hold one, and every record is a slot of
     /// a table sized for thousands.
     last_exit: Option<Box<ExitInfo>>,
@@ -127,6 +131,8 @@ struct Inner {
     view_problem: Option<String>,
     /// Set while a stop runs (see [`cgroup::setup::StopRemover`]).
     stop_remover: Mutex<Option<cgroup::setup::StopRemover>>,
+    /// Where runner starts, exits and teardowns are announced.
+    events: Arc<EventHub>,
     /// Held for the daemon's life: one daemon per state directory.
     _state_lock: nix::fcntl::Flock<std::fs::File>,
 }
@@ -140,7 +146,10 @@ fn now_unix_ms() -> u64 {
 impl LocalProcessDriver {
     /// Prepares the state directory, sweeps what an earlier instance left,
     /// and starts the group reaper. Runs before the daemon serves.
-    pub async fn start(config: &Config) -> anyhow::Result<LocalProcessDriver> {
+    pub async fn start(
+        config: &Config,
+        events: Arc<EventHub>,
+    ) -> anyhow::Result<LocalProcessDriver> {
         let identity = RunnerIdentity::resolve(
             config.run_as.as_deref(),
             config.runner_uid_range.as_deref(),
@@ -309,6 +318,7 @@ impl LocalProcessDriver {
             isolation,
             view_problem,
             stop_remover: Mutex::new(None),
+            events,
             _state_lock: state_lock,
         });
         if let Some(ttl) = config.workspace_ttl {
@@ -339,22 +349,56 @@ impl Inner {
 
     /// The running runner's report, if there is one, naming what `env`
     /// asks for that it does not run with. Touches nothing but the table.
-    fn fast_path(&self, key: &SandboxKey, env: &SandboxEnv) -> Option<EnsureReport> {
+    fn fast_path(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+        expect: Option<&Expectation>,
+    ) -> Option<Result<EnsureReport, SandboxError>> {
         let records = self.records();
         let record = records.get(key)?;
         let running = record.running.as_ref()?;
+        if let Some(Err(conflict)) =
+            expect.map(|expect| expect.check(&key.what(), Some((&record.uid, record.generation))))
+        {
+            return Some(Err(conflict));
+        }
         let runs_with = RunsWith {
             task_queue: &record.task_queue,
             caller_class: &record.caller_class,
             token_sha256: Some(&record.token_sha256),
         };
-        Some(EnsureReport {
+        Some(Ok(EnsureReport {
             state: ProbeState::Running,
             created: false,
             generation: running.generation,
             pid: Some(running.pid),
             differs: differing_fields(env, &runs_with),
-        })
+            uid: record.uid.clone(),
+        }))
+    }
+
+    /// The uid and generation of `key`'s incarnation, if the daemon has one.
+    fn incarnation(&self, key: &SandboxKey) -> Option<(String, u64)> {
+        let records = self.records();
+        records
+            .get(key)
+            .map(|record| (record.uid.clone(), record.generation))
+            .or_else(|| self.catalog.uid_of(&key.base_name).map(|uid| (uid, 0)))
+    }
+
+    /// The uid a new record of `key` gets: the one its kept workspace
+    /// carries from before a daemon restart, else a new one (and whether
+    /// it is new: a new incarnation).
+    fn uid_for(&self, key: &SandboxKey) -> (String, bool) {
+        match self.catalog.uid_of(&key.base_name) {
+            Some(uid) => (uid, false),
+            None => {
+                let uid = crate::incarnation::new_uid();
+                self.catalog.set_uid(&key.base_name, Some(&uid));
+                (uid, true)
+            }
+        }
     }
 
     /// Spawns and records a runner. No `.await` from spawn to table insert:
@@ -386,6 +430,9 @@ impl Inner {
             tracing::warn!(%error, pid, leader, "cannot record the runner in the ledger");
         }
         let (gone_tx, gone_rx) = oneshot::channel();
+        // Outside the table's lock: the catalog appends to its journal.
+        let known = self.records().get(key).map(|record| record.uid.clone());
+        let (uid, new_incarnation) = known.map_or_else(|| self.uid_for(key), |uid| (uid, false));
         let generation = {
             let mut records = self.records();
             let record = records.entry(key.clone()).or_insert_with(|| Record {
@@ -393,6 +440,7 @@ impl Inner {
                 caller_class: String::new(),
                 token_sha256: String::new(),
                 generation: 0,
+                uid: uid.clone(),
                 last_exit: None,
                 running: None,
             });
@@ -412,6 +460,12 @@ impl Inner {
             record.generation
         };
         tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, leader, generation, "runner started");
+        if new_incarnation {
+            self.events
+                .emit(EventKind::Created, key, &uid, generation, None);
+        }
+        self.events
+            .emit(EventKind::Started, key, &uid, generation, None);
         tokio::spawn(watch_runner(
             self.clone(),
             key.clone(),
@@ -425,6 +479,7 @@ impl Inner {
             generation,
             pid: Some(pid),
             differs: Vec::new(),
+            uid,
         })
     }
 
@@ -458,25 +513,60 @@ impl Inner {
         &self,
         key: &SandboxKey,
         keep_workspace: bool,
+        expect: Option<&Expectation>,
     ) -> Result<DeprovisionReport, SandboxError> {
         let _key_guard = self.key_locks.lock(key).await;
+        // Checked under the key lock: no ensure can make a new incarnation
+        // between the check and the teardown. Absent is success.
+        if let Some(expect) = expect {
+            if let Some((uid, generation)) = self.incarnation(key) {
+                expect.check(&key.what(), Some((&uid, generation)))?;
+            }
+        }
         let record = self.records().remove(key);
+        // A daemon stop keeps the incarnation (its workspace and uid) for
+        // the next start; a deprovision ends it.
+        let daemon_stop = self.stopping.load(Ordering::Acquire);
+        let uid = record
+            .as_ref()
+            .map(|record| (record.uid.clone(), record.generation));
         // One stat, inline: a trip through the blocking pool costs more.
         let had_workspace = std::fs::exists(self.settings.workspace(key)).unwrap_or(false);
         let was_present = record.is_some() || had_workspace;
-        let forced = match record.and_then(|record| record.running) {
+        let (forced, stopped) = match record.and_then(|record| record.running) {
             Some(running) => {
                 let cgroup = self
                     .containment
                     .tree()
                     .map(|tree| tree.dirs(&key.base_name));
-                stop::stop_runner(key, running.leader, running.gone, self.stop_grace, cgroup)
-                    .await?
+                let forced =
+                    stop::stop_runner(key, running.leader, running.gone, self.stop_grace, cgroup)
+                        .await?;
+                (forced, true)
             }
-            None => false,
+            None => (false, false),
         };
+        if !daemon_stop {
+            self.catalog.set_uid(&key.base_name, None);
+        }
         if !keep_workspace {
             self.remove_workspace(key).await?;
+        }
+        if let Some((uid, generation)) = uid {
+            if stopped {
+                let reason = if daemon_stop {
+                    ExitReason::DaemonStopped
+                } else {
+                    ExitReason::Deprovisioned
+                };
+                let exit = stopped_exit(reason);
+                self.events
+                    .emit(EventKind::Exited, key, &uid, generation, Some(exit));
+            }
+            if !daemon_stop {
+                self.events
+                    .emit(EventKind::Deprovisioned, key, &uid, generation, None);
+            }
         }
         if was_present {
             tracing::info!(scope = %key.scope, id = %key.shown_id(), forced, keep_workspace, "sandbox deprovisioned");
@@ -572,7 +662,24 @@ impl Inner {
                 || self.isolation.to_vec(),
                 |running| running.isolation.to_vec(),
             ),
+            uid: record.uid.clone(),
         }
+    }
+}
+
+/// The exit of a runner the daemon stopped itself (a deprovision, a daemon
+/// stop): its own status went to the watcher, so only the reason is known.
+fn stopped_exit(reason: ExitReason) -> ExitInfo {
+    ExitInfo {
+        code: None,
+        signal: None,
+        at_unix_ms: now_unix_ms(),
+        oom_killed: false,
+        oom_limit_bytes: None,
+        pids_refused: 0,
+        pids_limit: None,
+        disk_limit_bytes: None,
+        reason,
     }
 }
 
@@ -630,6 +737,7 @@ async fn after_exit(
         pids_refused: 0,
         pids_limit: None,
         disk_limit_bytes: None,
+        reason: ExitReason::Unknown,
     };
     // The leader is gone, so the sandbox is: nothing left in its cgroup (or
     // group) may linger. (Its pid cannot be reused while group members hold
@@ -655,24 +763,131 @@ async fn after_exit(
     // Forget before clearing the table: once the table says absent, a new
     // ensure may write this sandbox's next ledger record.
     inner.ledger.forget(&key.base_name);
-    {
+    let exited_uid = {
         let mut records = inner.records();
-        if let Some(record) = records.get_mut(&key) {
-            if let Some(running) = record
-                .running
-                .as_ref()
-                .filter(|running| running.generation == generation)
+        let record = records.get_mut(&key);
+        match record {
+            Some(record)
+                if record
+                    .running
+                    .as_ref()
+                    .is_some_and(|running| running.generation == generation) =>
             {
-                if running.over_disk_limit {
+                if record
+                    .running
+                    .as_ref()
+                    .is_some_and(|running| running.over_disk_limit)
+                {
                     exit.disk_limit_bytes = Some(inner.disk_limit.bytes);
                 }
+                exit.reason = ExitReason::from_facts(
+                    exit.code,
+                    exit.signal,
+                    exit.oom_killed,
+                    exit.oom_limit_bytes,
+                    exit.disk_limit_bytes,
+                );
                 record.running = None;
                 record.last_exit = Some(Box::new(exit));
+                Some(record.uid.clone())
             }
+            // Taken by a deprovision (or a daemon stop), which announces it.
+            _ => None,
         }
+    };
+    if let Some(uid) = exited_uid {
+        inner
+            .events
+            .emit(EventKind::Exited, &key, &uid, generation, Some(exit));
     }
     tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, generation, exit = %exit, "runner exited");
     let _ = gone.send(());
+}
+
+impl LocalProcessDriver {
+    async fn ensure_expecting(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+        expect: Option<Expectation>,
+    ) -> Result<EnsureReport, SandboxError> {
+        if let Some(report) = self.inner.fast_path(key, env, expect.as_ref()) {
+            return report;
+        }
+        if self.inner.stopping.load(Ordering::Acquire) {
+            return Err(SandboxError::Unavailable(
+                "sandboxd is shutting down".into(),
+            ));
+        }
+        // Fail closed: no runner starts unless the egress rules are in force.
+        self.inner.egress.check()?;
+        // The slow path runs in a task of its own, and the spawn itself on a
+        // spawner thread, so this connection's other calls and the runtime's
+        // workers never wait on a spawn. A caller that gives up while waiting
+        // for the key gives up its place in line and starts nothing; once a
+        // spawn has begun it is finished and recorded under the key lock,
+        // whoever still waits. The spawner thread answers the caller itself
+        // (one thread hand-off fewer than going back through the task, which
+        // only holds the key until the runner is recorded).
+        let (inner, key, env) = (self.inner.clone(), key.clone(), env.clone());
+        let (mut reply, answer) = tokio::sync::oneshot::channel();
+        let span = tracing::Span::current();
+        tokio::spawn(async move {
+            let _key_guard = tokio::select! {
+                guard = inner.key_locks.lock(&key) => guard,
+                () = reply.closed() => return,
+            };
+            if let Some(report) = inner.fast_path(&key, &env, expect.as_ref()) {
+                let _ = reply.send(report);
+                return;
+            }
+            if let Some(expect) = &expect {
+                let actual = inner.incarnation(&key);
+                let actual = actual
+                    .as_ref()
+                    .map(|(uid, generation)| (uid.as_str(), *generation));
+                if let Err(conflict) = expect.check(&key.what(), actual) {
+                    let _ = reply.send(Err(conflict));
+                    return;
+                }
+            }
+            if inner.stopping.load(Ordering::Acquire) {
+                let shutting_down = SandboxError::Unavailable("sandboxd is shutting down".into());
+                let _ = reply.send(Err(shutting_down));
+                return;
+            }
+            let starter = inner.clone();
+            // `None` (no spawner thread left) drops `reply` unanswered.
+            let _ = inner
+                .spawner
+                .run(move || {
+                    let _ = reply.send(span.in_scope(|| starter.start_runner(&key, &env)));
+                })
+                .await;
+        });
+        answer.await.unwrap_or_else(|_| {
+            Err(SandboxError::Internal(
+                "the runner spawn ended without an answer (see the daemon's log)".into(),
+            ))
+        })
+    }
+
+    async fn deprovision_expecting(
+        &self,
+        key: &SandboxKey,
+        keep_workspace: bool,
+        expect: Option<Expectation>,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        // Once SIGTERM is sent, the escalation to SIGKILL must happen even
+        // if the caller stops waiting.
+        let (inner, key) = (self.inner.clone(), key.clone());
+        run_to_completion("deprovision", async move {
+            inner
+                .deprovision(&key, keep_workspace, expect.as_ref())
+                .await
+        })
+        .await
+    }
 }
 
 #[async_trait]
@@ -737,55 +952,18 @@ impl Driver for LocalProcessDriver {
         key: &SandboxKey,
         env: &SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
-        if let Some(report) = self.inner.fast_path(key, env) {
-            return Ok(report);
-        }
-        if self.inner.stopping.load(Ordering::Acquire) {
-            return Err(SandboxError::Unavailable(
-                "sandboxd is shutting down".into(),
-            ));
-        }
-        // Fail closed: no runner starts unless the egress rules are in force.
-        self.inner.egress.check()?;
-        // The slow path runs in a task of its own, and the spawn itself on a
-        // spawner thread, so this connection's other calls and the runtime's
-        // workers never wait on a spawn. A caller that gives up while waiting
-        // for the key gives up its place in line and starts nothing; once a
-        // spawn has begun it is finished and recorded under the key lock,
-        // whoever still waits. The spawner thread answers the caller itself
-        // (one thread hand-off fewer than going back through the task, which
-        // only holds the key until the runner is recorded).
-        let (inner, key, env) = (self.inner.clone(), key.clone(), env.clone());
-        let (mut reply, answer) = tokio::sync::oneshot::channel();
-        let span = tracing::Span::current();
-        tokio::spawn(async move {
-            let _key_guard = tokio::select! {
-                guard = inner.key_locks.lock(&key) => guard,
-                () = reply.closed() => return,
-            };
-            if let Some(report) = inner.fast_path(&key, &env) {
-                let _ = reply.send(Ok(report));
-                return;
-            }
-            if inner.stopping.load(Ordering::Acquire) {
-                let shutting_down = SandboxError::Unavailable("sandboxd is shutting down".into());
-                let _ = reply.send(Err(shutting_down));
-                return;
-            }
-            let starter = inner.clone();
-            // `None` (no spawner thread left) drops `reply` unanswered.
-            let _ = inner
-                .spawner
-                .run(move || {
-                    let _ = reply.send(span.in_scope(|| starter.start_runner(&key, &env)));
-                })
-                .await;
-        });
-        answer.await.unwrap_or_else(|_| {
-            Err(SandboxError::Internal(
-                "the runner spawn ended without an answer (see the daemon's log)".into(),
-            ))
-        })
+        self.ensure_expecting(key, env, None).await
+    }
+
+    /// Checked against the table itself: on the fast path under its lock,
+    /// on the slow path under the key lock, before anything is spawned.
+    async fn ensure_fenced(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+        expect: &Expectation,
+    ) -> Result<EnsureReport, SandboxError> {
+        self.ensure_expecting(key, env, Some(expect.clone())).await
     }
 
     async fn deprovision(
@@ -793,13 +971,17 @@ impl Driver for LocalProcessDriver {
         key: &SandboxKey,
         keep_workspace: bool,
     ) -> Result<DeprovisionReport, SandboxError> {
-        // Once SIGTERM is sent, the escalation to SIGKILL must happen even
-        // if the caller stops waiting.
-        let (inner, key) = (self.inner.clone(), key.clone());
-        run_to_completion("deprovision", async move {
-            inner.deprovision(&key, keep_workspace).await
-        })
-        .await
+        self.deprovision_expecting(key, keep_workspace, None).await
+    }
+
+    async fn deprovision_fenced(
+        &self,
+        key: &SandboxKey,
+        keep_workspace: bool,
+        expect: &Expectation,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        self.deprovision_expecting(key, keep_workspace, Some(expect.clone()))
+            .await
     }
 
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {

@@ -9,7 +9,12 @@
 //! ```text
 //! + <unix ms> <base name> <scope> <id>   a runner of it started or ended then
 //! - <base name>                          its workspace was removed
+//! u <base name> <uid>                    its incarnation's uid (`-`: none)
 //! ```
+//!
+//! The uid is kept here so an incarnation keeps it across daemon restarts
+//! for as long as its workspace lives; a deprovision clears it, so the
+//! next ensure makes a new incarnation.
 //!
 //! The id is the rest of the line: ids may hold spaces, never a control
 //! character. A line whose base name is not the one its scope and id hash
@@ -41,6 +46,8 @@ pub struct CatalogEntry {
     pub id: String,
     /// When a runner of it last started or ended, in Unix milliseconds.
     pub last_active_ms: u64,
+    /// Its incarnation's uid, once one was given.
+    pub uid: Option<String>,
 }
 
 pub struct Catalog {
@@ -94,14 +101,46 @@ impl Catalog {
             tracing::warn!(name = %key.base_name, %error, "cannot record a workspace in the catalog");
         }
         journal.lines_since_compaction += 1;
+        let uid = journal
+            .entries
+            .get(&key.base_name)
+            .and_then(|entry| entry.uid.clone());
         journal.entries.insert(
             key.base_name.clone(),
             CatalogEntry {
                 scope: key.scope,
                 id: key.id.clone(),
                 last_active_ms: at_ms,
+                uid,
             },
         );
+        self.compact_if_due(&mut journal);
+    }
+
+    /// `base`'s incarnation uid, if it has one.
+    pub fn uid_of(&self, base: &str) -> Option<String> {
+        self.journal()
+            .entries
+            .get(base)
+            .and_then(|entry| entry.uid.clone())
+    }
+
+    /// Records (or with `None` clears) `base`'s incarnation uid. An entry
+    /// must exist ([`Self::note_active`] first); else nothing is kept.
+    pub fn set_uid(&self, base: &str, uid: Option<&str>) {
+        let mut journal = self.journal();
+        let Some(entry) = journal.entries.get_mut(base) else {
+            return;
+        };
+        if entry.uid.as_deref() == uid {
+            return;
+        }
+        entry.uid = uid.map(str::to_string);
+        let line = format!("u {base} {}\n", uid.unwrap_or("-"));
+        if let Err(error) = journal.file.write_all(line.as_bytes()) {
+            tracing::warn!(name = base, %error, "cannot record a sandbox uid in the catalog");
+        }
+        journal.lines_since_compaction += 1;
         self.compact_if_due(&mut journal);
     }
 
@@ -158,8 +197,12 @@ fn compact(dir: &Path, entries: &HashMap<String, CatalogEntry>) -> io::Result<Fi
     let text: String = entries
         .iter()
         .map(|(base, entry)| {
+            let uid = entry
+                .uid
+                .as_ref()
+                .map_or_else(String::new, |uid| format!("u {base} {uid}\n"));
             format!(
-                "+ {} {base} {} {}\n",
+                "+ {} {base} {} {}\n{uid}",
                 entry.last_active_ms,
                 entry.scope.as_str(),
                 entry.id
@@ -183,6 +226,11 @@ fn replay(path: &Path, text: &str) -> HashMap<String, CatalogEntry> {
             Some(Event::Removed(base)) => {
                 entries.remove(&base);
             }
+            Some(Event::Uid(base, uid)) => {
+                if let Some(entry) = entries.get_mut(&base) {
+                    entry.uid = uid;
+                }
+            }
             None => {
                 tracing::warn!(path = %path.display(), line = index + 1, "skipping a malformed workspace catalog line")
             }
@@ -194,11 +242,18 @@ fn replay(path: &Path, text: &str) -> HashMap<String, CatalogEntry> {
 enum Event {
     Active(String, CatalogEntry),
     Removed(String),
+    Uid(String, Option<String>),
 }
 
 fn parse(line: &str) -> Option<Event> {
     if let Some(base) = line.strip_prefix("- ") {
         return (!base.is_empty() && !base.contains(' ')).then(|| Event::Removed(base.to_string()));
+    }
+    if let Some(rest) = line.strip_prefix("u ") {
+        let (base, uid) = rest.split_once(' ')?;
+        let valid = uid == "-" || (uid.len() == 32 && uid.bytes().all(|b| b.is_ascii_hexdigit()));
+        return (valid && !base.is_empty())
+            .then(|| Event::Uid(base.to_string(), (uid != "-").then(|| uid.to_string())));
     }
     let mut words = line.strip_prefix("+ ")?.splitn(4, ' ');
     let last_active_ms = words.next()?.parse().ok()?;
@@ -214,6 +269,7 @@ fn parse(line: &str) -> Option<Event> {
             scope,
             id: id.to_string(),
             last_active_ms,
+            uid: None,
         },
     ))
 }
@@ -248,13 +304,36 @@ mod tests {
                 CatalogEntry {
                     scope: Scope::Session,
                     id: "a session id with spaces".into(),
-                    last_active_ms: 3000
+                    last_active_ms: 3000,
+                    uid: None,
                 }
             )])
         );
         // Rewritten at open: one line per live entry.
         let text = std::fs::read_to_string(dir.0.join(JOURNAL)).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
+    }
+
+    #[test]
+    fn a_uid_survives_a_reopen_and_activity_until_cleared() {
+        let dir = dir("uid");
+        let key = SandboxKey::new(Scope::Session, "s1");
+        let uid = "0123456789abcdef0123456789abcdef";
+        {
+            let catalog = Catalog::open(&dir.0).unwrap();
+            catalog.set_uid(&key.base_name, Some(uid));
+            assert_eq!(catalog.uid_of(&key.base_name), None, "no entry, no uid");
+            catalog.note_active(&key, 1);
+            catalog.set_uid(&key.base_name, Some(uid));
+            catalog.note_active(&key, 2);
+        }
+        let catalog = Catalog::open(&dir.0).unwrap();
+        assert_eq!(catalog.uid_of(&key.base_name).as_deref(), Some(uid));
+        catalog.set_uid(&key.base_name, None);
+        drop(catalog);
+        let catalog = Catalog::open(&dir.0).unwrap();
+        assert_eq!(catalog.uid_of(&key.base_name), None);
+        assert!(catalog.entries().contains_key(&key.base_name));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::{ClientError, SandboxdClient};
 
 /// The field name general (scope, id) calls report in validation errors:
 /// the one the daemon uses for that scope, so both ends say the same.
-fn id_field(scope: Scope) -> &'static str {
+pub(crate) fn id_field(scope: Scope) -> &'static str {
     match scope {
         Scope::Session => "session_id",
         Scope::Workflow => "execution_id",
@@ -226,7 +226,7 @@ impl SandboxdClient {
     }
 }
 
-fn connect_is_not_ensurable() -> SandboxError {
+pub(crate) fn connect_is_not_ensurable() -> SandboxError {
     SandboxError::InvalidArgument(
         "scope connect cannot be ensured: connect sandboxes are request-scoped and not \
          idempotent; use create_connect"

@@ -113,7 +113,22 @@ impl SandboxdClient {
         F: Fn(RpcClient, Context) -> Fut,
         Fut: Future<Output = Result<Result<T, SandboxError>, RpcError>>,
     {
-        let deadline = Instant::now() + self.deadline;
+        self.call_within(self.deadline, resend, call).await
+    }
+
+    /// [`Self::call`] with a deadline of its own (a long-poll waits longer
+    /// than the client's usual deadline).
+    pub(crate) async fn call_within<T, F, Fut>(
+        &self,
+        within: Duration,
+        resend: Resend,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(RpcClient, Context) -> Fut,
+        Fut: Future<Output = Result<Result<T, SandboxError>, RpcError>>,
+    {
+        let deadline = Instant::now() + within;
         // tarpc bounds the call itself; this also bounds waiting for a
         // reconnect another call is doing.
         tokio::time::timeout_at(deadline.into(), self.call_until(deadline, resend, call))

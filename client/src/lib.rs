@@ -29,12 +29,15 @@ mod client;
 mod connection;
 pub mod deadline;
 mod error;
+mod events;
+mod fenced;
 mod socket_path;
 
 pub use builder::ClientBuilder;
 pub use client::SandboxdClient;
 pub use deadline::{DEFAULT_DEADLINE, MAX_DEADLINE};
 pub use error::ClientError;
+pub use events::StreamItem;
 pub use socket_path::{default_socket_path, SOCKET_ENV, SYSTEM_SOCKET, USER_SOCKET_SUFFIX};
 
 /// The egress postures and their address table (SPEC §9): the one table
@@ -46,4 +49,5 @@ pub use sandboxd_protocol::{
     IsolationFeature, LogChunk, LogCursor, LogStart, ProbeState, SandboxCounts, SandboxEnv,
     SandboxError, SandboxInfo, Scope, Token, MAX_LOG_CHUNK, PROTOCOL_VERSION,
 };
+pub use sandboxd_protocol::{Event, EventCursor, EventKind, EventsReply, ExitReason, Expectation};
 pub use sandboxd_protocol::{Health, HealthVerdict, Shown};

@@ -17,6 +17,8 @@ mod checks;
 mod cli;
 #[path = "sandboxctl/egress.rs"]
 mod egress;
+#[path = "sandboxctl/events.rs"]
+mod events;
 #[path = "sandboxctl/generated.rs"]
 mod generated;
 #[path = "sandboxctl/logs.rs"]
@@ -225,20 +227,37 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             let info = connect().await?.describe(scope, &id).await?;
             emit(json, &info, |info| render::describe(info, now_unix_ms()))
         }
-        Command::Ensure { scope, id, env } => {
+        Command::Ensure {
+            scope,
+            id,
+            env,
+            fence,
+        } => {
             let env = sandbox_env(env)?;
-            let report = connect().await?.ensure(scope, &id, &env).await?;
+            let expect = fence.expectation();
+            let client = connect().await?;
+            let report = if expect.is_empty() {
+                client.ensure(scope, &id, &env).await?
+            } else {
+                client.ensure_fenced(scope, &id, &env, &expect).await?
+            };
             emit(json, &report, |report| render::ensure(scope, &id, report))
         }
         Command::Deprovision {
             scope,
             id,
             keep_workspace,
+            fence,
         } => {
-            let report = connect()
-                .await?
-                .deprovision(scope, &id, keep_workspace)
-                .await?;
+            let expect = fence.expectation();
+            let client = connect().await?;
+            let report = if expect.is_empty() {
+                client.deprovision(scope, &id, keep_workspace).await?
+            } else {
+                client
+                    .deprovision_fenced(scope, &id, keep_workspace, &expect)
+                    .await?
+            };
             emit(json, &report, |report| {
                 render::deprovision(scope, &id, report, keep_workspace)
             })
@@ -251,6 +270,16 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 .await?;
             let answer = serde_json::json!({ "request_id": request_id, "sandbox_id": sandbox_id });
             emit(json, &answer, |_| format!("{sandbox_id}\n"))
+        }
+        Command::Events {
+            since,
+            follow,
+            scope,
+            id,
+        } => {
+            let filter = events::Filter { scope, id };
+            events::print(&connect().await?, since, follow, json, &filter).await?;
+            Ok(String::new())
         }
         Command::Logs {
             scope,
@@ -268,11 +297,16 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             let check = EgressCheck::judge(posture, &addresses);
             emit(json, &check, render::egress_check)
         }
-        Command::Connect(ConnectCommand::Deprovision { sandbox_id }) => {
-            let report = connect()
-                .await?
-                .deprovision_connect_sandbox(&sandbox_id)
-                .await?;
+        Command::Connect(ConnectCommand::Deprovision { sandbox_id, fence }) => {
+            let expect = fence.expectation();
+            let client = connect().await?;
+            let report = if expect.is_empty() {
+                client.deprovision_connect_sandbox(&sandbox_id).await?
+            } else {
+                client
+                    .deprovision_connect_fenced(&sandbox_id, &expect)
+                    .await?
+            };
             emit(json, &report, |report| {
                 render::deprovision(Scope::Connect, &sandbox_id, report, false)
             })

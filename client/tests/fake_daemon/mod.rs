@@ -72,6 +72,7 @@ impl Sandboxd for FakeDaemon {
             generation: 1,
             pid: Some(100),
             differs: Vec::new(),
+            uid: "0123456789abcdef0123456789abcdef".into(),
         })
     }
 
@@ -143,12 +144,14 @@ impl Sandboxd for FakeDaemon {
                 pids_refused: 0,
                 pids_limit: None,
                 disk_limit_bytes: None,
+                reason: sandboxd_protocol::ExitReason::Exited { code: 3 },
             }),
             task_queue: "session:abc".into(),
             caller_class: "user".into(),
             egress: Some(stand_in_egress()),
             cluster: None,
             isolation: Vec::new(),
+            uid: String::new(),
         })
     }
 
@@ -254,6 +257,53 @@ impl Sandboxd for FakeDaemon {
                 .then_some(kept),
         ))
     }
+
+    async fn ensure_fenced(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _env: sandboxd_protocol::SandboxEnv,
+        _expect: sandboxd_protocol::Expectation,
+    ) -> Result<sandboxd_protocol::EnsureReport, SandboxError> {
+        Err(not_served("ensure_fenced"))
+    }
+
+    async fn deprovision_fenced(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _keep_workspace: bool,
+        _expect: sandboxd_protocol::Expectation,
+    ) -> Result<sandboxd_protocol::DeprovisionReport, SandboxError> {
+        Err(not_served("deprovision_fenced"))
+    }
+
+    async fn deprovision_connect_fenced(
+        self,
+        _: Context,
+        _sandbox_id: String,
+        _expect: sandboxd_protocol::Expectation,
+    ) -> Result<sandboxd_protocol::DeprovisionReport, SandboxError> {
+        Err(not_served("deprovision_connect_fenced"))
+    }
+
+    async fn events(
+        self,
+        _: Context,
+        _since: Option<sandboxd_protocol::EventCursor>,
+        _max: u32,
+        _wait_ms: u32,
+    ) -> Result<sandboxd_protocol::EventsReply, SandboxError> {
+        Err(not_served("events"))
+    }
+}
+
+/// The stand-in serves the calls its tests use; the daemon's own tests
+/// (tests/tests/fencing.rs, events.rs) cover the rest.
+fn not_served(call: &str) -> SandboxError {
+    SandboxError::FailedPrecondition(format!("the stand-in daemon does not serve {call}"))
 }
 
 /// What the stand-in's `logs` serves, a line per call.

@@ -79,6 +79,9 @@ impl Driver for FakeDriver {
             generation,
             pid: Some(4242),
             differs: Vec::new(),
+            // The base name's hash, padded: one uid per key, as a real
+            // incarnation keeps its own.
+            uid: format!("{:0>32}", key.base_name.rsplit('-').next().unwrap_or("0")),
         })
     }
 

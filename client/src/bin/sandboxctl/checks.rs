@@ -32,17 +32,22 @@ pub fn arguments(command: &Command) -> Result<(), Failure> {
         | Command::List { .. }
         | Command::Workspaces { .. }
         | Command::Egress(_) => Ok(()),
+        Command::Events { scope, id, .. } => match (scope, id) {
+            (Some(scope), Some(id)) => validate::sandbox_id(id_name(*scope), id),
+            (None, Some(id)) => validate::sandbox_id("--id", id),
+            _ => Ok(()),
+        },
         Command::Probe { scope, id }
         | Command::Describe { scope, id }
         | Command::Deprovision { scope, id, .. }
         | Command::Logs { scope, id, .. } => validate::sandbox_id(id_name(*scope), id),
-        Command::Ensure { scope, id, env } => {
+        Command::Ensure { scope, id, env, .. } => {
             validate::sandbox_id(id_name(*scope), id).and_then(|()| environment(env))
         }
         Command::Connect(ConnectCommand::Create { request_id, env }) => {
             validate::sandbox_id("REQUEST_ID", request_id).and_then(|()| environment(env))
         }
-        Command::Connect(ConnectCommand::Deprovision { sandbox_id }) => {
+        Command::Connect(ConnectCommand::Deprovision { sandbox_id, .. }) => {
             validate::sandbox_id("SANDBOX_ID", sandbox_id)
         }
     };
@@ -82,6 +87,7 @@ mod tests {
                 caller_class: "user".into(),
                 token_env: None,
             },
+            fence: Default::default(),
         });
         assert!(text.contains("--task-queue"), "{text}");
     }

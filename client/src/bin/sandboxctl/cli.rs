@@ -115,6 +115,8 @@ pub enum Command {
         id: String,
         #[command(flatten)]
         env: EnvArgs,
+        #[command(flatten)]
+        fence: FenceArgs,
     },
 
     /// Tear a sandbox down (a missing one is success).
@@ -127,6 +129,8 @@ pub enum Command {
         /// Keep the sandbox's workspace on disk, for debugging.
         #[arg(long)]
         keep_workspace: bool,
+        #[command(flatten)]
+        fence: FenceArgs,
     },
 
     /// Request-scoped connect sandboxes.
@@ -151,6 +155,47 @@ pub enum Command {
     /// The egress postures' address table, offline (no daemon needed).
     #[command(subcommand)]
     Egress(EgressCommand),
+
+    /// Print what happened to sandboxes (created, started, exited with its
+    /// reason, deprovisioned, adopted), one line per event, oldest first.
+    /// Exits at the newest event unless --follow.
+    Events {
+        /// Only the events after this cursor (printed with --json) [default:
+        /// from the oldest the daemon keeps]. A cursor from before a daemon
+        /// restart, or older than the daemon keeps, is refused as expired.
+        #[arg(long, value_name = "CURSOR")]
+        since: Option<sandboxd_client::EventCursor>,
+        /// Keep printing events as they happen, until interrupted.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Only events of this scope.
+        #[arg(long, value_name = "SCOPE", value_parser = any_scope())]
+        scope: Option<Scope>,
+        /// Only events of this sandbox id.
+        #[arg(long, value_name = "ID")]
+        id: Option<String>,
+    },
+}
+
+/// A fenced call: act only on the incarnation the caller saw.
+#[derive(Debug, Args, Default)]
+pub struct FenceArgs {
+    /// Refuse (conflict, nothing changed) unless the sandbox's uid is UID
+    /// (as `describe` and `ensure --json` print it).
+    #[arg(long, value_name = "UID")]
+    pub expect_uid: Option<String>,
+    /// Refuse (conflict, nothing changed) unless the sandbox's generation is N.
+    #[arg(long, value_name = "N")]
+    pub expect_generation: Option<u64>,
+}
+
+impl FenceArgs {
+    pub fn expectation(&self) -> sandboxd_client::Expectation {
+        sandboxd_client::Expectation {
+            uid: self.expect_uid.clone(),
+            generation: self.expect_generation,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -184,6 +229,8 @@ pub enum ConnectCommand {
     Deprovision {
         /// The sandbox id `connect create` printed.
         sandbox_id: String,
+        #[command(flatten)]
+        fence: FenceArgs,
     },
 }
 
@@ -279,7 +326,7 @@ mod tests {
     #[test]
     fn ensure_defaults_the_caller_class_to_internal() {
         let cli = parse(&["ensure", "session", "abc", "--task-queue", "session:abc"]).unwrap();
-        let Command::Ensure { scope, id, env } = cli.command.unwrap() else {
+        let Command::Ensure { scope, id, env, .. } = cli.command.unwrap() else {
             panic!("not ensure")
         };
         assert_eq!((scope, id.as_str()), (Scope::Session, "abc"));
@@ -343,7 +390,7 @@ mod tests {
         let cli = parse(&["connect", "deprovision", "sbx-1"]).unwrap();
         assert!(matches!(
             cli.command.unwrap(),
-            Command::Connect(ConnectCommand::Deprovision { sandbox_id }) if sandbox_id == "sbx-1"
+            Command::Connect(ConnectCommand::Deprovision { sandbox_id, .. }) if sandbox_id == "sbx-1"
         ));
     }
 

@@ -376,6 +376,7 @@ pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
         lines.push(("image", shown(image)));
     }
     lines.extend([
+        ("uid", or_missing(&info.uid)),
         ("generation", info.generation.to_string()),
         (
             "started",
@@ -387,6 +388,11 @@ pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
             "last exit",
             info.last_exit
                 .map_or_else(|| MISSING.to_string(), |exit| last_exit(&exit, now_unix_ms)),
+        ),
+        (
+            "exit reason",
+            info.last_exit
+                .map_or_else(|| MISSING.to_string(), |exit| exit.reason.to_string()),
         ),
         ("task queue", or_missing(&info.task_queue)),
         ("caller class", or_missing(&info.caller_class)),
@@ -589,6 +595,7 @@ mod tests {
                 pids_refused: 0,
                 pids_limit: None,
                 disk_limit_bytes: None,
+                reason: sandboxd_client::ExitReason::Signaled { signal: 9 },
             }),
             task_queue: "session:abc".into(),
             caller_class: "user".into(),
@@ -599,6 +606,7 @@ mod tests {
             }),
             cluster: None,
             isolation: Vec::new(),
+            uid: String::new(),
         }
     }
 
@@ -805,6 +813,7 @@ mod tests {
             generation: 1,
             pid: Some(123),
             differs: Vec::new(),
+            uid: String::new(),
         };
         assert_eq!(
             ensure(Scope::Session, "abc", &report),

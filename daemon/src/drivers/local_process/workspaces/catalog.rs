@@ -220,7 +220,11 @@ fn replay(path: &Path, text: &str) -> HashMap<String, CatalogEntry> {
     let mut entries = HashMap::new();
     for (index, line) in text.lines().enumerate() {
         match parse(line) {
-            Some(Event::Active(base, entry)) => {
+            Some(Event::Active(base, mut entry)) => {
+                // An activity line keeps the uid an earlier line gave.
+                entry.uid = entries
+                    .remove(&base)
+                    .and_then(|earlier: CatalogEntry| earlier.uid);
                 entries.insert(base, entry);
             }
             Some(Event::Removed(base)) => {
@@ -327,6 +331,10 @@ mod tests {
             catalog.set_uid(&key.base_name, Some(uid));
             catalog.note_active(&key, 2);
         }
+        // Replayed from the journal as appended (an activity line after the uid's).
+        let text = std::fs::read_to_string(dir.0.join(JOURNAL)).unwrap();
+        let replayed = replay(Path::new("workspaces"), &text);
+        assert_eq!(replayed[&key.base_name].uid.as_deref(), Some(uid), "{text}");
         let catalog = Catalog::open(&dir.0).unwrap();
         assert_eq!(catalog.uid_of(&key.base_name).as_deref(), Some(uid));
         catalog.set_uid(&key.base_name, None);

@@ -5,51 +5,9 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use sandboxd_client::{
-    Event, EventCursor, EventKind, EventsReply, ExitReason, SandboxdClient, Scope, StreamItem,
-};
+use sandboxd_client::{Event, EventKind, EventsReply, ExitReason, Scope, StreamItem};
+use sandboxd_tests::events::{events_now as now, wait_for_event, EVENT_TIMEOUT as TIMEOUT};
 use sandboxd_tests::{sandbox_env, start_session, wait_for_runner, Options, TestDaemon};
-
-/// Generous: the machine is busy; nothing here measures time.
-const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Every event after `since`, read until one matches `wanted` or the
-/// deadline passes (each call long-polls, so this waits on the daemon).
-async fn wait_for_event(
-    client: &SandboxdClient,
-    since: Option<EventCursor>,
-    wanted: impl Fn(&Event) -> bool,
-) -> (Event, Vec<Event>) {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    let mut cursor = since;
-    let mut seen = Vec::new();
-    while tokio::time::Instant::now() < deadline {
-        match client
-            .events(cursor.as_ref(), 100, Duration::from_secs(5))
-            .await
-            .unwrap()
-        {
-            EventsReply::Events { events, next } => {
-                for event in events {
-                    if wanted(&event) {
-                        return (event, seen);
-                    }
-                    seen.push(event);
-                }
-                cursor = Some(next);
-            }
-            EventsReply::Expired { reason, .. } => panic!("expired: {reason}"),
-        }
-    }
-    panic!("no such event within {TIMEOUT:?}; seen: {seen:#?}")
-}
-
-async fn now(client: &SandboxdClient) -> EventCursor {
-    match client.events(None, 1000, Duration::ZERO).await.unwrap() {
-        EventsReply::Events { next, .. } => next,
-        EventsReply::Expired { reason, .. } => panic!("expired: {reason}"),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_that_exits_3_is_an_exited_event_with_its_code() {

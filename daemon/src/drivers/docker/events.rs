@@ -296,14 +296,15 @@ mod tests {
             new.exit.reason,
             ExitReason::OutOfMemory { limit_bytes: None }
         );
+        let last = exits.last(&key).unwrap();
+        assert!(last.oom_killed);
+        assert_eq!(last.exit.signal, Some(9));
+        // A container the daemon stops itself dies by deprovision.
         exits.stopping("c1");
         let new = exits
             .record(&event("die", "c1", "143", 6_000_000_002))
             .unwrap();
         assert_eq!(new.exit.reason, ExitReason::Deprovisioned);
-        let last = exits.last(&key).unwrap();
-        assert!(last.oom_killed);
-        assert_eq!(last.exit.signal, Some(9));
         exits.forget(&key);
         assert_eq!(exits.last(&key), None);
     }

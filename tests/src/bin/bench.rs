@@ -41,7 +41,9 @@
 //! run measures after the output row; `--only-view` runs only the view rows
 //! (issue 16: row (c) with `isolation = "full"` against `"uid-cgroup"`, on
 //! the host's mounts and with 200 more, and each namespace's raw cost, see
-//! `bench/isolation.rs`), which a full run measures after the egress rows. `--compare PATH` measures row (c) once more,
+//! `bench/isolation.rs`), which a full run measures after the egress rows;
+//! `--only-events` runs only the event-stream rows (issue 18, see
+//! `bench/events.rs`; a full run does not measure them). `--compare PATH` measures row (c) once more,
 //! in turn with another `sandboxd` (the build before a change) and with
 //! this one with fewer limits, so the ratio of the two binaries is taken
 //! in the same run (see `bench/compare.rs`). `--only-calls probe|ensure N`
@@ -63,6 +65,8 @@ mod compare;
 mod docker;
 #[path = "bench/egress.rs"]
 mod egress;
+#[path = "bench/events.rs"]
+mod events;
 #[path = "bench/isolation.rs"]
 mod isolation;
 #[path = "bench/kubernetes.rs"]
@@ -129,6 +133,9 @@ struct Counts {
     /// host's mounts and with 200 more), and raw unshares of each namespace.
     view_new: usize,
     view_raw: usize,
+    /// Event rows: probes and fast paths, and new sandboxes, each side.
+    events_probes: usize,
+    events_new: usize,
 }
 
 const FULL: Counts = Counts {
@@ -149,6 +156,8 @@ const FULL: Counts = Counts {
     egress_connects: 5_000,
     view_new: 200,
     view_raw: 500,
+    events_probes: 10_000,
+    events_new: 200,
 };
 
 const QUICK: Counts = Counts {
@@ -169,6 +178,8 @@ const QUICK: Counts = Counts {
     egress_connects: 100,
     view_new: 10,
     view_raw: 20,
+    events_probes: 1_000,
+    events_new: 40,
 };
 
 #[derive(Debug)]
@@ -186,6 +197,8 @@ struct Options {
     only_egress: bool,
     /// Run only the view rows (isolation = full vs uid-cgroup).
     only_view: bool,
+    /// Run only the event-stream rows.
+    only_events: bool,
     /// Run only the scale row (s).
     scale_only: bool,
     /// Skip the kubernetes row.
@@ -208,6 +221,7 @@ fn parse_args() -> Result<Options, String> {
         only_output: false,
         only_egress: false,
         only_view: false,
+        only_events: false,
         scale_only: false,
         no_kubernetes: false,
         only_kubernetes: false,
@@ -223,6 +237,7 @@ fn parse_args() -> Result<Options, String> {
             "--only-output" => options.only_output = true,
             "--only-egress" => options.only_egress = true,
             "--only-view" => options.only_view = true,
+            "--only-events" => options.only_events = true,
             "--scale-only" => options.scale_only = true,
             "--no-kubernetes" => options.no_kubernetes = true,
             "--only-kubernetes" => options.only_kubernetes = true,
@@ -258,7 +273,7 @@ fn parse_args() -> Result<Options, String> {
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
-                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-calls probe|ensure N] [--scale-only] [--no-kubernetes] [--only-kubernetes]\n\n\
+                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-calls probe|ensure N] [--scale-only] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -469,6 +484,32 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             "only": "egress",
             "load_start": load_start[0],
             "load_end": load[0],
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
+    if options.only_events {
+        step(
+            started,
+            "events: probe, fast path and new sandboxes with and without a follower",
+        );
+        let figures = events::measure(
+            dir.path(),
+            &binaries,
+            counts.events_probes,
+            counts.warmup,
+            counts.events_new,
+        )
+        .await?;
+        let rows = events::rows(&figures);
+        print!("{}", report::table(&rows));
+        println!("\ninfo: {}", events::info(&figures));
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "events",
             "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
         });
         println!("{line}");

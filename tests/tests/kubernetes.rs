@@ -116,6 +116,27 @@ fn resource_version(object: &Value) -> u64 {
         .expect("a numeric resourceVersion (etcd's revision)")
 }
 
+/// What sandboxd itself wrote to an object: its `metadata.generation`
+/// (which only spec writes bump) and sandboxd's own `managedFields` entries
+/// (fields and time of its last apply or update). Unlike `resourceVersion`,
+/// it stays put when a cluster's controllers write status, so "no write"
+/// holds on a real cluster with a controller manager, not only on the
+/// stand-in and a bare API server.
+fn written_by_sandboxd(object: &Value) -> Value {
+    let ours: Vec<Value> = object["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|entry| entry["manager"] == "sandboxd")
+        .cloned()
+        .collect();
+    assert!(!ours.is_empty(), "sandboxd manages fields of {object}");
+    serde_json::json!({
+        "generation": object["metadata"]["generation"],
+        "managedFields": ours,
+    })
+}
+
 fn env_vars(deployment: &Value) -> BTreeMap<String, Value> {
     deployment["spec"]["template"]["spec"]["containers"][0]["env"]
         .as_array()
@@ -266,10 +287,14 @@ async fn a_running_sandbox_is_the_fast_path_of_one_get() {
         .unwrap();
     assert!(!again.created, "{again:?}");
     assert_eq!((again.state, again.generation), (ProbeState::Running, 1));
+    // The incarnation's uid is the Deployment's metadata.uid, dashes dropped.
+    let uid = before["metadata"]["uid"].as_str().unwrap().replace('-', "");
+    assert_eq!(again.uid, uid);
+    assert_eq!(uid.len(), 32, "{uid}");
     let after = setup.deployment(Scope::Session, "fast").await.unwrap();
     assert_eq!(
-        resource_version(&before),
-        resource_version(&after),
+        written_by_sandboxd(&before),
+        written_by_sandboxd(&after),
         "no write"
     );
     if let Some(standin) = setup.cluster.standin("counting the requests") {
@@ -575,6 +600,14 @@ async fn describe_and_logs_read_the_pod_and_never_show_the_token() {
         .ensure_session_sandbox(id, &sandbox_env("session:l", TOKEN))
         .await
         .unwrap();
+    // A real cluster's controller manager makes the pod at once, so "no
+    // pod yet" is only certain on the stand-in (which runs no controllers);
+    // there, what a cluster says is never allowed to show the token either.
+    let Some(standin) = setup.cluster.standin("a pod with output (no kubelet)") else {
+        let info = setup.client.describe(Scope::Session, id).await.unwrap();
+        assert!(!format!("{info:?}").contains(TOKEN), "{info:?}");
+        return;
+    };
     let no_pod = setup
         .client
         .logs(Scope::Session, id, LogStart::Beginning, 1024)
@@ -588,9 +621,6 @@ async fn describe_and_logs_read_the_pod_and_never_show_the_token() {
         }
         other => panic!("logs with no pod: {other:?}"),
     }
-    let Some(standin) = setup.cluster.standin("a pod with output (no kubelet)") else {
-        return;
-    };
     let before_pod = setup.client.describe(Scope::Session, id).await.unwrap();
     assert_eq!(
         before_pod.cluster,
@@ -613,6 +643,11 @@ async fn describe_and_logs_read_the_pod_and_never_show_the_token() {
     assert_eq!(info.restarts, 1, "the container's restart");
     let exit = info.last_exit.expect("the last termination");
     assert!(exit.oom_killed && exit.code == Some(137), "{exit:?}");
+    assert_eq!(
+        exit.reason,
+        sandboxd_client::ExitReason::OutOfMemory { limit_bytes: None },
+        "the pod's lastState.terminated says OOMKilled"
+    );
     assert!(info.started_at_unix_ms.is_some());
     // No controller on the stand-in updates the Deployment's status: 0 ready.
     assert_eq!(
@@ -865,7 +900,16 @@ async fn leaked_connect_sandboxes_are_reaped_and_sessions_are_not() {
     })
     .await;
     assert!(reaped, "the leaked connect sandbox is still there");
-    assert!(setup.secret(Scope::Connect, &id).await.is_none());
+    // The Secret goes after the Deployment (a real cluster's garbage
+    // collector may take a moment more): waited for, with a deadline.
+    let secret_gone = eventually(Duration::from_secs(60), || async {
+        setup.secret(Scope::Connect, &id).await.is_none()
+    })
+    .await;
+    assert!(
+        secret_gone,
+        "the reaped connect sandbox's Secret is still there"
+    );
     assert_eq!(
         setup
             .client
@@ -1453,8 +1497,8 @@ async fn the_fast_path_says_which_fields_differ_and_changes_nothing() {
     assert_eq!(report.differs, ["token"]);
     let after = setup.deployment(Scope::Session, id).await.unwrap();
     assert_eq!(
-        resource_version(&before),
-        resource_version(&after),
+        written_by_sandboxd(&before),
+        written_by_sandboxd(&after),
         "no write"
     );
     assert!(!after.to_string().contains("tok-other-91"));

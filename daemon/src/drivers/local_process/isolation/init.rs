@@ -1,70 +1,56 @@
 //! A sandbox's PID 1 under `isolation = "full"`: the daemon's own binary,
-//! exec'd (by descriptor) from the clone child with a hidden argv[1], in
-//! the sandbox's new mount, PID and IPC namespaces and its cgroup.
+//! exec'd (by descriptor) with a hidden argv[1] by the sandbox's first
+//! process once that process has built the view and started the runner
+//! (see `launch::clone_exec`'s `view_child`), in the sandbox's mount, PID
+//! and IPC namespaces and its cgroup.
 //!
 //! Why an init and not the runner as PID 1: PID 1 of a namespace ignores
 //! every signal it has no handler for (a runner written for an ordinary
 //! pid would shrug off SIGTERM) and inherits every orphan, which someone
 //! must reap.
 //!
-//! What it does, in order:
-//! 1. reads its [`InitPlan`] from descriptor 0, a socket the daemon holds
-//!    the other end of (never argv or the environment: the plan holds the
-//!    token), until EOF; with its first bytes comes (`SCM_RIGHTS`) the
-//!    status file, which the daemon opened: a file open for writing on a
-//!    mount of this namespace would keep it from being made read-only;
-//! 2. builds the view ([`MountPlan::apply`]) and mounts a `/proc` of its
-//!    own PID namespace;
-//! 3. blocks the signals it handles, then starts the runner with the
-//!    daemon's own [`RunnerLaunch::exec_plan`] and clone child — so every
-//!    step (privileges, user switch, filters) is the daemon's;
-//! 4. drops its own privileges for good: non-dumpable (the runner cannot
-//!    ptrace it or read its memory), an empty bounding set, the runner's
-//!    uid, no capability, `no_new_privs`;
-//! 5. reports [`InitReport::Started`] (or the step and errno that failed)
-//!    on the socket and closes it: the daemon's spawn waits for this;
-//! 6. then, until the runner exits: reaps every orphan, and forwards the
+//! Its arguments: [`ARG`], the runner's pid in the namespace, the runner's
+//! `uid:gid` (or `-`), and whether to empty its bounding set. Descriptor 0 is the status file, which the
+//! daemon opened (a file open for writing on a mount of this namespace
+//! would keep it from being made read-only); 1 and 2 the sandbox's output.
+//! Every signal is blocked when it starts (see `view_child`). What it does,
+//! in order:
+//! 1. makes itself non-dumpable (the runner cannot ptrace it or read its
+//!    memory), names itself, moves the status file off descriptor 0;
+//! 2. takes the signals it handles (blocked, so queued even for a PID 1,
+//!    until [`supervise`] takes them) and unblocks the rest;
+//! 3. drops its own privileges for good: an empty bounding set, the
+//!    runner's uid, no capability, `no_new_privs`;
+//! 4. then, until the runner exits: reaps every orphan, and forwards the
 //!    signals the daemon sends it (SIGTERM at a stop, …) to the runner's
 //!    process group. When the runner exits it writes the runner's raw wait
 //!    status into the status file and exits; the kernel kills whatever is
 //!    left in the namespace, as the daemon kills the cgroup of a runner
 //!    that exited (it does that too, afterwards).
 //!
+//! None of this is on the caller's time: the daemon's spawn returned when
+//! this process was exec'd. A failure here (a step of 1–3) is written to
+//! the sandbox's output and ends the sandbox at once (init kills the
+//! runner and exits 127 without a status), which the daemon reports as
+//! the runner's exit.
+//!
 //! So the daemon keeps one descriptor per running sandbox (the output
 //! pipe), signals and reaps init as the group leader, and reads the real
 //! wait status from the file at reap.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::process::ExitCode;
 
-use serde::{Deserialize, Serialize};
-
-use super::super::launch::clone_exec::{self, ExecError};
-use super::super::launch::runner_plan::RunnerLaunch;
-use super::kernel_filters::KernelFilters;
-use super::mounts::MountPlan;
+use super::super::launch::clone_exec;
 
 /// The hidden first argument that makes `sandboxd` a sandbox's init.
 pub const ARG: &str = "__sandbox-init";
-
-/// What init is told, on its socket.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct InitPlan {
-    pub runner: RunnerLaunch,
-    pub mounts: MountPlan,
-}
-
-/// What init answers once the runner has started, or could not.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum InitReport {
-    /// `pid` is the runner's pid in the sandbox's namespace.
-    Started { pid: i32 },
-    /// The step that failed (as the clone child names its steps) and errno.
-    Failed { step: String, errno: i32 },
-}
+/// init's last argument: whether it empties its bounding set, as the
+/// runner does where the daemon has CAP_SETPCAP (and cannot where not).
+pub const DROP_BOUNDING_SET: &str = "drop-bounding-set";
+pub const KEEP_BOUNDING_SET: &str = "keep-bounding-set";
 
 /// The signals init forwards to the runner's group.
 const FORWARDED: [libc::c_int; 7] = [
@@ -79,171 +65,91 @@ const FORWARDED: [libc::c_int; 7] = [
 
 /// A step of init that failed.
 struct Failure {
-    step: String,
+    step: &'static str,
     error: io::Error,
 }
 
 impl Failure {
-    fn at(step: impl Into<String>) -> impl FnOnce(io::Error) -> Failure {
-        move |error| Failure {
-            step: step.into(),
-            error,
-        }
+    fn at(step: &'static str) -> impl FnOnce(io::Error) -> Failure {
+        move |error| Failure { step, error }
     }
 }
 
-impl From<ExecError> for Failure {
-    fn from(error: ExecError) -> Failure {
-        Failure {
-            step: error.step.to_string(),
-            error: error.error,
-        }
-    }
-}
-
-/// The init's `main`. Its exit code only matters when the start failed
-/// (127, as the clone child's); otherwise the status file says.
+/// The init's `main`. Its exit code only matters when it failed (127, as
+/// a clone child's); otherwise the status file says.
 pub fn run_init_process() -> ExitCode {
+    // SAFETY: prctl with plain integer arguments: first of all, nothing
+    // of this process may be read or traced by the runner's user.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     // SAFETY: a constant C string; the name shows in ps (the exec by
     // descriptor named this process after the descriptor's number).
     unsafe { libc::prctl(libc::PR_SET_NAME, c"sandbox-init".as_ptr(), 0, 0, 0) };
-    // SAFETY: descriptor 0 is the socket the daemon gave, owned by no one
-    // else in this process.
-    let mut channel = unsafe { UnixStream::from_raw_fd(0) };
-    let started =
-        read_plan(&mut channel).and_then(|(plan, status_file)| Ok((start(&plan)?, status_file)));
-    let report = match &started {
-        Ok((pid, _)) => InitReport::Started { pid: *pid },
-        Err(failure) => InitReport::Failed {
-            step: failure.step.clone(),
-            errno: failure.error.raw_os_error().unwrap_or(libc::EIO),
-        },
-    };
-    let reported = serde_json::to_vec(&report)
-        .map_err(io::Error::other)
-        .and_then(|bytes| channel.write_all(&bytes));
-    drop(channel);
-    let Ok((runner, status_file)) = started else {
+    let args: Vec<String> = std::env::args().collect();
+    let runner: Option<libc::pid_t> = args.get(2).and_then(|pid| pid.parse().ok());
+    let user = args.get(3).map(|user| parse_user(user));
+    let bounding_set = args.get(4).and_then(|arg| match arg.as_str() {
+        DROP_BOUNDING_SET => Some(true),
+        KEEP_BOUNDING_SET => Some(false),
+        _ => None,
+    });
+    let (Some(runner), Some(Ok(user)), Some(drop_bounding_set)) = (runner, user, bounding_set)
+    else {
+        eprintln!("sandbox-init: bad arguments {:?}", &args[1..]);
         return ExitCode::from(127);
     };
-    // Nothing may keep descriptor 0 (the socket, closed above) unused:
-    // /dev/null takes its number, as a runner's stdin has it.
-    if let Ok(null) = File::open("/dev/null") {
-        // SAFETY: dup2 onto the free descriptor 0.
-        unsafe { libc::dup2(null.as_raw_fd(), 0) };
-    }
-    if reported.is_err() {
-        // The daemon gave up waiting: it will not watch this sandbox.
-        // SAFETY: our own child.
-        unsafe { libc::kill(runner, libc::SIGKILL) };
-        return ExitCode::from(127);
-    }
-    supervise(runner, status_file)
-}
-
-/// The plan, and the status file the daemon sends with its first bytes.
-fn read_plan(channel: &mut UnixStream) -> Result<(InitPlan, File), Failure> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut bytes = vec![0u8; 64 * 1024];
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-    let (received, status_file) = {
-        let mut iov = [std::io::IoSliceMut::new(&mut bytes)];
-        let message = recvmsg::<()>(
-            channel.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(|errno| Failure::at("receive the sandbox plan")(errno.into()))?;
-        let mut status_file = None;
-        for control in message.cmsgs().into_iter().flatten() {
-            if let ControlMessageOwned::ScmRights(fds) = control {
-                for fd in fds {
-                    // SAFETY: a descriptor the kernel just installed for us.
-                    let file = unsafe { File::from_raw_fd(fd) };
-                    status_file.get_or_insert(file);
-                }
-            }
+    match prepare(user, drop_bounding_set) {
+        Ok(status_file) => supervise(runner, status_file),
+        Err(failure) => {
+            eprintln!(
+                "sandbox-init: {}: {}; ending the sandbox",
+                failure.step, failure.error
+            );
+            // SAFETY: our own child, not reaped yet.
+            unsafe { libc::kill(runner, libc::SIGKILL) };
+            ExitCode::from(127)
         }
-        (message.bytes, status_file)
-    };
-    bytes.truncate(received);
-    channel
-        .read_to_end(&mut bytes)
-        .map_err(Failure::at("read the sandbox plan"))?;
-    let status_file = status_file.ok_or_else(|| Failure {
-        step: "receive the status file".to_string(),
-        error: io::Error::from_raw_os_error(libc::EBADF),
-    })?;
-    let plan = serde_json::from_slice(&bytes).map_err(|error| Failure {
-        step: format!("parse the sandbox plan ({error})"),
-        error: io::Error::from_raw_os_error(libc::EINVAL),
-    })?;
-    Ok((plan, status_file))
+    }
 }
 
-/// Steps 2 to 4: returns the runner's pid (in the namespace).
-fn start(plan: &InitPlan) -> Result<libc::pid_t, Failure> {
-    plan.mounts.apply().map_err(|error| Failure {
-        step: format!("{} {}", error.step, error.path.display()),
-        error: error.error,
-    })?;
-    mount_proc().map_err(Failure::at("mount /proc"))?;
-    block_handled_signals().map_err(Failure::at("sigprocmask"))?;
+/// `uid:gid`, or `-` for none.
+fn parse_user(text: &str) -> Result<Option<(u32, u32)>, ()> {
+    if text == "-" {
+        return Ok(None);
+    }
+    let (uid, gid) = text.split_once(':').ok_or(())?;
+    Ok(Some((
+        uid.parse().map_err(drop)?,
+        gid.parse().map_err(drop)?,
+    )))
+}
+
+/// Steps 1 to 3: the status file, once off descriptor 0.
+fn prepare(user: Option<(u32, u32)>, drop_bounding_set: bool) -> Result<File, Failure> {
+    // SAFETY: fcntl on descriptor 0, which the first process set up.
+    let status = unsafe { libc::fcntl(0, libc::F_DUPFD_CLOEXEC, 3) };
+    if status < 0 {
+        return Err(Failure::at("take the status file")(
+            io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: a descriptor fcntl just returned, owned by no one else.
+    let status_file = unsafe { File::from_raw_fd(status) };
+    // Nothing may keep descriptor 0 (the status file) unused: /dev/null
+    // takes its number, as a runner's stdin has it.
     let null = File::open("/dev/null").map_err(Failure::at("open /dev/null"))?;
-    let duplicate = |fd: libc::c_int| -> Result<OwnedFd, Failure> {
-        // SAFETY: descriptors 1 and 2 are the runner's output pipe, open
-        // for the whole life of this process.
-        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        borrowed
-            .try_clone_to_owned()
-            .map_err(Failure::at("dup of stdio"))
-    };
-    let stdio = [OwnedFd::from(null), duplicate(1)?, duplicate(2)?];
-    // The runner's kernel filters, prepared here as the daemon prepares its
-    // own (a seccomp program and a Landlock ruleset do not cross an exec):
-    // the same detection, the same clean start (init inherits the daemon's
-    // limits and changes none).
-    let filters = std::sync::Arc::new(KernelFilters::for_this_host(""));
-    let exec_plan = plan
-        .runner
-        .exec_plan(stdio, filters)
-        .map_err(|problem| Failure {
-            step: problem,
-            error: io::Error::from_raw_os_error(libc::EINVAL),
-        })?;
-    let runner = exec_plan.spawn()?.pid;
-    drop(exec_plan);
-    if let Err(failure) = drop_own_privileges(plan.runner.privileges.user) {
-        // SAFETY: our own child, not reaped yet.
-        unsafe { libc::kill(runner, libc::SIGKILL) };
-        return Err(failure);
+    // SAFETY: dup2 onto descriptor 0, whose old file is kept above.
+    if unsafe { libc::dup2(null.as_raw_fd(), 0) } < 0 {
+        return Err(Failure::at("dup2 of /dev/null")(io::Error::last_os_error()));
     }
-    Ok(runner)
-}
-
-/// A `/proc` of this PID namespace over the host's.
-fn mount_proc() -> io::Result<()> {
-    // SAFETY: constant C strings; proc takes no data.
-    let result = unsafe {
-        libc::mount(
-            c"proc".as_ptr(),
-            c"/proc".as_ptr(),
-            c"proc".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            std::ptr::null(),
-        )
-    };
-    if result < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    take_handled_signals().map_err(Failure::at("sigprocmask"))?;
+    drop_own_privileges(user, drop_bounding_set)?;
+    Ok(status_file)
 }
 
 /// The forwarded signals and SIGCHLD, blocked (and so queued, even for a
-/// PID 1, until [`supervise`] takes them) with a handler each, which the
-/// runner's clone child resets to the default.
-fn block_handled_signals() -> io::Result<()> {
+/// PID 1, until [`supervise`] takes them) with a handler each; every other
+/// signal unblocked.
+fn take_handled_signals() -> io::Result<()> {
     extern "C" fn ignore(_: libc::c_int) {}
     // SAFETY: sigset_t is plain data, initialised by sigemptyset; the
     // handler does nothing, so it is async-signal-safe.
@@ -254,7 +160,7 @@ fn block_handled_signals() -> io::Result<()> {
             action.sa_sigaction = ignore as extern "C" fn(libc::c_int) as usize;
             libc::sigaction(signal, &action, std::ptr::null_mut());
         }
-        if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) < 0 {
+        if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) < 0 {
             return Err(io::Error::last_os_error());
         }
     }
@@ -273,10 +179,10 @@ fn handled_signals() -> libc::sigset_t {
     }
 }
 
-/// Non-dumpable, an empty bounding set, the runner's user (when it has
+/// An empty bounding set (when asked), the runner's user (when it has
 /// one), no capability in any set, `no_new_privs`. This process has one
 /// thread, so glibc's wrappers are fine here.
-fn drop_own_privileges(user: Option<(u32, u32)>) -> Result<(), Failure> {
+fn drop_own_privileges(user: Option<(u32, u32)>, drop_bounding_set: bool) -> Result<(), Failure> {
     let prctl = |option: libc::c_int, arg: libc::c_ulong| {
         // SAFETY: prctl with plain integer arguments.
         if unsafe { libc::prctl(option, arg, 0, 0, 0) } < 0 {
@@ -284,8 +190,7 @@ fn drop_own_privileges(user: Option<(u32, u32)>) -> Result<(), Failure> {
         }
         Ok(())
     };
-    prctl(libc::PR_SET_DUMPABLE, 0).map_err(Failure::at("init: prctl(PR_SET_DUMPABLE)"))?;
-    for cap in 0..=clone_exec::last_capability() {
+    for cap in (0..=clone_exec::last_capability()).filter(|_| drop_bounding_set) {
         match prctl(libc::PR_CAPBSET_DROP, cap.into()) {
             Err(error) if error.raw_os_error() != Some(libc::EINVAL) => {
                 return Err(Failure::at("init: prctl(PR_CAPBSET_DROP)")(error))

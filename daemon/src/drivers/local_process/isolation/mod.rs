@@ -12,6 +12,7 @@ pub mod init;
 pub mod kernel_filters;
 pub mod keyring;
 pub mod landlock;
+pub mod mount_program;
 pub mod mounts;
 pub mod namespaces;
 mod network;

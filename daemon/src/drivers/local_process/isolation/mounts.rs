@@ -28,14 +28,11 @@
 //!    them, then each hiding tmpfs remounted read-only.
 
 use std::ffi::CString;
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
+use super::mount_program::{kernel_has_mount_setattr, Call, MountProgram, Step, MOUNT_ATTR_RDONLY};
 use crate::config::ViewConfig;
 
 /// The private tmpfs mounts every sandbox gets (those that exist here).
@@ -56,14 +53,14 @@ pub struct ViewSettings {
 }
 
 /// One path bound back into the view.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bind {
     pub path: PathBuf,
     pub writable: bool,
 }
 
 /// One sandbox's view, made by the daemon and applied by its init.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountPlan {
     /// Bytes each private tmpfs may hold.
     pub tmp_size: u64,
@@ -148,20 +145,28 @@ impl ViewSettings {
 }
 
 impl MountPlan {
-    /// Builds the view in this process's (new) mount namespace. For a
-    /// sandbox's init only, as root, before the runner starts.
-    pub fn apply(&self) -> Result<(), MountError> {
+    /// The view as the system calls that build it (see
+    /// [`MountProgram`]), for a sandbox's clone child to run in its new
+    /// mount namespace, as root, before the runner starts; `/proc` of the
+    /// sandbox's PID namespace last. Looks at the host's file system for
+    /// what exists (the child's namespace starts as its copy).
+    pub fn prepare(&self) -> Result<MountProgram, MountError> {
+        let mut steps = Steps::default();
         let root = Path::new("/");
-        mount(None, root, None, libc::MS_REC | libc::MS_SLAVE, None)
-            .map_err(fails("make every mount a slave", root))?;
-        let sources = self
-            .binds
-            .iter()
-            .map(|bind| open_path(&bind.path).map_err(fails("open", &bind.path)))
-            .collect::<Result<Vec<OwnedFd>, MountError>>()?;
-        make_read_only(root).map_err(fails("make the system read-only", root))?;
-        let dev = Path::new("/dev");
-        set_writable(dev).map_err(fails("make writable", dev))?;
+        steps.mount(
+            "make every mount a slave",
+            root,
+            None,
+            None,
+            libc::MS_REC | libc::MS_SLAVE,
+            None,
+        )?;
+        for (slot, bind) in self.binds.iter().enumerate() {
+            let path = c_path(&bind.path).map_err(fails("open", &bind.path))?;
+            steps.push("open", &bind.path, Call::OpenSource { path, slot });
+        }
+        steps.set_attr("make the system read-only", root, MOUNT_ATTR_RDONLY, 0)?;
+        steps.set_attr("make writable", Path::new("/dev"), 0, MOUNT_ATTR_RDONLY)?;
         let mut covers: Vec<(&Path, bool)> = Vec::new();
         let size = format!("size={},mode=1777", self.tmp_size);
         for tmp in PRIVATE_TMP
@@ -169,41 +174,67 @@ impl MountPlan {
             .map(Path::new)
             .filter(|path| path.is_dir())
         {
-            mount(
-                Some("tmpfs"),
+            let flags = libc::MS_NOSUID | libc::MS_NODEV;
+            steps.mount(
+                "mount a private tmpfs on",
                 tmp,
                 Some("tmpfs"),
-                libc::MS_NOSUID | libc::MS_NODEV,
+                Some("tmpfs"),
+                flags,
                 Some(&size),
-            )
-            .map_err(fails("mount a private tmpfs on", tmp))?;
+            )?;
             covers.push((tmp, true));
         }
         let mqueue = Path::new("/dev/mqueue");
         if mqueue.is_dir() {
             let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-            mount(Some("mqueue"), mqueue, Some("mqueue"), flags, None)
-                .map_err(fails("mount a fresh mqueue on", mqueue))?;
+            steps.mount(
+                "mount a fresh mqueue on",
+                mqueue,
+                Some("mqueue"),
+                Some("mqueue"),
+                flags,
+                None,
+            )?;
         }
         for path in &self.hidden {
+            // Gone, or already out of sight under a private tmpfs: nothing
+            // to hide (and a mount there would fail with ENOENT).
+            if covers.iter().any(|(cover, _)| path.starts_with(cover)) {
+                continue;
+            }
             match std::fs::symlink_metadata(path) {
-                // Gone, or already out of sight under a private tmpfs.
                 Err(_) => {}
                 Ok(meta) if meta.is_dir() => {
                     let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-                    mount(Some("tmpfs"), path, Some("tmpfs"), flags, Some("mode=0755"))
-                        .map_err(fails("hide", path))?;
+                    steps.hide_dir(path, flags)?;
                     covers.push((path, false));
                 }
-                Ok(_) => bind(Path::new("/dev/null"), path, false).map_err(fails("hide", path))?,
+                Ok(_) => steps.hide_file(path)?,
             }
         }
-        for (bind_back, source) in self.binds.iter().zip(&sources) {
+        for (slot, bind_back) in self.binds.iter().enumerate() {
             let path = &bind_back.path;
-            if covers.iter().any(|(cover, _)| path.starts_with(cover)) {
-                make_mount_point(path, source).map_err(fails("make a mount point at", path))?;
+            if let Some((cover, _)) = covers.iter().find(|(cover, _)| path.starts_with(cover)) {
+                let source_is_dir = std::fs::metadata(path)
+                    .map_err(fails("make a mount point at", path))?
+                    .is_dir();
+                steps.mount_point(cover, path, source_is_dir)?;
             }
-            bind(&fd_path(source), path, bind_back.writable).map_err(fails("bind back", path))?;
+            let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV;
+            if !bind_back.writable {
+                flags |= libc::MS_RDONLY;
+            }
+            let target = c_path(path).map_err(fails("bind back", path))?;
+            steps.push(
+                "bind back",
+                path,
+                Call::BindSource {
+                    slot,
+                    target,
+                    flags,
+                },
+            );
         }
         for (cover, _) in covers.iter().filter(|(_, writable)| !writable) {
             let flags = libc::MS_REMOUNT
@@ -211,11 +242,194 @@ impl MountPlan {
                 | libc::MS_NOSUID
                 | libc::MS_NODEV
                 | libc::MS_NOEXEC;
-            mount(None, cover, None, flags, Some("mode=0755"))
-                .map_err(fails("make read-only", cover))?;
+            steps.mount(
+                "make read-only",
+                cover,
+                None,
+                None,
+                flags,
+                Some("mode=0755"),
+            )?;
+        }
+        steps.mount(
+            "mount",
+            Path::new("/proc"),
+            Some("proc"),
+            Some("proc"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        )?;
+        Ok(MountProgram::new(steps.0, self.binds.len()))
+    }
+}
+
+/// The steps of a [`MountProgram`] as they are written down.
+#[derive(Default)]
+struct Steps(Vec<Step>);
+
+impl Steps {
+    fn push(&mut self, what: &'static str, path: &Path, call: Call) {
+        self.0.push(Step {
+            call,
+            what,
+            path: path.to_path_buf(),
+        });
+    }
+
+    fn mount(
+        &mut self,
+        what: &'static str,
+        target: &Path,
+        source: Option<&str>,
+        fstype: Option<&str>,
+        flags: libc::c_ulong,
+        data: Option<&str>,
+    ) -> Result<(), MountError> {
+        let text = |value: Option<&str>| value.map(|text| CString::new(text).unwrap_or_default());
+        let call = Call::Mount {
+            source: text(source),
+            target: c_path(target).map_err(fails(what, target))?,
+            fstype: text(fstype),
+            flags,
+            data: text(data),
+            missing_is_fine: false,
+        };
+        self.push(what, target, call);
+        Ok(())
+    }
+
+    /// An empty tmpfs over the directory `path`.
+    fn hide_dir(&mut self, path: &Path, flags: libc::c_ulong) -> Result<(), MountError> {
+        self.mount(
+            "hide",
+            path,
+            Some("tmpfs"),
+            Some("tmpfs"),
+            flags,
+            Some("mode=0755"),
+        )?;
+        self.mark_missing_as_fine();
+        Ok(())
+    }
+
+    /// `/dev/null` over the file `path`, read-only.
+    fn hide_file(&mut self, path: &Path) -> Result<(), MountError> {
+        let target = || c_path(path).map_err(fails("hide", path));
+        self.push(
+            "hide",
+            path,
+            Call::Mount {
+                source: Some(c"/dev/null".to_owned()),
+                target: target()?,
+                fstype: None,
+                flags: libc::MS_BIND,
+                data: None,
+                missing_is_fine: true,
+            },
+        );
+        let flags =
+            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+        self.mount("hide", path, None, None, flags, None)?;
+        self.mark_missing_as_fine();
+        Ok(())
+    }
+
+    /// The step just pushed skips a path that is gone in the sandbox's
+    /// namespace: under a hidden directory hidden first, say.
+    fn mark_missing_as_fine(&mut self) {
+        if let Some(Step {
+            call: Call::Mount {
+                missing_is_fine, ..
+            },
+            ..
+        }) = self.0.last_mut()
+        {
+            *missing_is_fine = true;
+        }
+    }
+
+    /// `mount_setattr(AT_RECURSIVE)` on `path`, with the pre-5.12 fallback
+    /// (a remount of each mount at or below it, keeping its flags) written
+    /// out only where the kernel lacks the call.
+    fn set_attr(
+        &mut self,
+        what: &'static str,
+        path: &Path,
+        set: u64,
+        clear: u64,
+    ) -> Result<(), MountError> {
+        let fallback = if kernel_has_mount_setattr() {
+            Vec::new()
+        } else {
+            remounts_below(path, set & MOUNT_ATTR_RDONLY != 0).map_err(fails(what, path))?
+        };
+        let call = Call::SetAttr {
+            path: c_path(path).map_err(fails(what, path))?,
+            set,
+            clear,
+            fallback,
+        };
+        self.push(what, path, call);
+        Ok(())
+    }
+
+    /// The directories (and for a file, the file) a bind on `path` needs
+    /// inside the fresh tmpfs `cover`, from the top down.
+    fn mount_point(&mut self, cover: &Path, path: &Path, is_dir: bool) -> Result<(), MountError> {
+        let what = "make a mount point at";
+        let mut missing: Vec<&Path> = path
+            .ancestors()
+            .skip(usize::from(!is_dir))
+            .take_while(|dir| *dir != cover && dir.starts_with(cover))
+            .collect();
+        missing.reverse();
+        for dir in missing {
+            let call = Call::MakeDir {
+                path: c_path(dir).map_err(fails(what, dir))?,
+            };
+            self.push(what, dir, call);
+        }
+        if !is_dir {
+            let call = Call::MakeFile {
+                path: c_path(path).map_err(fails(what, path))?,
+            };
+            self.push(what, path, call);
         }
         Ok(())
     }
+}
+
+/// Where `mount_setattr` is missing: a bind remount of each mount at or
+/// below `root` (from `/proc/self/mountinfo`), read-only or not, keeping
+/// its `nosuid`, `nodev` and `noexec` (read back with `statvfs`). A mount
+/// point this process cannot reach (hidden under another) is left out.
+fn remounts_below(root: &Path, read_only: bool) -> io::Result<Vec<(CString, libc::c_ulong)>> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut remounts = Vec::new();
+    for mount_point in mount_points(&mountinfo).filter(|point| point.starts_with(root)) {
+        let c = c_path(&mount_point)?;
+        // SAFETY: statvfs is plain data, filled by the call.
+        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a live C string and a writable statvfs.
+        if unsafe { libc::statvfs(c.as_ptr(), &mut stat) } < 0 {
+            continue;
+        }
+        let mut flags = libc::MS_BIND | libc::MS_REMOUNT;
+        for (kept, flag) in [
+            (libc::ST_NOSUID, libc::MS_NOSUID),
+            (libc::ST_NODEV, libc::MS_NODEV),
+            (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        ] {
+            if stat.f_flag & kept != 0 {
+                flags |= flag;
+            }
+        }
+        if read_only {
+            flags |= libc::MS_RDONLY;
+        }
+        remounts.push((c, flags));
+    }
+    Ok(remounts)
 }
 
 /// The error of `step` on `path`.
@@ -230,175 +444,6 @@ fn fails<'a>(step: &'static str, path: &'a Path) -> impl Fn(io::Error) -> MountE
 fn c_path(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the path"))
-}
-
-/// `mount(2)`.
-fn mount(
-    source: Option<&str>,
-    target: &Path,
-    fstype: Option<&str>,
-    flags: libc::c_ulong,
-    data: Option<&str>,
-) -> io::Result<()> {
-    let text = |value: Option<&str>| value.map(|text| CString::new(text).unwrap_or_default());
-    let (source, fstype, data) = (text(source), text(fstype), text(data));
-    let target = c_path(target)?;
-    let pointer = |value: &Option<CString>| value.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
-    // SAFETY: every pointer is a live C string or null, as mount(2) allows.
-    let result = unsafe {
-        libc::mount(
-            pointer(&source),
-            target.as_ptr(),
-            pointer(&fstype),
-            flags,
-            pointer(&data).cast(),
-        )
-    };
-    if result < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// A bind mount of `source` on `target`, then its flags: read-only unless
-/// `writable`; `nosuid,nodev` always.
-fn bind(source: &Path, target: &Path, writable: bool) -> io::Result<()> {
-    mount(
-        Some(&source.to_string_lossy()),
-        target,
-        None,
-        libc::MS_BIND | libc::MS_REC,
-        None,
-    )?;
-    let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV;
-    if !writable {
-        flags |= libc::MS_RDONLY;
-    }
-    mount(None, target, None, flags, None)
-}
-
-fn open_path(path: &Path) -> io::Result<OwnedFd> {
-    let c = c_path(path)?;
-    // SAFETY: a live C string; O_PATH opens nothing but the name.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor open just returned, owned by no one else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// The descriptor's path in `/proc`, which mount(2) follows to the object
-/// itself even once its own path is hidden.
-fn fd_path(fd: &OwnedFd) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-}
-
-/// An empty directory (or file, for a file `source`) at `path`, with its
-/// missing parents, inside a fresh tmpfs.
-fn make_mount_point(path: &Path, source: &OwnedFd) -> io::Result<()> {
-    let source_is_dir = std::fs::metadata(fd_path(source))?.is_dir();
-    if source_is_dir {
-        return std::fs::create_dir_all(path);
-    }
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    match File::options().write(true).create_new(true).open(path) {
-        Err(error) if error.kind() != io::ErrorKind::AlreadyExists => Err(error),
-        _ => Ok(()),
-    }
-}
-
-/// `mount_setattr(2)`'s `struct mount_attr`.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-
-/// `mount_setattr(path, AT_RECURSIVE)` setting and clearing attributes.
-fn mount_setattr(path: &Path, set: u64, clear: u64) -> io::Result<()> {
-    let c = c_path(path)?;
-    let attr = MountAttr {
-        attr_set: set,
-        attr_clr: clear,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: a live C string and a mount_attr of the size given.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::AT_RECURSIVE,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if result < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Every mount at or below `root` read-only: one `mount_setattr` (Linux
-/// 5.12), else a remount of each mount listed in `/proc/self/mountinfo`.
-fn make_read_only(root: &Path) -> io::Result<()> {
-    match mount_setattr(root, MOUNT_ATTR_RDONLY, 0) {
-        Err(error) if error.raw_os_error() == Some(libc::ENOSYS) => {}
-        result => return result,
-    }
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
-    for mount_point in mount_points(&mountinfo).filter(|point| point.starts_with(root)) {
-        remount_keeping_flags(&mount_point, true)?;
-    }
-    Ok(())
-}
-
-/// `path` and every mount below it writable again.
-fn set_writable(path: &Path) -> io::Result<()> {
-    match mount_setattr(path, 0, MOUNT_ATTR_RDONLY) {
-        Err(error) if error.raw_os_error() == Some(libc::ENOSYS) => {}
-        result => return result,
-    }
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
-    for mount_point in mount_points(&mountinfo).filter(|point| point.starts_with(path)) {
-        remount_keeping_flags(&mount_point, false)?;
-    }
-    Ok(())
-}
-
-/// A bind remount of `mount_point`, read-only or not, keeping its
-/// `nosuid`, `nodev` and `noexec` (read back with `statvfs`).
-fn remount_keeping_flags(mount_point: &Path, read_only: bool) -> io::Result<()> {
-    let c = c_path(mount_point)?;
-    // SAFETY: statvfs is plain data, filled by the call.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a live C string and a writable statvfs.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut stat) } < 0 {
-        // A mount point this process cannot reach (hidden under another).
-        return Ok(());
-    }
-    let mut flags = libc::MS_BIND | libc::MS_REMOUNT;
-    for (kept, flag) in [
-        (libc::ST_NOSUID, libc::MS_NOSUID),
-        (libc::ST_NODEV, libc::MS_NODEV),
-        (libc::ST_NOEXEC, libc::MS_NOEXEC),
-    ] {
-        if stat.f_flag & kept != 0 {
-            flags |= flag;
-        }
-    }
-    if read_only {
-        flags |= libc::MS_RDONLY;
-    }
-    mount(None, mount_point, None, flags, None)
 }
 
 /// The mount points (field 5) of a `/proc/self/mountinfo`, unescaped
@@ -526,10 +571,40 @@ mod tests {
     }
 
     #[test]
-    fn a_plan_survives_its_trip_to_init() {
-        let plan = settings(ViewConfig::default()).plan(Path::new("/w"), Path::new("/r"));
-        let text = serde_json::to_string(&plan).unwrap();
-        assert_eq!(serde_json::from_str::<MountPlan>(&text).unwrap(), plan);
+    fn the_prepared_view_binds_back_on_mount_points_under_its_covers_and_mounts_proc_last() {
+        let dir = crate::test_dir::TestDir::new("view-plan");
+        let dir = &dir.0;
+        let state = dir.join("state");
+        let workspace = state.join("sandboxes").join("sbx-a");
+        std::fs::create_dir_all(&workspace).unwrap();
+        let socket = dir.join("run").join("sandboxd.sock");
+        let settings = ViewSettings::new(&ViewConfig::default(), 64 << 20, &state, &socket);
+        let program = settings
+            .plan(&workspace, Path::new("/bin/sh"))
+            .prepare()
+            .unwrap();
+        let words: Vec<String> = program
+            .steps()
+            .iter()
+            .map(|step| format!("{} {}", step.what, step.path.display()))
+            .collect();
+        let position = |wanted: &str| {
+            words
+                .iter()
+                .position(|words| words == wanted)
+                .unwrap_or_else(|| panic!("no step {wanted:?} in {words:#?}"))
+        };
+        assert_eq!(words[0], "make every mount a slave /");
+        assert!(position("open /bin/sh") < position("make the system read-only /"));
+        // The state directory is under /tmp here: its private tmpfs hides
+        // it, and the workspace is bound back on a mount point made there.
+        let private_tmp = position("mount a private tmpfs on /tmp");
+        let mount_point = position(&format!("make a mount point at {}", workspace.display()));
+        let bind_back = position(&format!("bind back {}", workspace.display()));
+        assert!(private_tmp < mount_point && mount_point < bind_back);
+        assert!(!words.contains(&format!("hide {}", state.display())));
+        assert!(position("hide /root") < position("make read-only /root"));
+        assert_eq!(words.last().unwrap(), "mount /proc");
     }
 
     #[test]

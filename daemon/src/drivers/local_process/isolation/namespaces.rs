@@ -1,7 +1,8 @@
 //! The daemon's side of a sandbox's private view: whether this daemon can
-//! make namespaces at all ([`probe`]), and starting a sandbox's init in new
-//! mount, PID and IPC namespaces ([`View::spawn`]) and waiting for its word
-//! that the runner has started (see [`super::init`] for the other side).
+//! make namespaces at all ([`probe`]), and starting a sandbox in new mount,
+//! PID and IPC namespaces ([`View::spawn`]): its first process builds the
+//! view, starts the runner and execs the sandbox's init (see
+//! `launch::clone_exec`'s `view_child`, and [`super::init`]).
 //!
 //! The pids: the daemon signals, reaps and records in its ledger the
 //! init's (host) pid — the sandbox's group leader, as the runner is under
@@ -10,25 +11,22 @@
 //! has started.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
 
-use super::super::launch::child_exits;
-use super::super::launch::clone_exec::{CgroupPlacement, Cloned, ExecPlan, Privileges};
+use super::super::launch::clone_exec::{
+    CgroupPlacement, Cloned, ExecPlan, Privileges, RUNNER_PID_ARG,
+};
 use super::super::launch::runner_plan::RunnerLaunch;
-use super::init::{InitPlan, InitReport, ARG};
+use super::init::{ARG, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
+use super::kernel_filters::KernelFilters;
 use super::mounts::ViewSettings;
 
 /// The namespaces every sandbox's init is cloned into.
 pub const NAMESPACES: libc::c_int = libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
-
-/// How long a spawn waits for init to report: mounts take milliseconds,
-/// but the machine may be loaded.
-const REPORT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Whether this daemon can make the namespaces, tried for real: a child
 /// that `unshare`s them and execs `sandboxd --version`. `Err` says why not
@@ -109,60 +107,73 @@ impl View {
         })
     }
 
-    /// Starts `runner` as the child of a new init in its own namespaces
-    /// (and `cgroup`), its output on `output`, and returns once it runs.
-    /// Call on a spawner thread (see `launch::spawner`); the caller watches
-    /// `init` when this succeeds, and nothing is left when it fails.
+    /// Starts `runner` (under `filters`, as the daemon starts any runner)
+    /// as the child of a new init in its own namespaces (and `cgroup`), its
+    /// output on `output`, and returns once it runs. Call on a spawner
+    /// thread (see `launch::spawner`); the caller watches `init` when this
+    /// succeeds, and nothing is left when it fails.
     pub fn spawn(
         &self,
         base_name: &str,
         runner: &RunnerLaunch,
+        filters: &Arc<KernelFilters>,
         output: [OwnedFd; 2],
         cgroup: Option<CgroupPlacement>,
     ) -> Result<ViewSpawn, StartError> {
+        let mounts = self
+            .settings
+            .plan(&runner.cwd, &runner.program)
+            .prepare()
+            .map_err(|error| StartError {
+                step: format!("{} {}", error.step, error.path.display()),
+                error: error.error,
+            })?;
+        let [stdout, stderr] = output;
+        let null = File::open("/dev/null").map_err(StartError::at("open /dev/null"))?;
+        let duplicate = |fd: &OwnedFd| fd.try_clone().map_err(StartError::at("dup of stdio"));
+        let runner_stdio = [
+            OwnedFd::from(null),
+            duplicate(&stdout)?,
+            duplicate(&stderr)?,
+        ];
+        let runner_plan = runner
+            .exec_plan(runner_stdio, filters.clone())
+            .map_err(invalid)?;
         let status_file = self.exits_dir.join(base_name);
         let status =
             File::create(&status_file).map_err(StartError::at("create the status file"))?;
-        let plan = InitPlan {
-            runner: runner.clone(),
-            mounts: self.settings.plan(&runner.cwd, &runner.program),
+        let user = match runner.privileges.user {
+            Some((uid, gid)) => format!("{uid}:{gid}"),
+            None => "-".to_string(),
         };
-        let (mut ours, theirs) = UnixStream::pair().map_err(StartError::at("socketpair"))?;
-        let [stdout, stderr] = output;
+        let bounding_set = match runner.privileges.bounding_set_up_to {
+            Some(_) => DROP_BOUNDING_SET,
+            None => KEEP_BOUNDING_SET,
+        };
         let init = ExecPlan::new(
             "sandboxd-init".as_ref(),
-            [ARG],
+            [ARG, RUNNER_PID_ARG, &user, bounding_set],
             [] as [(&str, &str); 0],
             "/".as_ref(),
-            [OwnedFd::from(theirs), stdout, stderr],
+            [OwnedFd::from(status), stdout, stderr],
             Privileges::default(),
         )
-        .map_err(|problem| StartError {
-            step: problem,
-            error: io::Error::from_raw_os_error(libc::EINVAL),
-        })?
-        .into_sandbox_init(self.exe.as_raw_fd(), NAMESPACES);
+        .map_err(invalid)?
+        .into_sandbox_init(self.exe.as_raw_fd(), NAMESPACES, mounts, runner_plan);
         let init = match cgroup {
             Some(placement) => init.in_cgroup(placement),
             None => init,
         };
-        let cloned = init.spawn().map_err(|error| StartError {
-            step: format!("init: {}", error.step),
-            error: error.error,
-        })?;
-        // Our copies of init's descriptors: only init holds its end now.
+        let spawned = init.spawn();
+        // Our copies of the descriptors: only init and the runner hold them now.
         drop(init);
-        let handshake = handshake(&mut ours, &plan, status);
-        match handshake {
-            Ok(()) => {}
-            Err(error) => {
-                // SAFETY: our unreaped child.
-                unsafe { libc::kill(cloned.pid, libc::SIGKILL) };
-                let _ = child_exits::wait_for(cloned.pid);
-                let _ = std::fs::remove_file(&status_file);
-                return Err(error);
+        let cloned = spawned.map_err(|error| {
+            let _ = std::fs::remove_file(&status_file);
+            StartError {
+                step: error.step,
+                error: error.error,
             }
-        }
+        })?;
         let runner_pid = first_child(cloned.pid).unwrap_or_else(|| {
             tracing::warn!(
                 init = cloned.pid,
@@ -178,45 +189,11 @@ impl View {
     }
 }
 
-/// Sends init its plan, with `status` (its first bytes carry it), and
-/// waits for its report.
-fn handshake(channel: &mut UnixStream, plan: &InitPlan, status: File) -> Result<(), StartError> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let bytes = serde_json::to_vec(plan).map_err(|error| StartError {
-        step: format!("serialise the sandbox plan ({error})"),
+/// A plan the clone child cannot take (a NUL byte in a path or variable).
+fn invalid(problem: String) -> StartError {
+    StartError {
+        step: problem,
         error: io::Error::from_raw_os_error(libc::EINVAL),
-    })?;
-    let read_report = StartError::at("read init's report");
-    let fds = [status.as_raw_fd()];
-    let sent = sendmsg::<()>(
-        channel.as_raw_fd(),
-        &[io::IoSlice::new(&bytes)],
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )
-    .map_err(|errno| StartError::at("send init its plan")(errno.into()))?;
-    // Init has its own copy now.
-    drop(status);
-    channel
-        .write_all(&bytes[sent..])
-        .and_then(|()| channel.shutdown(std::net::Shutdown::Write))
-        .map_err(StartError::at("send init its plan"))?;
-    channel
-        .set_read_timeout(Some(REPORT_TIMEOUT))
-        .map_err(StartError::at("set a timeout on init's report"))?;
-    let mut answer = Vec::new();
-    channel.read_to_end(&mut answer).map_err(read_report)?;
-    match serde_json::from_slice::<InitReport>(&answer) {
-        Ok(InitReport::Started { .. }) => Ok(()),
-        Ok(InitReport::Failed { step, errno }) => Err(StartError {
-            step,
-            error: io::Error::from_raw_os_error(errno),
-        }),
-        Err(_) => Err(StartError {
-            step: "init ended without a report".to_string(),
-            error: io::Error::from_raw_os_error(libc::ECHILD),
-        }),
     }
 }
 

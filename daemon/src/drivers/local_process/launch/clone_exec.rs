@@ -47,10 +47,12 @@
 //!   return to, so it is issued from a few lines of assembly that call the
 //!   child's entry function at once (as glibc's own `clone3` wrapper does).
 //!
-//! Under `isolation = "full"` the daemon's clone child starts a sandbox's
-//! init instead ([`ExecPlan::into_sandbox_init`]: new namespaces, the
-//! daemon's privileges kept, the daemon's binary exec'd by descriptor), and
-//! init starts the runner with this same child (see `isolation::init`).
+//! Under `isolation = "full"` the daemon's clone child is a sandbox's
+//! first process instead ([`ExecPlan::into_sandbox_init`], `view_child`):
+//! cloned into new namespaces with the daemon's privileges, it builds the
+//! view, starts the runner as its own `CLONE_VM` child (this same
+//! [`child_main`], on a second stack), and execs the daemon's binary by
+//! descriptor as the sandbox's init (see `isolation::init`).
 //!
 //! The spawn returns the child's pid unreaped; the caller has its exit
 //! watched ([`super::child_exits`]: reaped by the thread that cloned it),
@@ -64,7 +66,11 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::super::isolation::kernel_filters::{ChildFilters, KernelFilters};
+use super::super::isolation::mount_program::MountProgram;
 use super::super::isolation::{keyring, landlock, seccomp};
+
+#[path = "view_child.rs"]
+mod view_child;
 
 /// Everything the child needs, allocated before the clone.
 pub struct ExecPlan {
@@ -84,10 +90,20 @@ pub struct ExecPlan {
     /// `CLONE_NEW*` flags: the namespaces the child starts in (none: the
     /// daemon's).
     namespaces: libc::c_int,
-    /// `Some(fd)`: exec this open file (`execveat(AT_EMPTY_PATH)`) rather
-    /// than `program` by path, and keep every privilege: a sandbox's init
-    /// (see [`ExecPlan::into_sandbox_init`]).
-    init_exe: Option<RawFd>,
+    /// `Some`: this is a sandbox's first process, not a runner (see
+    /// [`ExecPlan::into_sandbox_init`]).
+    sandbox: Option<SandboxInit>,
+}
+
+/// What a sandbox's first process needs beyond an ordinary plan.
+pub struct SandboxInit {
+    /// The daemon's own binary, exec'd (`execveat(AT_EMPTY_PATH)`) as the
+    /// sandbox's init once the runner runs.
+    exe: RawFd,
+    /// The view, built before the runner starts.
+    mounts: MountProgram,
+    /// The runner, started as this process's child inside the view.
+    runner: Box<ExecPlan>,
 }
 
 /// Where a runner starts, opened before the clone.
@@ -140,7 +156,7 @@ const RUNNER_SECUREBITS: libc::c_int = libc::SECBIT_NOROOT
 /// What failed, and how, when a runner could not be started.
 #[derive(Debug)]
 pub struct ExecError {
-    pub step: &'static str,
+    pub step: String,
     pub error: io::Error,
 }
 
@@ -151,7 +167,7 @@ impl std::fmt::Display for ExecError {
 }
 
 /// Steps of the child, in order; their index is what the child reports.
-const STEPS: [&str; 18] = [
+const STEPS: [&str; 21] = [
     "write to cgroup.procs",
     "dup2 of stdio",
     "prctl(PR_SET_NO_NEW_PRIVS)",
@@ -170,6 +186,9 @@ const STEPS: [&str; 18] = [
     "landlock_restrict_self",
     "prlimit64 (clean start)",
     "seccomp(SECCOMP_SET_MODE_FILTER)",
+    "build the view",
+    "clone of the runner",
+    "start the runner",
 ];
 const STEP_CGROUP: usize = 0;
 const STEP_DUP2: usize = 1;
@@ -189,7 +208,15 @@ const STEP_KEYRING: usize = 14;
 const STEP_LANDLOCK: usize = 15;
 const STEP_LIMITS: usize = 16;
 const STEP_SECCOMP: usize = 17;
+const STEP_VIEW: usize = 18;
+const STEP_RUNNER_CLONE: usize = 19;
+const STEP_RUNNER: usize = 20;
 const NO_FAILURE: usize = usize::MAX;
+/// The argument of a sandbox's init that its first process replaces with
+/// the runner's pid (in the sandbox's namespace) before it execs init.
+pub const RUNNER_PID_ARG: &str = "@runner-pid@";
+/// Room for a pid's digits and a NUL.
+const PID_ARG_CAPACITY: usize = 16;
 /// Exit code of a child that failed before exec (as std and the shells use).
 const EXEC_FAILED: i32 = 127;
 const CHILD_STACK_SIZE: usize = 64 * 1024;
@@ -239,7 +266,7 @@ impl ExecPlan {
             cgroup: None,
             filters: None,
             namespaces: 0,
-            init_exe: None,
+            sandbox: None,
         })
     }
 
@@ -250,18 +277,31 @@ impl ExecPlan {
         self
     }
 
-    /// Makes this the plan of a sandbox's init rather than of a runner: the
-    /// child is cloned into new `namespaces` (`CLONE_NEW*`), keeps the
-    /// daemon's privileges (init needs them to build the sandbox's view; it
-    /// drops them itself, see `isolation::init`) and execs `exe`, an open
-    /// descriptor of the daemon's own binary, so an upgraded file on disk
-    /// never runs as the init of an older daemon. Cgroup, stdio, `setsid`
-    /// and `PR_SET_PDEATHSIG` are as for a runner.
-    pub fn into_sandbox_init(mut self, exe: RawFd, namespaces: libc::c_int) -> ExecPlan {
+    /// Makes this the plan of a sandbox's first process rather than of a
+    /// runner: the child is cloned into new `namespaces` (`CLONE_NEW*`)
+    /// and keeps the daemon's privileges; it runs `mounts`, starts `runner`
+    /// (a runner's plan, filters and all) as its child, and execs `exe`, an
+    /// open descriptor of the daemon's own binary (so an upgraded file on
+    /// disk never runs as the init of an older daemon), with this plan's
+    /// arguments and stdio. Its argument [`RUNNER_PID_ARG`] is replaced by
+    /// the runner's pid in the sandbox's namespace. Cgroup, `setsid` and
+    /// `PR_SET_PDEATHSIG` are as for a runner; init drops its privileges
+    /// itself (see `isolation::init`).
+    pub fn into_sandbox_init(
+        mut self,
+        exe: RawFd,
+        namespaces: libc::c_int,
+        mounts: MountProgram,
+        runner: ExecPlan,
+    ) -> ExecPlan {
         self.namespaces = namespaces;
-        self.init_exe = Some(exe);
         // Init keeps every privilege to build the view: no runner's filters.
         self.filters = None;
+        self.sandbox = Some(SandboxInit {
+            exe,
+            mounts,
+            runner: Box::new(runner),
+        });
         self
     }
 
@@ -288,41 +328,52 @@ impl ExecPlan {
 
     /// [`spawn`](Self::spawn), with `clone3` tried only when `try_clone3`.
     fn spawn_trying_clone3(&self, try_clone3: bool) -> Result<Cloned, ExecError> {
-        let argv = null_terminated(&self.args);
+        let mut argv = null_terminated(&self.args);
         let envp = null_terminated(&self.env);
         let mut stat = [0u8; STAT_CAPACITY];
-        let mut child = ChildPlan {
-            program: self.program.as_ptr(),
-            argv: argv.as_ptr(),
-            envp: envp.as_ptr(),
-            cwd: self.cwd.as_ptr(),
-            stdio: [
-                self.stdin.as_raw_fd(),
-                self.stdout.as_raw_fd(),
-                self.stderr.as_raw_fd(),
-            ],
-            privileges: self.privileges,
-            init_exe: self.init_exe.unwrap_or(-1),
-            new_pid_namespace: self.namespaces & libc::CLONE_NEWPID != 0,
+        // In a new PID namespace the parent is outside it: `getppid` says 0.
+        let parent = if self.namespaces & libc::CLONE_NEWPID != 0 {
+            0
+        } else {
             // SAFETY: getpid has no preconditions.
-            parent: unsafe { libc::getpid() },
-            failed_step: AtomicUsize::new(NO_FAILURE),
-            failed_errno: AtomicI32::new(0),
-            stat: stat.as_mut_ptr(),
-            stat_len: AtomicUsize::new(0),
-            procs: [-1; MAX_PROCS_FDS],
-            procs_len: 0,
-            filters: self.filters.as_ref().map(|filters| filters.child_plan()),
+            unsafe { libc::getpid() }
         };
+        let mut child = ChildPlan::new(self, &argv, &envp, parent, stat.as_mut_ptr());
+        // A sandbox's first process: the runner's plan (its parent is that
+        // process, pid 1 of the namespace), a stack for it, and where the
+        // runner's pid is written into init's arguments.
+        let runner_argv;
+        let runner_envp;
+        let runner_child;
+        let mut pid_arg = [0u8; PID_ARG_CAPACITY];
+        if let Some(sandbox) = &self.sandbox {
+            let runner = &sandbox.runner;
+            runner_argv = null_terminated(&runner.args);
+            runner_envp = null_terminated(&runner.env);
+            runner_child =
+                ChildPlan::new(runner, &runner_argv, &runner_envp, 1, std::ptr::null_mut());
+            if let Some(slot) = self
+                .args
+                .iter()
+                .position(|arg| arg.as_bytes() == RUNNER_PID_ARG.as_bytes())
+            {
+                argv[slot] = pid_arg.as_ptr().cast();
+            }
+            child.view = Some(view_child::ViewChild {
+                exe: sandbox.exe,
+                mounts: &sandbox.mounts,
+                runner: &runner_child,
+                runner_stack: RUNNER_STACK.with(|stack| stack.top()),
+                pid_arg: pid_arg.as_mut_ptr(),
+            });
+            child.argv = argv.as_ptr();
+        }
         let pid = self.clone_into_cgroup(&mut child, try_clone3)?;
         let failed_step = child.failed_step.load(Ordering::Acquire);
         if failed_step != NO_FAILURE {
             // Exited (or about to): its failure is all there is to know.
             let _ = super::child_exits::wait_for(pid);
-            return Err(ExecError {
-                step: STEPS[failed_step],
-                error: io::Error::from_raw_os_error(child.failed_errno.load(Ordering::Acquire)),
-            });
+            return Err(self.failure(&child, failed_step));
         }
         let stat_len = child.stat_len.load(Ordering::Acquire).min(STAT_CAPACITY);
         let start_time = std::str::from_utf8(&stat[..stat_len])
@@ -334,6 +385,32 @@ impl ExecPlan {
 }
 
 impl ExecPlan {
+    /// The error of a child that failed at `step`: for a sandbox's first
+    /// process, the view's step or the runner's, in their own words.
+    fn failure(&self, child: &ChildPlan, step: usize) -> ExecError {
+        let errno = child.failed_errno.load(Ordering::Acquire);
+        let detail = match (&self.sandbox, &child.view) {
+            (Some(sandbox), _) if step == STEP_VIEW => sandbox.mounts.failure(),
+            (Some(_), Some(view)) if step == STEP_RUNNER => {
+                // SAFETY: the runner's plan outlives both children, which
+                // have exited.
+                let runner = unsafe { &*view.runner };
+                let step = runner.failed_step.load(Ordering::Acquire);
+                STEPS.get(step).map(|words| {
+                    let errno = runner.failed_errno.load(Ordering::Acquire);
+                    (
+                        format!("runner: {words}"),
+                        io::Error::from_raw_os_error(errno),
+                    )
+                })
+            }
+            _ => None,
+        };
+        let (step, error) = detail
+            .unwrap_or_else(|| (STEPS[step].to_string(), io::Error::from_raw_os_error(errno)));
+        ExecError { step, error }
+    }
+
     /// Clones the child into the plan's cgroup: `clone3` with
     /// `CLONE_INTO_CGROUP` where it can, else `clone` with the child
     /// writing itself into the v2 `cgroup.procs` first.
@@ -363,7 +440,7 @@ impl ExecPlan {
             }
         }
         let procs = open_procs_in(&cgroup.v2_dir).map_err(|error| ExecError {
-            step: "open of the v2 cgroup.procs",
+            step: "open of the v2 cgroup.procs".to_string(),
             error,
         })?;
         child.push_procs(procs.as_raw_fd());
@@ -406,11 +483,11 @@ struct ChildPlan {
     cwd: *const libc::c_char,
     stdio: [RawFd; 3],
     privileges: Privileges,
-    /// The init's executable, or -1 for a runner (exec by path, privileges
-    /// dropped).
-    init_exe: RawFd,
-    /// In a new PID namespace `getppid` is 0: the parent is outside it.
-    new_pid_namespace: bool,
+    /// `Some` for a sandbox's first process ([`view_child`]); a runner
+    /// execs `program`, its privileges dropped.
+    view: Option<view_child::ViewChild>,
+    /// What `getppid` must say after `PR_SET_PDEATHSIG`, or the parent
+    /// died first.
     parent: libc::pid_t,
     failed_step: AtomicUsize,
     failed_errno: AtomicI32,
@@ -425,6 +502,38 @@ struct ChildPlan {
 }
 
 impl ChildPlan {
+    /// The plan of `plan`'s child, over `argv` and `envp` (made from it);
+    /// `stat` is where it copies its `/proc/self/stat` (null: nowhere).
+    fn new(
+        plan: &ExecPlan,
+        argv: &[*const libc::c_char],
+        envp: &[*const libc::c_char],
+        parent: libc::pid_t,
+        stat: *mut u8,
+    ) -> ChildPlan {
+        ChildPlan {
+            program: plan.program.as_ptr(),
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+            cwd: plan.cwd.as_ptr(),
+            stdio: [
+                plan.stdin.as_raw_fd(),
+                plan.stdout.as_raw_fd(),
+                plan.stderr.as_raw_fd(),
+            ],
+            privileges: plan.privileges,
+            view: None,
+            parent,
+            failed_step: AtomicUsize::new(NO_FAILURE),
+            failed_errno: AtomicI32::new(0),
+            stat,
+            stat_len: AtomicUsize::new(0),
+            procs: [-1; MAX_PROCS_FDS],
+            procs_len: 0,
+            filters: plan.filters.as_ref().map(|filters| filters.child_plan()),
+        }
+    }
+
     fn push_procs(&mut self, fd: RawFd) {
         if self.procs_len < MAX_PROCS_FDS {
             self.procs[self.procs_len] = fd;
@@ -493,7 +602,7 @@ fn clone_vfork(
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) };
     if pid < 0 {
         return Err(ExecError {
-            step: "clone",
+            step: "clone".to_string(),
             error: clone_error,
         });
     }
@@ -589,21 +698,19 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
             }
         }
         reset_caught_signals();
+        if let Some(view) = &plan.view {
+            view_child::start_sandbox(plan, view);
+        }
         for (target, &source) in plan.stdio.iter().enumerate() {
             if !move_fd(source, target as RawFd) {
                 fail(plan, STEP_DUP2);
             }
         }
-        // A sandbox's init keeps the daemon's privileges to build the view;
-        // it drops them itself once the runner has started.
-        let is_init = plan.init_exe >= 0;
         // Before the switch: dropping from the bounding set and setting
         // securebits need CAP_SETPCAP, and a switch away from uid 0 would
         // clear it (were NO_SETUID_FIXUP not set first).
-        if !is_init {
-            drop_privileges_for_good(plan);
-        }
-        if let Some((uid, gid)) = plan.privileges.user.filter(|_| !is_init) {
+        drop_privileges_for_good(plan);
+        if let Some((uid, gid)) = plan.privileges.user {
             // Ignoring EPERM as std does: without CAP_SETGID there are no
             // groups to shed that the switch would not already drop.
             if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) < 0
@@ -622,9 +729,7 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         // capabilities; without a switch they are the daemon's. Exec would
         // clear most of them for a non-root uid, but not the inheritable
         // set, and not for root: empty all three here.
-        if !is_init {
-            clear_capability_sets(plan);
-        }
+        clear_capability_sets(plan);
         // As the sandbox's uid, so the keyring is its own.
         if let Some(filters) = &plan.filters {
             if filters.join_session_keyring && !keyring::join_fresh_session() {
@@ -635,34 +740,7 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         if libc::chdir(plan.cwd) < 0 {
             fail(plan, STEP_CHDIR);
         }
-        // Its own session and process group, so the whole tree can be
-        // signalled at once and no terminal signal reaches it.
-        if libc::setsid() < 0 {
-            fail(plan, STEP_SETSID);
-        }
-        // Dies with the spawning thread (a spawner thread, which lives as
-        // long as the daemon). The group reaper covers the rest.
-        if libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        ) < 0
-        {
-            fail(plan, STEP_PDEATHSIG);
-        }
-        // The daemon may have died before the prctl took effect. (In a new
-        // PID namespace the parent is outside it and `getppid` says 0: the
-        // group reaper covers that instant.)
-        let parent = if plan.new_pid_namespace {
-            0
-        } else {
-            plan.parent
-        };
-        if libc::getppid() != parent {
-            libc::_exit(1);
-        }
+        lead_own_session(plan);
         copy_own_stat(plan);
         // Landlock while its ruleset descriptor is open; then every
         // descriptor beyond 0-2 closed, the limits lowered (no privilege
@@ -691,19 +769,39 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
                 fail(plan, STEP_SECCOMP);
             }
         }
-        if is_init {
-            libc::syscall(
-                libc::SYS_execveat,
-                plan.init_exe,
-                c"".as_ptr(),
-                plan.argv,
-                plan.envp,
-                libc::AT_EMPTY_PATH,
-            );
-        } else {
-            libc::execve(plan.program, plan.argv, plan.envp);
-        }
+        libc::execve(plan.program, plan.argv, plan.envp);
         fail(plan, STEP_EXECVE)
+    }
+}
+
+/// Its own session and process group (so the whole tree can be signalled
+/// at once and no terminal signal reaches it), and death with the thread
+/// that cloned it; or `_exit` if that thread is already gone.
+///
+/// # Safety
+/// Only for the clone child.
+unsafe fn lead_own_session(plan: &ChildPlan) {
+    if libc::setsid() < 0 {
+        fail(plan, STEP_SETSID);
+    }
+    // Dies with the spawning thread (a spawner thread, which lives as
+    // long as the daemon; or a sandbox's init). The group reaper covers
+    // the rest.
+    if libc::prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        0,
+        0,
+        0,
+    ) < 0
+    {
+        fail(plan, STEP_PDEATHSIG);
+    }
+    // The parent may have died before the prctl took effect. (In a new
+    // PID namespace the parent is outside it and `getppid` says 0: the
+    // group reaper covers that instant.)
+    if libc::getppid() != plan.parent {
+        libc::_exit(1);
     }
 }
 
@@ -844,6 +942,9 @@ pub fn last_capability() -> u32 {
 /// # Safety
 /// Only for the clone child; `plan.stat` must hold [`STAT_CAPACITY`] bytes.
 unsafe fn copy_own_stat(plan: &ChildPlan) {
+    if plan.stat.is_null() {
+        return;
+    }
     let fd = libc::open(
         c"/proc/self/stat".as_ptr(),
         libc::O_RDONLY | libc::O_CLOEXEC,
@@ -917,6 +1018,9 @@ struct ChildStack {
 
 thread_local! {
     static CHILD_STACK: ChildStack = ChildStack::new();
+    /// The runner's, when the child on [`CHILD_STACK`] is a sandbox's first
+    /// process that clones it.
+    static RUNNER_STACK: ChildStack = ChildStack::new();
 }
 
 impl ChildStack {

@@ -2,25 +2,23 @@
 //! working directory, privileges — as one value, and the one way an
 //! [`ExecPlan`] is built from it.
 //!
-//! Both starts go through [`RunnerLaunch::exec_plan`]: the daemon's (under
-//! `isolation = "uid-cgroup"`) and a sandbox's init (under `"full"`, which
-//! receives this value serialised, see `isolation::init`). So every step
-//! the clone child takes for a runner — privileges, user switch, the kernel
-//! filters — is the same whichever process starts it.
+//! Both starts go through [`RunnerLaunch::exec_plan`]: the daemon's clone
+//! child (under `isolation = "uid-cgroup"`) and a sandbox's first process
+//! (under `"full"`, see `launch::clone_exec`'s `view_child`). So every
+//! step the clone child takes for a runner — privileges, user switch, the
+//! kernel filters — is the same whichever process starts it.
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
 use super::super::isolation::kernel_filters::KernelFilters;
 use super::clone_exec::{ExecPlan, Privileges};
 
 /// A runner's start, before any descriptor exists. Holds the token (in
-/// `env`): never logged, and sent to init only over its private socket.
-#[derive(Clone, Serialize, Deserialize)]
+/// `env`): never logged.
+#[derive(Clone)]
 pub struct RunnerLaunch {
     /// Absolute: no `PATH` search happens at exec.
     pub program: PathBuf,
@@ -44,8 +42,7 @@ impl std::fmt::Debug for RunnerLaunch {
 
 impl RunnerLaunch {
     /// The plan of this runner with `stdio` as its descriptors 0, 1 and 2,
-    /// under `filters` (the daemon's, prepared at start; an init prepares
-    /// its own the same way, as the daemon's cannot cross an exec).
+    /// under `filters` (the daemon's, prepared at start).
     pub fn exec_plan(
         &self,
         stdio: [OwnedFd; 3],

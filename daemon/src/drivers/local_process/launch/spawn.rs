@@ -198,14 +198,19 @@ impl RunnerSettings {
         };
         let started = match &self.view {
             Some(view) => view
-                .spawn(&key.base_name, &launch, [log, log_for_stderr], placement)
+                .spawn(
+                    &key.base_name,
+                    &launch,
+                    &self.filters,
+                    [log, log_for_stderr],
+                    placement,
+                )
                 .map(|spawned| Started {
                     leader: spawned.init,
                     runner_pid: spawned.runner_pid,
                     status_file: Some(spawned.status_file),
                 })
                 .map_err(|error| (error.step, error.error)),
-            // (Under an init, init opens the runner's /dev/null itself.)
             None => match File::open("/dev/null") {
                 Ok(stdin) => start_directly(
                     &launch,
@@ -294,9 +299,7 @@ fn start_directly(
         Some(placement) => plan.in_cgroup(placement),
         None => plan,
     };
-    let child = plan
-        .spawn()
-        .map_err(|error| (error.step.to_string(), error.error))?;
+    let child = plan.spawn().map_err(|error| (error.step, error.error))?;
     Ok(Started {
         leader: child,
         runner_pid: child.pid,

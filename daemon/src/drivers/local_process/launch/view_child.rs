@@ -1,0 +1,100 @@
+//! A sandbox's first process under `isolation = "full"`, from clone to the
+//! exec of its init: the part of [`child_main`](super::child_main) that a
+//! runner's child does not do.
+//!
+//! Cloned by the daemon into the sandbox's new mount, PID and IPC
+//! namespaces and its cgroup, on the daemon's memory (`CLONE_VM |
+//! CLONE_VFORK`, like every clone child here, so the same rules hold:
+//! nothing allocates, locks or panics), it:
+//! 1. leads its own session and dies with the daemon's spawner thread, and
+//!    copies its `/proc/self/stat` (the start time the daemon records)
+//!    while `/proc` is still the host's;
+//! 2. builds the view ([`MountProgram::run`]: the calls the daemon wrote
+//!    down), `/proc` of the new PID namespace last;
+//! 3. starts the runner as its own child, pid 2 of the namespace, with
+//!    [`child_main`](super::child_main) on a second stack: the runner's
+//!    privileges, user switch and kernel filters are exactly those of a
+//!    runner the daemon starts directly;
+//! 4. writes the runner's pid into init's arguments, puts init's stdio in
+//!    place (0: the status file, 1 and 2: the output pipe), and execs the
+//!    daemon's binary by descriptor as the sandbox's init.
+//!
+//! Every signal stays blocked from the clone to init's own set-up, so a
+//! SIGTERM the daemon sends early waits for init instead of being dropped
+//! (a namespace's PID 1 ignores signals it has no handler for).
+//!
+//! The daemon's spawn returns once this process has exec'd: by then the
+//! view is built and the runner has exec'd, and any failure on the way is
+//! in the plan with its step (the view's own, or the runner's).
+
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+
+use super::super::super::isolation::mount_program::write_decimal;
+use super::{
+    child_main, copy_own_stat, fail, lead_own_session, move_fd, ChildPlan, MountProgram,
+    NO_FAILURE, PID_ARG_CAPACITY, STEP_DUP2, STEP_EXECVE, STEP_RUNNER, STEP_RUNNER_CLONE,
+    STEP_VIEW,
+};
+
+/// What the first process needs beyond a runner's plan: raw pointers into
+/// the daemon's [`ExecPlan`](super::ExecPlan) and the spawn's frame, which
+/// outlive it (the spawning thread is suspended until it has exec'd).
+pub(super) struct ViewChild {
+    pub exe: RawFd,
+    pub mounts: *const MountProgram,
+    pub runner: *const ChildPlan,
+    /// The top of the runner's stack.
+    pub runner_stack: *mut libc::c_void,
+    /// [`PID_ARG_CAPACITY`] bytes of init's arguments, for the runner's pid.
+    pub pid_arg: *mut u8,
+}
+
+/// Steps 1 to 4 above; never returns.
+///
+/// # Safety
+/// Only for the clone child of a sandbox's first process, with every
+/// signal blocked and caught ones reset.
+pub(super) unsafe fn start_sandbox(plan: &ChildPlan, view: &ViewChild) -> ! {
+    lead_own_session(plan);
+    copy_own_stat(plan);
+    if !(*view.mounts).run() {
+        fail(plan, STEP_VIEW);
+    }
+    let runner = view.runner;
+    let pid = libc::clone(
+        child_main,
+        view.runner_stack,
+        libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+        runner as *mut libc::c_void,
+    );
+    if pid < 0 {
+        fail(plan, STEP_RUNNER_CLONE);
+    }
+    if (*runner).failed_step.load(Ordering::Acquire) != NO_FAILURE {
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        // The runner's own step and errno are in its plan; the daemon
+        // reads them there.
+        fail(plan, STEP_RUNNER);
+    }
+    write_decimal(
+        std::slice::from_raw_parts_mut(view.pid_arg, PID_ARG_CAPACITY),
+        pid.unsigned_abs(),
+    );
+    for (target, &source) in plan.stdio.iter().enumerate() {
+        if !move_fd(source, target as RawFd) {
+            fail(plan, STEP_DUP2);
+        }
+    }
+    libc::chdir(c"/".as_ptr());
+    libc::syscall(
+        libc::SYS_execveat,
+        view.exe,
+        c"".as_ptr(),
+        plan.argv,
+        plan.envp,
+        libc::AT_EMPTY_PATH,
+    );
+    fail(plan, STEP_EXECVE)
+}

@@ -709,6 +709,10 @@ impl Driver for LocalProcessDriver {
 
     fn health(&self) -> String {
         let runner = match self.inner.settings.resolve_command() {
+            Ok(program) if launch::spawn::is_example_runner(&program) => format!(
+                "runner {} (the example runner, for trying sandboxd: not for production)",
+                program.display()
+            ),
             Ok(program) => format!("runner {}", program.display()),
             Err(problem) => problem,
         };

@@ -58,3 +58,39 @@ fn the_image_recipe_copies_the_binary_it_runs() {
     let pod = fs::read_to_string(deploy().join("kubernetes/control-plane.yaml")).unwrap();
     assert!(pod.contains("image: sandboxd:"), "the example pod runs that image");
 }
+
+/// With kubectl on the machine (it is here), its own kustomize renders the
+/// directory offline: every object, the namespaces first.
+#[test]
+fn kubectl_kustomize_renders_the_namespaces_first() {
+    let Ok(output) = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(deploy().join("kubernetes"))
+        .output()
+    else {
+        eprintln!("SKIPPED: no kubectl on this machine");
+        return;
+    };
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rendered = String::from_utf8(output.stdout).unwrap();
+    let kinds: Vec<&str> = rendered
+        .lines()
+        .filter_map(|line| line.strip_prefix("kind: "))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Namespace",
+            "Namespace",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Deployment"
+        ],
+        "{rendered}"
+    );
+}

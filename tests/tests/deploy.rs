@@ -54,9 +54,15 @@ fn the_image_recipe_copies_the_binary_it_runs() {
         "{dockerfile}"
     );
     let build = fs::read_to_string(deploy().join("image/build.sh")).unwrap();
-    assert!(build.contains("\"$rootfs/usr/local/bin/sandboxd\""), "{build}");
+    assert!(
+        build.contains("\"$rootfs/usr/local/bin/sandboxd\""),
+        "{build}"
+    );
     let pod = fs::read_to_string(deploy().join("kubernetes/control-plane.yaml")).unwrap();
-    assert!(pod.contains("image: sandboxd:"), "the example pod runs that image");
+    assert!(
+        pod.contains("image: sandboxd:"),
+        "the example pod runs that image"
+    );
 }
 
 /// With kubectl on the machine (it is here), its own kustomize renders the

@@ -99,19 +99,11 @@ fn run(daemon: &TestDaemon, bin: &Path, command: &str) -> Output {
 fn the_five_minutes_section_prints_what_it_shows() {
     let steps = steps(five_minutes_block());
     assert!(steps.len() >= 10, "too few commands found: {steps:#?}");
-    // The example runner, as the README's set-up runs the daemon: the
-    // config names this test's copy of it instead of the fixture.
-    let mut daemon = TestDaemon::prepare(Options::default());
-    let runner = daemon.executable_copy(&binaries::example_runner());
-    let config = std::fs::read_to_string(daemon.config_path()).unwrap();
-    let fixture = daemon.fixture().display().to_string();
-    std::fs::write(
-        daemon.config_path(),
-        config.replace(&fixture, &runner.display().to_string()),
-    )
-    .unwrap();
-    daemon.launch();
-    daemon.wait_ready();
+    // The example runner, as the README's set-up runs the daemon.
+    let mut daemon = TestDaemon::start(Options {
+        example_runner: true,
+        ..Options::default()
+    });
     let sandboxctl = binaries::sandboxctl();
     let bin = sandboxctl.parent().unwrap();
     let mut mismatches = Vec::new();

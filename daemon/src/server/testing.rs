@@ -141,6 +141,7 @@ impl Driver for FakeDriver {
             },
             gap: false,
             at_end: true,
+            ended: None,
         })
     }
 

@@ -651,6 +651,20 @@ async fn after_exit(
     // Its last output reaches the file before a respawn can start a pump
     // on the same file, and before a deprovision removes it.
     inner.logs.finish(&key.base_name).await;
+    let over_disk_limit = inner.records().get(&key).is_some_and(|record| {
+        record
+            .running
+            .as_ref()
+            .is_some_and(|running| running.generation == generation && running.over_disk_limit)
+    });
+    if over_disk_limit {
+        exit.disk_limit_bytes = Some(inner.disk_limit.bytes);
+    }
+    let how = format!("generation {generation}: the runner exited ({exit})");
+    let (logs, base) = (inner.logs.clone(), key.base_name.clone());
+    // Before the table says absent: a follower never sees the sandbox gone
+    // (or its next generation) without the end of this one recorded.
+    let _ = tokio::task::spawn_blocking(move || logs.end_generation(&base, how)).await;
     inner.catalog.note_active(&key, now_unix_ms());
     // Forget before clearing the table: once the table says absent, a new
     // ensure may write this sandbox's next ledger record.
@@ -658,14 +672,11 @@ async fn after_exit(
     {
         let mut records = inner.records();
         if let Some(record) = records.get_mut(&key) {
-            if let Some(running) = record
+            if record
                 .running
                 .as_ref()
-                .filter(|running| running.generation == generation)
+                .is_some_and(|running| running.generation == generation)
             {
-                if running.over_disk_limit {
-                    exit.disk_limit_bytes = Some(inner.disk_limit.bytes);
-                }
                 record.running = None;
                 record.last_exit = Some(Box::new(exit));
             }

@@ -57,14 +57,20 @@ tmpfilesdir="$prefix/lib/tmpfiles.d"
 docdir="$prefix/share/doc/sandboxd"
 confdir="$sysconfdir/stigmer"
 mandir="$prefix/share/man/man1"
+man8dir="$prefix/share/man/man8"
 bashdir="$prefix/share/bash-completion/completions"
 zshdir="$prefix/share/zsh/site-functions"
 fishdir="$prefix/share/fish/vendor_completions.d"
 
-# Every man page and completion file, for both binaries.
+# Every man page and completion file, for both binaries (sandboxctl's
+# pages by glob: one per subcommand, and the binary may be gone already).
 generated_files() {
+    echo "$man8dir/sandboxd.8"
+    for page in "$destdir$mandir"/sandboxctl.1 "$destdir$mandir"/sandboxctl-*.1; do
+        echo "${page#"$destdir"}"
+    done
     for binary in sandboxd sandboxctl; do
-        echo "$mandir/$binary.1" "$bashdir/$binary" "$zshdir/_$binary" "$fishdir/$binary.fish"
+        echo "$bashdir/$binary" "$zshdir/_$binary" "$fishdir/$binary.fish"
     done
 }
 
@@ -125,7 +131,7 @@ fi
 # Man pages and completions, from the binaries' own clap definitions:
 # sandboxctl's through its `man-page` and `completions` commands,
 # sandboxd's through its hidden --print-* flags.
-install -d -m 0755 "$destdir$mandir" "$destdir$bashdir" "$destdir$zshdir" "$destdir$fishdir"
+install -d -m 0755 "$destdir$mandir" "$destdir$man8dir" "$destdir$bashdir" "$destdir$zshdir" "$destdir$fishdir"
 generate() { # BINARY DEST ARGS…: writes BINARY's output for ARGS to DEST, 0644
     local binary="$1" dest="$2"
     shift 2
@@ -133,8 +139,11 @@ generate() { # BINARY DEST ARGS…: writes BINARY's output for ARGS to DEST, 064
     chmod 0644 "$destdir$dest.tmp"
     mv -f "$destdir$dest.tmp" "$destdir$dest"
 }
-generate sandboxctl "$mandir/sandboxctl.1" man-page
-generate sandboxd "$mandir/sandboxd.1" --print-man-page
+# sandboxctl(1) and one page per subcommand (sandboxctl-ensure(1), …).
+for page in $("$bin_dir/sandboxctl" man-page --list) ; do
+    generate sandboxctl "$mandir/$page" man-page "${page%.1}"
+done
+generate sandboxd "$man8dir/sandboxd.8" --print-man-page
 for shell in bash zsh fish; do
     case "$shell" in
         bash) ctl="$bashdir/sandboxctl" d="$bashdir/sandboxd" ;;

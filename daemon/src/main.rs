@@ -11,6 +11,7 @@ mod fd_limit;
 mod incarnation;
 mod instance;
 mod logging;
+mod man_page;
 mod peer_origin;
 mod provisioner;
 mod server;
@@ -65,9 +66,12 @@ fn print_generated(cli: &Cli) -> Option<ExitCode> {
     if let Some(shell) = cli.print_completions {
         clap_complete::generate(shell, &mut Cli::command(), "sandboxd", &mut out);
     } else if cli.print_man_page {
-        if let Err(error) = clap_mangen::Man::new(Cli::command()).render(&mut out) {
-            eprintln!("sandboxd: cannot render the man page: {error}");
-            return Some(ExitCode::FAILURE);
+        match man_page::render(Cli::command()) {
+            Ok(page) => out = page.into_bytes(),
+            Err(error) => {
+                eprintln!("sandboxd: cannot render the man page: {error}");
+                return Some(ExitCode::FAILURE);
+            }
         }
     } else {
         return None;

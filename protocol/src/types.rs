@@ -493,6 +493,13 @@ pub enum LogStart {
     Tail { lines: u32 },
     /// Right after the chunk that returned this cursor.
     After(LogCursor),
+    /// Right after this cursor, but only up to the end of the runner
+    /// generation that wrote the byte before it: the chunk that reaches
+    /// that end carries [`LogChunk::ended`], and nothing of the next
+    /// generation is ever returned. What `logs --follow` asks once it has
+    /// caught up. Drivers that do not know generation ends read as for
+    /// [`LogStart::After`]. Added in protocol 6.
+    Generation(LogCursor),
 }
 
 /// One bounded piece of a sandbox's output (stdout and stderr, interleaved
@@ -511,6 +518,12 @@ pub struct LogChunk {
     /// True when `data` reaches the end of what is written so far: a
     /// follower waits before asking again; anyone else stops.
     pub at_end: bool,
+    /// Set (for [`LogStart::Generation`]) when `data` reaches the last byte
+    /// the followed generation wrote and that generation has ended: how it
+    /// ended, one line ("generation 2: the runner exited (code 0)"). A
+    /// follower prints it and stops. Added in protocol 6.
+    #[serde(default)]
+    pub ended: Option<String>,
 }
 
 /// One workspace the process tier keeps on the daemon's disk, running or

@@ -37,6 +37,11 @@ pub fn sandboxctl() -> PathBuf {
     find("sandboxctl", "sandboxd-client")
 }
 
+/// The example runner shipped with the daemon (package `sandboxd`).
+pub fn example_runner() -> PathBuf {
+    find("sandboxd-example-runner", "sandboxd")
+}
+
 /// This package's runner fixture (cargo builds it for the integration tests).
 pub fn runner_fixture() -> PathBuf {
     match option_env!("CARGO_BIN_EXE_runner-fixture") {

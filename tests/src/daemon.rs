@@ -36,6 +36,10 @@ pub struct Options {
     pub stop_grace: String,
     /// `runner_command`; `None` means this test's copy of the runner fixture.
     pub runner_command: Option<String>,
+    /// Runs this test's copy of the daemon's example runner
+    /// (`sandboxd-example-runner`) instead of the fixture, when
+    /// `runner_command` is `None`.
+    pub example_runner: bool,
     /// More top-level TOML lines (`key = value`).
     pub extra_toml: String,
     /// The body of an `[access]` table, when the test wants one.
@@ -84,6 +88,7 @@ impl Default for Options {
             runner_args: Vec::new(),
             stop_grace: "2s".to_string(),
             runner_command: None,
+            example_runner: false,
             extra_toml: String::new(),
             access_toml: None,
             env: Vec::new(),
@@ -147,6 +152,12 @@ impl TestDaemon {
         set_mode(&bin, 0o755);
         let fixture = bin.join("runner-fixture");
         copy_executable(&binaries::runner_fixture(), &fixture);
+        if options.example_runner {
+            copy_executable(
+                &binaries::example_runner(),
+                &bin.join("sandboxd-example-runner"),
+            );
+        }
         let socket = options
             .socket
             .clone()
@@ -173,10 +184,16 @@ impl TestDaemon {
 
     fn config_text(&self) -> String {
         let options = &self.options;
-        let runner_command = options
-            .runner_command
-            .clone()
-            .unwrap_or_else(|| self.fixture.display().to_string());
+        let runner_command = options.runner_command.clone().unwrap_or_else(|| {
+            if options.example_runner {
+                self.dir
+                    .join("bin/sandboxd-example-runner")
+                    .display()
+                    .to_string()
+            } else {
+                self.fixture.display().to_string()
+            }
+        });
         let mut text = String::new();
         writeln!(text, "driver = \"local-process\"").unwrap();
         writeln!(

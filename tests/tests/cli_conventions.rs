@@ -133,5 +133,46 @@ fn sandboxd_help_names_its_environment_and_completions_are_generated() {
         .arg("--print-man-page")
         .output()
         .unwrap());
-    assert!(page.contains(".TH sandboxd 1"), "{page}");
+    assert!(
+        page.contains(&format!(
+            ".TH sandboxd 8  \"sandboxd {}\"",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{page}"
+    );
+    for heading in [
+        ".SH NAME",
+        ".SH SYNOPSIS",
+        ".SH DESCRIPTION",
+        ".SH OPTIONS",
+        ".SH \"EXIT STATUS\"",
+        ".SH \"ENVIRONMENT\"",
+        ".SH \"FILES\"",
+    ] {
+        assert!(
+            page.contains(&format!("\n{heading}\n")),
+            "no {heading}:\n{page}"
+        );
+    }
+    // Every page sandboxctl's pages name is one it prints.
+    let listed = ok(&Command::new(binaries::sandboxctl())
+        .args(["man-page", "--list"])
+        .output()
+        .unwrap());
+    let names: Vec<&str> = listed.lines().collect();
+    assert!(names.contains(&"sandboxctl-ensure.1"), "{listed}");
+    for name in &names {
+        let page = ok(&Command::new(binaries::sandboxctl())
+            .args(["man-page", name.trim_end_matches(".1")])
+            .output()
+            .unwrap());
+        for reference in page.replace("\\-", "-").split_whitespace() {
+            if let Some(named) = reference.strip_suffix("(1)") {
+                assert!(
+                    names.contains(&format!("{named}.1").as_str()),
+                    "{name} names {reference}, which is not a page"
+                );
+            }
+        }
+    }
 }

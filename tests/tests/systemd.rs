@@ -495,7 +495,7 @@ fn install_into_a_destdir_puts_every_file_with_its_mode() {
     let destdir = dir.join("root");
     let output = install(&destdir, None, &[]);
     assert!(output.contains("DESTDIR set"), "{output}");
-    let expected: Vec<(String, u32)> = [
+    let mut expected: Vec<(String, u32)> = [
         ("/etc/stigmer/sandboxd.toml", 0o640),
         ("/usr/local/bin/sandboxctl", 0o755),
         ("/usr/local/bin/sandboxd", 0o755),
@@ -522,14 +522,19 @@ fn install_into_a_destdir_puts_every_file_with_its_mode() {
             "/usr/local/share/fish/vendor_completions.d/sandboxd.fish",
             0o644,
         ),
-        ("/usr/local/share/man/man1/sandboxctl.1", 0o644),
-        ("/usr/local/share/man/man1/sandboxd.1", 0o644),
+        ("/usr/local/share/man/man8/sandboxd.8", 0o644),
         ("/usr/local/share/zsh/site-functions/_sandboxctl", 0o644),
         ("/usr/local/share/zsh/site-functions/_sandboxd", 0o644),
     ]
     .iter()
     .map(|(path, mode)| (path.to_string(), *mode))
+    .chain(
+        sandboxctl_man_pages()
+            .into_iter()
+            .map(|page| (format!("/usr/local/share/man/man1/{page}"), 0o644)),
+    )
     .collect();
+    expected.sort();
     assert_eq!(files_and_modes(&destdir), expected);
 
     let installed = |path: &str| destdir.join(path.trim_start_matches('/'));
@@ -559,6 +564,9 @@ fn install_into_a_destdir_puts_every_file_with_its_mode() {
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("sandboxd "));
     let page = fs::read_to_string(installed("/usr/local/share/man/man1/sandboxctl.1")).unwrap();
     assert!(page.contains(".TH sandboxctl 1"), "{page}");
+    let page =
+        fs::read_to_string(installed("/usr/local/share/man/man1/sandboxctl-ensure.1")).unwrap();
+    assert!(page.contains(".TH sandboxctl-ensure 1"), "{page}");
     let bash = fs::read_to_string(installed(
         "/usr/local/share/bash-completion/completions/sandboxd",
     ))
@@ -712,4 +720,18 @@ fn journal_fields(datagram: &[u8]) -> std::collections::BTreeMap<String, String>
         }
     }
     fields
+}
+
+/// The file names of every page `sandboxctl man-page --list` names.
+fn sandboxctl_man_pages() -> Vec<String> {
+    let output = Command::new(binaries::sandboxctl())
+        .args(["man-page", "--list"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
 }

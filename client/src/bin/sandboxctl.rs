@@ -23,6 +23,8 @@ mod events;
 mod generated;
 #[path = "sandboxctl/logs.rs"]
 mod logs;
+#[path = "sandboxctl/man.rs"]
+mod man;
 #[path = "sandboxctl/render.rs"]
 mod render;
 #[path = "sandboxctl/time.rs"]
@@ -139,7 +141,16 @@ async fn run(cli: Cli) -> Result<String, Failure> {
     // Generated from the clap definitions; no daemon needed.
     match command {
         Command::Completions { shell } => return Ok(generated::completions(shell)),
-        Command::ManPage => return generated::man_page().map_err(Failure::Output),
+        Command::ManPage { name, list } => {
+            if list {
+                let pages = man::pages().map_err(Failure::Output)?;
+                return Ok(pages
+                    .iter()
+                    .map(|page| format!("{}\n", page.file_name))
+                    .collect());
+            }
+            return man::page(name.as_deref().unwrap_or("sandboxctl")).map_err(Failure::Usage);
+        }
         _ => {}
     }
     let socket = match (socket_path(socket), &command) {
@@ -154,7 +165,7 @@ async fn run(cli: Cli) -> Result<String, Failure> {
     let connect = || SandboxdClient::connect(&socket);
 
     match command {
-        Command::Completions { .. } | Command::ManPage => unreachable!("answered above"),
+        Command::Completions { .. } | Command::ManPage { .. } => unreachable!("answered above"),
         Command::Version => {
             let versions = versions::ask(&socket).await;
             emit(json, &versions, versions::render)

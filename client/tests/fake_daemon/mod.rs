@@ -208,7 +208,7 @@ impl Sandboxd for FakeDaemon {
         let index = match start {
             LogStart::Beginning => 0,
             LogStart::Tail { lines } => LOG_LINES.len().saturating_sub(lines as usize),
-            LogStart::After(cursor) => (0..=LOG_LINES.len())
+            LogStart::After(cursor) | LogStart::Generation(cursor) => (0..=LOG_LINES.len())
                 .find(|&index| line(index).0 >= cursor.offset)
                 .unwrap_or(LOG_LINES.len()),
         };
@@ -220,6 +220,7 @@ impl Sandboxd for FakeDaemon {
                 next: LogCursor { epoch: 1, offset },
                 gap: false,
                 at_end: true,
+                ended: None,
             });
         }
         let (offset, text) = line(index);
@@ -233,6 +234,7 @@ impl Sandboxd for FakeDaemon {
             },
             gap: false,
             at_end: index + 1 >= LOG_LINES.len(),
+            ended: None,
         })
     }
 

@@ -31,7 +31,13 @@ pub fn remove_orphans(nft: &Nft) -> usize {
             continue;
         }
         match nft.delete_table(&spec) {
-            Ok(()) => removed += 1,
+            Ok(()) => {
+                // Whose it was is not recorded in the table: its name (a
+                // hash of the other daemon's cgroup) and that its cgroup is
+                // gone are what is known.
+                tracing::info!(table = %spec, "removed another daemon's egress table: the sandboxes cgroup it matched no longer exists");
+                removed += 1
+            }
             Err(error) => {
                 tracing::warn!(table = %spec, "cannot remove an orphaned egress table: {error}")
             }

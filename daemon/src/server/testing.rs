@@ -144,6 +144,7 @@ impl Driver for FakeDriver {
             },
             gap: false,
             at_end: true,
+            ended: None,
         })
     }
 

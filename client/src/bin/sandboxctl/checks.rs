@@ -27,7 +27,7 @@ pub fn arguments(command: &Command) -> Result<(), Failure> {
     let checked = match command {
         Command::Version
         | Command::Completions { .. }
-        | Command::ManPage
+        | Command::ManPage { .. }
         | Command::Status { .. }
         | Command::List { .. }
         | Command::Workspaces { .. }

@@ -45,9 +45,15 @@ pub enum Command {
         shell: clap_complete::Shell,
     },
 
-    /// Print the man page, in roff (systemd/install.sh installs it).
+    /// Print a man page, in roff (systemd/install.sh installs them all).
     #[command(hide = true)]
-    ManPage,
+    ManPage {
+        /// The page: `sandboxctl` (the default) or `sandboxctl-<subcommand>`.
+        name: Option<String>,
+        /// Print the file name of every page instead, one a line.
+        #[arg(long, conflicts_with = "name")]
+        list: bool,
+    },
 
     /// Show the daemon's version, driver, health, uptime and sandbox counts.
     Status {

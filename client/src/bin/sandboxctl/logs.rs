@@ -6,9 +6,14 @@
 //! end, and with `--follow` keeps asking every [`FOLLOW_POLL`]. The daemon
 //! carries the cursor across rotations and container restarts; output lost
 //! before it could be read (rotated away, or gone with a removed container)
-//! is reported on stderr as a gap, never skipped silently. A follow whose
-//! sandbox is deprovisioned (the daemon answers "no such sandbox") ends
-//! cleanly, exit 0, saying so on stderr.
+//! is reported on stderr as a gap, never skipped silently. Once a follow
+//! has caught up it asks only for the generation writing now
+//! (`LogStart::Generation`): it ends, exit 0, after that generation's last
+//! bytes with one line on stderr naming how it ended (an exit code, a
+//! signal, out of memory), whether the sandbox was deprovisioned, kept its
+//! workspace, or its runner just exited; it never reads into the next
+//! generation. A follow whose sandbox is gone without a word (the daemon
+//! answers "no such sandbox") ends cleanly too, saying so.
 //!
 //! Runner output is untrusted. On a terminal, control characters other than
 //! newline, tab and carriage return are shown escaped, so an escape
@@ -44,6 +49,7 @@ pub async fn print(
         None => LogStart::Beginning,
     };
     let mut followed = false;
+    let mut caught_up = false;
     loop {
         let chunk = match client.logs(scope, id, start, MAX_LOG_CHUNK).await {
             Ok(chunk) => chunk,
@@ -71,7 +77,22 @@ pub async fn print(
             Err(error) if error.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
             Err(error) => return Err(Failure::Output(format!("cannot write the output: {error}"))),
         }
-        start = LogStart::After(chunk.next);
+        if let Some(how) = chunk.ended.as_deref().filter(|_| follow) {
+            eprintln!(
+                "sandboxctl: {scope} {}: {}; its output ends here",
+                Shown(id),
+                Shown(how)
+            );
+            break;
+        }
+        // Caught up: from now on only the generation writing now, so the
+        // follow ends with it and never reads into the next one.
+        caught_up |= follow && chunk.at_end;
+        start = if caught_up {
+            LogStart::Generation(chunk.next)
+        } else {
+            LogStart::After(chunk.next)
+        };
         if chunk.at_end {
             if !follow {
                 break;

@@ -146,6 +146,27 @@ async fn remove(engine: &Engine) -> Result<(), SandboxError> {
     }
 }
 
+/// At a clean stop with no container of this instance left: removes the
+/// network, so a stopped daemon leaves nothing on the engine. One already
+/// gone is fine; one a container joined meanwhile stays (the engine
+/// refuses), and the reason is logged.
+pub async fn remove_at_stop(engine: &Engine) {
+    let removed = engine
+        .call(WRITE_TIMEOUT, |docker| async move {
+            docker.remove_network(&network()).await
+        })
+        .await;
+    match removed {
+        Ok(()) => {
+            tracing::info!(network = %network(), "removed the sandboxes' network: no sandbox of this instance is left")
+        }
+        Err(error) if error.is_not_found() => {}
+        Err(error) => {
+            tracing::warn!(network = %network(), "the sandboxes' network is left in place: {}", error.into_sandbox_error("cannot remove it"))
+        }
+    }
+}
+
 async fn inspect(engine: &Engine) -> Result<Found, SandboxError> {
     let inspected = engine
         .call(READ_TIMEOUT, |docker| async move {

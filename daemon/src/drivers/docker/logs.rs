@@ -93,7 +93,8 @@ pub async fn read(
     match start {
         LogStart::Tail { lines } => log.tail(lines, budget).await,
         LogStart::Beginning => log.forward(Position::start(log.identity), budget).await,
-        LogStart::After(cursor) => {
+        // Container restarts are not told apart as generations here yet.
+        LogStart::After(cursor) | LogStart::Generation(cursor) => {
             let from = Position::of(cursor);
             if from.container == log.identity {
                 log.forward(from, budget).await
@@ -188,6 +189,7 @@ impl Log<'_> {
             next: next.cursor(),
             gap: false,
             at_end: true,
+            ended: None,
         })
     }
 
@@ -447,6 +449,7 @@ impl Forward {
             next: self.next.cursor(),
             gap,
             at_end: !self.more,
+            ended: None,
         }))
     }
 }

@@ -456,6 +456,26 @@ impl Driver for DockerDriver {
         {
             task.abort();
         }
+        // The egress table and the network serve this instance's
+        // containers, which outlive the daemon: they stay while any is
+        // left, and go with the last (issue 17, item 6).
+        match self.list(None).await {
+            Ok(sandboxes) if sandboxes.is_empty() => {
+                let egress = self.egress.clone();
+                let _ = tokio::task::spawn_blocking(move || egress.remove()).await;
+                if self.own_network {
+                    egress_network::remove_at_stop(&self.inner.engine).await;
+                }
+            }
+            Ok(sandboxes) => tracing::info!(
+                containers = sandboxes.len(),
+                network = %egress_network::network(),
+                "keeping the egress table and the sandboxes' network for the containers left running"
+            ),
+            Err(error) => tracing::warn!(
+                "cannot list the containers, so the egress table and the network are kept: {error}"
+            ),
+        }
         tracing::info!(engine = %self.inner.engine.address(), "leaving the containers running: the next sandboxd re-adopts them");
     }
 }

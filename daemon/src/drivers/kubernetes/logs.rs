@@ -93,11 +93,12 @@ pub async fn read(
     let max = u64::from(max_bytes);
     let (skip, limit, gap) = match start {
         LogStart::Beginning => (0, Some(max), false),
-        LogStart::After(cursor) if cursor.epoch == epoch => {
+        // Pods are not told apart as generations here yet: as `After`.
+        LogStart::After(cursor) | LogStart::Generation(cursor) if cursor.epoch == epoch => {
             (cursor.offset, Some(cursor.offset + max), false)
         }
         // Another incarnation: its output starts over; the old one's rest is lost.
-        LogStart::After(_) => (0, Some(max), true),
+        LogStart::After(_) | LogStart::Generation(_) => (0, Some(max), true),
         LogStart::Tail { .. } => (0, None, false),
     };
     let params = LogParams {
@@ -143,6 +144,7 @@ pub async fn read(
         },
         gap,
         at_end,
+        ended: None,
     })
 }
 

@@ -759,6 +759,27 @@ async fn after_exit(
     // Its last output reaches the file before a respawn can start a pump
     // on the same file, and before a deprovision removes it.
     inner.logs.finish(&key.base_name).await;
+    let over_disk_limit = inner.records().get(&key).is_some_and(|record| {
+        record
+            .running
+            .as_ref()
+            .is_some_and(|running| running.generation == generation && running.over_disk_limit)
+    });
+    if over_disk_limit {
+        exit.disk_limit_bytes = Some(inner.disk_limit.bytes);
+    }
+    exit.reason = ExitReason::from_facts(
+        exit.code,
+        exit.signal,
+        exit.oom_killed,
+        exit.oom_limit_bytes,
+        exit.disk_limit_bytes,
+    );
+    let how = format!("generation {generation}: the runner exited ({exit})");
+    let (logs, base) = (inner.logs.clone(), key.base_name.clone());
+    // Before the table says absent: a follower never sees the sandbox gone
+    // (or its next generation) without the end of this one recorded.
+    let _ = tokio::task::spawn_blocking(move || logs.end_generation(&base, how)).await;
     inner.catalog.note_active(&key, now_unix_ms());
     // Forget before clearing the table: once the table says absent, a new
     // ensure may write this sandbox's next ledger record.
@@ -773,20 +794,6 @@ async fn after_exit(
                     .as_ref()
                     .is_some_and(|running| running.generation == generation) =>
             {
-                if record
-                    .running
-                    .as_ref()
-                    .is_some_and(|running| running.over_disk_limit)
-                {
-                    exit.disk_limit_bytes = Some(inner.disk_limit.bytes);
-                }
-                exit.reason = ExitReason::from_facts(
-                    exit.code,
-                    exit.signal,
-                    exit.oom_killed,
-                    exit.oom_limit_bytes,
-                    exit.disk_limit_bytes,
-                );
                 record.running = None;
                 record.last_exit = Some(Box::new(exit));
                 Some(record.uid.clone())
@@ -924,6 +931,10 @@ impl Driver for LocalProcessDriver {
 
     fn health(&self) -> String {
         let runner = match self.inner.settings.resolve_command() {
+            Ok(program) if launch::spawn::is_example_runner(&program) => format!(
+                "runner {} (the example runner, for trying sandboxd: not for production)",
+                program.display()
+            ),
             Ok(program) => format!("runner {}", program.display()),
             Err(problem) => problem,
         };

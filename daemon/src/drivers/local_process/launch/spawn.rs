@@ -307,6 +307,17 @@ fn start_directly(
     })
 }
 
+/// The file name of the runner shipped with the daemon to try it with
+/// (`src/bin/example_runner.rs`).
+pub(in crate::drivers::local_process) const EXAMPLE_RUNNER: &str = "sandboxd-example-runner";
+
+/// Whether the runner command is the example runner, so `status` can say
+/// so: a daemon that serves real work with it is a mistake to make visible.
+pub(in crate::drivers::local_process) fn is_example_runner(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|name| name == std::ffi::OsStr::new(EXAMPLE_RUNNER))
+}
+
 pub(in crate::drivers::local_process) fn is_executable_file(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path)

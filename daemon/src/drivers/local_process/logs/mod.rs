@@ -33,6 +33,7 @@
 //! when the file is still that long (the usual case — a restart does not
 //! rotate), else from the start, flagged as a gap.
 
+mod ends;
 mod pipe;
 mod pump;
 mod pumps;
@@ -100,6 +101,11 @@ pub struct RunnerLogs {
     /// The thread that pumps every runner's output (see [`pumps`]),
     /// started with the first runner.
     pumps: OnceLock<Pumps>,
+    /// Where each generation's output ends (see [`ends`]). Locked after
+    /// `lineages` when both are held.
+    ends: Mutex<ends::Ends>,
+    /// Removed sandboxes' last output, for their followers (see [`ends`]).
+    departed: Mutex<ends::DepartedLogs>,
 }
 
 impl RunnerLogs {
@@ -122,6 +128,8 @@ impl RunnerLogs {
             instance: nanos ^ std::process::id(),
             lineages: Mutex::new(HashMap::new()),
             pumps: OnceLock::new(),
+            ends: Mutex::default(),
+            departed: Mutex::default(),
         }
     }
 
@@ -132,6 +140,8 @@ impl RunnerLogs {
     /// pump ends by itself once every copy of the write end is closed.
     pub fn open_output(self: &Arc<Self>, base: &str) -> io::Result<OwnedFd> {
         let path = file_path(&self.dir, base);
+        // A new sandbox of this name: the removed one's followers are done.
+        lock(&self.departed).forget(base);
         self.spares.place_at(&path);
         let share = self.max_size / 2;
         let output = OutputFile::open(base, self.dir.clone(), share)?;
@@ -147,6 +157,20 @@ impl RunnerLogs {
         if let Some(pumps) = self.pumps.get() {
             pumps.finish(base).await;
         }
+    }
+
+    /// A generation of `base` has ended and its pump is drained
+    /// ([`RunnerLogs::finish`]): its output ends at the file's length now.
+    /// `how` is the line its followers get. Blocking (one `stat`).
+    pub fn end_generation(&self, base: &str, how: String) {
+        let lineages = self.lineages();
+        let lineage = lineages.get(base).copied().unwrap_or_default();
+        let offset = std::fs::metadata(file_path(&self.dir, base)).map_or(0, |meta| meta.len());
+        let at = LogCursor {
+            epoch: self.epoch(lineage.rotations.wrapping_add(1)),
+            offset,
+        };
+        lock(&self.ends).record(base, ends::End { at, how });
     }
 
     /// The pump thread, started on first use.
@@ -209,17 +233,88 @@ impl RunnerLogs {
             pumps.remove(base);
         }
         let mut lineages = self.lineages();
-        lineages.remove(base);
+        let lineage = lineages.remove(base).unwrap_or_default();
         let current = file_path(&self.dir, base);
+        self.keep_for_followers(base, lineage, &current);
         if !self.spares.take_back(&current) {
             dispose(&current, "log");
         }
         dispose(&rotated_path(&self.dir, base), "log.1");
     }
 
-    /// At most `max_bytes` of `base`'s output from `start`. Blocking: call
-    /// from a blocking context.
+    /// Keeps the end of a removed sandbox's output and its generations'
+    /// ends for its followers (see [`ends`]); nothing when no generation
+    /// ended under this daemon (no follower can be waiting on one).
+    fn keep_for_followers(&self, base: &str, lineage: Lineage, current: &Path) {
+        let ends = lock(&self.ends).take(base);
+        if ends.is_empty() {
+            return;
+        }
+        let tail = std::fs::File::open(current).and_then(|file| {
+            let len = file.metadata()?.len();
+            let from = len.saturating_sub(ends::DEPARTED_TAIL);
+            let mut tail = vec![0; (len - from) as usize];
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut tail, from)?;
+            Ok((from, tail))
+        });
+        let (tail_from, tail) = match tail {
+            Ok(tail) => tail,
+            // Gone already: followers still learn how it ended.
+            Err(_) => (ends.back().map_or(0, |end| end.at.offset), Vec::new()),
+        };
+        lock(&self.departed).insert(
+            base,
+            ends::Departed {
+                epoch: self.epoch(lineage.rotations.wrapping_add(1)),
+                tail_from,
+                tail,
+                ends,
+                since: std::time::Instant::now(),
+            },
+        );
+    }
+
+    /// At most `max_bytes` of `base`'s output from `start`; a
+    /// [`LogStart::Generation`] read stops at its generation's end (see
+    /// [`ends`]). Blocking: call from a blocking context.
     pub fn read(&self, base: &str, start: LogStart, max_bytes: u32) -> Result<LogChunk, LogError> {
+        let LogStart::Generation(from) = start else {
+            return self.read_files(base, start, max_bytes);
+        };
+        if let Some(chunk) = lock(&self.departed).read(base, from, u64::from(max_bytes)) {
+            return Ok(chunk);
+        }
+        let end = lock(&self.ends).next_end(base, from);
+        let Some(end) = end else {
+            return self.read_files(base, LogStart::After(from), max_bytes);
+        };
+        let left = end.at.offset - from.offset;
+        if left == 0 {
+            return Ok(LogChunk {
+                data: Vec::new(),
+                next: from,
+                gap: false,
+                at_end: true,
+                ended: Some(end.how),
+            });
+        }
+        let budget = u32::try_from(left).unwrap_or(u32::MAX).min(max_bytes);
+        let mut chunk = self.read_files(base, LogStart::After(from), budget)?;
+        if !chunk.gap && chunk.data.len() as u64 == left {
+            chunk.at_end = true;
+            chunk.ended = Some(end.how);
+        }
+        Ok(chunk)
+    }
+
+    /// At most `max_bytes` of `base`'s output from `start`, across
+    /// generations.
+    fn read_files(
+        &self,
+        base: &str,
+        start: LogStart,
+        max_bytes: u32,
+    ) -> Result<LogChunk, LogError> {
         // Only the opening is under the lock: once open, the descriptors
         // keep reading the incarnations they were opened as, whatever a
         // rotation renames meanwhile.
@@ -245,6 +340,7 @@ impl RunnerLogs {
         let (cursor, gap) = match start {
             LogStart::Tail { lines } => return files.tail(lines, budget, at(files.current_len)),
             LogStart::Beginning => (oldest, false),
+            LogStart::Generation(_) => unreachable!("read turns it into After"),
             LogStart::After(cursor) if cursor.epoch == current_epoch => {
                 if cursor.offset > files.current_len {
                     // Shorter than what was read: truncated by someone else.
@@ -326,6 +422,11 @@ impl Files {
             rotated_path,
         })
     }
+}
+
+/// A poisoned lock's data is still consistent here (plain maps).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
 fn open_if_present(path: &Path) -> Result<Option<File>, LogError> {

@@ -34,6 +34,7 @@ impl Files {
             },
             gap: false,
             at_end: next >= self.current_len,
+            ended: None,
         })
     }
 
@@ -54,6 +55,7 @@ impl Files {
                 next: then,
                 gap: true,
                 at_end: false,
+                ended: None,
             });
         };
         let len = file_len(file, &self.rotated_path)?;
@@ -73,6 +75,7 @@ impl Files {
             gap: false,
             // There is always the current file after this one.
             at_end: false,
+            ended: None,
         })
     }
 
@@ -113,6 +116,7 @@ impl Files {
             next,
             gap: false,
             at_end: true,
+            ended: None,
         })
     }
 }

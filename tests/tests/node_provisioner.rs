@@ -12,6 +12,7 @@
 //! answers the version handshake with another protocol version
 //! (`$SANDBOXD_TEST_MISMATCH_SOCKET`).
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 use futures::{SinkExt, StreamExt};
 use sandboxd_protocol::service::{SandboxdRequest, SandboxdResponse};
 use sandboxd_protocol::{wire, PROTOCOL_VERSION};
-use sandboxd_tests::{binaries, Options, TestDaemon};
+use sandboxd_tests::{binaries, run_with_timeout, Options, TestDaemon, NOBODY};
 use tokio::net::UnixListener;
 use tokio_util::codec::Framed;
 
@@ -109,6 +110,76 @@ async fn the_node_package_passes_its_tests_against_a_real_daemon() {
     let client = daemon.client().await;
     let left = client.list(None).await.unwrap();
     assert!(left.is_empty(), "sandboxes left behind: {left:?}");
+}
+
+/// The permission_denied kind needs a caller the daemon lets read but not
+/// mutate, so `test-as-reader/` runs as nobody (on the read list, and in
+/// the socket's group), from a copy of the package in the test directory
+/// that nobody may read (the worktree and `target/` may not be).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_gets_permission_denied_errors_from_the_node_package() {
+    let addon = binaries::node_addon();
+    let daemon = TestDaemon::start(Options {
+        extra_toml: "socket_group = \"nogroup\"\n".to_string(),
+        access_toml: Some(format!("read_uids = [{NOBODY}]")),
+        ..Options::default()
+    });
+    let copy = daemon.dir().join("node-package");
+    let package = binaries::node_package_dir();
+    for part in ["package.json", "index.js", "lib", "test-as-reader"] {
+        copy_tree(&package.join(part), &copy.join(part));
+    }
+    let addon_copy = copy.join("sandboxd.node");
+    std::fs::copy(&addon, &addon_copy).unwrap();
+    make_readable(&copy);
+
+    let mut node = std::process::Command::new("node");
+    node.arg("--test")
+        .arg(copy.join("test-as-reader"))
+        .current_dir(&copy)
+        .env("SANDBOXD_SOCKET", daemon.socket())
+        .env("SANDBOXD_NODE_ADDON", &addon_copy)
+        .env("SANDBOXD_TEST_TOKEN_MARK", TOKEN_MARK)
+        .env("HOME", "/")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::null());
+    let output = run_with_timeout(node, SUITE_TIMEOUT);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "node --test (as nobody) failed ({}):\n{stdout}\n{}\ndaemon log:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        daemon.log_text()
+    );
+    assert!(stdout.contains("# pass 1"), "{stdout}");
+    assert!(!daemon.log_text().contains(TOKEN_MARK));
+}
+
+/// Copies a file or a directory tree.
+fn copy_tree(from: &Path, to: &Path) {
+    if from.is_dir() {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap().flatten() {
+            copy_tree(&entry.path(), &to.join(entry.file_name()));
+        }
+    } else {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, to).unwrap_or_else(|error| panic!("copy {}: {error}", from.display()));
+    }
+}
+
+/// Lets every uid read `path` (and enter it, when a directory).
+fn make_readable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = if path.is_dir() { 0o755 } else { 0o644 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap().flatten() {
+            make_readable(&entry.path());
+        }
+    }
 }
 
 /// True (and the file removed) when `path` exists.

@@ -71,8 +71,8 @@ fn node_calls(socket: &Path, addon: &Path, args: &[&str]) -> anyhow::Result<Samp
         );
     }
     let text = String::from_utf8_lossy(&output.stdout);
-    let line: serde_json::Value = serde_json::from_str(text.trim())
-        .with_context(|| format!("calls.mjs printed {text:?}"))?;
+    let line: serde_json::Value =
+        serde_json::from_str(text.trim()).with_context(|| format!("calls.mjs printed {text:?}"))?;
     let mut samples = Samples::default();
     for value in line["samples_us"].as_array().context("no samples_us")? {
         let micros = value.as_f64().context("a sample is no number")?;
@@ -134,9 +134,11 @@ pub async fn measure(
             .rust_new
             .extend(rust_new(&client, &format!("rs-new-{chunk}"), new_chunk).await?);
         let (count, prefix) = (new_chunk.to_string(), format!("js-new-{chunk}"));
-        figures
-            .node_new
-            .extend(node_calls(&daemon.socket, &addon, &["new", &count, &prefix])?);
+        figures.node_new.extend(node_calls(
+            &daemon.socket,
+            &addon,
+            &["new", &count, &prefix],
+        )?);
         figures
             .rust_fast
             .extend(rust_fast(&client, &format!("rs-fast-{chunk}"), fast_chunk).await?);
@@ -146,11 +148,7 @@ pub async fn measure(
             .extend(node_calls(&daemon.socket, &addon, &["fast", &count, &id])?);
     }
     let runner = binaries.runner.display().to_string();
-    figures.seed_spawn = node_calls(
-        &daemon.socket,
-        &addon,
-        &["seed", &new.to_string(), &runner],
-    )?;
+    figures.seed_spawn = node_calls(&daemon.socket, &addon, &["seed", &new.to_string(), &runner])?;
     daemon.stop()?;
     Ok(figures)
 }

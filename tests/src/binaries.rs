@@ -57,3 +57,61 @@ pub fn socket_holder() -> PathBuf {
         None => find("socket-holder", "sandboxd-tests"),
     }
 }
+
+/// The Node package's native addon (package `sandboxd-node`, a cdylib):
+/// `cargo build --workspace --bins --lib` puts it next to the binaries.
+/// Refused when older than a source it is built from, so a test never runs
+/// a stale addon against a changed client.
+pub fn node_addon() -> PathBuf {
+    let path = profile_dir().join("libsandboxd_node.so");
+    assert!(
+        path.is_file(),
+        "{} not found: the Node package's tests load the native addon; run \
+         `cargo build --workspace --bins --lib` first (package sandboxd-node), then `cargo test --workspace`",
+        path.display()
+    );
+    let built = modified(&path);
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for dir in ["clients/node/src", "client/src", "protocol/src"] {
+        for source in rust_sources(&workspace.join(dir)) {
+            assert!(
+                modified(&source) <= built,
+                "{} is older than {}: rebuild the addon with `cargo build -p sandboxd-node`",
+                path.display(),
+                source.display()
+            );
+        }
+    }
+    path
+}
+
+fn modified(path: &std::path::Path) -> std::time::SystemTime {
+    std::fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .unwrap_or_else(|error| panic!("stat {}: {error}", path.display()))
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_sources(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The Node package's directory (`clients/node`).
+pub fn node_package_dir() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("clients")
+        .join("node")
+}

@@ -51,7 +51,9 @@
 //! the daemon (see `bench/calls.rs`).
 //! A full run ends with (s), a daemon of its
 //! own holding 10,000 running sandboxes (200 with `--quick`: see
-//! `bench/scale.rs`); `--scale-only` runs that row alone.
+//! `bench/scale.rs`); `--scale-only` runs that row alone. `--only-node` runs only
+//! the node row (issue 21: the Node package against the Rust client, and the
+//! seed's in-process spawn; see `bench/node.rs`).
 //! The kubernetes row runs against
 //! the in-process stand-in API server (figures meaningless) unless
 //! `SANDBOXD_TEST_KUBECONFIG` names a real cluster; `--no-kubernetes`
@@ -73,6 +75,8 @@ mod isolation;
 mod kubernetes;
 #[path = "bench/machine.rs"]
 mod machine;
+#[path = "bench/node.rs"]
+mod node;
 #[path = "bench/output.rs"]
 mod output;
 #[path = "bench/raw.rs"]
@@ -201,6 +205,8 @@ struct Options {
     only_events: bool,
     /// Run only the scale row (s).
     scale_only: bool,
+    /// Run only the node row (the Node package against the Rust client).
+    only_node: bool,
     /// Skip the kubernetes row.
     no_kubernetes: bool,
     /// Run the kubernetes row and nothing else.
@@ -227,6 +233,7 @@ fn parse_args() -> Result<Options, String> {
         only_kubernetes: false,
         compare: None,
         only_calls: None,
+        only_node: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -239,6 +246,7 @@ fn parse_args() -> Result<Options, String> {
             "--only-view" => options.only_view = true,
             "--only-events" => options.only_events = true,
             "--scale-only" => options.scale_only = true,
+            "--only-node" => options.only_node = true,
             "--no-kubernetes" => options.no_kubernetes = true,
             "--only-kubernetes" => options.only_kubernetes = true,
             "--burst-connections" => {
@@ -273,7 +281,7 @@ fn parse_args() -> Result<Options, String> {
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
-                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-calls probe|ensure N] [--scale-only] [--no-kubernetes] [--only-kubernetes]\n\n\
+                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-calls probe|ensure N] [--scale-only] [--only-node] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -546,6 +554,24 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             "date": date,
             "only": "scale",
             "machine": { "nproc": machine.nproc, "kernel": machine.kernel, "mem_total_mib": machine.mem_total_mib },
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
+    if options.only_node {
+        step(
+            started,
+            "node: ensure through the Node package vs the Rust client",
+        );
+        let figures = node::measure(dir.path(), &binaries, counts.serial, counts.fast).await?;
+        let rows = node::rows(&figures);
+        print!("{}", report::table(&rows));
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "node",
             "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
         });
         println!("{line}");

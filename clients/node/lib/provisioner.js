@@ -1,0 +1,129 @@
+// newSandboxdProvisioner: the seed's SandboxProvisionerFactory over the
+// sandboxd daemon. Every call goes through the Rust client library (the
+// native addon), so the wire, the protocol-version check, the reconnect
+// after a daemon restart and the per-call deadline are that library's.
+//
+// The scope rules are the seed's (provisioner.ts): session and workflow
+// ensures are idempotent state machines and safe to race (the daemon
+// serialises them per sandbox, so concurrent ensures of one id start one
+// runner); connect creation is NOT idempotent: it returns the sandbox id
+// to deprovision by, fails when that request's sandbox exists, and is
+// never re-sent after a lost call. Failures reject the promise with a
+// typed SandboxdError; whether a failure is fatal is the caller's posture
+// (steps.ts treats workflow ensures as critical and session ones not),
+// so this driver never swallows one.
+//
+// The token is handed to the native side and nowhere else: no log line
+// here carries the environment, and the errors are built from the
+// daemon's kind and message only (errors.js).
+import { native } from "./native.js";
+import { call as callNative, callSync } from "./errors.js";
+import { configDifferences } from "./config-check.js";
+import { camel } from "./shape.js";
+import { limiter, maxInFlightFromEnv } from "./limiter.js";
+
+/** The system daemon's socket, used when SANDBOXD_SOCKET is unset or empty. */
+export const SYSTEM_SOCKET = "/run/stigmer/sandboxd.sock";
+
+/** The socket a provisioner connects to: `$SANDBOXD_SOCKET`, else the system path. */
+export function sandboxdSocket() {
+  const explicit = process.env.SANDBOXD_SOCKET;
+  return explicit !== undefined && explicit !== "" ? explicit : SYSTEM_SOCKET;
+}
+
+export const newSandboxdProvisioner = ({ config, logger }) => {
+  const socket = sandboxdSocket();
+  const limited = limiter(maxInFlightFromEnv());
+  // Synchronous, like the factory: no daemon, or one speaking another
+  // protocol, fails the control plane's boot here with a typed error.
+  const client = callSync(() => native().NativeClient.connect(socket));
+  logger.info("sandboxd provisioner connected", { socket: client.socketPath });
+  warnOnceWhereConfigDiffers(client, config, logger);
+  // Every call below goes through the in-flight cap (limiter.js).
+  const call = (run) => limited(() => callNative(run));
+
+  async function ensure(scope, id, env) {
+    const report = await call(() =>
+      client.ensure(scope, id, env.taskQueue, env.stigmerToken, env.callerClass),
+    );
+    if (report.differs.length > 0) {
+      // The fast path changed nothing; the daemon says which requested
+      // fields differ from the running sandbox's (never their values).
+      logger.warn("sandboxd sandbox already running with other settings", {
+        scope,
+        id,
+        differs: report.differs.join(","),
+      });
+    }
+    return camel(report);
+  }
+
+  const provisioner = {
+    async ensureSessionSandbox(sessionId, env) {
+      await ensure("session", sessionId, env);
+    },
+    async deprovisionSessionSandbox(sessionId) {
+      await call(() => client.deprovision("session", sessionId));
+    },
+    async ensureWorkflowSandbox(executionId, env) {
+      await ensure("workflow", executionId, env);
+    },
+    async deprovisionWorkflowSandbox(executionId) {
+      await call(() => client.deprovision("workflow", executionId));
+    },
+    async createConnectSandbox(connectRequestId, env) {
+      return call(() =>
+        client.createConnect(connectRequestId, env.taskQueue, env.stigmerToken, env.callerClass),
+      );
+    },
+    async deprovisionConnectSandbox(sandboxId) {
+      await call(() => client.deprovision("connect", sandboxId));
+    },
+    async probe(scope, id) {
+      return call(() => client.probe(scope, id));
+    },
+
+    // Beyond the seed's interface (typed in index.d.ts).
+    /** What an ensure did (`created`, `generation`, `pid`, `differs`). */
+    async ensure(scope, id, env) {
+      return ensure(scope, id, env);
+    },
+    /** One sandbox's facts; an unknown one is `state: "absent"`. */
+    async describe(scope, id) {
+      return camel(await call(() => client.describe(scope, id)));
+    },
+    /** Every sandbox the daemon owns, optionally of one scope. */
+    async list(scope) {
+      return camel(await call(() => client.list(scope ?? null)));
+    },
+    /** Facts about the daemon. */
+    async status() {
+      return camel(await call(() => client.status()));
+    },
+    /** The socket this provisioner talks to. */
+    get socketPath() {
+      return client.socketPath;
+    },
+  };
+  return provisioner;
+};
+
+/** Compares the control plane's driver config with `status`, once, in the background. */
+function warnOnceWhereConfigDiffers(client, config, logger) {
+  callNative(() => client.status()).then(
+    (status) => {
+      const differences = configDifferences(config, status);
+      if (differences.length > 0) {
+        logger.warn(
+          "sandboxd runs its own runner configuration; the control plane's SandboxDriverConfig differs from it (the daemon's wins)",
+          { driver: status.driver, differences: differences.join("; ") },
+        );
+      }
+    },
+    (error) => {
+      logger.warn("sandboxd status unavailable: the driver config was not compared", {
+        error: error.message,
+      });
+    },
+  );
+}

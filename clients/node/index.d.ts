@@ -158,6 +158,7 @@ export type SandboxdErrorKind =
   | "failed_precondition"
   | "not_found"
   | "internal"
+  | "conflict"
   | (string & {});
 
 export declare class SandboxdError extends Error {
@@ -182,4 +183,7 @@ export declare class NotFoundError extends SandboxdError {
 }
 export declare class InternalError extends SandboxdError {
   readonly kind: "internal";
+}
+export declare class ConflictError extends SandboxdError {
+  readonly kind: "conflict";
 }

@@ -12,4 +12,5 @@ export {
   FailedPreconditionError,
   NotFoundError,
   InternalError,
+  ConflictError,
 } from "./lib/errors.js";

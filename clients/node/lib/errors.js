@@ -67,11 +67,17 @@ export class InternalError extends SandboxdError {
   }
 }
 
+/** A fenced call whose expectation (uid, generation) no longer holds: nothing was changed. */
+export class ConflictError extends SandboxdError {
+  constructor(message) {
+    super("conflict", message);
+    this.name = "ConflictError";
+  }
+}
+
 /**
- * Kind → class. The mapping point for kinds the protocol gains: the
- * fencing work adds `conflict` (a fenced deprovision that lost its race);
- * until it lands in the protocol, such a kind reaches callers as a plain
- * SandboxdError with that `kind`, and its class is one entry here.
+ * Kind → class. A kind the protocol gains later reaches callers as a
+ * plain SandboxdError with that `kind` until it has its entry here.
  */
 const CLASSES = new Map([
   ["invalid_argument", InvalidArgumentError],
@@ -80,6 +86,7 @@ const CLASSES = new Map([
   ["failed_precondition", FailedPreconditionError],
   ["not_found", NotFoundError],
   ["internal", InternalError],
+  ["conflict", ConflictError],
 ]);
 
 /** The typed error for a native rejection (anything else is returned unchanged). */

@@ -3,8 +3,8 @@
 //! napi-rs gives a rejected promise one string, so the reason is a small
 //! JSON object, `{"kind": "...", "message": "..."}`, which `index.js`
 //! parses into the matching `Error` subclass. The kinds are the daemon's
-//! own (`SandboxError::kind`), so a kind the protocol gains later (the
-//! fencing work's `conflict`) passes through here without a change; the
+//! own (`SandboxError::kind`, `conflict` included: a fenced call whose
+//! expectation no longer holds); the
 //! client's own failures (no daemon, lost call, deadline) are
 //! `unavailable`, a socket this user may not open is `permission_denied`,
 //! and a protocol mismatch is `failed_precondition`. The message is the
@@ -36,7 +36,8 @@ fn daemon_message(error: &SandboxError) -> String {
         | SandboxError::Unavailable(message)
         | SandboxError::FailedPrecondition(message)
         | SandboxError::Internal(message)
-        | SandboxError::NotFound(message) => message.clone(),
+        | SandboxError::NotFound(message)
+        | SandboxError::Conflict(message) => message.clone(),
     }
 }
 

@@ -57,6 +57,8 @@ export interface EnsureReport {
   readonly pid: number | null;
   /** On the fast path, requested fields that differ from the running sandbox's (`task_queue`, `caller_class`, `token`). */
   readonly differs: readonly string[];
+  /** The incarnation's id (32 hex digits): new at each create, kept across respawns and restarts. */
+  readonly uid: string;
 }
 
 export interface ExitInfo {
@@ -68,6 +70,8 @@ export interface ExitInfo {
   readonly pidsRefused: number;
   readonly pidsLimit: number | null;
   readonly diskLimitBytes: number | null;
+  /** How the runner ended, e.g. `{exited: {code: 3}}`, `"deprovisioned"`, `{outOfMemory: {...}}`. */
+  readonly reason: unknown;
 }
 
 /** One sandbox's facts (never the token). Fields the daemon adds later appear as extra keys. */
@@ -118,7 +122,56 @@ export interface SandboxdProvisioner extends SandboxProvisioner {
   describe(scope: SandboxScope, id: string): Promise<SandboxInfo>;
   list(scope?: SandboxScope): Promise<SandboxInfo[]>;
   status(): Promise<DaemonStatus>;
+  /**
+   * Deprovision only if the sandbox is still the incarnation the caller saw
+   * (`uid` and/or `generation` from an ensure or describe): rejects with
+   * ConflictError, changing nothing, when it is not; one already gone is success.
+   */
+  deprovisionFenced(
+    scope: SandboxScope,
+    id: string,
+    expect: { readonly uid?: string; readonly generation?: number },
+  ): Promise<void>;
+  /**
+   * The daemon's event stream as an async iterator (a long-poll underneath):
+   * from `since` (a cursor of an event already seen), else from the oldest
+   * event kept; only `scope`/`id` when given. Ends when the caller stops
+   * iterating (`break`) or `signal` aborts. An `expired` item means events
+   * were missed (a daemon restart, or too far behind): relist, the stream
+   * goes on from the present.
+   */
+  events(options?: {
+    readonly since?: string;
+    readonly scope?: SandboxScope;
+    readonly id?: string;
+    readonly signal?: AbortSignal;
+  }): AsyncIterableIterator<SandboxdEvent | SandboxdEventsExpired>;
   readonly socketPath: string;
+}
+
+/** One event of the stream. */
+export interface SandboxdEvent {
+  readonly type: "event";
+  /** Pass as `since` to resume after this event. */
+  readonly cursor: string;
+  readonly atUnixMs: number;
+  /** `created`, `started`, `exited`, `deprovisioned`, `adopted`, `changed`. */
+  readonly kind: string;
+  readonly scope: SandboxScope;
+  readonly id: string;
+  readonly name: string;
+  readonly uid: string;
+  readonly generation: number;
+  /** How the runner ended, for `exited` (and `deprovisioned` when one was stopped). */
+  readonly exit: ExitInfo | null;
+  readonly [more: string]: unknown;
+}
+
+/** Events were missed: relist, then carry on (the stream resumes from `now`). */
+export interface SandboxdEventsExpired {
+  readonly type: "expired";
+  readonly reason: string;
+  readonly now: string;
 }
 
 /**

@@ -100,6 +100,16 @@ export const newSandboxdProvisioner = ({ config, logger }) => {
     async status() {
       return camel(await call(() => client.status()));
     },
+    /** Deprovision only if it is still the incarnation `expect` names (ConflictError if not). */
+    async deprovisionFenced(scope, id, expect = {}) {
+      const uid = expect.uid ?? null;
+      const generation = expect.generation ?? null;
+      await call(() => client.deprovisionFenced(scope, id, uid, generation));
+    },
+    /** The event stream as an async iterator over the daemon's long-poll. */
+    events(options = {}) {
+      return followEvents(client, options);
+    },
     /** The socket this provisioner talks to. */
     get socketPath() {
       return client.socketPath;
@@ -107,6 +117,34 @@ export const newSandboxdProvisioner = ({ config, logger }) => {
   };
   return provisioner;
 };
+
+/** How long one long-poll waits for an event, and how many it takes at once. */
+const EVENTS_WAIT_MS = 10_000;
+const EVENTS_BATCH = 256;
+
+/**
+ * The async iterator behind `events()`: one long-poll at a time (outside
+ * the in-flight cap: a waiting poll holds no runner call back), each
+ * event filtered by scope and id, an expiry passed on and followed from
+ * the daemon's present.
+ */
+async function* followEvents(client, { since, scope, id, signal } = {}) {
+  let cursor = since ?? null;
+  while (!signal?.aborted) {
+    const page = await callNative(() => client.events(cursor, EVENTS_BATCH, EVENTS_WAIT_MS));
+    if (page.type === "expired") {
+      cursor = page.now;
+      yield { type: "expired", reason: page.reason, now: page.now };
+      continue;
+    }
+    cursor = page.next;
+    for (const event of page.events) {
+      if ((scope && event.scope !== scope) || (id && event.id !== id)) continue;
+      yield { type: "event", ...camel(event) };
+      if (signal?.aborted) return;
+    }
+  }
+}
 
 /** Compares the control plane's driver config with `status`, once, in the background. */
 function warnOnceWhereConfigDiffers(client, config, logger) {

@@ -12,7 +12,9 @@
 use std::time::Duration;
 
 use napi_derive::napi;
-use sandboxd_client::{SandboxEnv, SandboxdClient, Scope, Token};
+use sandboxd_client::{
+    Event, EventCursor, EventsReply, Expectation, SandboxEnv, SandboxdClient, Scope, Token,
+};
 use serde::Serialize;
 
 use crate::error::{invalid_argument, to_napi};
@@ -145,4 +147,86 @@ impl NativeClient {
     pub async fn status(&self) -> napi::Result<serde_json::Value> {
         json(&self.client.status().await.map_err(to_napi)?)
     }
+
+    /// Tears a sandbox down only if it is still the incarnation the caller
+    /// saw (`expect_uid`, `expect_generation`; either may be absent);
+    /// resolves to its `DeprovisionReport`, rejects with `conflict` when
+    /// the sandbox changed. One already gone is success.
+    #[napi]
+    pub async fn deprovision_fenced(
+        &self,
+        scope: String,
+        id: String,
+        expect_uid: Option<String>,
+        expect_generation: Option<i64>,
+    ) -> napi::Result<serde_json::Value> {
+        let scope = scope_of(&scope)?;
+        let generation = expect_generation
+            .map(|generation| {
+                u64::try_from(generation).map_err(|_| {
+                    invalid_argument(format!(
+                        "expected generation must be 0 or more, not {generation}"
+                    ))
+                })
+            })
+            .transpose()?;
+        let expect = Expectation {
+            uid: expect_uid,
+            generation,
+        };
+        let report = match scope {
+            Scope::Connect => self.client.deprovision_connect_fenced(&id, &expect).await,
+            _ => {
+                self.client
+                    .deprovision_fenced(scope, &id, false, &expect)
+                    .await
+            }
+        };
+        json(&report.map_err(to_napi)?)
+    }
+
+    /// One long-poll of the event stream: the events after `since` (a
+    /// `BOOT-SEQ` cursor; absent: from the oldest kept), waiting up to
+    /// `wait_ms` for one. Resolves to `{type: "events", events, next}` or
+    /// `{type: "expired", reason, now}` (relist, then follow from `now`);
+    /// cursors cross as their `BOOT-SEQ` strings.
+    #[napi]
+    pub async fn events(
+        &self,
+        since: Option<String>,
+        max: u32,
+        wait_ms: u32,
+    ) -> napi::Result<serde_json::Value> {
+        let since = since
+            .filter(|since| !since.is_empty())
+            .map(|since| since.parse::<EventCursor>())
+            .transpose()
+            .map_err(invalid_argument)?;
+        let wait = Duration::from_millis(u64::from(wait_ms));
+        let reply = self
+            .client
+            .events(since.as_ref(), max, wait)
+            .await
+            .map_err(to_napi)?;
+        Ok(match reply {
+            EventsReply::Events { events, next } => serde_json::json!({
+                "type": "events",
+                "events": events.iter().map(event_json).collect::<napi::Result<Vec<_>>>()?,
+                "next": next.to_string(),
+            }),
+            EventsReply::Expired { reason, now } => serde_json::json!({
+                "type": "expired",
+                "reason": reason,
+                "now": now.to_string(),
+            }),
+        })
+    }
+}
+
+/// An event as JavaScript gets it: its serde shape with the cursor as its
+/// `BOOT-SEQ` string.
+fn event_json(event: &Event) -> napi::Result<serde_json::Value> {
+    let mut value = json(event)?;
+    value["cursor"] = serde_json::Value::String(event.cursor.to_string());
+    Ok(value)
 }

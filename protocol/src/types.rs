@@ -401,6 +401,19 @@ pub struct DaemonStatus {
     /// Each isolation mechanism, and whether it is in force here.
     #[serde(default)]
     pub isolation: Vec<IsolationFeature>,
+    /// What every runner is given as `STIGMER_BACKEND_ENDPOINT` and
+    /// `TEMPORAL_SERVICE_ADDRESS` (empty: not given), so a control plane
+    /// can see that the daemon's values, not its own, reach the runners.
+    /// Added in protocol 6.
+    #[serde(default)]
+    pub runner_endpoints: RunnerEndpoints,
+}
+
+/// The endpoints the daemon hands its runners (addresses, never secrets).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunnerEndpoints {
+    pub backend_endpoint: String,
+    pub temporal_address: String,
 }
 
 /// How well the daemon can serve, from what it checks itself (the runner

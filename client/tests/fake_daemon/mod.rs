@@ -179,6 +179,7 @@ impl Sandboxd for FakeDaemon {
             health: sandboxd_protocol::Health::healthy(),
             egress: stand_in_egress(),
             isolation_mode: String::new(),
+            runner_endpoints: Default::default(),
             isolation: Vec::new(),
         })
     }

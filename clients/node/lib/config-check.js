@@ -8,8 +8,8 @@
 //
 // `status` reports the runner command (process tier), the runner image
 // (container tiers) and the namespace (kubernetes tier) in its
-// `driver_health` line; it does not report the backend endpoint or the
-// Temporal address, so those two cannot be compared (the README says so).
+// `driver_health` line, and the backend endpoint and Temporal address
+// every runner is given in `runner_endpoints` (protocol 6).
 
 /** The differences between `config` and what `status` reports, as readable lines. */
 export function configDifferences(config, status) {
@@ -38,6 +38,19 @@ export function configDifferences(config, status) {
     if (namespace !== undefined && namespace !== config.kubernetesNamespace) {
       differences.push(
         `kubernetesNamespace: the control plane has ${JSON.stringify(config.kubernetesNamespace)}, the daemon provisions into ${JSON.stringify(namespace)}`,
+      );
+    }
+  }
+  const endpoints = status.runner_endpoints ?? {};
+  for (const [name, daemonKey, what] of [
+    ["backendEndpoint", "backend_endpoint", "STIGMER_BACKEND_ENDPOINT"],
+    ["temporalAddress", "temporal_address", "TEMPORAL_SERVICE_ADDRESS"],
+  ]) {
+    const daemons = endpoints[daemonKey];
+    if (nonEmpty(config[name]) && typeof daemons === "string" && daemons !== config[name]) {
+      const given = daemons === "" ? "gives runners none" : `gives runners ${JSON.stringify(daemons)}`;
+      differences.push(
+        `${name}: the control plane has ${JSON.stringify(config[name])}, the daemon ${given} (${what})`,
       );
     }
   }

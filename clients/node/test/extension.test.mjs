@@ -32,7 +32,11 @@ test("the extension unit registers `sandboxd`, and the seed's selection construc
 
 test("the driver warns once when the control plane's config differs from the daemon's", async () => {
   const logger = recordingLogger();
-  const config = { ...emptyConfig, runnerCommand: "/opt/stigmer/runner-that-is-not-the-daemons" };
+  const config = {
+    ...emptyConfig,
+    runnerCommand: "/opt/stigmer/runner-that-is-not-the-daemons",
+    temporalAddress: "temporal.control-plane.example:7233",
+  };
   const driver = newSandboxdProvisioner({ config, logger });
   const warning = await waitFor(
     () => logger.lines.find((line) => line.level === "warn"),
@@ -40,6 +44,11 @@ test("the driver warns once when the control plane's config differs from the dae
     "the config warning",
   );
   assert.match(warning.fields.differences, /runnerCommand: the control plane has/);
+  // The test daemon gives its runners no Temporal address: that differs too.
+  assert.match(
+    warning.fields.differences,
+    /temporalAddress: the control plane has "temporal\.control-plane\.example:7233", the daemon gives runners none/,
+  );
   // Once: later calls do not repeat it.
   await driver.status();
   await driver.probe("session", "x");
@@ -64,4 +73,12 @@ test("configDifferences compares what status reports, tier by tier", () => {
   const k8s = { driver: "kubernetes", driver_health: "API server https://10.0.0.1; namespace stigmer; may create pods; runner image r:1" };
   const both = configDifferences({ ...emptyConfig, runnerImage: "r:2", kubernetesNamespace: "other" }, k8s);
   assert.equal(both.length, 2, JSON.stringify(both));
+
+  // The endpoints every runner is given (protocol 6's runner_endpoints).
+  const endpoints = { ...local, runner_endpoints: { backend_endpoint: "https://api:443", temporal_address: "" } };
+  assert.deepEqual(configDifferences({ ...emptyConfig, backendEndpoint: "https://api:443" }, endpoints), []);
+  const moved = configDifferences({ ...emptyConfig, backendEndpoint: "https://old:443" }, endpoints);
+  assert.match(moved[0], /backendEndpoint: the control plane has "https:\/\/old:443", the daemon gives runners "https:\/\/api:443" \(STIGMER_BACKEND_ENDPOINT\)/);
+  // An older daemon reports none: nothing is compared.
+  assert.deepEqual(configDifferences({ ...emptyConfig, backendEndpoint: "x" }, local), []);
 });

@@ -71,6 +71,10 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         differences: Default::default(),
         events,
         fence_locks: crate::drivers::key_lock::KeyLocks::new(),
+        runner_endpoints: sandboxd_protocol::RunnerEndpoints {
+            backend_endpoint: config.backend_endpoint.clone(),
+            temporal_address: config.temporal_address.clone(),
+        },
     });
     let limits = Limits::from_config(&config);
     tracing::info!(

@@ -11,8 +11,8 @@ use std::time::Instant;
 use sandboxd_protocol::events::{MAX_EVENTS_PER_CALL, MAX_EVENTS_WAIT_MS};
 use sandboxd_protocol::{
     validate, DaemonStatus, DeprovisionReport, EnsureReport, EventCursor, EventsReply, Expectation,
-    HealthVerdict, LogChunk, LogStart, ProbeState, SandboxCounts, SandboxEnv, SandboxError,
-    SandboxInfo, Sandboxd, Scope, WorkspaceInfo, MAX_LOG_CHUNK, PROTOCOL_VERSION,
+    HealthVerdict, LogChunk, LogStart, ProbeState, RunnerEndpoints, SandboxCounts, SandboxEnv,
+    SandboxError, SandboxInfo, Sandboxd, Scope, WorkspaceInfo, MAX_LOG_CHUNK, PROTOCOL_VERSION,
 };
 use tarpc::context::Context;
 
@@ -40,6 +40,8 @@ pub struct DaemonState {
     /// One fenced call per key at a time, so a tier's default
     /// check-then-act cannot race another fenced call of the same key.
     pub fence_locks: KeyLocks<SandboxKey>,
+    /// What runners are given as their backend and Temporal addresses.
+    pub runner_endpoints: RunnerEndpoints,
 }
 
 /// The service as one connection sees it: the shared state, and the peer
@@ -363,6 +365,7 @@ impl Sandboxd for ConnectionService {
             egress,
             isolation_mode,
             isolation,
+            runner_endpoints: daemon.runner_endpoints.clone(),
         })
     }
 

@@ -182,6 +182,7 @@ pub fn daemon_state(driver: Arc<FakeDriver>, lists: AccessConfig) -> Arc<DaemonS
         differences: Default::default(),
         events: crate::events::EventHub::new(64),
         fence_locks: crate::drivers::key_lock::KeyLocks::new(),
+        runner_endpoints: Default::default(),
     })
 }
 

@@ -935,6 +935,7 @@ mod tests {
                 mechanism: "unrestricted: egress = \"none\" in the configuration".into(),
             },
             isolation_mode: "full".into(),
+            runner_endpoints: Default::default(),
             isolation: vec![
                 IsolationFeature::in_force("pid-namespace", "its own"),
                 IsolationFeature::not_in_force(

@@ -50,11 +50,13 @@ async fn out_of_descriptors_is_an_error_naming_the_limit_and_never_a_hang() {
     let client = daemon.client().await;
     client.status().await.unwrap();
     let pid = daemon.pid().unwrap();
-    // Room for a spawn's descriptors while it runs: under `isolation =
-    // "full"` two more than without (the socket pair to the sandbox's init
-    // and the status file it is handed, less the /dev/null init opens
-    // itself); none of them is held once the runner has started.
-    let limit = open_descriptors(pid) + 14;
+    // Room for a spawn's descriptors while it runs, none of them held once
+    // the runner has started: under `isolation = "full"` the runner's own
+    // stdio (/dev/null and two copies of the output pipe) and the status
+    // file beside init's, and the view's bind sources (the runner program,
+    // the workspace), which the sandbox's first process opens in its copy
+    // of the daemon's descriptor table, under the daemon's limit.
+    let limit = open_descriptors(pid) + 20;
     set_open_file_limit(pid, limit, Some(limit));
 
     let mut started = Vec::new();

@@ -185,7 +185,14 @@ async fn logs_of_an_unknown_id_say_no_such_sandbox_and_a_follow_ends_at_deprovis
         .read_to_string(&mut errors)
         .unwrap();
     assert_eq!(status.unwrap().code(), Some(0), "{errors}");
-    assert!(errors.contains("sandbox deprovisioned"), "{errors}");
+    // The follower names how the generation it followed ended, after its
+    // last bytes (issue 17: the deprovision stopped the runner, which
+    // exited 0 on SIGTERM).
+    assert!(
+        errors.contains("generation 1: the runner exited")
+            && errors.contains("its output ends here"),
+        "{errors}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

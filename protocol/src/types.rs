@@ -184,6 +184,43 @@ pub struct ExitInfo {
     pub reason: crate::ExitReason,
 }
 
+impl ExitInfo {
+    /// An exit known by these facts, its reason the one they add up to;
+    /// the limits and counters are the tier's to add (then
+    /// [`ExitInfo::derive_reason`] again).
+    pub fn from_facts(
+        code: Option<i32>,
+        signal: Option<i32>,
+        at_unix_ms: u64,
+        oom_killed: bool,
+    ) -> ExitInfo {
+        let mut exit = ExitInfo {
+            code,
+            signal,
+            at_unix_ms,
+            oom_killed,
+            oom_limit_bytes: None,
+            pids_refused: 0,
+            pids_limit: None,
+            disk_limit_bytes: None,
+            reason: crate::ExitReason::Unknown,
+        };
+        exit.derive_reason();
+        exit
+    }
+
+    /// Sets [`ExitInfo::reason`] to what the facts add up to.
+    pub fn derive_reason(&mut self) {
+        self.reason = crate::ExitReason::from_facts(
+            self.code,
+            self.signal,
+            self.oom_killed,
+            self.oom_limit_bytes,
+            self.disk_limit_bytes,
+        );
+    }
+}
+
 impl fmt::Display for ExitInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.code, self.signal, self.oom_limit_bytes) {

@@ -112,6 +112,15 @@ impl Options {
             ..Options::default()
         }
     }
+
+    /// Runners that allocate 256 MiB once their workspace has `go` in it,
+    /// under a 64 MiB memory limit: the OOM killer's case.
+    pub fn past_the_memory_limit() -> Self {
+        Options {
+            extra_toml: "[limits]\nmemory = \"64m\"".to_string(),
+            ..Options::with_runner_args(&["--allocate-mib", "256", "--allocate-when", "go"])
+        }
+    }
 }
 
 /// A real `sandboxd` process with its own directory, socket, state dir and log.

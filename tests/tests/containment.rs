@@ -282,14 +282,7 @@ async fn runners_live_in_their_sandbox_cgroup_in_v2_and_in_each_v1_controller_wi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_past_the_memory_limit_is_oom_killed_and_describe_says_so() {
     // Each runner allocates once its workspace has `go` in it.
-    let options = Options {
-        runner_args: ["--allocate-mib", "256", "--allocate-when", "go"]
-            .map(String::from)
-            .to_vec(),
-        extra_toml: "[limits]\nmemory = \"64m\"".to_string(),
-        ..Options::default()
-    };
-    let daemon = TestDaemon::start(options);
+    let daemon = TestDaemon::start(Options::past_the_memory_limit());
     let client = daemon.client().await;
     let id = "oom";
     let pid = client

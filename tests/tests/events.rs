@@ -58,14 +58,7 @@ async fn a_runner_that_exits_3_is_an_exited_event_with_its_code() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oom_kill_is_an_exited_event_with_the_limit() {
-    let options = Options {
-        runner_args: ["--allocate-mib", "256", "--allocate-when", "go"]
-            .map(String::from)
-            .to_vec(),
-        extra_toml: "[limits]\nmemory = \"64m\"".to_string(),
-        ..Options::default()
-    };
-    let daemon = TestDaemon::start(options);
+    let daemon = TestDaemon::start(Options::past_the_memory_limit());
     let client = daemon.client().await;
     let since = now(&client).await;
     let report = client

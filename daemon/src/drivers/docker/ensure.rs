@@ -158,21 +158,8 @@ async fn step(
             }
             log("start");
             let generation = inner.next_generation(key, observed);
-            match containers::start(&inner.engine, &observed.id).await {
-                Ok(()) => {
-                    let uid = observed.uid();
-                    inner
-                        .events
-                        .emit(EventKind::Started, key, uid, generation, None);
-                    Ok(Some(EnsureReport {
-                        state: ProbeState::Running,
-                        created: true,
-                        generation,
-                        pid: None,
-                        differs: Vec::new(),
-                        uid: uid.to_string(),
-                    }))
-                }
+            match start(inner, key, &observed.id, observed.uid(), generation).await {
+                Ok(report) => Ok(Some(report)),
                 Err(error) if error.is_not_found() => Ok(None),
                 Err(error) => Err(failure(key, "start", error)),
             }
@@ -258,22 +245,32 @@ async fn create_and_start(
             .events
             .emit(EventKind::Created, key, uid, generation, None);
     }
-    match containers::start(&inner.engine, &container).await {
-        Ok(()) => {
-            inner
-                .events
-                .emit(EventKind::Started, key, uid, generation, None);
-            Ok(EnsureReport {
-                state: ProbeState::Running,
-                created: true,
-                generation,
-                pid: None,
-                differs: Vec::new(),
-                uid: uid.to_string(),
-            })
-        }
-        Err(error) => Err(CreateError::Final(failure(key, "start", error))),
-    }
+    start(inner, key, &container, uid, generation)
+        .await
+        .map_err(|error| CreateError::Final(failure(key, "start", error)))
+}
+
+/// Starts `container` (generation `generation` of incarnation `uid`),
+/// announces it, and says so as an ensure's report.
+async fn start(
+    inner: &Inner,
+    key: &SandboxKey,
+    container: &str,
+    uid: &str,
+    generation: u64,
+) -> Result<EnsureReport, CallError> {
+    containers::start(&inner.engine, container).await?;
+    inner
+        .events
+        .emit(EventKind::Started, key, uid, generation, None);
+    Ok(EnsureReport {
+        state: ProbeState::Running,
+        created: true,
+        generation,
+        pid: None,
+        differs: Vec::new(),
+        uid: uid.to_string(),
+    })
 }
 
 fn failure(key: &SandboxKey, verb: &str, error: CallError) -> SandboxError {

@@ -210,6 +210,24 @@ impl DockerDriver {
             icc: Mutex::new(None),
         })
     }
+
+    /// A deprovision, checked against `expect` (when given) under the key
+    /// lock, on the container as the engine shows it. Once SIGTERM is
+    /// sent, the escalation to SIGKILL and the removal must happen even if
+    /// the caller stops waiting.
+    async fn deprovision_expecting(
+        &self,
+        key: &SandboxKey,
+        keep_workspace: bool,
+        expect: Option<Expectation>,
+    ) -> Result<DeprovisionReport, SandboxError> {
+        let (inner, key) = (self.inner.clone(), key.clone());
+        run_to_completion("deprovision", async move {
+            let _guard = inner.key_locks.lock(&key).await;
+            teardown::deprovision(&inner, &key, keep_workspace, expect.as_ref()).await
+        })
+        .await
+    }
 }
 
 /// Logs what the engine looks like at start: reachable or not, the runner
@@ -374,14 +392,7 @@ impl Driver for DockerDriver {
         key: &SandboxKey,
         keep_workspace: bool,
     ) -> Result<DeprovisionReport, SandboxError> {
-        // Once SIGTERM is sent, the escalation to SIGKILL and the removal
-        // must happen even if the caller stops waiting.
-        let (inner, key) = (self.inner.clone(), key.clone());
-        run_to_completion("deprovision", async move {
-            let _guard = inner.key_locks.lock(&key).await;
-            teardown::deprovision(&inner, &key, keep_workspace, None).await
-        })
-        .await
+        self.deprovision_expecting(key, keep_workspace, None).await
     }
 
     /// Checked under the key lock, on the container as the engine shows it.
@@ -391,12 +402,8 @@ impl Driver for DockerDriver {
         keep_workspace: bool,
         expect: &Expectation,
     ) -> Result<DeprovisionReport, SandboxError> {
-        let (inner, key, expect) = (self.inner.clone(), key.clone(), expect.clone());
-        run_to_completion("deprovision", async move {
-            let _guard = inner.key_locks.lock(&key).await;
-            teardown::deprovision(&inner, &key, keep_workspace, Some(&expect)).await
-        })
-        .await
+        self.deprovision_expecting(key, keep_workspace, Some(expect.clone()))
+            .await
     }
 
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {

@@ -237,23 +237,7 @@ impl Observed {
 pub fn exit_info(code: i64, at_unix_ms: u64, oom_killed: bool) -> ExitInfo {
     let code = i32::try_from(code).unwrap_or(i32::MAX);
     let signal = (129..=128 + 64).contains(&code).then(|| code - 128);
-    ExitInfo {
-        code: Some(code),
-        signal,
-        at_unix_ms,
-        oom_killed,
-        oom_limit_bytes: None,
-        pids_refused: 0,
-        pids_limit: None,
-        disk_limit_bytes: None,
-        reason: sandboxd_protocol::ExitReason::from_facts(
-            Some(code),
-            signal,
-            oom_killed,
-            None,
-            None,
-        ),
-    }
+    ExitInfo::from_facts(Some(code), signal, at_unix_ms, oom_killed)
 }
 
 /// The engine's RFC 3339 timestamps in ms since the epoch; the zero time

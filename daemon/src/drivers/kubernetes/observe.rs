@@ -235,28 +235,18 @@ fn unix_ms(time: &Time) -> u64 {
 
 /// How the runner container last ended, from a terminated state.
 fn exit_of(terminated: &ContainerStateTerminated) -> ExitInfo {
-    ExitInfo {
-        code: (terminated.signal.is_none()).then_some(terminated.exit_code),
-        signal: terminated.signal,
-        at_unix_ms: terminated
-            .finished_at
-            .as_ref()
-            .map(unix_ms)
-            .unwrap_or_default(),
-        oom_killed: terminated.reason.as_deref() == Some("OOMKilled"),
-        oom_limit_bytes: None,
-        pids_refused: 0,
-        pids_limit: None,
-        disk_limit_bytes: None,
+    let at_unix_ms = terminated
+        .finished_at
+        .as_ref()
+        .map(unix_ms)
+        .unwrap_or_default();
+    ExitInfo::from_facts(
+        (terminated.signal.is_none()).then_some(terminated.exit_code),
+        terminated.signal,
+        at_unix_ms,
         // `OOMKilled`, `Error`, `Completed`: the kubelet's reasons.
-        reason: sandboxd_protocol::ExitReason::from_facts(
-            (terminated.signal.is_none()).then_some(terminated.exit_code),
-            terminated.signal,
-            terminated.reason.as_deref() == Some("OOMKilled"),
-            None,
-            None,
-        ),
-    }
+        terminated.reason.as_deref() == Some("OOMKilled"),
+    )
 }
 
 /// describe's answer: the Deployment's facts and its newest pod's.

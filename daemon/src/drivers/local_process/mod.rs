@@ -671,15 +671,8 @@ impl Inner {
 /// stop): its own status went to the watcher, so only the reason is known.
 fn stopped_exit(reason: ExitReason) -> ExitInfo {
     ExitInfo {
-        code: None,
-        signal: None,
-        at_unix_ms: now_unix_ms(),
-        oom_killed: false,
-        oom_limit_bytes: None,
-        pids_refused: 0,
-        pids_limit: None,
-        disk_limit_bytes: None,
         reason,
+        ..ExitInfo::from_facts(None, None, now_unix_ms(), false)
     }
 }
 
@@ -728,17 +721,12 @@ async fn after_exit(
     status: Option<std::process::ExitStatus>,
     gone: oneshot::Sender<()>,
 ) {
-    let mut exit = ExitInfo {
-        code: status.and_then(|status| status.code()),
-        signal: status.and_then(|status| std::os::unix::process::ExitStatusExt::signal(&status)),
-        at_unix_ms: now_unix_ms(),
-        oom_killed: false,
-        oom_limit_bytes: None,
-        pids_refused: 0,
-        pids_limit: None,
-        disk_limit_bytes: None,
-        reason: ExitReason::Unknown,
-    };
+    let mut exit = ExitInfo::from_facts(
+        status.and_then(|status| status.code()),
+        status.and_then(|status| std::os::unix::process::ExitStatusExt::signal(&status)),
+        now_unix_ms(),
+        false,
+    );
     // The leader is gone, so the sandbox is: nothing left in its cgroup (or
     // group) may linger. (Its pid cannot be reused while group members hold
     // the id.)
@@ -768,13 +756,8 @@ async fn after_exit(
     if over_disk_limit {
         exit.disk_limit_bytes = Some(inner.disk_limit.bytes);
     }
-    exit.reason = ExitReason::from_facts(
-        exit.code,
-        exit.signal,
-        exit.oom_killed,
-        exit.oom_limit_bytes,
-        exit.disk_limit_bytes,
-    );
+    // With what the cgroup and the disk watcher said added.
+    exit.derive_reason();
     let how = format!("generation {generation}: the runner exited ({exit})");
     let (logs, base) = (inner.logs.clone(), key.base_name.clone());
     // Before the table says absent: a follower never sees the sandbox gone

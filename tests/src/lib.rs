@@ -18,8 +18,8 @@ pub use daemon::{
 pub use procs::{eventually, pid_is_gone, start_time, wait_until};
 pub use raw::{context, read_response, request_frame, sandbox_env, tarpc_client};
 pub use runner::{
-    dir_entries, read_grandchild_pid, read_runner_pid, runner_env, start_session, wait_for_runner,
-    RUNNER_TIMEOUT,
+    dir_entries, read_grandchild_pid, read_runner_pid, request_attack, runner_env, start_session,
+    wait_for_runner, RUNNER_TIMEOUT,
 };
 pub mod activation;
 pub mod docker_image;

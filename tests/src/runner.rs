@@ -35,6 +35,18 @@ pub fn wait_for_runner(workspace: &Path, pid: u32) {
     );
 }
 
+/// Hands a `--serve-attacks` fixture its request: written whole under
+/// another name, then renamed to `attack`, because the fixture acts the
+/// moment the name exists and a plain write lets it read a half-written
+/// (or empty) request.
+pub fn request_attack(workspace: &Path, request: &str) {
+    let pending = workspace.join(".attack.pending");
+    std::fs::write(&pending, request)
+        .unwrap_or_else(|error| panic!("write {}: {error}", pending.display()));
+    std::fs::rename(&pending, workspace.join("attack"))
+        .unwrap_or_else(|error| panic!("rename {}: {error}", pending.display()));
+}
+
 /// The pid of the grandchild the fixture forked (`--fork-grandchild`).
 pub fn read_grandchild_pid(workspace: &Path) -> Option<u32> {
     read_pid_file(&workspace.join("grandchild.pid"))

@@ -114,7 +114,7 @@ async fn attack_each_other(egress: Option<&str>) {
             held[other]["abstract"].as_str().unwrap(),
             held[other]["key"],
         );
-        std::fs::write(workspaces[me].join("attack"), request).unwrap();
+        sandboxd_tests::request_attack(&workspaces[me], &request);
     }
     let expected = [
         ("unshare(CLONE_NEWUSER)", libc::EPERM),

@@ -75,7 +75,7 @@ async fn a_runner_is_refused_every_way_into_another_sandbox() {
         victim_workspace.display(),
         victim_log.display()
     );
-    std::fs::write(attacker_workspace.join("attack"), request).unwrap();
+    sandboxd_tests::request_attack(&attacker_workspace, &request);
     let report_path = attacker_workspace.join("attack-report.json");
     assert!(
         wait_until(REPORT_TIMEOUT, || report_path.exists()),

@@ -191,6 +191,32 @@ impl Default for LimitsConfig {
     }
 }
 
+/// `[pool]`: how many views the process tier keeps prepared per scope
+/// under `isolation = "full"` (see `drivers/local_process/prepared/`):
+/// namespaces made and the view built ahead of demand, so a new sandbox
+/// only adds its workspace and its runner. 0 turns a scope's pool off.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolConfig {
+    pub session: usize,
+    pub workflow: usize,
+    pub connect: usize,
+}
+
+/// The most views one scope's pool may keep prepared: each is a process
+/// and three namespaces held while nothing uses them.
+pub const MAX_POOL_SIZE: usize = 256;
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            session: 4,
+            workflow: 2,
+            connect: 0,
+        }
+    }
+}
+
 /// `isolation`: how far apart the process tier keeps its sandboxes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -482,6 +508,7 @@ struct FileConfig {
     kubernetes: Option<KubernetesConfig>,
     isolation: Option<IsolationMode>,
     view: Option<ViewConfig>,
+    pool: Option<PoolConfig>,
 }
 
 /// The resolved configuration.
@@ -550,6 +577,8 @@ pub struct Config {
     pub isolation: IsolationMode,
     /// What a sandbox sees under `isolation = "full"`.
     pub view: ViewConfig,
+    /// The views kept prepared per scope under `isolation = "full"`.
+    pub pool: PoolConfig,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -660,6 +689,7 @@ impl Config {
             kubernetes,
             isolation: file.isolation.unwrap_or_default(),
             view: file.view.unwrap_or_default(),
+            pool: file.pool.unwrap_or_default(),
         };
         config.validate()?;
         Ok(config)
@@ -676,6 +706,15 @@ impl Config {
             bail!("runner_command must not be empty");
         }
         validate_runner_path(&self.runner_path)?;
+        for (scope, size) in [
+            ("session", self.pool.session),
+            ("workflow", self.pool.workflow),
+            ("connect", self.pool.connect),
+        ] {
+            if size > MAX_POOL_SIZE {
+                bail!("[pool] {scope} = {size} is more than the {MAX_POOL_SIZE} views a scope may keep prepared");
+            }
+        }
         if self.max_connections == 0 {
             bail!("max_connections must be at least 1");
         }

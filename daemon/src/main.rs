@@ -94,6 +94,12 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(drivers::local_process::INIT_ARG.as_ref()) {
         return drivers::local_process::run_sandbox_init();
     }
+    // And the holder of a view prepared ahead of its sandbox.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(drivers::local_process::VIEW_HOLDER_ARG.as_ref())
+    {
+        return drivers::local_process::run_view_holder();
+    }
     // First, while the process has one thread: it edits the environment.
     let handoff = match systemd::Handoff::take() {
         Ok(handoff) => handoff,

@@ -291,7 +291,7 @@ fn a_handoff_that_cannot_be_served_is_refused_by_name() {
 }
 
 /// The capabilities sandboxd.service keeps, as setpriv(1) names them.
-const UNIT_CAPABILITIES: [&str; 8] = [
+const UNIT_CAPABILITIES: [&str; 10] = [
     "setuid",
     "setgid",
     "setpcap",
@@ -300,6 +300,8 @@ const UNIT_CAPABILITIES: [&str; 8] = [
     "dac_override",
     "net_admin",
     "sys_admin",
+    "sys_chroot",
+    "sys_ptrace",
 ];
 
 /// `CapabilityBoundingSet=` of the shipped unit, lower-cased without `CAP_`.
@@ -356,6 +358,9 @@ async fn lifecycle_with_capabilities(caps: &[&str]) -> Result<(), String> {
     {
         return Err(format!("status: no private view: {}", missing.detail));
     }
+    // A view prepared ahead is ready before the ensure, so the sandbox
+    // joins it (which needs CAP_SYS_CHROOT and CAP_SYS_PTRACE).
+    wait_for_a_prepared_session_view(&client).await?;
     let report = client
         .ensure_session_sandbox("caps", &sandbox_env("session:caps", "tok"))
         .await
@@ -366,6 +371,18 @@ async fn lifecycle_with_capabilities(caps: &[&str]) -> Result<(), String> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     if !status.contains("\nCapBnd:\t0000000000000000\n") {
         return Err(format!("ensure: the runner kept a bounding set:\n{status}"));
+    }
+    let status = client
+        .status()
+        .await
+        .map_err(|error| format!("status: {error}"))?;
+    match status
+        .isolation
+        .iter()
+        .find(|feature| feature.name == "prepared-views")
+    {
+        Some(pool) if pool.in_force && pool.detail.contains("1 taken") => {}
+        other => return Err(format!("ensure: no prepared view was taken: {other:?}")),
     }
     let owner = fs::metadata(&workspace).unwrap().uid();
     assert!(
@@ -383,6 +400,32 @@ async fn lifecycle_with_capabilities(caps: &[&str]) -> Result<(), String> {
         return Err("deprovision: the workspace is still there".into());
     }
     Ok(())
+}
+
+/// Waits until the daemon's pool holds a session view (made on its own
+/// thread after start), or says what the pool reports instead.
+async fn wait_for_a_prepared_session_view(client: &SandboxdClient) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let status = client
+            .status()
+            .await
+            .map_err(|error| format!("status: {error}"))?;
+        let pool = status
+            .isolation
+            .iter()
+            .find(|feature| feature.name == "prepared-views")
+            .cloned();
+        match &pool {
+            Some(pool) if pool.in_force && !pool.detail.starts_with("session: 0 of") => {
+                return Ok(())
+            }
+            _ if std::time::Instant::now() > deadline => {
+                return Err(format!("no session view was prepared: {pool:?}"))
+            }
+            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -415,6 +458,8 @@ async fn the_units_capability_set_is_enough_and_each_capability_is_needed() {
         "dac_override",
         "net_admin",
         "sys_admin",
+        "sys_chroot",
+        "sys_ptrace",
     ] {
         let fewer: Vec<&str> = UNIT_CAPABILITIES
             .iter()

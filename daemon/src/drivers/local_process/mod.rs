@@ -20,8 +20,10 @@ mod launch;
 mod ledger;
 mod logs;
 mod peer_check;
+mod prepared;
 pub mod reaper;
 pub use isolation::init::{run_init_process as run_sandbox_init, ARG as INIT_ARG};
+pub use isolation::view_holder::{run_view_holder, ARG as VIEW_HOLDER_ARG};
 mod state_dir;
 mod stop;
 mod trash;
@@ -321,6 +323,7 @@ impl LocalProcessDriver {
             events,
             _state_lock: state_lock,
         });
+        inner.start_prepared_views(&config.pool);
         if let Some(ttl) = config.workspace_ttl {
             tokio::spawn(workspaces::keep_expiring(Arc::downgrade(&inner), ttl));
         }
@@ -335,6 +338,33 @@ impl LocalProcessDriver {
 }
 
 impl Inner {
+    /// Starts the pool of prepared views (see [`prepared`]) under
+    /// `isolation = "full"`, where sandboxes have cgroups (a taken view's
+    /// holder ends with its sandbox's) and the runner command is found.
+    fn start_prepared_views(&self, sizes: &crate::config::PoolConfig) {
+        let Some(view) = &self.settings.view else {
+            return;
+        };
+        if self.containment.tree().is_none() {
+            tracing::info!("no cgroups for the sandboxes: no views are prepared ahead");
+            return;
+        }
+        let Ok(program) = self.settings.resolve_command() else {
+            return;
+        };
+        let drop_bounding_set = self
+            .settings
+            .identity
+            .privileges(None)
+            .bounding_set_up_to
+            .is_some();
+        if let Err(error) =
+            view.start_pool(self.spawner.background(), program, sizes, drop_bounding_set)
+        {
+            tracing::warn!(%error, "cannot start the pool of prepared views: sandboxes start cold");
+        }
+    }
+
     fn stop_remover(&self) -> MutexGuard<'_, Option<cgroup::setup::StopRemover>> {
         self.stop_remover
             .lock()
@@ -938,7 +968,13 @@ impl Driver for LocalProcessDriver {
 
     fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
         let mode = self.inner.isolation_mode.as_str().to_string();
-        (mode, self.inner.isolation_features())
+        let mut features = self.inner.isolation_features();
+        // Live, so only in `status`: what the pool holds now.
+        if let Some(pool) = self.inner.settings.view.as_ref().and_then(|view| view.prepared()) {
+            features.push(pool.feature());
+            features.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        (mode, features)
     }
 
     async fn ensure(
@@ -1043,6 +1079,9 @@ impl Driver for LocalProcessDriver {
             }
         }
         self.inner.stopping.store(true, Ordering::Release);
+        if let Some(view) = &self.inner.settings.view {
+            view.stop_pool();
+        }
         let keys: Vec<SandboxKey> = self.inner.records().keys().cloned().collect();
         tracing::info!(sandboxes = keys.len(), "stopping every process-tier runner");
         // Workspaces are kept: a session ensured again after a restart finds its files.

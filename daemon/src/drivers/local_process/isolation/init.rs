@@ -64,9 +64,15 @@ const FORWARDED: [libc::c_int; 7] = [
 ];
 
 /// A step of init that failed.
-struct Failure {
+pub(super) struct Failure {
     step: &'static str,
     error: io::Error,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.step, self.error)
+    }
 }
 
 impl Failure {
@@ -182,7 +188,10 @@ fn handled_signals() -> libc::sigset_t {
 /// An empty bounding set (when asked), the runner's user (when it has
 /// one), no capability in any set, `no_new_privs`. This process has one
 /// thread, so glibc's wrappers are fine here.
-fn drop_own_privileges(user: Option<(u32, u32)>, drop_bounding_set: bool) -> Result<(), Failure> {
+pub(super) fn drop_own_privileges(
+    user: Option<(u32, u32)>,
+    drop_bounding_set: bool,
+) -> Result<(), Failure> {
     let prctl = |option: libc::c_int, arg: libc::c_ulong| {
         // SAFETY: prctl with plain integer arguments.
         if unsafe { libc::prctl(option, arg, 0, 0, 0) } < 0 {

@@ -17,6 +17,7 @@ pub mod mounts;
 pub mod namespaces;
 mod network;
 pub mod seccomp;
+pub mod view_holder;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -59,6 +59,14 @@ pub struct Bind {
     pub writable: bool,
 }
 
+/// The mount that covers a path in every view: a private tmpfs (writable)
+/// or a hiding one (read-only once the view is built).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cover {
+    pub path: PathBuf,
+    pub writable: bool,
+}
+
 /// One sandbox's view, made by the daemon and applied by its init.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountPlan {
@@ -115,6 +123,43 @@ impl ViewSettings {
 
     pub fn tmp_size(&self) -> u64 {
         self.tmp_size
+    }
+
+    /// The plan of a view prepared before its sandbox is known (see
+    /// `prepared`): [`plan`](Self::plan) without the workspace, which the
+    /// sandbox that takes it mounts in.
+    pub fn plan_prepared(&self, program: &Path) -> MountPlan {
+        let mut plan = self.plan(Path::new("/"), program);
+        plan.binds.pop();
+        plan
+    }
+
+    /// The mount under which `path` lies in every view, as
+    /// [`MountPlan::prepare`] chooses it: the first private tmpfs, else the
+    /// first hidden directory, that holds it. `None`: it is in the host's
+    /// tree (read-only, where no mount point can be made).
+    pub fn cover_of(&self, path: &Path) -> Option<Cover> {
+        let mut covers: Vec<Cover> = PRIVATE_TMP
+            .iter()
+            .map(Path::new)
+            .filter(|tmp| tmp.is_dir())
+            .map(|tmp| Cover {
+                path: tmp.to_path_buf(),
+                writable: true,
+            })
+            .collect();
+        for hidden in &self.hidden {
+            if covers.iter().any(|cover| hidden.starts_with(&cover.path)) {
+                continue;
+            }
+            if std::fs::symlink_metadata(hidden).is_ok_and(|meta| meta.is_dir()) {
+                covers.push(Cover {
+                    path: hidden.clone(),
+                    writable: false,
+                });
+            }
+        }
+        covers.into_iter().find(|cover| path.starts_with(&cover.path))
     }
 
     /// The plan of a sandbox whose workspace is `workspace` and whose

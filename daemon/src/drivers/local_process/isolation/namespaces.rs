@@ -15,15 +15,21 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use sandboxd_protocol::Scope;
 
 use super::super::launch::clone_exec::{
     CgroupPlacement, Cloned, ExecPlan, Privileges, RUNNER_PID_ARG,
 };
 use super::super::launch::runner_plan::RunnerLaunch;
 use super::init::{ARG, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
+use super::super::launch::spawner::Background;
+use super::super::prepared::parked::{ParkedView, ViewMaker};
+use super::super::prepared::PreparedViews;
 use super::kernel_filters::KernelFilters;
 use super::mounts::ViewSettings;
+use crate::config::PoolConfig;
 
 /// The namespaces every sandbox's init is cloned into.
 pub const NAMESPACES: libc::c_int = libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
@@ -68,6 +74,8 @@ pub struct View {
     exe: OwnedFd,
     /// Where each sandbox's init writes its runner's wait status.
     exits_dir: PathBuf,
+    /// The views prepared ahead of demand, once the pool has started.
+    prepared: OnceLock<Arc<PreparedViews>>,
 }
 
 /// A sandbox started in its view, not yet reaped.
@@ -76,8 +84,9 @@ pub struct ViewSpawn {
     pub init: Cloned,
     /// The runner's host pid, as reported.
     pub runner_pid: libc::pid_t,
-    /// Holds the runner's wait status once init has exited.
-    pub status_file: PathBuf,
+    /// Holds the runner's wait status once init has exited; `None` when
+    /// the runner joined a prepared view (it is the daemon's own child).
+    pub status_file: Option<PathBuf>,
 }
 
 /// What failed when a sandbox could not start in its view.
@@ -104,7 +113,41 @@ impl View {
             settings,
             exe: OwnedFd::from(exe),
             exits_dir,
+            prepared: OnceLock::new(),
         })
+    }
+
+    /// Starts keeping `sizes` views prepared per scope for runners of
+    /// `program` (see `prepared`), made on `background`. Once only.
+    pub fn start_pool(
+        &self,
+        background: Background,
+        program: PathBuf,
+        sizes: &PoolConfig,
+        drop_bounding_set: bool,
+    ) -> io::Result<()> {
+        let maker = ViewMaker {
+            settings: self.settings.clone(),
+            exe: self.exe.try_clone()?,
+            program,
+            drop_bounding_set,
+        };
+        let _ = self
+            .prepared
+            .set(PreparedViews::start(maker, background, sizes));
+        Ok(())
+    }
+
+    /// The pool, once started.
+    pub fn prepared(&self) -> Option<&Arc<PreparedViews>> {
+        self.prepared.get()
+    }
+
+    /// Ends the views not taken (the daemon's stop).
+    pub fn stop_pool(&self) {
+        if let Some(pool) = self.prepared.get() {
+            pool.stop();
+        }
     }
 
     /// Starts `runner` (under `filters`, as the daemon starts any runner)
@@ -113,6 +156,131 @@ impl View {
     /// thread (see `launch::spawner`); the caller watches `init` when this
     /// succeeds, and nothing is left when it fails.
     pub fn spawn(
+        &self,
+        scope: Scope,
+        base_name: &str,
+        runner: &RunnerLaunch,
+        filters: &Arc<KernelFilters>,
+        output: [OwnedFd; 2],
+        cgroup: Option<CgroupPlacement>,
+    ) -> Result<ViewSpawn, StartError> {
+        // Warm where the pool has a view and the sandbox has a cgroup for
+        // its holder to end with.
+        let taken = match (&cgroup, self.prepared.get()) {
+            (Some(_), Some(pool)) => pool
+                .take(scope, &runner.program)
+                .map(|view| (pool.clone(), view)),
+            _ => None,
+        };
+        let (output, cgroup) = match taken {
+            Some((pool, view)) => match self.spawn_prepared(&pool, view, runner, filters, output, cgroup)
+            {
+                Ok(spawned) => return spawned,
+                Err(back) => back,
+            },
+            None => (output, cgroup),
+        };
+        self.spawn_cold(base_name, runner, filters, output, cgroup)
+    }
+
+    /// Starts `runner` inside a prepared `view`. `Ok` is the sandbox's
+    /// outcome (started, or the runner's own failure); `Err` gives the
+    /// output and cgroup back for a cold start, when the view could not be
+    /// joined (its holder gone, a capability missing).
+    #[allow(clippy::type_complexity)]
+    fn spawn_prepared(
+        &self,
+        pool: &Arc<PreparedViews>,
+        mut view: ParkedView,
+        runner: &RunnerLaunch,
+        filters: &Arc<KernelFilters>,
+        output: [OwnedFd; 2],
+        cgroup: Option<CgroupPlacement>,
+    ) -> Result<Result<ViewSpawn, StartError>, ([OwnedFd; 2], Option<CgroupPlacement>)> {
+        let cover = self.settings.cover_of(&runner.cwd);
+        // Opened here: inside the view, /proc is the view's own.
+        let opened = match (
+            File::open("/dev/null"),
+            cgroup.as_ref().map(open_v2_procs).transpose(),
+        ) {
+            (Ok(null), Ok(v2_procs)) => OpenedOutside { null, v2_procs },
+            (Err(error), _) => return Ok(Err(StartError::at("open /dev/null")(error))),
+            (_, Err(error)) => {
+                return Ok(Err(StartError::at("open of the v2 cgroup.procs")(error)))
+            }
+        };
+        let inside = match view.enter(&runner.cwd, cover.as_ref()) {
+            Ok(inside) => inside,
+            Err(error) => {
+                let for_good = error.error.raw_os_error() == Some(libc::EPERM);
+                pool.failed(
+                    format!(
+                        "{}: {}{}",
+                        error.step,
+                        error.error,
+                        if for_good {
+                            " (joining a prepared view needs CAP_SYS_ADMIN, CAP_SYS_CHROOT and CAP_SYS_PTRACE)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    for_good,
+                );
+                return Err((output, cgroup));
+            }
+        };
+        Ok(self.start_inside(inside, view, runner, filters, opened, output, cgroup))
+    }
+
+    /// The runner's start inside a joined view: the holder into the
+    /// sandbox's cgroup, then the ordinary runner clone (it inherits this
+    /// thread's namespaces), then back to the daemon's.
+    fn start_inside(
+        &self,
+        inside: super::super::prepared::parked::InsideView,
+        mut view: ParkedView,
+        runner: &RunnerLaunch,
+        filters: &Arc<KernelFilters>,
+        opened: OpenedOutside,
+        output: [OwnedFd; 2],
+        cgroup: Option<CgroupPlacement>,
+    ) -> Result<ViewSpawn, StartError> {
+        let [stdout, stderr] = output;
+        let OpenedOutside { null, v2_procs } = opened;
+        let plan = runner
+            .exec_plan([OwnedFd::from(null), stdout, stderr], filters.clone())
+            .map_err(invalid)?
+            .joining_pid_namespace();
+        let plan = match cgroup {
+            Some(placement) => {
+                let mut procs: Vec<std::os::fd::RawFd> =
+                    placement.v1_procs.iter().map(AsRawFd::as_raw_fd).collect();
+                procs.extend(v2_procs.as_ref().map(AsRawFd::as_raw_fd));
+                view.join_cgroup(&procs).map_err(|error| StartError {
+                    step: error.step,
+                    error: error.error,
+                })?;
+                plan.in_cgroup(placement)
+            }
+            None => plan,
+        };
+        let spawned = plan.spawn();
+        drop(plan);
+        drop(inside);
+        let cloned = spawned.map_err(|error| StartError {
+            step: error.step,
+            error: error.error,
+        })?;
+        tracing::debug!(holder = view.holder(), runner = cloned.pid, "a runner joined a prepared view");
+        Ok(ViewSpawn {
+            init: cloned,
+            runner_pid: cloned.pid,
+            status_file: None,
+        })
+    }
+
+    /// The cold start: the view built on the caller's time.
+    fn spawn_cold(
         &self,
         base_name: &str,
         runner: &RunnerLaunch,
@@ -184,9 +352,23 @@ impl View {
         Ok(ViewSpawn {
             init: cloned,
             runner_pid,
-            status_file,
+            status_file: Some(status_file),
         })
     }
+}
+
+/// What a runner joining a prepared view needs opened before the thread
+/// enters it (inside, `/proc` is the view's own).
+struct OpenedOutside {
+    null: File,
+    /// `cgroup.procs` of the sandbox's v2 cgroup, for the holder's move.
+    v2_procs: Option<OwnedFd>,
+}
+
+/// `cgroup.procs` of the sandbox's v2 cgroup, for writing.
+fn open_v2_procs(placement: &CgroupPlacement) -> io::Result<OwnedFd> {
+    let dir = format!("/proc/self/fd/{}/cgroup.procs", placement.v2_dir.as_raw_fd());
+    Ok(OwnedFd::from(std::fs::OpenOptions::new().write(true).open(dir)?))
 }
 
 /// A plan the clone child cannot take (a NUL byte in a path or variable).

@@ -93,6 +93,9 @@ pub struct ExecPlan {
     /// `Some`: this is a sandbox's first process, not a runner (see
     /// [`ExecPlan::into_sandbox_init`]).
     sandbox: Option<SandboxInit>,
+    /// The child starts in a PID namespace the spawning thread joined (a
+    /// prepared view's, see `prepared`): its parent is outside it.
+    joins_pid_namespace: bool,
 }
 
 /// What a sandbox's first process needs beyond an ordinary plan.
@@ -102,8 +105,10 @@ pub struct SandboxInit {
     exe: RawFd,
     /// The view, built before the runner starts.
     mounts: MountProgram,
-    /// The runner, started as this process's child inside the view.
-    runner: Box<ExecPlan>,
+    /// The runner, started as this process's child inside the view;
+    /// `None` for a prepared view, whose runner joins it later (see
+    /// `prepared`).
+    runner: Option<Box<ExecPlan>>,
 }
 
 /// Where a runner starts, opened before the clone.
@@ -267,6 +272,7 @@ impl ExecPlan {
             filters: None,
             namespaces: 0,
             sandbox: None,
+            joins_pid_namespace: false,
         })
     }
 
@@ -300,8 +306,36 @@ impl ExecPlan {
         self.sandbox = Some(SandboxInit {
             exe,
             mounts,
-            runner: Box::new(runner),
+            runner: Some(Box::new(runner)),
         });
+        self
+    }
+
+    /// As [`into_sandbox_init`](Self::into_sandbox_init), for a view
+    /// prepared ahead of its sandbox: the first process builds the view in
+    /// its new `namespaces` and execs `exe` (the view's holder, see
+    /// `isolation::view_holder`) without starting any runner.
+    pub fn into_prepared_view(
+        mut self,
+        exe: RawFd,
+        namespaces: libc::c_int,
+        mounts: MountProgram,
+    ) -> ExecPlan {
+        self.namespaces = namespaces;
+        self.filters = None;
+        self.sandbox = Some(SandboxInit {
+            exe,
+            mounts,
+            runner: None,
+        });
+        self
+    }
+
+    /// Says that the spawning thread has joined the PID namespace the child
+    /// starts in (`setns`), so the child's parent is outside it and
+    /// `getppid` says 0.
+    pub fn joining_pid_namespace(mut self) -> ExecPlan {
+        self.joins_pid_namespace = true;
         self
     }
 
@@ -332,7 +366,7 @@ impl ExecPlan {
         let envp = null_terminated(&self.env);
         let mut stat = [0u8; STAT_CAPACITY];
         // In a new PID namespace the parent is outside it: `getppid` says 0.
-        let parent = if self.namespaces & libc::CLONE_NEWPID != 0 {
+        let parent = if self.namespaces & libc::CLONE_NEWPID != 0 || self.joins_pid_namespace {
             0
         } else {
             // SAFETY: getpid has no preconditions.
@@ -347,11 +381,21 @@ impl ExecPlan {
         let runner_child;
         let mut pid_arg = [0u8; PID_ARG_CAPACITY];
         if let Some(sandbox) = &self.sandbox {
-            let runner = &sandbox.runner;
-            runner_argv = null_terminated(&runner.args);
-            runner_envp = null_terminated(&runner.env);
-            runner_child =
-                ChildPlan::new(runner, &runner_argv, &runner_envp, 1, std::ptr::null_mut());
+            let runner_plan = match &sandbox.runner {
+                Some(runner) => {
+                    runner_argv = null_terminated(&runner.args);
+                    runner_envp = null_terminated(&runner.env);
+                    runner_child = ChildPlan::new(
+                        runner,
+                        &runner_argv,
+                        &runner_envp,
+                        1,
+                        std::ptr::null_mut(),
+                    );
+                    &runner_child as *const ChildPlan
+                }
+                None => std::ptr::null(),
+            };
             if let Some(slot) = self
                 .args
                 .iter()
@@ -362,7 +406,7 @@ impl ExecPlan {
             child.view = Some(view_child::ViewChild {
                 exe: sandbox.exe,
                 mounts: &sandbox.mounts,
-                runner: &runner_child,
+                runner: runner_plan,
                 runner_stack: RUNNER_STACK.with(|stack| stack.top()),
                 pid_arg: pid_arg.as_mut_ptr(),
             });

@@ -199,6 +199,7 @@ impl RunnerSettings {
         let started = match &self.view {
             Some(view) => view
                 .spawn(
+                    key.scope,
                     &key.base_name,
                     &launch,
                     &self.filters,
@@ -208,7 +209,7 @@ impl RunnerSettings {
                 .map(|spawned| Started {
                     leader: spawned.init,
                     runner_pid: spawned.runner_pid,
-                    status_file: Some(spawned.status_file),
+                    status_file: spawned.status_file,
                 })
                 .map_err(|error| (error.step, error.error)),
             None => match File::open("/dev/null") {

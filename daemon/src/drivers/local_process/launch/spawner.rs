@@ -43,8 +43,35 @@ struct Thread {
 }
 
 pub struct Spawner {
+    /// The spawner threads, then the background thread (the last one).
     threads: Arc<Vec<Thread>>,
     exits: Arc<ChildExits>,
+}
+
+/// The background thread: where work that no caller waits for runs (the
+/// prepared views of `prepared`), at a lower priority than the spawner
+/// threads, and whose children are reaped like theirs. Like them it lives
+/// as long as the daemon, so what it starts may die with it.
+#[derive(Clone)]
+pub struct Background {
+    threads: Arc<Vec<Thread>>,
+    exits: Arc<ChildExits>,
+}
+
+/// The background thread's `nice` value: its work never takes a CPU from
+/// a spawn that a caller waits for.
+const BACKGROUND_NICE: libc::c_int = 10;
+
+impl Background {
+    /// Queues `work` (given the exits its children are reaped into); false
+    /// when the thread is gone.
+    pub fn run(&self, work: impl FnOnce(&ChildExits) + Send + 'static) -> bool {
+        let exits = self.exits.clone();
+        let Some(thread) = self.threads.last() else {
+            return false;
+        };
+        send(thread, Box::new(move || work(&exits))).is_ok()
+    }
 }
 
 impl Spawner {
@@ -56,14 +83,29 @@ impl Spawner {
         let count = cpus.saturating_sub(1).clamp(1, 8);
         let exits = Arc::new(ChildExits::default());
         let runtime = tokio::runtime::Handle::current();
-        let mut threads = Vec::with_capacity(count);
-        for index in 0..count {
+        let mut threads = Vec::with_capacity(count + 1);
+        for index in 0..=count {
+            let background = index == count;
             let (jobs, queue) = channel::<Job>();
             let queued = Arc::new(AtomicUsize::new(0));
             let (runtime, left) = (runtime.clone(), queued.clone());
+            let name = match background {
+                true => "runner-prepare".to_string(),
+                false => format!("runner-spawn-{index}"),
+            };
             std::thread::Builder::new()
-                .name(format!("runner-spawn-{index}"))
+                .name(name)
                 .spawn(move || {
+                    if background {
+                        // SAFETY: setpriority on this thread's own id.
+                        unsafe {
+                            libc::setpriority(
+                                libc::PRIO_PROCESS,
+                                libc::gettid() as libc::id_t,
+                                BACKGROUND_NICE,
+                            )
+                        };
+                    }
                     let _runtime = runtime.enter();
                     ChildExits::reap_children_of_this_thread();
                     while let Ok(job) = queue.recv() {
@@ -86,6 +128,14 @@ impl Spawner {
         Ok(Spawner { threads, exits })
     }
 
+    /// The background thread's handle.
+    pub fn background(&self) -> Background {
+        Background {
+            threads: self.threads.clone(),
+            exits: self.exits.clone(),
+        }
+    }
+
     /// Where the exits of runners started by [`run`](Self::run) arrive.
     pub fn exits(&self) -> &ChildExits {
         &self.exits
@@ -102,8 +152,8 @@ impl Spawner {
         let job: Job = Box::new(move || {
             let _ = done.send(work());
         });
-        let thread = self
-            .threads
+        let spawners = &self.threads[..self.threads.len() - 1];
+        let thread = spawners
             .iter()
             .min_by_key(|thread| thread.queued.load(Ordering::Relaxed))?;
         send(thread, job).ok()?;

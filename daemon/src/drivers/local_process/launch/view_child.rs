@@ -43,6 +43,7 @@ use super::{
 pub(super) struct ViewChild {
     pub exe: RawFd,
     pub mounts: *const MountProgram,
+    /// Null for a prepared view: no runner yet (see `prepared`).
     pub runner: *const ChildPlan,
     /// The top of the runner's stack.
     pub runner_stack: *mut libc::c_void,
@@ -61,6 +62,32 @@ pub(super) unsafe fn start_sandbox(plan: &ChildPlan, view: &ViewChild) -> ! {
     if !(*view.mounts).run() {
         fail(plan, STEP_VIEW);
     }
+    let runner = view.runner;
+    if !runner.is_null() {
+        start_runner(plan, view);
+    }
+    for (target, &source) in plan.stdio.iter().enumerate() {
+        if !move_fd(source, target as RawFd) {
+            fail(plan, STEP_DUP2);
+        }
+    }
+    libc::chdir(c"/".as_ptr());
+    libc::syscall(
+        libc::SYS_execveat,
+        view.exe,
+        c"".as_ptr(),
+        plan.argv,
+        plan.envp,
+        libc::AT_EMPTY_PATH,
+    );
+    fail(plan, STEP_EXECVE)
+}
+
+/// Step 3: the runner, on its own stack, and its pid in init's arguments.
+///
+/// # Safety
+/// As [`start_sandbox`], with `view.runner` not null.
+unsafe fn start_runner(plan: &ChildPlan, view: &ViewChild) {
     let runner = view.runner;
     let pid = libc::clone(
         child_main,
@@ -82,19 +109,4 @@ pub(super) unsafe fn start_sandbox(plan: &ChildPlan, view: &ViewChild) -> ! {
         std::slice::from_raw_parts_mut(view.pid_arg, PID_ARG_CAPACITY),
         pid.unsigned_abs(),
     );
-    for (target, &source) in plan.stdio.iter().enumerate() {
-        if !move_fd(source, target as RawFd) {
-            fail(plan, STEP_DUP2);
-        }
-    }
-    libc::chdir(c"/".as_ptr());
-    libc::syscall(
-        libc::SYS_execveat,
-        view.exe,
-        c"".as_ptr(),
-        plan.argv,
-        plan.envp,
-        libc::AT_EMPTY_PATH,
-    );
-    fail(plan, STEP_EXECVE)
 }

@@ -1,0 +1,77 @@
+//! The PID 1 of a view prepared ahead of its sandbox (see `prepared`): the
+//! daemon's own binary exec'd with a hidden argv[1] by the view's first
+//! process once that process has built the view (the same
+//! [`MountProgram`](super::mount_program::MountProgram) as a sandbox started
+//! cold, without its workspace) in new mount, PID and IPC namespaces.
+//!
+//! It holds the namespaces until a sandbox takes them: the runner then
+//! joins them from the daemon (`setns`, then the ordinary runner clone), so
+//! the runner is the daemon's child as under `uid-cgroup`, and this process
+//! stays what a namespace's PID 1 must be: the reaper of every orphan.
+//! It forwards nothing (the daemon signals the runner's group itself) and
+//! ends with the sandbox's cgroup, which the daemon moves it into when the
+//! sandbox takes the view; an untaken view ends with the daemon (it dies
+//! with the thread that cloned it) or at its stop.
+//!
+//! What it does, in order: non-dumpable first (nothing in the view may read
+//! or trace it), every privilege dropped for good (an empty bounding set
+//! where the daemon can empty one, no capability, `no_new_privs`; it stays
+//! uid 0, so no runner's uid may signal it), every signal blocked, and
+//! then, until it is killed, reaps whatever exits. Its arguments: [`ARG`]
+//! and whether to empty its bounding set.
+
+use std::process::ExitCode;
+
+use super::init::{drop_own_privileges, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
+
+/// The hidden first argument that makes `sandboxd` a prepared view's holder.
+pub const ARG: &str = "__sandbox-view-holder";
+
+/// The holder's `main`: returns only when its set-up failed (127), which
+/// the daemon sees as a view that died before it was taken.
+pub fn run_view_holder() -> ExitCode {
+    // SAFETY: prctl with plain integer arguments and a constant C string.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        libc::prctl(libc::PR_SET_NAME, c"sandbox-view".as_ptr(), 0, 0, 0);
+    }
+    let drop_bounding_set = match std::env::args().nth(2).as_deref() {
+        Some(DROP_BOUNDING_SET) => true,
+        Some(KEEP_BOUNDING_SET) => false,
+        other => {
+            eprintln!("sandbox-view: bad argument {other:?}");
+            return ExitCode::from(127);
+        }
+    };
+    if let Err(failure) = drop_own_privileges(None, drop_bounding_set) {
+        eprintln!("sandbox-view: {failure}");
+        return ExitCode::from(127);
+    }
+    // SAFETY: sigset_t is plain data, filled by sigfillset; the mask is
+    // this single-threaded process's own.
+    let all = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+        all
+    };
+    loop {
+        // SAFETY: a valid set; no siginfo wanted. SIGCHLD (blocked, so
+        // queued) wakes it; any other signal is taken and dropped.
+        let signal = unsafe { libc::sigwaitinfo(&all, std::ptr::null_mut()) };
+        if signal == libc::SIGCHLD {
+            reap_all();
+        }
+    }
+}
+
+/// Reaps every exited child (orphans of the sandbox's runner).
+fn reap_all() {
+    loop {
+        let mut status = 0;
+        // SAFETY: a valid out-pointer; WNOHANG returns at once.
+        if unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } <= 0 {
+            return;
+        }
+    }
+}

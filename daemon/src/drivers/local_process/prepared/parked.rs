@@ -1,0 +1,411 @@
+//! One view prepared ahead of its sandbox: made on the pool's background
+//! thread ([`ViewMaker::park`]), held by its holder process
+//! (`isolation::view_holder`), and taken by one sandbox on a spawner thread
+//! ([`ParkedView::enter`]), which joins its namespaces, mounts the
+//! sandbox's workspace into it, and starts the runner there.
+//!
+//! Why the runner joins from the daemon rather than being started by the
+//! holder: the runner's start (privileges, user switch, keyring, Landlock,
+//! clean start, seccomp) stays the one clone child every runner of the
+//! daemon has, with the filters prepared once; the holder never needs the
+//! sandbox's uid, environment or token; and the runner is the daemon's own
+//! child, so its exit status is read directly, as under `uid-cgroup`.
+//!
+//! The spawner thread's round trip: `unshare(CLONE_FS)` once per thread (a
+//! thread sharing its file-system context may not change mount
+//! namespace), then `setns` into the holder's mount, PID and IPC
+//! namespaces by its pidfd (which needs `CAP_SYS_ADMIN`, `CAP_SYS_CHROOT`,
+//! and `CAP_SYS_PTRACE` to reach a non-dumpable holder), and back into the
+//! daemon's own by the descriptors it opened first. A thread that cannot
+//! get back would start the next sandbox in the wrong view: the daemon
+//! aborts instead.
+
+use std::ffi::CString;
+use std::fs::{DirBuilder, File};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use super::super::isolation::mount_program::MOUNT_ATTR_RDONLY;
+use super::super::isolation::mounts::{Cover, ViewSettings};
+use super::super::isolation::namespaces::NAMESPACES;
+use super::super::isolation::view_holder;
+use super::super::launch::child_exits::{ChildExits, RunnerProcess};
+use super::super::launch::clone_exec::{ExecPlan, Privileges};
+
+/// What every view of the pool is made from.
+pub struct ViewMaker {
+    pub settings: ViewSettings,
+    /// The daemon's own binary, exec'd as each holder.
+    pub exe: OwnedFd,
+    /// The runner program bound into every view.
+    pub program: PathBuf,
+    /// Whether holders empty their bounding set (the daemon has CAP_SETPCAP).
+    pub drop_bounding_set: bool,
+}
+
+/// A view built and held, not yet taken.
+pub struct ParkedView {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    program: PathBuf,
+    /// Where the holder's exit is reaped; nobody waits for it.
+    _exit: RunnerProcess,
+    /// Set once a sandbox has taken it: its holder then ends with the
+    /// sandbox's cgroup, not with this value.
+    taken: bool,
+}
+
+/// A step of taking a view that failed.
+#[derive(Debug)]
+pub struct TakeError {
+    pub step: String,
+    pub error: io::Error,
+}
+
+impl TakeError {
+    fn at(step: impl Into<String>) -> impl FnOnce(io::Error) -> TakeError {
+        let step = step.into();
+        move |error| TakeError { step, error }
+    }
+}
+
+impl ViewMaker {
+    /// Builds one view in new namespaces and parks its holder. Call on the
+    /// pool's background thread (a spawner-like thread that lives as long as
+    /// the daemon: the holder dies with it), whose children `exits` reaps.
+    pub fn park(&self, exits: &ChildExits) -> Result<ParkedView, String> {
+        let mounts = self
+            .settings
+            .plan_prepared(&self.program)
+            .prepare()
+            .map_err(|error| format!("{error}"))?;
+        let null = || {
+            File::options()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+                .map(OwnedFd::from)
+                .map_err(|error| format!("open /dev/null: {error}"))
+        };
+        let bounding_set = if self.drop_bounding_set {
+            super::super::isolation::init::DROP_BOUNDING_SET
+        } else {
+            super::super::isolation::init::KEEP_BOUNDING_SET
+        };
+        let plan = ExecPlan::new(
+            "sandboxd-view".as_ref(),
+            [view_holder::ARG, bounding_set],
+            [] as [(&str, &str); 0],
+            "/".as_ref(),
+            [null()?, null()?, null()?],
+            Privileges::default(),
+        )?
+        .into_prepared_view(self.exe.as_raw_fd(), NAMESPACES, mounts);
+        let cloned = plan.spawn().map_err(|error| error.to_string())?;
+        let exit = exits.watch(cloned.pid, cloned.start_time);
+        match pidfd_open(cloned.pid) {
+            Ok(pidfd) => Ok(ParkedView {
+                pid: cloned.pid,
+                pidfd,
+                program: self.program.clone(),
+                _exit: exit,
+                taken: false,
+            }),
+            Err(error) => {
+                // SAFETY: our own child, not reaped (its watcher reaps it).
+                unsafe { libc::kill(cloned.pid, libc::SIGKILL) };
+                Err(format!("pidfd_open of the view's holder: {error}"))
+            }
+        }
+    }
+}
+
+impl ParkedView {
+    /// The runner program this view was built for.
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
+    /// The holder's host pid.
+    pub fn holder(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// Joins the view's namespaces on this (spawner) thread and mounts
+    /// `workspace` (a directory of the daemon's) at the same path inside,
+    /// under `cover` (the mount that hides its parent in the view, see
+    /// [`ViewSettings::cover_of`]). The thread is back in the daemon's own
+    /// namespaces when the returned value is dropped; on an error it is
+    /// back already.
+    pub fn enter(
+        &mut self,
+        workspace: &Path,
+        cover: Option<&Cover>,
+    ) -> Result<InsideView, TakeError> {
+        let tree = detached_copy(workspace).map_err(TakeError::at(format!(
+            "open_tree of the workspace {}",
+            workspace.display()
+        )))?;
+        HOST.with(|host| -> Result<InsideView, TakeError> {
+            let host = host
+                .as_ref()
+                .map_err(|error| TakeError::at("unshare(CLONE_FS)")(clone_error(error)))?;
+            setns(self.pidfd.as_raw_fd(), NAMESPACES)
+                .map_err(TakeError::at("setns into the prepared view"))?;
+            let inside = InsideView {
+                host: host.clone_fds(),
+            };
+            if let Some(cover) = cover {
+                make_mount_point(cover, workspace)?;
+            }
+            move_into(&tree, workspace).map_err(TakeError::at(format!(
+                "move_mount of the workspace onto {}",
+                workspace.display()
+            )))?;
+            Ok(inside)
+        })
+    }
+
+    /// Moves the holder into the sandbox's cgroups (`procs`: a
+    /// `cgroup.procs` descriptor of each hierarchy), so it ends with them:
+    /// the cgroup's kill ends the holder, and the namespaces, with the rest.
+    pub fn join_cgroup(&mut self, procs: &[RawFd]) -> Result<(), TakeError> {
+        let pid = self.pid.to_string();
+        for &fd in procs {
+            // SAFETY: a write of a live buffer to a descriptor the caller holds.
+            let written = unsafe { libc::write(fd, pid.as_ptr().cast(), pid.len()) };
+            if written < 0 {
+                return Err(TakeError::at("move the view's holder into the sandbox's cgroup")(
+                    io::Error::last_os_error(),
+                ));
+            }
+        }
+        self.taken = true;
+        Ok(())
+    }
+}
+
+impl Drop for ParkedView {
+    /// An untaken view (or one whose sandbox failed before its cgroup held
+    /// the holder) is ended here; its holder is reaped by its thread.
+    fn drop(&mut self) {
+        if !self.taken {
+            // SAFETY: a live pidfd and a plain signal number.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    self.pidfd.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                )
+            };
+        }
+    }
+}
+
+/// This spawner thread inside a prepared view's namespaces, until dropped.
+pub struct InsideView {
+    host: [RawFd; 3],
+}
+
+impl Drop for InsideView {
+    fn drop(&mut self) {
+        for (fd, namespace) in self.host.into_iter().zip(HOST_NAMESPACES) {
+            if let Err(error) = setns(fd, namespace) {
+                tracing::error!(%error, namespace, "a spawner thread cannot return from a prepared view to the daemon's namespaces: aborting rather than starting sandboxes in the wrong view");
+                std::process::abort();
+            }
+        }
+    }
+}
+
+/// The daemon's own namespaces, each reached back by its own descriptor.
+const HOST_NAMESPACES: [libc::c_int; 3] = [libc::CLONE_NEWNS, libc::CLONE_NEWPID, libc::CLONE_NEWIPC];
+
+/// This thread's way back: its own file-system context (so it may change
+/// mount namespace) and descriptors of the daemon's namespaces.
+struct HostNamespaces {
+    fds: Vec<OwnedFd>,
+}
+
+impl HostNamespaces {
+    fn open() -> io::Result<HostNamespaces> {
+        // SAFETY: unshare with a plain flag; it affects this thread only.
+        if unsafe { libc::unshare(libc::CLONE_FS) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fds = ["mnt", "pid", "ipc"]
+            .into_iter()
+            .map(|name| File::open(format!("/proc/thread-self/ns/{name}")).map(OwnedFd::from))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(HostNamespaces { fds })
+    }
+
+    fn clone_fds(&self) -> [RawFd; 3] {
+        [
+            self.fds[0].as_raw_fd(),
+            self.fds[1].as_raw_fd(),
+            self.fds[2].as_raw_fd(),
+        ]
+    }
+}
+
+thread_local! {
+    static HOST: io::Result<HostNamespaces> = HostNamespaces::open();
+}
+
+fn clone_error(error: &io::Error) -> io::Error {
+    match error.raw_os_error() {
+        Some(errno) => io::Error::from_raw_os_error(errno),
+        None => io::Error::other(error.to_string()),
+    }
+}
+
+fn setns(fd: RawFd, namespaces: libc::c_int) -> io::Result<()> {
+    // SAFETY: setns with a descriptor the caller holds open.
+    if unsafe { libc::setns(fd, namespaces) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open with a pid and no flags.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// A detached bind of `dir` (in the daemon's mount namespace), writable,
+/// `nosuid,nodev`, as the cold view binds a workspace back.
+fn detached_copy(dir: &Path) -> io::Result<OwnedFd> {
+    let path = c_path(dir)?;
+    // SAFETY: open_tree with a C string; the result is a new descriptor.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by no one else.
+    let tree = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_clr: MOUNT_ATTR_RDONLY,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: mount_setattr on the detached tree's descriptor, with a
+    // struct of the size given.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if result < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(tree)
+}
+
+/// Attaches the detached `tree` at `target` in this thread's mount namespace.
+fn move_into(tree: &OwnedFd, target: &Path) -> io::Result<()> {
+    let target = c_path(target)?;
+    // SAFETY: move_mount of a detached tree's descriptor onto a C string path.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if result < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The directories from `cover` down to `workspace`, made inside the
+/// view's cover (writable for the moment when it is a read-only hiding
+/// tmpfs, as the cold view makes its mount points before the remount).
+fn make_mount_point(cover: &Cover, workspace: &Path) -> Result<(), TakeError> {
+    let remount = |read_only: bool| -> Result<(), TakeError> {
+        let target = c_path(&cover.path).map_err(TakeError::at("remount of the cover"))?;
+        let mut flags = libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        if read_only {
+            flags |= libc::MS_RDONLY;
+        }
+        // SAFETY: mount(2) with C strings that live across the call.
+        let result = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                target.as_ptr(),
+                std::ptr::null(),
+                flags,
+                c"mode=0755".as_ptr().cast(),
+            )
+        };
+        if result < 0 {
+            let what = if read_only { "read-only" } else { "writable" };
+            return Err(TakeError::at(format!(
+                "make {} {what} again",
+                cover.path.display()
+            ))(io::Error::last_os_error()));
+        }
+        Ok(())
+    };
+    if !cover.writable {
+        remount(false)?;
+    }
+    let made = DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(workspace)
+        .map_err(TakeError::at(format!(
+            "make a mount point at {}",
+            workspace.display()
+        )));
+    if !cover.writable {
+        remount(true)?;
+    }
+    made
+}

@@ -947,6 +947,23 @@ mod tests {
     }
 
     #[test]
+    fn the_pool_has_defaults_per_scope_and_its_sizes_are_checked() {
+        let config = resolve("", &[], Flags::default()).unwrap();
+        assert_eq!(config.pool, PoolConfig::default());
+        assert_eq!((config.pool.session, config.pool.workflow, config.pool.connect), (4, 2, 0));
+        let off = resolve("[pool]\nsession = 0", &[], Flags::default()).unwrap();
+        assert_eq!((off.pool.session, off.pool.workflow), (0, 2));
+        for (file, words) in [
+            ("[pool]\nsession = 257", "[pool] session = 257 is more than the 256"),
+            ("[pool]\nworkflow = -1", "workflow"),
+            ("[pool]\nsessions = 4", "unknown field"),
+        ] {
+            let error = format!("{:#}", resolve(file, &[], Flags::default()).unwrap_err());
+            assert!(error.contains(words), "{file}: {error}");
+        }
+    }
+
+    #[test]
     fn isolation_is_full_by_default_and_view_paths_are_checked() {
         let config = resolve("", &[], Flags::default()).unwrap();
         assert_eq!(config.isolation, IsolationMode::Full);

@@ -60,10 +60,20 @@ pub fn parent_pid(pid: u32) -> Option<u32> {
 }
 
 /// The group leader sandboxd signals, reaps and records in its ledger for
-/// the runner `pid`: under `isolation = "full"` its sandbox's init (its
-/// parent, outside the runner's PID namespace), else the runner itself.
+/// the runner `pid`: under `isolation = "full"` started cold, its sandbox's
+/// init (its parent, PID 1 of the runner's namespace); else (a runner that
+/// joined a prepared view, whose parent is the daemon, or no namespaces)
+/// the runner itself.
 pub fn sandbox_leader(pid: u32) -> u32 {
-    let namespaced = std::fs::read_to_string(format!("/proc/{pid}/status"))
+    match parent_pid(pid) {
+        Some(parent) if is_namespaced(pid) && is_namespaced(parent) => parent,
+        _ => pid,
+    }
+}
+
+/// Whether `pid` is in a PID namespace below the host's.
+fn is_namespaced(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|status| {
             let line = status
@@ -72,12 +82,7 @@ pub fn sandbox_leader(pid: u32) -> u32 {
                 .to_string();
             Some(line.split_whitespace().count() > 2)
         })
-        .unwrap_or(false);
-    if namespaced {
-        parent_pid(pid).unwrap_or(pid)
-    } else {
-        pid
-    }
+        .unwrap_or(false)
 }
 
 /// Field 5 of `/proc/<pid>/stat`: the process group id.

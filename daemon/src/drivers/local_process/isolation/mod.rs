@@ -142,7 +142,7 @@ fn namespace_features(
         ),
         IsolationFeature::in_force(
             "pid-namespace",
-            "own /proc: only the sandbox's processes; PID 1 is sandboxd's init (reaps, forwards signals); the pid reported is the runner's host pid",
+            "own /proc: only the sandbox's processes; PID 1 is sandboxd's init (reaps, forwards signals) or, in a view prepared ahead, its holder (reaps; signals go to the runner's group directly); the pid reported is the runner's host pid",
         ),
         IsolationFeature::in_force(
             "ipc-namespace",

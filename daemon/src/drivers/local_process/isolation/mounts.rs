@@ -13,7 +13,11 @@
 //! ordinary process, not the clone child, so it may allocate.
 //!
 //! Order of [`MountPlan::apply`], each step named in its error:
-//! 1. every mount a slave (`MS_REC|MS_SLAVE`): nothing propagates back;
+//! 1. every mount private (`MS_REC|MS_PRIVATE`): nothing propagates back,
+//!    and nothing the host mounts later propagates in (as a slave it would,
+//!    writable, past the read-only tree: a long-lived sandbox, or a view
+//!    prepared ahead, would then see new host mounts such as a container's
+//!    overlay with write access);
 //! 2. an `O_PATH` descriptor of each path to bind back (the workspace, the
 //!    runner program, `[view]` paths), opened before anything hides them;
 //! 3. the whole tree read-only (`mount_setattr(AT_RECURSIVE)`, Linux 5.12;
@@ -199,11 +203,11 @@ impl MountPlan {
         let mut steps = Steps::default();
         let root = Path::new("/");
         steps.mount(
-            "make every mount a slave",
+            "make every mount private",
             root,
             None,
             None,
-            libc::MS_REC | libc::MS_SLAVE,
+            libc::MS_REC | libc::MS_PRIVATE,
             None,
         )?;
         for (slot, bind) in self.binds.iter().enumerate() {
@@ -577,6 +581,48 @@ mod tests {
     }
 
     #[test]
+    fn a_prepared_view_is_the_plan_without_the_workspace_whose_cover_is_found() {
+        let dir = std::env::temp_dir().join(format!("sandboxd-cover-{}", std::process::id()));
+        let state = dir.join("state");
+        std::fs::create_dir_all(state.join("sandboxes")).unwrap();
+        let settings = ViewSettings::new(
+            &ViewConfig::default(),
+            512 << 20,
+            &state,
+            Path::new("/run/sandboxd/sandboxd.sock"),
+        );
+        let workspace = state.join("sandboxes/sbx-a");
+        let program = Path::new("/usr/bin/runner");
+        let mut whole = settings.plan(&workspace, program);
+        let prepared = settings.plan_prepared(program);
+        assert_eq!(whole.binds.pop().map(|bind| bind.path), Some(workspace.clone()));
+        assert_eq!(prepared, whole);
+        // Under /tmp (as the tests' state directories are) the private
+        // tmpfs covers it, writable; elsewhere the hidden state directory,
+        // read-only once built.
+        let cover = settings.cover_of(&workspace);
+        if dir.starts_with("/tmp") && Path::new("/tmp").is_dir() {
+            assert_eq!(
+                cover,
+                Some(Cover {
+                    path: "/tmp".into(),
+                    writable: true
+                })
+            );
+        } else {
+            assert_eq!(
+                cover,
+                Some(Cover {
+                    path: state.clone(),
+                    writable: false
+                })
+            );
+        }
+        assert_eq!(settings.cover_of(Path::new("/usr/share")), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn operators_paths_join_the_plan_and_a_socket_in_a_shared_dir_is_hidden_alone() {
         let view = ViewConfig {
             read_only: vec!["/root/.cargo".into()],
@@ -639,7 +685,7 @@ mod tests {
                 .position(|words| words == wanted)
                 .unwrap_or_else(|| panic!("no step {wanted:?} in {words:#?}"))
         };
-        assert_eq!(words[0], "make every mount a slave /");
+        assert_eq!(words[0], "make every mount private /");
         assert!(position("open /bin/sh") < position("make the system read-only /"));
         // The state directory is under /tmp here: its private tmpfs hides
         // it, and the workspace is bound back on a mount point made there.

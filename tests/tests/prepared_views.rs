@@ -1,0 +1,313 @@
+//! Views prepared ahead of demand (`[pool]`, on by default under
+//! `isolation = "full"`): a sandbox that takes one sees exactly what a
+//! sandbox started cold sees, its view's holder ends with it, the views no
+//! sandbox took end with the daemon, and a burst larger than the pool
+//! starts the rest cold and says so in `status`. Tried with real runners
+//! (the fixture's `--serve-probes`).
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use sandboxd_protocol::{IsolationFeature, Scope};
+use sandboxd_tests::procs;
+use sandboxd_tests::runner::wait_for_runner;
+use sandboxd_tests::{sandbox_env, wait_until, Options, TestDaemon};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn daemon_with_pool(session: usize) -> TestDaemon {
+    TestDaemon::start(Options {
+        extra_toml: format!("[pool]\nsession = {session}\nworkflow = 0\nconnect = 0\n"),
+        ..Options::with_runner_args(&["--serve-probes"])
+    })
+}
+
+async fn pool_feature(daemon: &TestDaemon) -> IsolationFeature {
+    let status = daemon.client().await.status().await.unwrap();
+    status
+        .isolation
+        .into_iter()
+        .find(|feature| feature.name == "prepared-views")
+        .expect("status lists the prepared views")
+}
+
+/// Waits until the session pool holds `ready` views.
+async fn wait_for_ready(daemon: &TestDaemon, ready: usize) {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let pool = pool_feature(daemon).await;
+        assert!(pool.in_force, "{pool:?}\n{}", daemon.log_text());
+        if pool.detail.starts_with(&format!("session: {ready} of")) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pool never held {ready} session views: {pool:?}\n{}",
+            daemon.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The daemon's children that hold a prepared view.
+fn holders(daemon: &TestDaemon) -> BTreeSet<u32> {
+    let daemon_pid = daemon.pid().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| procs::parent_pid(pid) == Some(daemon_pid))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("__sandbox-view-holder"))
+        })
+        .collect()
+}
+
+async fn start(daemon: &TestDaemon, id: &str) -> u32 {
+    let report = daemon
+        .client()
+        .await
+        .ensure(Scope::Session, id, &sandbox_env(&format!("q:{id}"), "tok"))
+        .await
+        .unwrap_or_else(|error| panic!("ensure {id}: {error}"));
+    let pid = report.pid.expect("the process tier reports the pid");
+    wait_for_runner(&daemon.workspace(Scope::Session, id), pid);
+    pid
+}
+
+/// Runs `script` in sandbox `id`; its `key=value` lines.
+fn probe(daemon: &TestDaemon, id: &str, script: &str) -> HashMap<String, String> {
+    let workspace = daemon.workspace(Scope::Session, id);
+    let done = workspace.join("probe.done");
+    let _ = std::fs::remove_file(&done);
+    let staged = workspace.join("probe.staged");
+    std::fs::write(&staged, script).unwrap();
+    std::fs::rename(&staged, workspace.join("probe.sh")).unwrap();
+    assert!(
+        wait_until(TIMEOUT, || done.exists()),
+        "{id} ran no probe; daemon log:\n{}",
+        daemon.log_text()
+    );
+    let output = std::fs::read_to_string(workspace.join("probe.out")).unwrap();
+    output
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(key, value)| (key.to_string(), value.trim().to_string()))
+        .collect()
+}
+
+/// What a runner sees of its view: every mount point with whether it is
+/// read-only, the processes in its `/proc`, what it can write, who it is.
+/// The daemon's own test directory reads `DIR`, so two daemons compare.
+fn view_from_inside(daemon: &TestDaemon, id: &str) -> Vec<(String, String)> {
+    let seen = probe(
+        daemon,
+        id,
+        "echo mounts=$(awk '{split($6, o, \",\"); print $5 \":\" o[1]}' /proc/self/mountinfo | sort | tr '\\n' ' ')\n\
+         echo processes=$(ls /proc | grep -c '^[0-9]')\n\
+         echo pid=$$\n\
+         echo uid=$(id -u)\n\
+         echo tmp=$(touch /tmp/x 2>/dev/null && echo writable || echo no)\n\
+         echo workspace=$(touch \"$WORKSPACE_ROOT_DIR/x\" 2>/dev/null && echo writable || echo no)\n\
+         echo system=$(touch /usr/x 2>/dev/null && echo writable || echo read-only)\n\
+         echo others=$(ls \"$(dirname \"$WORKSPACE_ROOT_DIR\")\" | tr '\\n' ' ')\n",
+    );
+    let dir = daemon.dir().display().to_string();
+    let mut view: Vec<(String, String)> = seen
+        .into_iter()
+        .filter(|(key, _)| key != "uid" && key != "pid")
+        .map(|(key, value)| (key, value.replace(&dir, "DIR").replace(id, "ID")))
+        .collect();
+    view.sort();
+    view
+}
+
+/// The `mounts` entry, out of `view`: mount point to its options (one per
+/// mount stacked there, in order).
+fn take_mounts(view: &mut Vec<(String, String)>) -> HashMap<String, Vec<String>> {
+    let at = view
+        .iter()
+        .position(|(key, _)| key == "mounts")
+        .expect("the probe lists mounts");
+    let (_, listing) = view.remove(at);
+    let mut mounts: HashMap<String, Vec<String>> = HashMap::new();
+    for entry in listing.split_whitespace() {
+        let (point, option) = entry.rsplit_once(':').unwrap();
+        mounts.entry(point.to_string()).or_default().push(option.to_string());
+    }
+    mounts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_in_a_prepared_view_sees_exactly_what_a_cold_one_sees() {
+    let warm = daemon_with_pool(1);
+    let cold = daemon_with_pool(0);
+    wait_for_ready(&warm, 1).await;
+    start(&warm, "same").await;
+    start(&cold, "same").await;
+    let pool = pool_feature(&warm).await;
+    assert!(
+        pool.detail.contains("1 taken, 0 started cold"),
+        "the warm sandbox did not take the prepared view: {pool:?}"
+    );
+    let cold_pool = pool_feature(&cold).await;
+    assert!(cold_pool.detail.contains("session: off"), "{cold_pool:?}");
+
+    let (mut warm_view, mut cold_view) = (
+        view_from_inside(&warm, "same"),
+        view_from_inside(&cold, "same"),
+    );
+    eprintln!("warm: {warm_view:#?}\ncold: {cold_view:#?}");
+    let (warm_mounts, cold_mounts) = (
+        take_mounts(&mut warm_view),
+        take_mounts(&mut cold_view),
+    );
+    assert_eq!(warm_view, cold_view, "the two views differ");
+    // The host's own mounts may change between the two views' making (other
+    // tests make network namespaces and containers): each view is a copy
+    // of the host's table when it was made. Every mount point both have is
+    // the same in both, and everything the view itself adds is in both.
+    for (point, options) in &warm_mounts {
+        if let Some(cold_options) = cold_mounts.get(point) {
+            assert_eq!(options, cold_options, "{point} differs");
+        }
+    }
+    for own in [
+        "/tmp",
+        "/var/tmp",
+        "/dev/shm",
+        "/proc",
+        "/home",
+        "/root",
+        "DIR/bin/runner-fixture",
+    ] {
+        assert!(warm_mounts.contains_key(own), "{own} missing: {warm_mounts:?}");
+        assert!(cold_mounts.contains_key(own), "{own} missing: {cold_mounts:?}");
+    }
+    let workspace = warm_mounts
+        .keys()
+        .find(|point| point.starts_with("DIR/state/sandboxes/"))
+        .expect("the workspace is mounted in the warm view");
+    assert_eq!(warm_mounts[workspace], ["rw"]);
+    assert_eq!(cold_mounts.get(workspace), Some(&vec!["rw".to_string()]));
+    let warm_view: HashMap<_, _> = warm_view.into_iter().collect();
+    assert_eq!(warm_view["tmp"], "writable");
+    assert_eq!(warm_view["workspace"], "writable");
+    assert_eq!(warm_view["system"], "read-only");
+    assert_eq!(
+        Some(warm_view["others"].as_str()),
+        workspace.rsplit('/').next(),
+        "other workspaces are in sight"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sandboxes_from_prepared_views_share_nothing() {
+    let daemon = daemon_with_pool(2);
+    wait_for_ready(&daemon, 2).await;
+    start(&daemon, "a").await;
+    start(&daemon, "b").await;
+    let pool = pool_feature(&daemon).await;
+    assert!(pool.detail.contains("2 taken, 0 started cold"), "{pool:?}");
+    let planted = probe(
+        &daemon,
+        "a",
+        "echo a-secret > /tmp/a-file && echo a > /dev/shm/a-shm && echo planted=ok\n\
+         echo shm=$(\"$FIXTURE\" --ipc shm-create 4096)\n",
+    );
+    assert_eq!(planted["planted"], "ok");
+    let looked = probe(
+        &daemon,
+        "b",
+        &format!(
+            "echo tmp=$(cat /tmp/a-file 2>&1 || true)\n\
+             echo shm=$(cat /dev/shm/a-shm 2>&1 || true)\n\
+             echo sysv=$(\"$FIXTURE\" --ipc shm-attach {} 2>&1 || true)\n\
+             echo processes=$(ls /proc | grep -c '^[0-9]')\n",
+            planted["shm"]
+        ),
+    );
+    assert!(looked["tmp"].contains("No such file"), "{looked:?}");
+    assert!(looked["shm"].contains("No such file"), "{looked:?}");
+    assert!(!looked["sysv"].starts_with("attached"), "{looked:?}");
+    let processes: u32 = looked["processes"].parse().unwrap();
+    assert!(
+        processes <= 6,
+        "b sees {processes} processes: more than its own"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_view_ends_with_its_sandbox_and_the_rest_with_the_daemon() {
+    let mut daemon = daemon_with_pool(2);
+    wait_for_ready(&daemon, 2).await;
+    let before = holders(&daemon);
+    assert_eq!(before.len(), 2, "{before:?}");
+    let pid = start(&daemon, "a").await;
+    // Its PID 1 is one of the holders, seen from the host.
+    let pid_namespace = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let inner_init = *before
+        .iter()
+        .find(|&&holder| pid_namespace(holder) == pid_namespace(pid))
+        .unwrap_or_else(|| panic!("a's PID namespace is none of the holders' {before:?}"));
+    assert_eq!(procs::innermost_pid(inner_init), Some(1));
+    assert_eq!(procs::parent_pid(pid), daemon.pid(), "the runner is the daemon's child");
+    let report = daemon
+        .client()
+        .await
+        .deprovision(Scope::Session, "a", false)
+        .await
+        .unwrap();
+    assert!(report.was_present && !report.forced, "{report:?}");
+    assert!(
+        wait_until(TIMEOUT, || procs::pid_is_gone(inner_init)),
+        "the taken view's holder outlived its sandbox"
+    );
+    // The pool made another; every holder left ends with the daemon.
+    wait_for_ready(&daemon, 2).await;
+    let left = holders(&daemon);
+    assert_eq!(left.len(), 2, "{left:?}");
+    daemon.stop();
+    for holder in left {
+        assert!(
+            wait_until(TIMEOUT, || procs::pid_is_gone(holder)),
+            "holder {holder} outlived the daemon's stop"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_larger_than_the_pool_starts_the_rest_cold_and_says_so() {
+    let daemon = daemon_with_pool(1);
+    wait_for_ready(&daemon, 1).await;
+    let client = daemon.client().await;
+    let ensures = (0..4).map(|n| {
+        let client = client.clone();
+        async move {
+            let id = format!("burst-{n}");
+            client
+                .ensure(Scope::Session, &id, &sandbox_env(&format!("q:{id}"), "tok"))
+                .await
+                .map(|report| (id, report.pid.unwrap()))
+        }
+    });
+    for started in futures::future::join_all(ensures).await {
+        let (id, pid) = started.expect("every ensure of the burst starts a runner");
+        wait_for_runner(&daemon.workspace(Scope::Session, &id), pid);
+    }
+    let pool = pool_feature(&daemon).await;
+    let counts: Vec<u64> = pool
+        .detail
+        .split(';')
+        .next()
+        .unwrap()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    // "session: R of 1 ready, T taken, C started cold"
+    let [_, _, taken, cold] = counts[..] else {
+        panic!("unexpected pool line: {pool:?}");
+    };
+    assert!(taken >= 1, "{pool:?}");
+    assert_eq!(taken + cold, 4, "{pool:?}");
+}

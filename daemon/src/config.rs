@@ -950,11 +950,21 @@ mod tests {
     fn the_pool_has_defaults_per_scope_and_its_sizes_are_checked() {
         let config = resolve("", &[], Flags::default()).unwrap();
         assert_eq!(config.pool, PoolConfig::default());
-        assert_eq!((config.pool.session, config.pool.workflow, config.pool.connect), (4, 2, 0));
+        assert_eq!(
+            (
+                config.pool.session,
+                config.pool.workflow,
+                config.pool.connect
+            ),
+            (4, 2, 0)
+        );
         let off = resolve("[pool]\nsession = 0", &[], Flags::default()).unwrap();
         assert_eq!((off.pool.session, off.pool.workflow), (0, 2));
         for (file, words) in [
-            ("[pool]\nsession = 257", "[pool] session = 257 is more than the 256"),
+            (
+                "[pool]\nsession = 257",
+                "[pool] session = 257 is more than the 256",
+            ),
             ("[pool]\nworkflow = -1", "workflow"),
             ("[pool]\nsessions = 4", "unknown field"),
         ] {
@@ -1211,6 +1221,7 @@ mod tests {
                 || key == "connections"
                 || key == "kubernetes"
                 || key == "view"
+                || key == "pool"
             {
                 assert!(text.contains(&format!("\n[{key}]\n")), "no [{key}] table");
                 continue;
@@ -1224,9 +1235,13 @@ mod tests {
             "connections",
             "kubernetes",
             "view",
+            "pool",
         ] {
             let keys = known_keys(table);
-            let least = if table == "limits" { 3 } else { 4 };
+            let least = match table {
+                "limits" | "pool" => 3,
+                _ => 4,
+            };
             assert!(keys.len() >= least, "[{table}]: {keys:?}");
             for key in keys {
                 assert!(

@@ -33,8 +33,15 @@ use sandboxd_tests::sandbox_env;
 /// bounded wait, not a measure of speed.
 const DEATH_WAIT: Duration = Duration::from_secs(2);
 
+/// Cold starts only: a sandbox in a view prepared ahead has a holder as its
+/// PID 1 that dies with the daemon (it keeps the parent-death signal an
+/// init that switched uid loses), and its namespace's end kills the escapee
+/// at once; these tests are about what reaches an escapee otherwise.
 fn escaping_daemon() -> TestDaemon {
-    TestDaemon::start(Options::with_runner_args(&["--escape"]))
+    TestDaemon::start(Options {
+        extra_toml: "[pool]\nsession = 0\nworkflow = 0\nconnect = 0\n".into(),
+        ..Options::with_runner_args(&["--escape"])
+    })
 }
 
 /// Ensures a session sandbox and returns (runner pid, escapee pid).

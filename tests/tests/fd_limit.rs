@@ -35,18 +35,28 @@ fn set_open_file_limit(pid: u32, soft: usize, hard: Option<usize>) {
     );
 }
 
+/// No views prepared ahead: the pool's descriptors (one per ready view,
+/// and three per spawner thread for its way back from a view) are a fixed
+/// few, made on its own thread whenever it refills, not a runner's; these
+/// tests count what each runner costs.
+const NO_POOL: &str = "[pool]\nsession = 0\nworkflow = 0\nconnect = 0\n";
+
 /// A daemon whose runner is `sh -c script`.
 fn shell_runner_daemon(script: &str) -> TestDaemon {
     TestDaemon::start(Options {
         runner_command: Some("/bin/sh".into()),
         runner_args: vec!["-c".into(), script.into()],
+        extra_toml: NO_POOL.into(),
         ..Options::default()
     })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_descriptors_is_an_error_naming_the_limit_and_never_a_hang() {
-    let daemon = TestDaemon::start(Options::default());
+    let daemon = TestDaemon::start(Options {
+        extra_toml: NO_POOL.into(),
+        ..Options::default()
+    });
     let client = daemon.client().await;
     client.status().await.unwrap();
     let pid = daemon.pid().unwrap();

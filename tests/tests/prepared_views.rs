@@ -57,8 +57,9 @@ fn holders(daemon: &TestDaemon) -> BTreeSet<u32> {
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| procs::parent_pid(pid) == Some(daemon_pid))
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("__sandbox-view-holder"))
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                String::from_utf8_lossy(&cmdline).contains("__sandbox-view-holder")
+            })
         })
         .collect()
 }
@@ -135,7 +136,10 @@ fn take_mounts(view: &mut Vec<(String, String)>) -> HashMap<String, Vec<String>>
     let mut mounts: HashMap<String, Vec<String>> = HashMap::new();
     for entry in listing.split_whitespace() {
         let (point, option) = entry.rsplit_once(':').unwrap();
-        mounts.entry(point.to_string()).or_default().push(option.to_string());
+        mounts
+            .entry(point.to_string())
+            .or_default()
+            .push(option.to_string());
     }
     mounts
 }
@@ -160,10 +164,7 @@ async fn a_sandbox_in_a_prepared_view_sees_exactly_what_a_cold_one_sees() {
         view_from_inside(&cold, "same"),
     );
     eprintln!("warm: {warm_view:#?}\ncold: {cold_view:#?}");
-    let (warm_mounts, cold_mounts) = (
-        take_mounts(&mut warm_view),
-        take_mounts(&mut cold_view),
-    );
+    let (warm_mounts, cold_mounts) = (take_mounts(&mut warm_view), take_mounts(&mut cold_view));
     assert_eq!(warm_view, cold_view, "the two views differ");
     // The host's own mounts may change between the two views' making (other
     // tests make network namespaces and containers): each view is a copy
@@ -183,8 +184,14 @@ async fn a_sandbox_in_a_prepared_view_sees_exactly_what_a_cold_one_sees() {
         "/root",
         "DIR/bin/runner-fixture",
     ] {
-        assert!(warm_mounts.contains_key(own), "{own} missing: {warm_mounts:?}");
-        assert!(cold_mounts.contains_key(own), "{own} missing: {cold_mounts:?}");
+        assert!(
+            warm_mounts.contains_key(own),
+            "{own} missing: {warm_mounts:?}"
+        );
+        assert!(
+            cold_mounts.contains_key(own),
+            "{own} missing: {cold_mounts:?}"
+        );
     }
     let workspace = warm_mounts
         .keys()
@@ -253,7 +260,11 @@ async fn a_taken_view_ends_with_its_sandbox_and_the_rest_with_the_daemon() {
         .find(|&&holder| pid_namespace(holder) == pid_namespace(pid))
         .unwrap_or_else(|| panic!("a's PID namespace is none of the holders' {before:?}"));
     assert_eq!(procs::innermost_pid(inner_init), Some(1));
-    assert_eq!(procs::parent_pid(pid), daemon.pid(), "the runner is the daemon's child");
+    assert_eq!(
+        procs::parent_pid(pid),
+        daemon.pid(),
+        "the runner is the daemon's child"
+    );
     let report = daemon
         .client()
         .await

@@ -970,7 +970,13 @@ impl Driver for LocalProcessDriver {
         let mode = self.inner.isolation_mode.as_str().to_string();
         let mut features = self.inner.isolation_features();
         // Live, so only in `status`: what the pool holds now.
-        if let Some(pool) = self.inner.settings.view.as_ref().and_then(|view| view.prepared()) {
+        if let Some(pool) = self
+            .inner
+            .settings
+            .view
+            .as_ref()
+            .and_then(|view| view.prepared())
+        {
             features.push(pool.feature());
             features.sort_by(|a, b| a.name.cmp(&b.name));
         }

@@ -163,7 +163,9 @@ impl ViewSettings {
                 });
             }
         }
-        covers.into_iter().find(|cover| path.starts_with(&cover.path))
+        covers
+            .into_iter()
+            .find(|cover| path.starts_with(&cover.path))
     }
 
     /// The plan of a sandbox whose workspace is `workspace` and whose
@@ -595,7 +597,10 @@ mod tests {
         let program = Path::new("/usr/bin/runner");
         let mut whole = settings.plan(&workspace, program);
         let prepared = settings.plan_prepared(program);
-        assert_eq!(whole.binds.pop().map(|bind| bind.path), Some(workspace.clone()));
+        assert_eq!(
+            whole.binds.pop().map(|bind| bind.path),
+            Some(workspace.clone())
+        );
         assert_eq!(prepared, whole);
         // Under /tmp (as the tests' state directories are) the private
         // tmpfs covers it, writable; elsewhere the hidden state directory,

@@ -23,10 +23,10 @@ use super::super::launch::clone_exec::{
     CgroupPlacement, Cloned, ExecPlan, Privileges, RUNNER_PID_ARG,
 };
 use super::super::launch::runner_plan::RunnerLaunch;
-use super::init::{ARG, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
 use super::super::launch::spawner::Background;
 use super::super::prepared::parked::{ParkedView, ViewMaker};
 use super::super::prepared::PreparedViews;
+use super::init::{ARG, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
 use super::kernel_filters::KernelFilters;
 use super::mounts::ViewSettings;
 use crate::config::PoolConfig;
@@ -173,11 +173,12 @@ impl View {
             _ => None,
         };
         let (output, cgroup) = match taken {
-            Some((pool, view)) => match self.spawn_prepared(&pool, view, runner, filters, output, cgroup)
-            {
-                Ok(spawned) => return spawned,
-                Err(back) => back,
-            },
+            Some((pool, view)) => {
+                match self.spawn_prepared(&pool, view, runner, filters, output, cgroup) {
+                    Ok(spawned) => return spawned,
+                    Err(back) => back,
+                }
+            }
             None => (output, cgroup),
         };
         self.spawn_cold(base_name, runner, filters, output, cgroup)
@@ -229,14 +230,15 @@ impl View {
                 return Err((output, cgroup));
             }
         };
-        Ok(self.start_inside(inside, view, runner, filters, opened, output, cgroup))
+        Ok(Self::start_inside(
+            inside, view, runner, filters, opened, output, cgroup,
+        ))
     }
 
     /// The runner's start inside a joined view: the holder into the
     /// sandbox's cgroup, then the ordinary runner clone (it inherits this
     /// thread's namespaces), then back to the daemon's.
     fn start_inside(
-        &self,
         inside: super::super::prepared::parked::InsideView,
         mut view: ParkedView,
         runner: &RunnerLaunch,
@@ -267,11 +269,19 @@ impl View {
         let spawned = plan.spawn();
         drop(plan);
         drop(inside);
-        let cloned = spawned.map_err(|error| StartError {
-            step: error.step,
-            error: error.error,
+        let cloned = spawned.map_err(|error| {
+            // Nothing of the sandbox may outlive its failed start.
+            view.end();
+            StartError {
+                step: error.step,
+                error: error.error,
+            }
         })?;
-        tracing::debug!(holder = view.holder(), runner = cloned.pid, "a runner joined a prepared view");
+        tracing::debug!(
+            holder = view.holder(),
+            runner = cloned.pid,
+            "a runner joined a prepared view"
+        );
         Ok(ViewSpawn {
             init: cloned,
             runner_pid: cloned.pid,
@@ -367,8 +377,13 @@ struct OpenedOutside {
 
 /// `cgroup.procs` of the sandbox's v2 cgroup, for writing.
 fn open_v2_procs(placement: &CgroupPlacement) -> io::Result<OwnedFd> {
-    let dir = format!("/proc/self/fd/{}/cgroup.procs", placement.v2_dir.as_raw_fd());
-    Ok(OwnedFd::from(std::fs::OpenOptions::new().write(true).open(dir)?))
+    let dir = format!(
+        "/proc/self/fd/{}/cgroup.procs",
+        placement.v2_dir.as_raw_fd()
+    );
+    Ok(OwnedFd::from(
+        std::fs::OpenOptions::new().write(true).open(dir)?,
+    ))
 }
 
 /// A plan the clone child cannot take (a NUL byte in a path or variable).

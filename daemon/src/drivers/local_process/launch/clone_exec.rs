@@ -385,13 +385,8 @@ impl ExecPlan {
                 Some(runner) => {
                     runner_argv = null_terminated(&runner.args);
                     runner_envp = null_terminated(&runner.env);
-                    runner_child = ChildPlan::new(
-                        runner,
-                        &runner_argv,
-                        &runner_envp,
-                        1,
-                        std::ptr::null_mut(),
-                    );
+                    runner_child =
+                        ChildPlan::new(runner, &runner_argv, &runner_envp, 1, std::ptr::null_mut());
                     &runner_child as *const ChildPlan
                 }
                 None => std::ptr::null(),

@@ -93,28 +93,26 @@ impl Spawner {
                 true => "runner-prepare".to_string(),
                 false => format!("runner-spawn-{index}"),
             };
-            std::thread::Builder::new()
-                .name(name)
-                .spawn(move || {
-                    if background {
-                        // SAFETY: setpriority on this thread's own id.
-                        unsafe {
-                            libc::setpriority(
-                                libc::PRIO_PROCESS,
-                                libc::gettid() as libc::id_t,
-                                BACKGROUND_NICE,
-                            )
-                        };
+            std::thread::Builder::new().name(name).spawn(move || {
+                if background {
+                    // SAFETY: setpriority on this thread's own id.
+                    unsafe {
+                        libc::setpriority(
+                            libc::PRIO_PROCESS,
+                            libc::gettid() as libc::id_t,
+                            BACKGROUND_NICE,
+                        )
+                    };
+                }
+                let _runtime = runtime.enter();
+                ChildExits::reap_children_of_this_thread();
+                while let Ok(job) = queue.recv() {
+                    if std::panic::catch_unwind(AssertUnwindSafe(job)).is_err() {
+                        tracing::error!("a runner spawn panicked");
                     }
-                    let _runtime = runtime.enter();
-                    ChildExits::reap_children_of_this_thread();
-                    while let Ok(job) = queue.recv() {
-                        if std::panic::catch_unwind(AssertUnwindSafe(job)).is_err() {
-                            tracing::error!("a runner spawn panicked");
-                        }
-                        left.fetch_sub(1, Ordering::Relaxed);
-                    }
-                })?;
+                    left.fetch_sub(1, Ordering::Relaxed);
+                }
+            })?;
             threads.push(Thread { jobs, queued });
         }
         let threads = Arc::new(threads);

@@ -128,44 +128,42 @@ impl PreparedViews {
     /// each, on the background thread.
     fn refill(self: &Arc<Self>) {
         for index in 0..SCOPES.len() {
-            loop {
-                if self.stopping.load(Ordering::Acquire) || self.disabled.load(Ordering::Acquire)
-                {
-                    return;
-                }
-                let have = self.ready(index).len() + self.making[index].load(Ordering::Acquire);
-                if have >= self.targets[index] {
-                    break;
-                }
-                self.making[index].fetch_add(1, Ordering::AcqRel);
-                let pool = self.clone();
-                let queued = self.background.run(move |exits| {
-                    let made = pool.maker.park(exits);
-                    pool.making[index].fetch_sub(1, Ordering::AcqRel);
-                    match made {
-                        Ok(view) if !pool.stopping.load(Ordering::Acquire) => {
-                            pool.ready(index).push_back(view);
-                            // The next one, if the scope still lacks any.
-                            pool.refill();
-                        }
-                        Ok(_) => {}
-                        Err(problem) => {
-                            // Not retried until the next take: a view that
-                            // cannot be made now will not be in a loop.
-                            tracing::warn!(%problem, "cannot prepare a view: sandboxes start cold");
-                            *pool.problem.lock().unwrap_or_else(PoisonError::into_inner) =
-                                Some(problem);
-                        }
+            if self.stopping.load(Ordering::Acquire) || self.disabled.load(Ordering::Acquire) {
+                return;
+            }
+            // One view in the making per scope at a time (each made chains
+            // the next): a burst takes the ready ones and starts the rest
+            // cold, and the background thread never holds a backlog.
+            if self.ready(index).len() >= self.targets[index]
+                || self.making[index]
+                    .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+            {
+                continue;
+            }
+            let pool = self.clone();
+            let queued = self.background.run(move |exits| {
+                let made = pool.maker.park(exits);
+                pool.making[index].fetch_sub(1, Ordering::AcqRel);
+                match made {
+                    Ok(view) if !pool.stopping.load(Ordering::Acquire) => {
+                        pool.ready(index).push_back(view);
+                        // The next one, if the scope still lacks any.
+                        pool.refill();
                     }
-                });
-                if !queued {
-                    self.making[index].fetch_sub(1, Ordering::AcqRel);
-                    return;
+                    Ok(_) => {}
+                    Err(problem) => {
+                        // Not retried until the next take: a view that
+                        // cannot be made now will not be in a loop.
+                        tracing::warn!(%problem, "cannot prepare a view: sandboxes start cold");
+                        *pool.problem.lock().unwrap_or_else(PoisonError::into_inner) =
+                            Some(problem);
+                    }
                 }
-                // One view in the making per scope at a time: a burst takes
-                // the ready ones and starts cold, and the background thread
-                // never holds the CPU with a backlog of its own.
-                break;
+            });
+            if !queued {
+                self.making[index].fetch_sub(1, Ordering::AcqRel);
+                return;
             }
         }
     }

@@ -178,13 +178,21 @@ impl ParkedView {
             // SAFETY: a write of a live buffer to a descriptor the caller holds.
             let written = unsafe { libc::write(fd, pid.as_ptr().cast(), pid.len()) };
             if written < 0 {
-                return Err(TakeError::at("move the view's holder into the sandbox's cgroup")(
-                    io::Error::last_os_error(),
-                ));
+                return Err(TakeError::at(
+                    "move the view's holder into the sandbox's cgroup",
+                )(io::Error::last_os_error()));
             }
         }
         self.taken = true;
         Ok(())
+    }
+}
+
+impl ParkedView {
+    /// Ends the holder now: a sandbox whose runner failed to start inside
+    /// a view it took leaves nothing running in its cgroup.
+    pub fn end(&mut self) {
+        self.taken = false;
     }
 }
 
@@ -224,7 +232,8 @@ impl Drop for InsideView {
 }
 
 /// The daemon's own namespaces, each reached back by its own descriptor.
-const HOST_NAMESPACES: [libc::c_int; 3] = [libc::CLONE_NEWNS, libc::CLONE_NEWPID, libc::CLONE_NEWIPC];
+const HOST_NAMESPACES: [libc::c_int; 3] =
+    [libc::CLONE_NEWNS, libc::CLONE_NEWPID, libc::CLONE_NEWIPC];
 
 /// This thread's way back: its own file-system context (so it may change
 /// mount namespace) and descriptors of the daemon's namespaces.

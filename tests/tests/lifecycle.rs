@@ -627,7 +627,15 @@ async fn an_ensure_racing_a_slow_deprovision_gets_a_runner_that_stays() {
         let client = client.clone();
         tokio::spawn(async move { client.deprovision(Scope::Session, "race", true).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The daemon is serving the deprovision (its debug log names the call;
+    // the ensure below takes a whole round trip more): a fixed pause was not
+    // always enough on a loaded machine.
+    assert!(
+        wait_until(Duration::from_secs(30), || daemon
+            .log_text()
+            .contains("call=\"deprovision\"")),
+        "the deprovision never reached the daemon"
+    );
     let new = client.ensure_session_sandbox("race", &env).await.unwrap();
     let down = deprovision.await.unwrap().unwrap();
     assert!(down.was_present && down.forced, "{down:?}");

@@ -627,7 +627,17 @@ async fn an_ensure_racing_a_slow_deprovision_gets_a_runner_that_stays() {
         let client = client.clone();
         tokio::spawn(async move { client.deprovision(Scope::Session, "race", true).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The deprovision has taken the sandbox's record (under its key lock,
+    // which it holds through the grace): probe reads the records without
+    // that lock. A fixed pause was not always enough on a loaded machine.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while client.probe(Scope::Session, "race").await.unwrap() == ProbeState::Running {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the deprovision never began"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let new = client.ensure_session_sandbox("race", &env).await.unwrap();
     let down = deprovision.await.unwrap().unwrap();
     assert!(down.was_present && down.forced, "{down:?}");

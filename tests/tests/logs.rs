@@ -209,20 +209,31 @@ async fn follow_carries_on_across_rotations_in_order() {
 
     let mut follower =
         daemon.spawn_sandboxctl(&["logs", "workflow", "follow", "--tail", "5", "--follow"]);
-    // Long enough for several rotations (about one every two seconds).
-    std::thread::sleep(Duration::from_secs(7));
+    // Followed until it has shown several files' worth (a file holds about
+    // 200 lines), however slowly a loaded machine runs the runner.
+    let followed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let followed = followed.clone();
+        let mut output = std::io::BufReader::new(follower.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while matches!(std::io::BufRead::read_line(&mut output, &mut line), Ok(n) if n > 0) {
+                followed.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        })
+    };
+    let enough = wait_until(Duration::from_secs(180), || {
+        followed.lock().unwrap().lines().count() >= 700 || follower.try_wait().unwrap().is_some()
+    });
     assert!(
         follower.try_wait().unwrap().is_none(),
         "--follow ended by itself"
     );
+    assert!(enough, "the follower never showed 700 lines");
     follower.kill().unwrap();
-    let mut text = String::new();
-    follower
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut text)
-        .unwrap();
+    reader.join().unwrap();
+    let text = followed.lock().unwrap().clone();
     let mut errors = String::new();
     follower
         .stderr

@@ -1,42 +1,58 @@
 //! Runner output, read back from the engine's log of the container.
 //!
 //! The engine keeps what a container writes to stdout and stderr as
-//! entries (one per line, in the order it read them), each stamped with
-//! the time, in nanoseconds, it read it; asked for timestamps, it starts
-//! every entry with its stamp and a space. Nothing of sandboxd sits in the
-//! runner's output path, and the log lives as long as the container does:
-//! across restarts of it, not across its removal.
+//! entries (one per line, a line over its 16 KiB buffer as several), each
+//! stamped with the time, in nanoseconds, it read it; asked for
+//! timestamps, it starts every entry with its stamp and a space. Nothing
+//! of sandboxd sits in the runner's output path, and the log lives as long
+//! as the container does: across restarts of it, not across its removal.
 //!
-//! A [`LogCursor`] is a place among those stamps:
-//! - `offset`: the stamp of the last entry read from (0: nothing read yet);
-//! - `epoch`, high 32 bits: which container (a hash of its id). A container
-//!   removed and recreated is a new log, so a cursor into the old one goes
-//!   on from the start of the new one, flagged as a gap: what the old one
-//!   wrote after the cursor went with it;
-//! - `epoch`, low 32 bits: how many bytes of the entries stamped `offset`
-//!   were read. A chunk may end inside an entry, and a line longer than the
-//!   engine's 16 KiB buffer is several entries with one stamp (its first
-//!   piece's).
+//! The log is in the order the engine wrote the entries, and that is not
+//! the order of their stamps: stdout and stderr are read by two copiers,
+//! each stamps a line and then hands it to the log writer, so a line of
+//! one stream stamped a moment before a line of the other may land after
+//! it. A cursor made of "the stamp of the last entry read" therefore
+//! skipped an entry stamped before it that landed after it (issue 17: the
+//! stderr start line of a restarted runner went missing now and then).
 //!
-//! A read from a cursor asks for the entries since the cursor's second
-//! (the API takes whole seconds) and passes over those before the cursor
-//! by their stamps. The json-file log has no index by time: reading "since"
-//! decodes the whole log. So a read from a cursor first asks for the newest
-//! [`RECENT_ENTRIES`] only — what a follower polling twice a second needs —
-//! and for everything since only when they do not reach back to the cursor.
+//! What is assumed instead is that the disorder is short: an entry lands
+//! at most [`DISORDER`] after it was stamped, so an entry later in the log
+//! is never stamped more than [`DISORDER`] before an earlier one. A
+//! [`LogCursor`] is then a place among the log's entries, counted:
+//! - an anchor, in whole milliseconds: the cursor counts only entries
+//!   stamped at or after it (the cursor's *view*; the log's order within
+//!   it is fixed, as entries are only appended). After each read the
+//!   anchor moves up to [`DISORDER`] before the newest entry read, so
+//!   every entry that lands later is in the view, and the count stays short;
+//! - how many of the view's entries were read (`passed`), and how many
+//!   bytes of the next (`done`: a chunk may end inside an entry);
+//! - a fingerprint of the view's first entry (the low 22 bits of its
+//!   stamp): when the engine's rotation (`log-opts` `max-size`) dropped it,
+//!   the count no longer fits and the chunk says so as a gap;
+//! - which container (24 bits of a hash of its id). A container removed and
+//!   recreated is a new log, so a cursor into the old one goes on from the
+//!   start of the new one, flagged as a gap: what the old one wrote after
+//!   the cursor went with it.
 //!
-//! What a cursor made of stamps cannot do, accepted:
-//! - an entry stamped before one already read is taken as read. The engine
-//!   stamps each stream's lines as it reads them, so that takes its clock
-//!   stepping back, a stdout and a stderr line landing in the same instant,
-//!   or a line of one stream landing between two pieces of an over-16-KiB
-//!   line of the other that a follower had read the first piece of;
+//! The json-file log has no index by time: reading "since" decodes the
+//! whole log. So a read from a cursor first asks for the newest entries
+//! only ([`RECENT_ENTRIES`], then more), and takes them when they provably
+//! hold the cursor's whole view: fewer came than were asked for, or one of
+//! them is stamped more than [`DISORDER`] before the anchor (nothing
+//! before it can be in the view). Only when they do not is everything
+//! since the anchor's second (less [`DISORDER`]) read.
+//!
+//! What this cursor cannot do, accepted:
+//! - an entry that lands more than [`DISORDER`] after its stamp, or the
+//!   engine's clock stepping back as far, may be skipped or read twice;
 //! - `Tail` counts the engine's entries, and a line over 16 KiB is several;
-//! - when the engine's own rotation (`log-opts` `max-size`) dropped the
-//!   entry a cursor points at, output may have gone unread: the chunk says
-//!   so as a gap, even if the reader had in fact read all of it.
+//! - a rotation that dropped only entries of the view after its first may
+//!   go unnoticed (the count then skips as many unread ones); after a gap
+//!   the view is read from its start again, so a line may repeat;
+//! - a container whose id hashes to the same 24 bits as a removed one's
+//!   is taken for it (one in 16 million).
 
-use std::cmp::Ordering;
+use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::time::UNIX_EPOCH;
 
@@ -50,8 +66,23 @@ use super::observed::Lookup;
 use super::Inner;
 use crate::provisioner::SandboxKey;
 
-/// How many of the newest entries a read from a cursor asks for first.
+/// The longest an entry is taken to land after its stamp (see the module's
+/// documentation). The engine stamps a line and hands it to its log writer
+/// at once; two seconds is far more than the scheduling delay between.
+const DISORDER: u64 = 2_000_000_000;
+
+/// How many of the newest entries a read from a cursor asks for first;
+/// each retry asks for [`WIDER`] times as many, up to [`WIDEST`], before
+/// the whole log is read.
 const RECENT_ENTRIES: u64 = 1024;
+const WIDER: u64 = 16;
+const WIDEST: u64 = 1 << 20;
+
+const NS_PER_MS: u64 = 1_000_000;
+const FINGERPRINT_BITS: u32 = 22;
+const FINGERPRINT: u64 = (1 << FINGERPRINT_BITS) - 1;
+const COUNT_BITS: u32 = 24;
+const COUNT: u64 = (1 << COUNT_BITS) - 1;
 
 /// At most `max_bytes` of the sandbox's output from `start`.
 pub async fn read(
@@ -125,23 +156,40 @@ struct Log<'a> {
     identity: u32,
 }
 
+/// Which entries to ask the engine for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    /// The newest `n`, whatever their stamps.
+    Newest(u64),
+    /// Every entry stamped in or after this second.
+    Since(i32),
+}
+
+impl Ask {
+    /// The next, wider ask after `self` did not reach back far enough.
+    fn wider(self, since: i32) -> Ask {
+        match self {
+            Ask::Newest(n) if n < WIDEST => Ask::Newest(n * WIDER),
+            _ => Ask::Since(since),
+        }
+    }
+}
+
 impl Log<'_> {
-    /// Hands the entries since `since_secs` (the newest `recent` of them,
-    /// when given) to `visit`.
+    /// Hands the entries asked for to `visit`, in the log's order.
     async fn entries(
         &self,
-        since_secs: i32,
-        recent: Option<u64>,
+        ask: Ask,
         visit: impl FnMut(&[u8]) -> ControlFlow<()> + Send,
     ) -> Result<(), SandboxError> {
-        let mut options = LogsOptionsBuilder::new()
+        let options = LogsOptionsBuilder::new()
             .stdout(true)
             .stderr(true)
-            .timestamps(true)
-            .since(since_secs);
-        if let Some(recent) = recent {
-            options = options.tail(&recent.to_string());
-        }
+            .timestamps(true);
+        let options = match ask {
+            Ask::Newest(n) => options.tail(&n.to_string()),
+            Ask::Since(secs) => options.since(secs),
+        };
         containers::logs(&self.inner.engine, self.container, options.build(), visit)
             .await
             .map_err(|error| self.failed(error))
@@ -149,69 +197,43 @@ impl Log<'_> {
 
     /// What comes after `from`.
     async fn forward(&self, from: Position, budget: usize) -> Result<LogChunk, SandboxError> {
-        let mut recent = (from.at_ns > 0).then_some(RECENT_ENTRIES);
+        let since = from.since_secs();
+        let mut ask = if from.anchor_ms > 0 {
+            Ask::Newest(RECENT_ENTRIES.max(2 * u64::from(from.passed)))
+        } else {
+            Ask::Since(since)
+        };
         loop {
-            let mut reader = Forward::new(from, budget, recent);
-            self.entries(from.since_secs(), recent, |entry| reader.take(entry))
-                .await?;
+            let mut reader = Forward::new(from, budget, ask);
+            self.entries(ask, |entry| reader.take(entry)).await?;
             match reader.finish().map_err(|message| self.malformed(message))? {
                 Some(chunk) => return Ok(chunk),
-                // The newest entries did not reach back to the cursor.
-                None => recent = None,
+                // The newest entries did not hold the whole view.
+                None => ask = ask.wider(since),
             }
         }
     }
 
     /// The last `lines` entries within the budget, and a cursor at the end.
     async fn tail(&self, lines: u32, budget: usize) -> Result<LogChunk, SandboxError> {
-        let mut reader = Tail::new(lines, budget);
-        let asked = reader.asked;
-        self.entries(0, Some(asked), |entry| reader.take(entry))
-            .await?;
-        let tail = reader.finish().map_err(|message| self.malformed(message))?;
-        let next = match tail.last {
-            None => Position::start(self.identity),
-            Some(last) => {
-                let done = if tail.last_may_start_earlier {
-                    self.bytes_stamped(last).await?
-                } else {
-                    tail.last_bytes
-                };
-                Position {
-                    container: self.identity,
-                    at_ns: last,
-                    done: u32::try_from(done).unwrap_or(u32::MAX),
-                }
+        let mut ask = Ask::Newest(RECENT_ENTRIES.max(u64::from(lines)));
+        loop {
+            let mut reader = Tail::new(lines, budget, ask);
+            self.entries(ask, |entry| reader.take(entry)).await?;
+            let read = reader
+                .finish(self.identity)
+                .map_err(|message| self.malformed(message))?;
+            if let Some((data, next)) = read {
+                return Ok(LogChunk {
+                    data,
+                    next: next.cursor(),
+                    gap: false,
+                    at_end: true,
+                    ended: None,
+                });
             }
-        };
-        Ok(LogChunk {
-            data: tail.data,
-            next: next.cursor(),
-            gap: false,
-            at_end: true,
-            ended: None,
-        })
-    }
-
-    /// How many bytes the entries stamped `at_ns` hold: the pieces of one
-    /// long line, when a tail saw only the last of them.
-    async fn bytes_stamped(&self, at_ns: u64) -> Result<u64, SandboxError> {
-        let (mut total, mut malformed) = (0u64, None);
-        self.entries(Position::since_secs_of(at_ns), None, |entry| {
-            match stamped(entry) {
-                Ok((at, text)) if at == at_ns => total += text.len() as u64,
-                Ok(_) => {}
-                Err(message) => {
-                    malformed = Some(message);
-                    return ControlFlow::Break(());
-                }
-            }
-            ControlFlow::Continue(())
-        })
-        .await?;
-        match malformed {
-            Some(message) => Err(self.malformed(message)),
-            None => Ok(total),
+            // A tail reads all it needs with no `since`.
+            ask = ask.wider(0);
         }
     }
 
@@ -250,70 +272,81 @@ impl Log<'_> {
 /// A place in one container's log; see the module's documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Position {
+    /// 24 bits.
     container: u32,
-    at_ns: u64,
-    done: u32,
+    /// The view: entries stamped at or after this, in ms since the epoch.
+    anchor_ms: u64,
+    /// 22 bits of the stamp of the view's first entry (when any was read).
+    first: u32,
+    /// Entries of the view read whole, 24 bits.
+    passed: u32,
+    /// Bytes of the next entry of the view read.
+    done: u16,
 }
 
 impl Position {
     fn start(container: u32) -> Position {
         Position {
             container,
-            at_ns: 0,
+            anchor_ms: 0,
+            first: 0,
+            passed: 0,
             done: 0,
         }
     }
 
     fn of(cursor: LogCursor) -> Position {
         Position {
-            container: (cursor.epoch >> 32) as u32,
-            at_ns: cursor.offset,
-            done: cursor.epoch as u32,
+            container: (cursor.epoch >> 40) as u32,
+            passed: ((cursor.epoch >> 16) & COUNT) as u32,
+            done: cursor.epoch as u16,
+            anchor_ms: cursor.offset >> FINGERPRINT_BITS,
+            first: (cursor.offset & FINGERPRINT) as u32,
         }
     }
 
     fn cursor(self) -> LogCursor {
         LogCursor {
-            epoch: (u64::from(self.container) << 32) | u64::from(self.done),
-            offset: self.at_ns,
+            epoch: (u64::from(self.container) << 40)
+                | ((u64::from(self.passed) & COUNT) << 16)
+                | u64::from(self.done),
+            offset: (self.anchor_ms << FINGERPRINT_BITS) | (u64::from(self.first) & FINGERPRINT),
         }
     }
 
-    /// Where a reader stands after `bytes` more of an entry stamped `at_ns`.
-    fn past(self, at_ns: u64, bytes: usize) -> Position {
-        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
-        match at_ns.cmp(&self.at_ns) {
-            Ordering::Greater => Position {
-                at_ns,
-                done: bytes,
-                ..self
-            },
-            Ordering::Equal => Position {
-                done: self.done.saturating_add(bytes),
-                ..self
-            },
-            // Stamped before what was read already: the cursor stays.
-            Ordering::Less => self,
-        }
+    fn anchor_ns(self) -> u64 {
+        self.anchor_ms.saturating_mul(NS_PER_MS)
     }
 
+    /// Something of the view was read, so its first entry must still be there.
+    fn has_read(self) -> bool {
+        self.passed > 0 || self.done > 0
+    }
+
+    /// `since` for the engine: whole seconds (the API takes no finer),
+    /// [`DISORDER`] before the anchor, so that an engine that seeks to
+    /// `since` rather than filtering by it still hands over the whole view.
+    /// bollard's `i32` holds it until 2038; after that, 0 reads the whole
+    /// log: slower, not wrong.
     fn since_secs(self) -> i32 {
-        Position::since_secs_of(self.at_ns)
-    }
-
-    /// `since` for the engine: the whole second `at_ns` falls in (the API
-    /// takes no finer). bollard's `i32` holds it until 2038; after that, 0
-    /// reads the whole log: slower, not wrong.
-    fn since_secs_of(at_ns: u64) -> i32 {
-        i32::try_from(at_ns / 1_000_000_000).unwrap_or(0)
+        i32::try_from(self.anchor_ns().saturating_sub(DISORDER) / 1_000_000_000).unwrap_or(0)
     }
 }
 
-/// A container's identity in a cursor: 32-bit FNV-1a of its id.
+/// A container's identity in a cursor: 32-bit FNV-1a of its id, folded to 24.
 fn identity(container: &str) -> u32 {
-    container.bytes().fold(0x811c_9dc5, |hash, byte| {
+    let hash = container.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
         (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
-    })
+    });
+    (hash >> 24) ^ (hash & 0x00ff_ffff)
+}
+
+fn fingerprint(at_ns: u64) -> u32 {
+    (at_ns & FINGERPRINT) as u32
+}
+
+fn floor_ms(at_ns: u64) -> u64 {
+    at_ns / NS_PER_MS
 }
 
 /// An entry's stamp in ns since the epoch, and its bytes after the stamp.
@@ -338,37 +371,112 @@ fn stamped(entry: &[u8]) -> Result<(u64, &[u8]), String> {
     Ok((at_ns, &entry[space + 1..]))
 }
 
+/// The stamps of the entries read whole up to some point, in the log's
+/// order: what it takes to place a cursor there. Those stamped too long
+/// before the newest to fall in any later view are let go.
+#[derive(Debug, Default)]
+struct Seen {
+    stamps: VecDeque<u64>,
+    newest: u64,
+    /// How many stamps were kept after the last letting go.
+    kept: usize,
+}
+
+impl Seen {
+    fn push(&mut self, at_ns: u64) {
+        self.newest = self.newest.max(at_ns);
+        self.stamps.push_back(at_ns);
+        if self.stamps.len() > 2 * self.kept + 1024 {
+            // No later anchor is below this (see `place`).
+            let floor = (floor_ms(self.newest.saturating_sub(DISORDER)) * NS_PER_MS)
+                .saturating_sub(NS_PER_MS);
+            self.stamps.retain(|&at| at >= floor);
+            self.kept = self.stamps.len();
+        }
+    }
+
+    /// The cursor after the entries seen, and `partial.1` bytes of one more
+    /// stamped `partial.0`; `from` is where they were read from, its view
+    /// the one they all belong to.
+    fn place(&self, from: Position, partial: Option<(u64, usize)>) -> Result<Position, String> {
+        let newest = match partial {
+            Some((at, _)) => self.newest.max(at),
+            None if self.stamps.is_empty() => return Ok(from),
+            None => self.newest,
+        };
+        // Every entry still to land is stamped after `newest - DISORDER`;
+        // a partly read one must stay in the view too.
+        let mut anchor_ms = floor_ms(newest.saturating_sub(DISORDER)).max(from.anchor_ms);
+        if let Some((at, _)) = partial {
+            anchor_ms = anchor_ms.min(floor_ms(at));
+        }
+        let anchor_ns = anchor_ms * NS_PER_MS;
+        let mut view = self.stamps.iter().filter(|&&at| at >= anchor_ns);
+        let first = view
+            .next()
+            .copied()
+            .or(partial.map(|(at, _)| at))
+            .map_or(0, fingerprint);
+        let passed = self.stamps.iter().filter(|&&at| at >= anchor_ns).count() as u64;
+        if passed > COUNT {
+            return Err(format!(
+                "the engine logged {passed} entries within {} s, more than a cursor counts",
+                DISORDER / 1_000_000_000
+            ));
+        }
+        let done = partial.map_or(0, |(_, done)| done);
+        let done = u16::try_from(done).map_err(|_| {
+            format!(
+                "the engine sent a log entry of more than {done} bytes, more than a cursor counts"
+            )
+        })?;
+        Ok(Position {
+            container: from.container,
+            anchor_ms,
+            first,
+            passed: passed as u32,
+            done,
+        })
+    }
+}
+
 /// One read from a position: the entries after it, up to the budget.
 struct Forward {
     from: Position,
     budget: usize,
-    /// `Some(n)` when only the newest `n` entries were asked for.
-    recent: Option<u64>,
+    ask: Ask,
     data: Vec<u8>,
-    next: Position,
-    /// Bytes of the entries stamped `from.at_ns` still to pass over: read before.
-    skip: u32,
+    /// The index in the view of the next entry.
+    view: u64,
+    /// The view's entries read whole, before and in this chunk.
+    seen: Seen,
+    /// Where in an entry the chunk ended: its stamp and bytes read of it.
+    partial: Option<(u64, usize)>,
+    /// Entries the engine sent, in the view or not.
     entries: u64,
-    /// The stamp of the first entry, and of the first at or after the cursor.
-    oldest: Option<u64>,
-    reached: Option<u64>,
+    /// One of them is stamped so far before the anchor that nothing of
+    /// the view is before it: the entries sent hold the whole view.
+    before_view: bool,
+    /// The view's first entry is not the one the cursor read first.
+    gap: bool,
     /// True once something did not fit.
     more: bool,
     malformed: Option<String>,
 }
 
 impl Forward {
-    fn new(from: Position, budget: usize, recent: Option<u64>) -> Forward {
+    fn new(from: Position, budget: usize, ask: Ask) -> Forward {
         Forward {
             from,
             budget,
-            recent,
+            ask,
             data: Vec::new(),
-            next: from,
-            skip: from.done,
+            view: 0,
+            seen: Seen::default(),
+            partial: None,
             entries: 0,
-            oldest: None,
-            reached: None,
+            before_view: false,
+            gap: false,
             more: false,
             malformed: None,
         }
@@ -383,70 +491,90 @@ impl Forward {
             }
         };
         self.entries += 1;
-        self.oldest.get_or_insert(at_ns);
+        if at_ns < self.from.anchor_ns() {
+            self.before_view |= at_ns.saturating_add(DISORDER) < self.from.anchor_ns();
+            return ControlFlow::Continue(());
+        }
         if self.more {
             return self.full();
         }
-        if at_ns < self.from.at_ns {
+        let index = self.view;
+        self.view += 1;
+        if index == 0 && self.from.has_read() && fingerprint(at_ns) != self.from.first {
+            // The entry the cursor counted from is gone (the engine
+            // rotated it away): the count says nothing; read the view anew.
+            self.gap = true;
+        }
+        let (passed, done) = if self.gap {
+            (0, 0)
+        } else {
+            (u64::from(self.from.passed), usize::from(self.from.done))
+        };
+        if index < passed {
+            self.seen.push(at_ns);
             return ControlFlow::Continue(());
         }
-        self.reached.get_or_insert(at_ns);
-        if at_ns == self.from.at_ns {
-            let passed = text.len().min(self.skip as usize);
-            self.skip -= passed as u32;
-            text = &text[passed..];
-        }
+        let skipped = if index == passed {
+            done.min(text.len())
+        } else {
+            0
+        };
+        text = &text[skipped..];
         if text.is_empty() {
+            self.seen.push(at_ns);
             return ControlFlow::Continue(());
         }
         let room = self.budget - self.data.len();
-        if room == 0 {
-            self.more = true;
-            return self.full();
-        }
         let taken = text.len().min(room);
         self.data.extend_from_slice(&text[..taken]);
-        self.next = self.next.past(at_ns, taken);
         if taken < text.len() {
             self.more = true;
+            if skipped + taken > 0 {
+                self.partial = Some((at_ns, skipped + taken));
+            }
             return self.full();
         }
+        self.seen.push(at_ns);
         ControlFlow::Continue(())
     }
 
     /// The chunk is full: stop, unless the newest entries were asked for
-    /// and must be counted to tell whether they reach back to the cursor.
+    /// and must be counted to tell whether they hold the whole view.
     fn full(&self) -> ControlFlow<()> {
-        if self.recent.is_some() && !self.oldest_before_cursor() {
+        if matches!(self.ask, Ask::Newest(_)) && !self.before_view {
             ControlFlow::Continue(())
         } else {
             ControlFlow::Break(())
         }
     }
 
-    /// Entries stamped at the cursor itself may be a long line's later
-    /// pieces only, so they do not show that the read reaches back to it.
-    fn oldest_before_cursor(&self) -> bool {
-        self.oldest.is_some_and(|oldest| oldest < self.from.at_ns)
-    }
-
     /// The chunk; `None` when only the newest entries were asked for and
-    /// the engine had more than those, none of them before the cursor.
+    /// they may not hold the whole view.
     fn finish(self) -> Result<Option<LogChunk>, String> {
         if let Some(message) = self.malformed {
             return Err(message);
         }
-        if let Some(asked) = self.recent {
-            if self.entries >= asked && !self.oldest_before_cursor() {
+        if let Ask::Newest(asked) = self.ask {
+            if self.entries >= asked && !self.before_view {
                 return Ok(None);
             }
         }
-        // The entry the cursor points at is gone (the engine rotated it
-        // away), so what followed it may be too.
-        let gap = self.from.at_ns > 0 && self.reached.is_some_and(|at| at > self.from.at_ns);
+        // Something was read of the view, and none of it is left.
+        let gap = self.gap || (self.from.has_read() && self.view == 0);
+        let from = if gap {
+            Position {
+                passed: 0,
+                done: 0,
+                first: 0,
+                ..self.from
+            }
+        } else {
+            self.from
+        };
+        let next = self.seen.place(from, self.partial)?;
         Ok(Some(LogChunk {
             data: self.data,
-            next: self.next.cursor(),
+            next: next.cursor(),
             gap,
             at_end: !self.more,
             ended: None,
@@ -454,53 +582,34 @@ impl Forward {
     }
 }
 
-/// A read of the last lines: the newest `lines` entries, asked for with
-/// one or two more before them, to tell whether the newest stamp's entries
-/// (a long line's pieces) began before them.
+/// A read of the last lines: the newest entries asked for, the last
+/// `lines` of them kept, and where the log ends.
 struct Tail {
-    lines: u64,
-    /// How many entries the engine is asked for.
-    asked: u64,
+    lines: usize,
     budget: usize,
+    ask: Ask,
     entries: u64,
-    /// The first entries' bytes, as many as are asked for beyond `lines`:
-    /// they are before the lines wanted, unless fewer entries came.
-    head: Vec<Vec<u8>>,
-    /// The bytes of the rest, the oldest dropped once far over the budget.
-    rest: Vec<u8>,
+    /// The last entries' bytes, the oldest dropped once over the budget.
+    kept: VecDeque<Vec<u8>>,
+    kept_bytes: usize,
     dropped: bool,
-    /// The newest stamp, how many bytes carry it, and whether every entry does.
-    last: Option<u64>,
-    last_bytes: u64,
-    one_stamp: bool,
+    seen: Seen,
+    oldest: Option<u64>,
     malformed: Option<String>,
 }
 
-/// What a tail read found.
-struct TailRead {
-    data: Vec<u8>,
-    last: Option<u64>,
-    last_bytes: u64,
-    /// Every entry read carries the newest stamp, and there may be more
-    /// before them: its bytes must be counted from the whole log.
-    last_may_start_earlier: bool,
-}
-
 impl Tail {
-    fn new(lines: u32, budget: usize) -> Tail {
-        let lines = u64::from(lines);
-        let before = if lines == 0 { 2 } else { 1 };
+    fn new(lines: u32, budget: usize, ask: Ask) -> Tail {
         Tail {
-            lines,
-            asked: lines + before,
+            lines: lines as usize,
             budget,
+            ask,
             entries: 0,
-            head: Vec::new(),
-            rest: Vec::new(),
+            kept: VecDeque::new(),
+            kept_bytes: 0,
             dropped: false,
-            last: None,
-            last_bytes: 0,
-            one_stamp: true,
+            seen: Seen::default(),
+            oldest: None,
             malformed: None,
         }
     }
@@ -514,45 +623,48 @@ impl Tail {
             }
         };
         self.entries += 1;
-        if (self.head.len() as u64) < self.asked - self.lines {
-            self.head.push(text.to_vec());
-        } else {
-            self.rest.extend_from_slice(text);
-            if self.rest.len() > 2 * self.budget {
-                self.rest.drain(..self.rest.len() - self.budget);
-                self.dropped = true;
-            }
+        self.oldest = Some(self.oldest.map_or(at_ns, |oldest| oldest.min(at_ns)));
+        self.seen.push(at_ns);
+        self.kept.push_back(text.to_vec());
+        self.kept_bytes += text.len();
+        while self.kept.len() > self.lines {
+            self.drop_oldest();
         }
-        match self.last.map(|last| at_ns.cmp(&last)) {
-            None | Some(Ordering::Greater) => {
-                self.one_stamp &= self.last.is_none();
-                self.last = Some(at_ns);
-                self.last_bytes = text.len() as u64;
-            }
-            Some(Ordering::Equal) => self.last_bytes += text.len() as u64,
-            Some(Ordering::Less) => self.one_stamp = false,
+        while self.kept.len() > 1 && self.kept_bytes - self.kept[0].len() >= self.budget {
+            self.drop_oldest();
+            self.dropped = true;
         }
         ControlFlow::Continue(())
     }
 
-    fn finish(self) -> Result<TailRead, String> {
+    fn drop_oldest(&mut self) {
+        if let Some(oldest) = self.kept.pop_front() {
+            self.kept_bytes -= oldest.len();
+        }
+    }
+
+    /// The lines and the cursor at the end of the log; `None` when the
+    /// entries asked for may not hold the whole view that cursor counts.
+    fn finish(self, container: u32) -> Result<Option<(Vec<u8>, Position)>, String> {
         if let Some(message) = self.malformed {
             return Err(message);
         }
-        let mut lines = Vec::new();
-        if !self.dropped {
-            let before = self.entries.saturating_sub(self.lines) as usize;
-            for piece in self.head.iter().skip(before) {
-                lines.extend_from_slice(piece);
+        let next = self.seen.place(Position::start(container), None)?;
+        let whole = match self.ask {
+            Ask::Newest(asked) => {
+                self.entries < asked
+                    || self
+                        .oldest
+                        .is_some_and(|oldest| oldest.saturating_add(DISORDER) < next.anchor_ns())
             }
+            Ask::Since(_) => true,
+        };
+        if !whole {
+            return Ok(None);
         }
-        lines.extend_from_slice(&self.rest);
-        Ok(TailRead {
-            data: last_within(&lines, !self.dropped, self.budget).to_vec(),
-            last: self.last,
-            last_bytes: self.last_bytes,
-            last_may_start_earlier: self.one_stamp && self.entries >= self.asked,
-        })
+        let lines: Vec<u8> = self.kept.into_iter().flatten().collect();
+        let data = last_within(&lines, !self.dropped, self.budget).to_vec();
+        Ok(Some((data, next)))
     }
 }
 
@@ -577,6 +689,7 @@ mod tests {
     use super::*;
 
     const SECOND: u64 = 1_700_000_000_000_000_000;
+    const MS: u64 = NS_PER_MS;
 
     /// An entry as the engine sends it, stamped `SECOND + ns`.
     fn entry(ns: u64, text: &str) -> Vec<u8> {
@@ -584,28 +697,71 @@ mod tests {
         format!("{} {text}", humantime::format_rfc3339_nanos(time)).into_bytes()
     }
 
-    fn at(ns: u64, done: u32) -> Position {
-        Position {
-            container: 7,
-            at_ns: SECOND + ns,
-            done,
+    /// What a test engine with `log` (in its order) sends for `ask`: the
+    /// newest `n`, or those stamped in or after a second, as dockerd does.
+    fn engine(log: &[Vec<u8>], ask: Ask) -> Vec<&Vec<u8>> {
+        match ask {
+            Ask::Newest(n) => log
+                .iter()
+                .skip(log.len().saturating_sub(n as usize))
+                .collect(),
+            Ask::Since(secs) => log
+                .iter()
+                .filter(|entry| stamped(entry).unwrap().0 >= secs as u64 * 1_000_000_000)
+                .collect(),
         }
     }
 
-    /// Reads `entries` from `from` as the engine would hand them over.
-    fn forward(
-        from: Position,
-        budget: usize,
-        recent: Option<u64>,
-        entries: &[Vec<u8>],
-    ) -> Option<LogChunk> {
-        let mut reader = Forward::new(from, budget, recent);
-        for entry in entries {
-            if reader.take(entry).is_break() {
-                break;
+    /// One read from `from`, asked as [`Log::forward`] asks.
+    fn forward(from: Position, budget: usize, log: &[Vec<u8>]) -> LogChunk {
+        let since = from.since_secs();
+        let mut ask = if from.anchor_ms > 0 {
+            Ask::Newest(RECENT_ENTRIES.max(2 * u64::from(from.passed)))
+        } else {
+            Ask::Since(since)
+        };
+        loop {
+            let mut reader = Forward::new(from, budget, ask);
+            for entry in engine(log, ask) {
+                if reader.take(entry).is_break() {
+                    break;
+                }
+            }
+            match reader.finish().unwrap() {
+                Some(chunk) => return chunk,
+                None => ask = ask.wider(since),
             }
         }
-        reader.finish().unwrap()
+    }
+
+    /// One tail read, asked as [`Log::tail`] asks.
+    fn tail(lines: u32, budget: usize, log: &[Vec<u8>]) -> (Vec<u8>, Position) {
+        let mut ask = Ask::Newest(RECENT_ENTRIES.max(u64::from(lines)));
+        loop {
+            let mut reader = Tail::new(lines, budget, ask);
+            for entry in engine(log, ask) {
+                let _ = reader.take(entry);
+            }
+            match reader.finish(7).unwrap() {
+                Some(read) => return read,
+                None => ask = ask.wider(0),
+            }
+        }
+    }
+
+    /// Everything from `from` in chunks of `budget`, and the cursor after.
+    fn read_to_end(mut from: Position, budget: usize, log: &[Vec<u8>]) -> (String, Position) {
+        let mut all = String::new();
+        loop {
+            let chunk = forward(from, budget, log);
+            assert!(!chunk.gap, "no gap in a log nothing was dropped from");
+            assert!(chunk.data.len() <= budget);
+            all.push_str(std::str::from_utf8(&chunk.data).unwrap());
+            from = Position::of(chunk.next);
+            if chunk.at_end {
+                return (all, from);
+            }
+        }
     }
 
     fn text(chunk: &LogChunk) -> &str {
@@ -625,26 +781,33 @@ mod tests {
     fn cursors_round_trip_and_name_the_container() {
         let position = Position {
             container: identity("c0ffee"),
-            at_ns: SECOND + 5,
-            done: 12,
+            anchor_ms: (SECOND + 5 * MS) / MS,
+            first: fingerprint(SECOND + 6 * MS + 3),
+            passed: 0x00ab_cdef,
+            done: 16385,
         };
+        assert!(position.container <= 0x00ff_ffff);
         assert_eq!(Position::of(position.cursor()), position);
         assert_ne!(identity("c0ffee"), identity("c0ffef"));
-        assert_eq!(position.since_secs(), 1_700_000_000);
+        assert_eq!(position.since_secs(), 1_699_999_998, "DISORDER before");
+        assert_eq!(
+            Position::of(Position::start(9).cursor()),
+            Position::start(9)
+        );
     }
 
     #[test]
     fn a_chunk_ends_inside_an_entry_and_the_next_goes_on_from_there() {
         let log = [entry(1, "one\n"), entry(2, "two\n"), entry(3, "three\n")];
-        let first = forward(Position::start(7), 6, None, &log).unwrap();
+        let first = forward(Position::start(7), 6, &log);
         assert_eq!((text(&first), first.at_end), ("one\ntw", false));
         let next = Position::of(first.next);
-        assert_eq!(next, at(2, 2));
-        // The engine hands over the whole second again; the reader passes over what was read.
-        let second = forward(next, 100, None, &log).unwrap();
+        assert_eq!((next.passed, next.done), (1, 2));
+        // The engine hands over the view again; the reader passes over what was read.
+        let second = forward(next, 100, &log);
         assert_eq!(text(&second), "o\nthree\n");
         assert!(second.at_end && !second.gap);
-        let last = forward(Position::of(second.next), 100, None, &log).unwrap();
+        let last = forward(Position::of(second.next), 100, &log);
         assert_eq!((text(&last), last.at_end), ("", true));
         assert_eq!(last.next, second.next, "nothing new: the cursor stays");
     }
@@ -657,115 +820,160 @@ mod tests {
             entry(1, "cc\n"),
             entry(2, "d\n"),
         ];
-        let mut from = Position::start(7);
-        let mut all = String::new();
-        loop {
-            let chunk = forward(from, 3, None, &log).unwrap();
-            all.push_str(text(&chunk));
-            from = Position::of(chunk.next);
-            if chunk.at_end {
-                break;
-            }
-        }
-        assert_eq!(all, "aaaabbbbcc\nd\n");
+        assert_eq!(
+            read_to_end(Position::start(7), 3, &log).0,
+            "aaaabbbbcc\nd\n"
+        );
     }
 
     #[test]
     fn exactly_full_is_at_the_end_only_when_nothing_follows() {
         let log = [entry(1, "ab"), entry(2, "cd")];
-        let chunk = forward(Position::start(7), 2, None, &log).unwrap();
+        let chunk = forward(Position::start(7), 2, &log);
         assert_eq!((text(&chunk), chunk.at_end), ("ab", false));
-        let chunk = forward(Position::start(7), 4, None, &log).unwrap();
+        let chunk = forward(Position::start(7), 4, &log);
         assert_eq!((text(&chunk), chunk.at_end), ("abcd", true));
     }
 
+    /// The flake of issue 17: the engine's stderr copier stamped its line
+    /// before the stdout copier stamped the others, but its line landed
+    /// after them, and after a reader had read them. A cursor of "the stamp
+    /// read last" passed over it.
     #[test]
-    fn a_cursor_whose_entry_is_gone_is_a_gap() {
-        // The entry at 2 was rotated away by the engine.
-        let log = [entry(5, "five\n")];
-        let chunk = forward(at(2, 4), 100, None, &log).unwrap();
-        assert_eq!(text(&chunk), "five\n");
-        assert!(chunk.gap);
-        // Still there: no gap.
-        let log = [entry(2, "two\n"), entry(5, "five\n")];
-        assert!(!forward(at(2, 4), 100, None, &log).unwrap().gap);
+    fn an_entry_stamped_before_the_cursor_that_lands_after_it_is_read() {
+        let mut log = vec![entry(20 * MS, "out 1\n"), entry(30 * MS, "out 2\n")];
+        let (read, at) = read_to_end(Position::start(7), 100, &log);
+        assert_eq!(read, "out 1\nout 2\n");
+        log.push(entry(10 * MS, "err: starting\n"));
+        log.push(entry(40 * MS, "out 3\n"));
+        let (rest, at) = read_to_end(at, 100, &log);
+        assert_eq!(rest, "err: starting\nout 3\n");
+        assert_eq!(read_to_end(at, 100, &log).0, "", "and nothing twice");
     }
 
     #[test]
-    fn the_newest_entries_serve_when_they_reach_back_past_the_cursor() {
-        let log = [entry(1, "one\n"), entry(2, "two\n"), entry(3, "three\n")];
-        // All three asked for and they reach back before the cursor.
-        let chunk = forward(at(2, 4), 100, Some(3), &log).unwrap();
-        assert_eq!(text(&chunk), "three\n");
-        // Fewer than asked came: that is everything.
-        assert!(forward(at(1, 4), 100, Some(10), &log[1..]).is_some());
-        // As many as asked, none before the cursor: maybe more unseen.
-        assert!(forward(at(1, 4), 100, Some(2), &log[1..]).is_none());
-        // Only pieces stamped at the cursor itself: maybe more of them unseen.
-        assert!(forward(at(2, 4), 100, Some(2), &log[1..]).is_none());
+    fn a_cursor_whose_first_entry_is_gone_is_a_gap() {
+        let log = [entry(1, "one\n"), entry(2, "two\n")];
+        let (_, at) = read_to_end(Position::start(7), 100, &log);
+        // The engine rotated both away, and more was written.
+        let rotated = [entry(5 * MS, "five\n")];
+        let chunk = forward(at, 100, &rotated);
+        assert_eq!(text(&chunk), "five\n");
+        assert!(chunk.gap);
+        // Rotated away, nothing new: a gap once, then an empty view.
+        let chunk = forward(at, 100, &[]);
+        assert!(chunk.gap);
+        let again = forward(Position::of(chunk.next), 100, &[]);
+        assert!(!again.gap && again.data.is_empty());
+        // Still there: no gap.
+        assert!(!forward(at, 100, &log).gap);
+    }
+
+    #[test]
+    fn the_newest_entries_serve_only_when_they_hold_the_whole_view() {
+        // 5000 entries 1 ms apart: the view of a cursor at the end spans
+        // DISORDER, more than RECENT_ENTRIES entries.
+        let log: Vec<Vec<u8>> = (0..5000u64).map(|n| entry(n * MS, "x\n")).collect();
+        let (_, at) = read_to_end(Position::start(7), 1 << 20, &log);
+        assert!(u64::from(at.passed) > RECENT_ENTRIES, "{at:?}");
+        let mut reader = Forward::new(at, 100, Ask::Newest(RECENT_ENTRIES));
+        for entry in engine(&log, Ask::Newest(RECENT_ENTRIES)) {
+            let _ = reader.take(entry);
+        }
+        assert!(reader.finish().unwrap().is_none(), "asks again, wider");
+        let mut grown = log.clone();
+        grown.push(entry(5000 * MS, "new\n"));
+        assert_eq!(forward(at, 100, &grown).data, b"new\n");
+        // An entry stamped long before the view shows nothing before it is in it.
+        let mut reader = Forward::new(at, 100, Ask::Newest(2));
+        let _ = reader.take(&entry(0, "old\n"));
+        let _ = reader.take(&entry(5001 * MS, "new\n"));
+        let chunk = reader.finish().unwrap().expect("held the whole view");
+        assert_eq!(text(&chunk), "new\n");
+    }
+
+    /// A small deterministic generator, so a failure repeats.
+    struct Xorshift(u64);
+
+    impl Xorshift {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Two streams stamped in order each, landing in the log interleaved
+    /// with up to a second of disorder between them, read in chunks of every
+    /// size while the log grows: every entry once, in the log's order.
+    #[test]
+    fn a_log_grown_out_of_stamp_order_is_read_whole_and_once_in_any_chunks() {
+        for seed in 1..=12u64 {
+            let mut random = Xorshift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut log = Vec::new();
+            let mut expected = String::new();
+            let mut clock = [0u64; 2];
+            let mut at = Position::start(7);
+            let mut read = String::new();
+            for n in 0..600 {
+                let stream = random.below(2) as usize;
+                // Each stream's stamps rise; the other's may be up to 1 s behind.
+                clock[stream] = clock[stream].max(clock[1 - stream].saturating_sub(1000 * MS))
+                    + random.below(50 * MS);
+                let line = format!("{stream}:{n}{}\n", "-".repeat(random.below(40) as usize));
+                log.push(entry(clock[stream], &line));
+                expected.push_str(&line);
+                if random.below(7) == 0 {
+                    let budget = 1 + random.below(128) as usize;
+                    let (more, next) = read_to_end(at, budget, &log);
+                    read.push_str(&more);
+                    at = next;
+                }
+            }
+            read.push_str(&read_to_end(at, 4096, &log).0);
+            assert_eq!(read, expected, "seed {seed}");
+        }
     }
 
     #[test]
     fn a_tail_takes_the_last_entries_within_the_budget() {
         let log: Vec<Vec<u8>> = (1..=5).map(|n| entry(n, &format!("line {n}\n"))).collect();
-        let mut tail = Tail::new(3, 1000);
-        assert_eq!(tail.asked, 4);
-        // The engine sends the newest `asked`.
-        for entry in &log[1..] {
-            let _ = tail.take(entry);
-        }
-        let read = tail.finish().unwrap();
-        assert_eq!(read.data, b"line 3\nline 4\nline 5\n");
-        assert_eq!((read.last, read.last_bytes), (Some(SECOND + 5), 7));
-        assert!(!read.last_may_start_earlier);
-
+        let (data, at) = tail(3, 1000, &log);
+        assert_eq!(data, b"line 3\nline 4\nline 5\n");
+        assert_eq!(forward(at, 100, &log).data, b"", "the cursor is at the end");
         // Fewer entries than lines: all of them.
-        let mut tail = Tail::new(10, 1000);
-        for entry in &log {
-            let _ = tail.take(entry);
-        }
-        assert_eq!(tail.finish().unwrap().data.len(), 5 * 7);
-
+        assert_eq!(tail(10, 1000, &log).0.len(), 5 * 7);
         // Over the budget: from a line start within it.
-        let mut tail = Tail::new(3, 10);
-        for entry in &log[1..] {
-            let _ = tail.take(entry);
-        }
-        assert_eq!(tail.finish().unwrap().data, b"line 5\n");
-
+        assert_eq!(tail(3, 10, &log).0, b"line 5\n");
         // No lines: just where the end is.
-        let mut tail = Tail::new(0, 1000);
-        assert_eq!(tail.asked, 2);
-        for entry in &log[3..] {
-            let _ = tail.take(entry);
-        }
-        let read = tail.finish().unwrap();
-        assert!(read.data.is_empty());
-        assert_eq!(read.last, Some(SECOND + 5));
+        let (data, at) = tail(0, 1000, &log);
+        assert!(data.is_empty());
+        let mut grown = log.clone();
+        grown.push(entry(6, "line 6\n"));
+        assert_eq!(forward(at, 100, &grown).data, b"line 6\n");
     }
 
     #[test]
-    fn a_tail_inside_one_long_line_counts_its_pieces_from_the_whole_log() {
-        let mut tail = Tail::new(1, 1000);
-        for piece in [entry(9, "bbbb"), entry(9, "cc\n")] {
-            let _ = tail.take(&piece);
-        }
-        let read = tail.finish().unwrap();
-        assert_eq!(read.data, b"cc\n");
-        assert!(
-            read.last_may_start_earlier,
-            "the line may have begun earlier"
-        );
+    fn a_tail_of_a_busy_log_counts_its_cursor_from_a_wider_read() {
+        // More entries within DISORDER of the end than a first tail asks for.
+        let log: Vec<Vec<u8>> = (0..5000u64).map(|n| entry(n * MS / 2, "x\n")).collect();
+        let (data, at) = tail(1, 1000, &log);
+        assert_eq!(data, b"x\n");
+        let mut grown = log.clone();
+        // Stamped a second before the newest, so not among the newest 1024.
+        grown.push(entry(1500 * MS, "late\n"));
+        assert_eq!(forward(at, 100, &grown).data, b"late\n");
     }
 
     #[test]
     fn a_tail_cut_keeps_memory_bounded_and_starts_at_a_line() {
-        let mut tail = Tail::new(10_000, 16);
+        let mut tail = Tail::new(10_000, 16, Ask::Since(0));
         for n in 0..10_000 {
             let _ = tail.take(&entry(n, &format!("{n:05}\n")));
-            assert!(tail.rest.len() <= 2 * 16);
+            assert!(tail.kept_bytes <= 16 + 6);
         }
-        assert_eq!(tail.finish().unwrap().data, b"09998\n09999\n");
+        assert_eq!(tail.finish(7).unwrap().unwrap().0, b"09998\n09999\n");
     }
 
     #[test]

@@ -364,14 +364,51 @@ mod loop_tests {
         }
         let mut child = command.spawn().unwrap();
         std::thread::spawn(move || child.wait());
-        for _ in 0..200 {
-            // The shell, the setsid sleep and the double-forked one.
-            if read_pids(&dirs.v2.join("cgroup.procs")).unwrap().len() >= 3 {
-                break;
-            }
+        // The shell (exec'd into a sleep), the setsid sleep and the
+        // double-forked one: all three sleeping, the shells between gone.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while sleepers(&dirs.v2) < 3 || read_pids(&dirs.v2.join("cgroup.procs")).unwrap().len() > 3
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the test's three sleeps never settled in {}",
+                dirs.v2.display()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         Some((dirs, freezer))
+    }
+
+    /// How many processes in `v2` run `sleep`.
+    fn sleepers(v2: &Path) -> usize {
+        read_pids(&v2.join("cgroup.procs"))
+            .unwrap()
+            .iter()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim() == "sleep")
+            })
+            .count()
+    }
+
+    /// The cgroups a test made, killed and removed when it ends, passed or
+    /// failed (nothing is left in the hierarchy either way): the deepest,
+    /// pushed last, first.
+    struct Made(Vec<Dirs>);
+
+    impl Drop for Made {
+        fn drop(&mut self) {
+            for dirs in self.0.iter().rev() {
+                let _ = kill(dirs);
+                let _ = wait_empty(&dirs.v2, Duration::from_secs(30));
+                if let Err(error) = remove(dirs) {
+                    eprintln!(
+                        "cannot remove the test's cgroup {}: {error}",
+                        dirs.v2.display()
+                    );
+                }
+            }
+        }
     }
 
     fn check_emptied(dirs: &Dirs) {
@@ -388,6 +425,7 @@ mod loop_tests {
         let Some((dirs, freezer)) = populated_cgroup("v1") else {
             return;
         };
+        let _made = Made(vec![dirs.clone()]);
         let Some(freezer) = freezer else {
             remove(&dirs).unwrap();
             eprintln!("skipped: no v1 freezer here");
@@ -403,6 +441,7 @@ mod loop_tests {
         let Some((dirs, _)) = populated_cgroup("v2") else {
             return;
         };
+        let _made = Made(vec![dirs.clone()]);
         assert!(populated(&dirs.v2).unwrap());
         kill_tree_frozen(&dirs, &|dirs| Freezer::V2(dirs.v2.clone())).unwrap();
         check_emptied(&dirs);
@@ -413,6 +452,7 @@ mod loop_tests {
         let Some((dirs, _)) = populated_cgroup("tree") else {
             return;
         };
+        let mut made = Made(vec![dirs.clone()]);
         // The populated cgroup becomes one child of a parent.
         let parent = Dirs {
             v2: dirs.v2.with_extension("parent"),
@@ -422,11 +462,13 @@ mod loop_tests {
                 .map(|dir| dir.with_extension("parent"))
                 .collect(),
         };
+        made.0.insert(0, parent.clone());
         std::fs::create_dir(&parent.v2).unwrap();
         for dir in &parent.v1 {
             std::fs::create_dir(dir).unwrap();
         }
         let child = parent.child("sbx-ses-000000000001");
+        made.0.insert(1, child.clone());
         std::fs::create_dir(&child.v2).unwrap();
         for dir in &child.v1 {
             std::fs::create_dir(dir).unwrap();
@@ -436,6 +478,9 @@ mod loop_tests {
                 write_file(&to.join("cgroup.procs"), &pid.to_string()).unwrap();
             }
         }
+        // Removable once the kernel says it holds nothing (a removal tried
+        // before that fails with EBUSY, as it did under load).
+        assert!(wait_empty(&dirs.v2, Duration::from_secs(30)).unwrap());
         remove(&dirs).unwrap();
         let names = kill_children_and_remove(&parent, Duration::from_secs(10)).unwrap();
         assert_eq!(names, ["sbx-ses-000000000001"]);

@@ -273,6 +273,35 @@ impl TestCluster {
         self.standin.as_ref()
     }
 
+    /// On the stand-in, waits until the daemon's watches on its
+    /// Deployments and pods are open (the event stream's source), so what a
+    /// test does next is seen by them and a request count taken now holds
+    /// none of their start-up requests. On a real cluster the requests
+    /// cannot be seen: a test waits for the events themselves.
+    pub async fn wait_for_watches(&self) {
+        let Some(standin) = &self.standin else {
+            return;
+        };
+        let open = crate::eventually(std::time::Duration::from_secs(60), || {
+            let seen = standin.seen();
+            let watching = |resource: &str| {
+                seen.iter().any(|seen| {
+                    seen.user.contains("sandboxd")
+                        && seen.verb == "watch"
+                        && seen.resource == resource
+                })
+            };
+            let done = watching("deployments") && watching("pods");
+            async move { done }
+        })
+        .await;
+        assert!(
+            open,
+            "the daemon opened no watch on deployments and pods: {:?}",
+            standin.seen()
+        );
+    }
+
     pub fn standin_mut(&mut self) -> Option<&mut StandIn> {
         self.standin.as_mut()
     }

@@ -34,6 +34,7 @@ async fn setup(test: &str, kubernetes_toml: &str) -> Setup {
     let cluster = TestCluster::start(test).await;
     let daemon = TestDaemon::start(cluster.daemon_options(kubernetes_toml));
     let client = daemon.client().await;
+    cluster.wait_for_watches().await;
     Setup {
         cluster,
         daemon,
@@ -250,7 +251,8 @@ async fn the_three_objects_are_shaped_as_the_contract_says_and_made_in_order() {
             .seen()
             .into_iter()
             .filter(|seen| {
-                seen.user.contains("sandboxd") && !["get", "list"].contains(&seen.verb.as_str())
+                seen.user.contains("sandboxd")
+                    && !["get", "list", "watch"].contains(&seen.verb.as_str())
             })
             .filter(|seen| seen.resource != "selfsubjectaccessreviews")
             .map(|seen| (seen.verb, seen.resource))
@@ -751,10 +753,10 @@ async fn a_role_without_deployments_scale_is_permission_denied_naming_it() {
         Rule::new(&["persistentvolumeclaims"], &["get", "create", "delete"]),
         Rule::new(
             &["deployments"],
-            &["get", "list", "create", "patch", "delete"],
+            &["get", "list", "watch", "create", "patch", "delete"],
         ),
         Rule::new(&["networkpolicies"], &["create", "patch", "delete"]),
-        Rule::new(&["pods"], &["list"]),
+        Rule::new(&["pods"], &["list", "watch"]),
         Rule::new(&["pods/log"], &["get"]),
     ];
     cluster.restrict(Some(all_but_scale)).await;
@@ -1030,7 +1032,7 @@ async fn an_ensure_cut_short_after_the_secret_is_finished_by_the_next_one() {
             Rule::new(&["secrets"], &["create", "patch", "delete"]),
             Rule::new(&["persistentvolumeclaims"], &["get", "create", "delete"]),
             Rule::new(&["networkpolicies"], &["create", "patch", "delete"]),
-            Rule::new(&["deployments"], &["get", "list"]),
+            Rule::new(&["deployments"], &["get", "list", "watch"]),
         ]))
         .await;
     let daemon = TestDaemon::start(cluster.daemon_options(""));
@@ -1551,9 +1553,9 @@ async fn the_health_verdict_is_degraded_for_missing_verbs_and_unhealthy_without_
             Rule::new(&["networkpolicies"], &["create", "patch", "delete"]),
             Rule::new(
                 &["deployments"],
-                &["get", "list", "create", "patch", "delete"],
+                &["get", "list", "watch", "create", "patch", "delete"],
             ),
-            Rule::new(&["pods"], &["list"]),
+            Rule::new(&["pods"], &["list", "watch"]),
             Rule::new(&["pods/log"], &["get"]),
         ]))
         .await;

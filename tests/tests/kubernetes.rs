@@ -758,6 +758,7 @@ async fn a_role_without_deployments_scale_is_permission_denied_naming_it() {
         Rule::new(&["networkpolicies"], &["create", "patch", "delete"]),
         Rule::new(&["pods"], &["list", "watch"]),
         Rule::new(&["pods/log"], &["get"]),
+        Rule::new(&["events"], &["list"]),
     ];
     cluster.restrict(Some(all_but_scale)).await;
     let daemon = TestDaemon::start(cluster.daemon_options(""));
@@ -1564,6 +1565,7 @@ async fn the_health_verdict_is_degraded_for_missing_verbs_and_unhealthy_without_
             ),
             Rule::new(&["pods"], &["list", "watch"]),
             Rule::new(&["pods/log"], &["get"]),
+            Rule::new(&["events"], &["list"]),
         ]))
         .await;
     let daemon = TestDaemon::start(cluster.daemon_options(""));

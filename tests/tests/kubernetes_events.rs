@@ -254,3 +254,49 @@ async fn a_watch_the_api_server_expires_is_relisted_and_misses_nothing() {
     assert_eq!(created.uid, made.uid);
     assert!(seen.is_empty(), "nothing else happened: {seen:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_of_a_pending_pod_say_why_it_waits_and_exit_1() {
+    let cluster = TestCluster::start("logs-pending").await;
+    let daemon = TestDaemon::start(cluster.daemon_options(""));
+    let client = daemon.client().await;
+    let id = "ses-pending";
+    client
+        .ensure_session_sandbox(id, &sandbox_env("session:pending", "tok-pending"))
+        .await
+        .unwrap();
+    // Pending, as every pod is without a scheduler and a kubelet.
+    let pod = the_pod(&cluster, "session", id).await;
+    let output = daemon.sandboxctl(&["logs", "session", id]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr.contains(&format!("pod {pod} is Pending: ")),
+        "{stderr}"
+    );
+    // The scheduler's word, as an event about the pod: the newest warning is named.
+    let events: Api<k8s_openapi::api::core::v1::Event> = cluster.api();
+    let event: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": format!("{pod}.sched"), "namespace": cluster.namespace},
+        "involvedObject": {"kind": "Pod", "name": pod, "namespace": cluster.namespace, "apiVersion": "v1"},
+        "reason": "FailedScheduling", "type": "Warning",
+        "message": "0/3 nodes are available: 3 Insufficient memory.",
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z",
+        "source": {"component": "default-scheduler"},
+    }))
+    .unwrap();
+    events
+        .create(&kube::api::PostParams::default(), &event)
+        .await
+        .expect("create the scheduler's event");
+    let output = daemon.sandboxctl(&["logs", "session", id]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr.contains(
+            "newest warning: FailedScheduling: 0/3 nodes are available: 3 Insufficient memory."
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("tok-pending"), "{stderr}");
+}

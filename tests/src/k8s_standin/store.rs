@@ -61,8 +61,17 @@ pub const NETWORK_POLICIES: Kind = Kind {
     kind: "NetworkPolicy",
 };
 
+/// Core events: stored and listed as they are written (a test writes the
+/// warnings the scheduler or kubelet would).
+pub const EVENTS: Kind = Kind {
+    resource: "events",
+    group: "",
+    api_version: "v1",
+    kind: "Event",
+};
+
 pub fn kind_of(group: &str, resource: &str) -> Option<Kind> {
-    [SECRETS, CLAIMS, PODS, DEPLOYMENTS, NETWORK_POLICIES]
+    [SECRETS, CLAIMS, PODS, DEPLOYMENTS, NETWORK_POLICIES, EVENTS]
         .into_iter()
         .find(|kind| kind.group == group && kind.resource == resource)
 }

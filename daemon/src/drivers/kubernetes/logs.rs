@@ -89,6 +89,13 @@ pub async fn read(
         )));
     };
     let name = pod.metadata.name.clone().unwrap_or_default();
+    if super::pending::is_pending(pod) {
+        // No output yet: say why rather than print nothing.
+        return Err(SandboxError::FailedPrecondition(format!(
+            "{context}: pod {name} is Pending: {}",
+            super::pending::why(inner, pod).await
+        )));
+    }
     let epoch = epoch_of(pod);
     let max = u64::from(max_bytes);
     let (skip, limit, gap) = match start {

@@ -13,8 +13,8 @@
 //! (probe, describe, list), `logs` (the pod's log), `reaper` (leaked
 //! connect sandboxes), `permissions` (the start-up access review),
 //! `errors` (what a failed call means for the caller), `watch` (list and
-//! watch, resumed and relisted) and `announce` (the event stream, from
-//! those watches).
+//! watch, resumed and relisted), `announce` (the event stream, from
+//! those watches) and `pending` (why a pod has not started).
 
 mod announce;
 mod config;
@@ -24,6 +24,7 @@ mod errors;
 mod logs;
 mod network_policy;
 mod observe;
+mod pending;
 mod permissions;
 mod reaper;
 mod shapes;

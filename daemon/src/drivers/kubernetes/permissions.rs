@@ -19,7 +19,7 @@ use super::errors::CallError;
 
 /// Every (verb, group, resource, subresource) the tier uses, and no more:
 /// the same list as deploy/kubernetes/rbac.yaml.
-pub const NEEDED: [(&str, &str, &str, &str); 19] = [
+pub const NEEDED: [(&str, &str, &str, &str); 20] = [
     ("create", "", "secrets", ""),
     ("patch", "", "secrets", ""),
     ("delete", "", "secrets", ""),
@@ -39,6 +39,7 @@ pub const NEEDED: [(&str, &str, &str, &str); 19] = [
     ("list", "", "pods", ""),
     ("watch", "", "pods", ""),
     ("get", "", "pods", "log"),
+    ("list", "", "events", ""),
 ];
 
 /// How long to wait between tries while the API server does not answer.

@@ -300,3 +300,53 @@ async fn logs_of_a_pending_pod_say_why_it_waits_and_exit_1() {
     );
     assert!(!stderr.contains("tok-pending"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_ends_with_the_generation_it_follows_naming_how() {
+    let cluster = TestCluster::start("logs-follow-end").await;
+    let daemon = TestDaemon::start(cluster.daemon_options(""));
+    let client = daemon.client().await;
+    let id = "ses-follow";
+    client
+        .ensure_session_sandbox(id, &sandbox_env("session:follow", ""))
+        .await
+        .unwrap();
+    // The pod's output needs a kubelet: the stand-in's inserted pod has some.
+    let Some(standin) = cluster.standin("a pod with output (no kubelet)") else {
+        return;
+    };
+    let pod = format!("{}-pod-out", base_name(Scope::Session, id));
+    standin.insert_pod(
+        &cluster.namespace,
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod, "labels": {
+                "stigmer.ai/managed-by": "stigmer-server",
+                "stigmer.ai/scope": "session", "stigmer.ai/sandbox-id": id,
+            }},
+            "spec": {"containers": [{"name": "runner", "image": sandboxd_tests::k8s::TEST_IMAGE}]},
+            "status": runner_status(0, json!({"running": {"startedAt": "2026-01-01T00:01:00Z"}}), json!({})),
+        }),
+        b"one\ntwo\n",
+    );
+    // It exits 3: a follower reads it all, then ends, saying how.
+    write_status(
+        &cluster,
+        &pod,
+        runner_status(
+            0,
+            json!({"terminated": {"exitCode": 3, "reason": "Error",
+                   "startedAt": "2026-01-01T00:01:00Z", "finishedAt": "2026-01-01T00:02:00Z"}}),
+            json!({}),
+        ),
+    )
+    .await;
+    let output = daemon.sandboxctl(&["logs", "--follow", "session", id]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(output.stdout, b"one\ntwo\n");
+    assert!(
+        stderr.contains("generation 1: the runner exited (code 3); its output ends here"),
+        "{stderr}"
+    );
+}

@@ -350,3 +350,42 @@ async fn logs_follow_ends_with_the_generation_it_follows_naming_how() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_changed_within_a_generation_is_a_changed_event() {
+    let cluster = TestCluster::start("events-changed").await;
+    let daemon = TestDaemon::start(cluster.daemon_options(""));
+    let client = daemon.client().await;
+    cluster.wait_for_watches().await;
+    let id = "ses-changed";
+    let made = client
+        .ensure_session_sandbox(id, &sandbox_env("session:one", ""))
+        .await
+        .unwrap();
+    let (created, _) = wait_for_event(&client, None, |event| {
+        event.kind == EventKind::Created && event.id == id
+    })
+    .await;
+    // Another writer (a second replica of the control plane's daemon, an
+    // operator) moves the runner to another queue without a new generation.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = cluster.api();
+    deployments
+        .patch(
+            &base_name(Scope::Session, id),
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"stigmer.ai/task-queue": "session:two"}}}),
+            ),
+        )
+        .await
+        .expect("patch the queue annotation");
+    let (changed, between) = wait_for_event(&client, Some(created.cursor), |event| {
+        event.kind == EventKind::Changed && event.id == id
+    })
+    .await;
+    assert_eq!(
+        (changed.uid.as_str(), changed.generation),
+        (made.uid.as_str(), 1)
+    );
+    assert!(between.iter().all(|event| event.id != id), "{between:?}");
+}

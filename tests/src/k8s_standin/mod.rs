@@ -180,14 +180,12 @@ impl StandIn {
             .unwrap_or_else(|failure| panic!("insert pod: {:?}", failure.body));
     }
 
-    /// Drops the whole change history, as etcd's compaction does: every
-    /// watch open now, and every resume from an older version, gets 410
-    /// `Expired` and must relist.
-    pub fn compact(&self) {
+    /// Ends every open watch with 410 `Expired` and drops the change
+    /// history (etcd's compaction): every watcher must relist.
+    pub fn expire_watches(&self) {
         let mut store = self.store();
         let revision = store.revision();
-        store.history.compact(revision);
-        store.history.arrived.notify_waiters();
+        store.history.expire_watches(revision);
     }
 
     /// Every request so far, oldest first.

@@ -8,8 +8,9 @@
 //! objects come first as `ADDED`, as the real server sends them.
 //!
 //! The history is the store's change log ([`Change`]), bounded as etcd's
-//! compaction bounds it; [`crate::k8s_standin::StandIn::compact`] drops it
-//! all, so a test can force a 410.
+//! compaction bounds it; [`crate::k8s_standin::StandIn::expire_watches`]
+//! ends every open watch with a 410 and drops the history, so a test can
+//! force a relist.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -46,6 +47,9 @@ pub struct History {
     changes: VecDeque<Change>,
     /// The newest revision no longer in `changes` (0: nothing dropped).
     pub compacted_through: u64,
+    /// Bumped by [`History::expire_watches`]: a watch opened before the
+    /// bump is answered 410 and ended.
+    pub watches_expired: u64,
     pub arrived: Arc<tokio::sync::Notify>,
 }
 
@@ -57,6 +61,15 @@ impl History {
                 self.compacted_through = dropped.revision;
             }
         }
+        self.arrived.notify_waiters();
+    }
+
+    /// Ends every open watch with 410 `Expired`, as an API server does to
+    /// watchers that fell too far behind; and drops the history, so none
+    /// can resume from where it was: each must relist.
+    pub fn expire_watches(&mut self, revision: u64) {
+        self.compact(revision);
+        self.watches_expired += 1;
         self.arrived.notify_waiters();
     }
 
@@ -96,9 +109,10 @@ pub type Body = StreamBody<
 >;
 
 pub fn serve(store: Arc<Mutex<Store>>, request: Request) -> Result<Body, Failure> {
-    let (first, after, arrived) = {
+    let (first, after, arrived, epoch) = {
         let store = store.lock().unwrap_or_else(|poison| poison.into_inner());
         let arrived = store.history.arrived.clone();
+        let epoch = store.history.watches_expired;
         match request.after {
             Some(after) if after < store.history.compacted_through => {
                 // Sent as an ERROR event on a 200 stream, as the real server does.
@@ -109,7 +123,7 @@ pub fn serve(store: Arc<Mutex<Store>>, request: Request) -> Result<Body, Failure
                     );
                 return Ok(StreamBody::new(Box::pin(stream)));
             }
-            Some(after) => (Vec::new(), after, arrived),
+            Some(after) => (Vec::new(), after, arrived, epoch),
             None => {
                 let current = store.list(request.kind, &request.namespace, &request.selector)?;
                 let items = current["items"].as_array().cloned().unwrap_or_default();
@@ -118,6 +132,7 @@ pub fn serve(store: Arc<Mutex<Store>>, request: Request) -> Result<Body, Failure
                     items.iter().map(|item| line("ADDED", item)).collect(),
                     revision,
                     arrived,
+                    epoch,
                 )
             }
         }
@@ -129,6 +144,7 @@ pub fn serve(store: Arc<Mutex<Store>>, request: Request) -> Result<Body, Failure
         request,
         after,
         arrived,
+        epoch,
         done: false,
     };
     let tail = futures::stream::unfold(state, move |mut state| async move {
@@ -146,6 +162,8 @@ struct Following {
     request: Request,
     after: u64,
     arrived: Arc<tokio::sync::Notify>,
+    /// [`History::watches_expired`] when the watch opened.
+    epoch: u64,
     /// An ERROR was sent: the stream ends.
     done: bool,
 }
@@ -167,7 +185,9 @@ impl Following {
                     .store
                     .lock()
                     .unwrap_or_else(|poison| poison.into_inner());
-                if self.after < store.history.compacted_through {
+                if self.after < store.history.compacted_through
+                    || self.epoch != store.history.watches_expired
+                {
                     let failure =
                         super::status::expired(self.after, store.history.compacted_through);
                     self.done = true;

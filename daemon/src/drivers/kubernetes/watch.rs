@@ -70,6 +70,8 @@ pub async fn follow<K>(
     let mut first = true;
     let mut retry = RETRY_FIRST;
     let mut failing = false;
+    // The last watch ended by a 410 (a relist that expires again is paced).
+    let mut expired_last = false;
     let fail = |why: String, failing: &mut bool| {
         if !std::mem::replace(failing, true) {
             tracing::warn!(what, error = %why, "cannot follow the cluster's {what}; retrying");
@@ -98,6 +100,7 @@ pub async fn follow<K>(
         loop {
             match watch_once(&watch_api, &selector, &mut version, &mut handle).await {
                 Ended::Closed => {
+                    expired_last = false;
                     if std::mem::take(&mut failing) {
                         tracing::info!(what, "following the cluster's {what} again");
                     }
@@ -109,6 +112,11 @@ pub async fn follow<K>(
                         version,
                         "the {what} watch's version is too old; listing again"
                     );
+                    // At once the first time; paced if the fresh list's version expires too.
+                    if std::mem::replace(&mut expired_last, true) {
+                        tokio::time::sleep(retry).await;
+                        retry = (retry * 2).min(RETRY_MAX);
+                    }
                     break;
                 }
                 Ended::Failed(why) => {

@@ -273,6 +273,41 @@ impl TestCluster {
         self.standin.as_ref()
     }
 
+    /// On the stand-in, waits until the daemon's watches on its
+    /// Deployments and pods are open (the event stream's source), so what a
+    /// test does next is seen by them and a request count taken now holds
+    /// none of their start-up requests. On a real cluster the requests
+    /// cannot be seen: a test waits for the events themselves.
+    pub async fn wait_for_watches(&self) {
+        let Some(standin) = &self.standin else {
+            return;
+        };
+        let open = crate::eventually(std::time::Duration::from_secs(60), || {
+            let seen = standin.seen();
+            let watching = |resource: &str| {
+                seen.iter().any(|seen| {
+                    seen.user.contains("sandboxd")
+                        && seen.verb == "watch"
+                        && seen.resource == resource
+                })
+            };
+            let done = watching("deployments") && watching("pods");
+            async move { done }
+        })
+        .await;
+        assert!(
+            open,
+            "the daemon opened no watch on deployments and pods: {:?}",
+            standin.seen()
+        );
+    }
+
+    /// The stand-in, when the test runs against it (no SKIPPED line: the
+    /// caller does the same on a real cluster another way).
+    pub fn standin_quietly(&self) -> Option<&StandIn> {
+        self.standin.as_ref()
+    }
+
     pub fn standin_mut(&mut self) -> Option<&mut StandIn> {
         self.standin.as_mut()
     }
@@ -292,11 +327,14 @@ impl TestCluster {
 
     /// A daemon on the kubernetes driver, pointed at this cluster and namespace.
     pub fn daemon_options(&self, kubernetes_toml: &str) -> Options {
+        // The stand-in answers at once; a real API server on this loaded
+        // machine (etcd's fsyncs, other builds) has taken over 3 s for a delete.
+        let timeout = if self.standin.is_some() { "3s" } else { "20s" };
         Options {
             args: vec!["--driver".to_string(), "kubernetes".to_string()],
             extra_toml: format!(
                 "runner_image = \"{TEST_IMAGE}\"\nbackend_endpoint = \"http://backend.test:7080\"\n\
-                 [kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"{}\"\nrequest_timeout = \"3s\"\n{kubernetes_toml}\n",
+                 [kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"{}\"\nrequest_timeout = \"{timeout}\"\n{kubernetes_toml}\n",
                 self.daemon_kubeconfig.display(),
                 self.namespace
             ),

@@ -215,3 +215,48 @@ async fn a_container_found_after_a_restart_is_adopted_with_its_uid() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_that_ended_while_the_daemon_was_down_is_adopted_then_exited() {
+    let Some((id, _cleanup)) = fresh("docker_ended_meanwhile_event", "evgone") else {
+        return;
+    };
+    let mut daemon = TestDaemon::start(docker_options(""));
+    let client = daemon.client().await;
+    let report = client
+        .ensure(
+            Scope::Session,
+            &id,
+            &sandbox_env(&format!("session:{id}"), ""),
+        )
+        .await
+        .unwrap();
+    drop(client);
+    daemon.kill();
+    // Killed from outside while no daemon follows the engine's events.
+    let container = base_name(Scope::Session, &id);
+    sandboxd_tests::docker_image::docker_ok(&["kill", "--signal", "KILL", &container]);
+    daemon.launch();
+    daemon.wait_ready();
+    let client = daemon.client().await;
+    let (exited, before) = wait_for_event(&client, None, |event| {
+        event.kind == EventKind::Exited && event.id == id
+    })
+    .await;
+    assert!(
+        before
+            .iter()
+            .any(|event| event.kind == EventKind::Adopted && event.id == id),
+        "adopted first: {before:?}"
+    );
+    assert_eq!(exited.uid, report.uid);
+    assert_eq!(
+        exited.exit.map(|exit| exit.reason),
+        Some(ExitReason::Signaled { signal: 9 }),
+        "{exited:?}"
+    );
+    client
+        .deprovision(Scope::Session, &id, false)
+        .await
+        .unwrap();
+}

@@ -180,3 +180,36 @@ async fn a_cursor_from_before_a_restart_is_expired() {
     let cli = daemon.sandboxctl(&["events", "--since", "nonsense"]);
     assert_eq!(cli.status.code(), Some(2), "{cli:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_ended_while_the_daemon_was_down_is_exited_lost_at_start() {
+    let mut daemon = TestDaemon::start(Options::default());
+    let client = daemon.client().await;
+    let report = client
+        .ensure(Scope::Session, "gone", &sandbox_env("session:gone", ""))
+        .await
+        .unwrap();
+    let pid = report
+        .pid
+        .expect("the process tier reports the runner's pid");
+    // A crash: no daemon sees the runner end (its reaper kills the tree).
+    daemon.kill();
+    assert!(
+        sandboxd_tests::wait_until(TIMEOUT, || sandboxd_tests::pid_is_gone(pid)),
+        "the runner outlived the daemon's SIGKILL"
+    );
+    daemon.launch();
+    daemon.wait_ready();
+    let client = daemon.client().await;
+    let (exited, _) = wait_for_event(&client, None, |event| {
+        event.kind == EventKind::Exited && event.id == "gone"
+    })
+    .await;
+    let exit = exited.exit.expect("an exit carries its proof");
+    assert_eq!(exit.reason, ExitReason::Lost, "{exited:?}");
+    assert_eq!(
+        exited.uid, report.uid,
+        "the workspace catalog keeps the uid"
+    );
+    assert_eq!(exited.scope, Scope::Session);
+}

@@ -5,13 +5,16 @@
 //! persistentvolumeclaims, pods, apps/v1 deployments and
 //! networking.k8s.io/v1 networkpolicies (get, list with
 //! `labelSelector`, create, update, patch as server-side apply or merge
-//! patch, delete); `deployments/scale` (get, patch, update); `pods/log`
+//! patch, delete; list with `watch=1`: see [super::watch]); `<kind>/status`
+//! (get, merge patch); `deployments/scale` (get, patch, update); `pods/log`
 //! (get, with `limitBytes` and `tailLines`); `selfsubjectaccessreviews`
 //! (create). Anything else is a 404 `Status`.
 
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
@@ -28,6 +31,7 @@ enum Route {
     Collection(Kind, String),
     Object(Kind, String, String),
     Scale(String, String),
+    Status(Kind, String, String),
     Log(String, String),
     AccessReview,
 }
@@ -58,6 +62,11 @@ fn route(path: &str) -> Option<Route> {
         ["namespaces", namespace, "deployments", name, "scale"] if group == "apps" => {
             Some(Route::Scale(owned(namespace), owned(name)))
         }
+        ["namespaces", namespace, resource, name, "status"] => Some(Route::Status(
+            store::kind_of(group, resource)?,
+            owned(namespace),
+            owned(name),
+        )),
         ["namespaces", namespace, "pods", name, "log"] if group.is_empty() => {
             Some(Route::Log(owned(namespace), owned(name)))
         }
@@ -94,21 +103,29 @@ fn query(request: &Request<Incoming>, name: &str) -> Option<String> {
     })
 }
 
-fn json_response(code: u16, body: &Value) -> Response<Full<Bytes>> {
+/// Every answer's body: whole (JSON, log text) or a watch's stream.
+pub type Reply = UnsyncBoxBody<Bytes, Infallible>;
+
+fn json_response(code: u16, body: &Value) -> Response<Reply> {
     Response::builder()
         .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(Full::new(Bytes::from(body.to_string())).boxed_unsync())
         .expect("a valid response")
 }
 
-fn failure(failure: Failure) -> Response<Full<Bytes>> {
+fn failure(failure: Failure) -> Response<Reply> {
     json_response(failure.code, &failure.body)
 }
 
 /// The RBAC verb and resource of a request, and the namespace.
-fn attributes(method: &Method, route: &Route) -> (&'static str, String, String, String) {
+fn attributes(
+    method: &Method,
+    route: &Route,
+    watch: bool,
+) -> (&'static str, String, String, String) {
     let verb = |collection: bool| match *method {
+        Method::GET if collection && watch => "watch",
         Method::GET if collection => "list",
         Method::GET => "get",
         Method::POST => "create",
@@ -148,6 +165,12 @@ fn attributes(method: &Method, route: &Route) -> (&'static str, String, String, 
             "apps".into(),
             namespace.clone(),
         ),
+        Route::Status(kind, namespace, _) => (
+            verb(false),
+            format!("{}/status", kind.resource),
+            kind.group.into(),
+            namespace.clone(),
+        ),
         Route::Log(namespace, _) => (
             verb(false),
             "pods/log".into(),
@@ -168,6 +191,7 @@ fn object_name(route: &Route) -> String {
         Route::Namespace(name)
         | Route::Object(_, _, name)
         | Route::Scale(_, name)
+        | Route::Status(_, _, name)
         | Route::Log(_, name) => name.clone(),
         _ => String::new(),
     }
@@ -178,7 +202,7 @@ pub async fn serve(
     store: Arc<Mutex<Store>>,
     frozen: Arc<AtomicBool>,
     request: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+) -> Result<Response<Reply>, Infallible> {
     if frozen.load(Ordering::SeqCst) {
         // Frozen: the request is read by no one and answered never.
         std::future::pending::<()>().await;
@@ -189,7 +213,7 @@ pub async fn serve(
 async fn answer(
     store: Arc<Mutex<Store>>,
     request: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Failure> {
+) -> Result<Response<Reply>, Failure> {
     let token = request
         .headers()
         .get("authorization")
@@ -213,6 +237,12 @@ async fn answer(
     let label_selector = query(&request, "labelSelector").unwrap_or_default();
     let limit_bytes: Option<usize> = query(&request, "limitBytes").and_then(|v| v.parse().ok());
     let tail_lines: Option<usize> = query(&request, "tailLines").and_then(|v| v.parse().ok());
+    let watch = matches!(query(&request, "watch").as_deref(), Some("1" | "true"));
+    let resource_version =
+        query(&request, "resourceVersion").filter(|rv| !rv.is_empty() && rv != "0");
+    let timeout_seconds: u64 = query(&request, "timeoutSeconds")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1800);
     let body = request
         .into_body()
         .collect()
@@ -226,7 +256,8 @@ async fn answer(
             status::bad_request(format!("the stand-in reads JSON bodies only: {error}"))
         })?
     };
-    let (verb, resource, group, namespace) = attributes(&method, &route);
+    let (verb, resource, group, namespace) = attributes(&method, &route, watch);
+    let shared = store.clone();
     let mut store = store.lock().unwrap_or_else(|poison| poison.into_inner());
     store.seen.push(Seen {
         user: user.to_string(),
@@ -249,6 +280,29 @@ async fn answer(
         }
         (Route::Namespace(name), Method::GET) => ok(store.get_namespace(&name)?),
         (Route::Namespace(name), Method::DELETE) => ok(store.delete_namespace(&name)?),
+        (Route::Collection(kind, namespace), Method::GET) if watch => {
+            store.require_namespace(&namespace)?;
+            let after = match resource_version {
+                Some(rv) => Some(rv.parse().map_err(|_| {
+                    status::bad_request(format!("resourceVersion {rv:?} is not a number"))
+                })?),
+                None => None,
+            };
+            let request = super::watch::Request {
+                kind,
+                namespace,
+                selector: Selector::parse(&label_selector)?,
+                after,
+                timeout: std::time::Duration::from_secs(timeout_seconds),
+            };
+            drop(store);
+            let body = super::watch::serve(shared, request)?;
+            Ok(Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .body(body.boxed_unsync())
+                .expect("a valid response"))
+        }
         (Route::Collection(kind, namespace), Method::GET) => {
             ok(store.list(kind, &namespace, &Selector::parse(&label_selector)?)?)
         }
@@ -293,6 +347,15 @@ async fn answer(
             }
             other => Err(status::unsupported_media(other)),
         },
+        (Route::Status(kind, namespace, name), Method::PATCH) => {
+            if !content_type.contains("merge-patch") {
+                return Err(status::unsupported_media(&content_type));
+            }
+            ok(store.patch_status(kind, &namespace, &name, &body)?)
+        }
+        (Route::Status(kind, namespace, name), Method::GET) => {
+            ok(store.get(kind, &namespace, &name)?)
+        }
         (Route::Scale(namespace, name), Method::GET) => ok(store.scale(&namespace, &name)?),
         (Route::Scale(namespace, name), Method::PUT) => {
             ok(store.set_scale(&namespace, &name, &body, &manager)?)
@@ -332,7 +395,7 @@ async fn answer(
             Ok(Response::builder()
                 .status(200)
                 .header("content-type", "text/plain")
-                .body(Full::new(Bytes::from(data.to_vec())))
+                .body(Full::new(Bytes::from(data.to_vec())).boxed_unsync())
                 .expect("a valid response"))
         }
         (Route::AccessReview, Method::POST) => {

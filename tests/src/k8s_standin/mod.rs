@@ -20,10 +20,14 @@
 //! - the `scale` subresource, label selectors on list, deletes (a
 //!   Deployment's pods go with it at once);
 //! - `pods/log`, from output a test gives with [`StandIn::insert_pod`];
+//! - the `status` subresource (a merge patch of `status`: what the kubelet
+//!   writes, a test writes here);
+//! - watches ([watch]): `?watch=1` from a `resourceVersion`, 410 `Expired`
+//!   when it is older than the history kept;
 //! - RBAC for the daemon's identity ([rbac]) and SelfSubjectAccessReview.
 //!
 //! Not simulated: controllers (no ReplicaSets; pods appear only when a test
-//! inserts them), watches, strategic merge (taken as a merge patch),
+//! inserts them), watch bookmarks, strategic merge (taken as a merge patch),
 //! JSON patch, set-based selectors, admission, quotas, defaulting beyond
 //! `spec.replicas`.
 
@@ -34,6 +38,7 @@ mod rbac;
 mod selector;
 mod status;
 mod store;
+mod watch;
 
 use std::fs;
 use std::net::SocketAddr;
@@ -173,6 +178,14 @@ impl StandIn {
         self.store()
             .insert_pod(namespace, pod, log)
             .unwrap_or_else(|failure| panic!("insert pod: {:?}", failure.body));
+    }
+
+    /// Ends every open watch with 410 `Expired` and drops the change
+    /// history (etcd's compaction): every watcher must relist.
+    pub fn expire_watches(&self) {
+        let mut store = self.store();
+        let revision = store.revision();
+        store.history.expire_watches(revision);
     }
 
     /// Every request so far, oldest first.

@@ -147,3 +147,14 @@ pub fn forbidden(user: &str, verb: &str, resource: &str, group: &str, namespace:
         json!({"kind": plain, "group": group}),
     )
 }
+
+/// `410 Gone`, reason `Expired`: a watch from a resourceVersion older than
+/// the history kept (etcd's compaction); the client must relist.
+pub fn expired(revision: u64, oldest: u64) -> Failure {
+    status(
+        410,
+        "Expired",
+        format!("too old resource version: {revision} ({oldest})"),
+        json!({}),
+    )
+}

@@ -18,6 +18,7 @@ use super::fields::{self, Entry};
 use super::rbac::Rule;
 use super::selector::Selector;
 use super::status::{self, Failure};
+use super::watch::{Change, History};
 
 /// One kind of object the stand-in serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,8 +61,17 @@ pub const NETWORK_POLICIES: Kind = Kind {
     kind: "NetworkPolicy",
 };
 
+/// Core events: stored and listed as they are written (a test writes the
+/// warnings the scheduler or kubelet would).
+pub const EVENTS: Kind = Kind {
+    resource: "events",
+    group: "",
+    api_version: "v1",
+    kind: "Event",
+};
+
 pub fn kind_of(group: &str, resource: &str) -> Option<Kind> {
-    [SECRETS, CLAIMS, PODS, DEPLOYMENTS, NETWORK_POLICIES]
+    [SECRETS, CLAIMS, PODS, DEPLOYMENTS, NETWORK_POLICIES, EVENTS]
         .into_iter()
         .find(|kind| kind.group == group && kind.resource == resource)
 }
@@ -90,6 +100,8 @@ pub struct Store {
     /// The Role `sandboxd` is held to; `None` allows everything.
     pub role: Option<Vec<Rule>>,
     pub seen: Vec<Seen>,
+    /// Every change, for watches ([`super::watch`]).
+    pub history: History,
 }
 
 type Outcome = Result<Value, Failure>;
@@ -199,6 +211,30 @@ impl Store {
         self.revision.to_string()
     }
 
+    /// The newest revision (what a list's `resourceVersion` says).
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Logs a change for the watches; a deletion gets a revision of its
+    /// own, as etcd gives it.
+    fn record(&mut self, kind: Kind, namespace: &str, change: &'static str, mut object: Value) {
+        if change == "DELETED" {
+            object["metadata"]["resourceVersion"] = json!(self.stamp());
+        }
+        let revision = object["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|rv| rv.parse().ok())
+            .unwrap_or(self.revision);
+        self.history.record(Change {
+            revision,
+            resource: kind.resource,
+            namespace: namespace.to_string(),
+            kind: change,
+            object,
+        });
+    }
+
     fn render(kind: Kind, stored: &Stored) -> Value {
         let mut value = stored.value.clone();
         value["apiVersion"] = json!(kind.api_version);
@@ -247,7 +283,7 @@ impl Store {
         Ok(value)
     }
 
-    fn require_namespace(&self, namespace: &str) -> Result<(), Failure> {
+    pub fn require_namespace(&self, namespace: &str) -> Result<(), Failure> {
         if self.namespaces.contains_key(namespace) {
             Ok(())
         } else {
@@ -348,11 +384,22 @@ impl Store {
         }
         let stored = Stored { value, entries };
         let rendered = Self::render(kind, &stored);
+        let old_rv = old
+            .as_ref()
+            .map(|old| old["metadata"]["resourceVersion"].clone());
         if Self::finalized(&stored.value) {
             // Being deleted, and the last finalizer just went: gone.
             self.objects.remove(&key);
+            self.record(kind, namespace, "DELETED", rendered.clone());
         } else {
             self.objects.insert(key, stored);
+            match old_rv {
+                None => self.record(kind, namespace, "ADDED", rendered.clone()),
+                Some(rv) if rv != rendered["metadata"]["resourceVersion"] => {
+                    self.record(kind, namespace, "MODIFIED", rendered.clone())
+                }
+                Some(_) => {}
+            }
         }
         Ok(rendered)
     }
@@ -516,6 +563,24 @@ impl Store {
         self.commit(kind, namespace, name, value, entries)
     }
 
+    /// The `status` subresource: a merge patch of the patch's `status`
+    /// only (the kubelet's writes; a test's stand-in for them).
+    pub fn patch_status(
+        &mut self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Outcome {
+        self.require_namespace(namespace)?;
+        let (old, entries) = self.stored(kind, namespace, name)?;
+        let mut value = old.clone();
+        let mut status = old.get("status").cloned().unwrap_or_else(|| json!({}));
+        fields::merge_patch(&mut status, &patch["status"]);
+        value["status"] = status;
+        self.commit(kind, namespace, name, value, entries)
+    }
+
     /// True when the object is being deleted and no finalizer holds it.
     fn finalized(value: &Value) -> bool {
         let deleting = value["metadata"]
@@ -540,16 +605,23 @@ impl Store {
         if held {
             let rv = self.stamp();
             let stored = self.objects.get_mut(&key).expect("checked above");
-            if stored.value["metadata"].get("deletionTimestamp").is_none() {
+            let marked = stored.value["metadata"].get("deletionTimestamp").is_none();
+            if marked {
                 stored.value["metadata"]["deletionTimestamp"] = json!(now());
                 stored.value["metadata"]["resourceVersion"] = json!(rv);
             }
-            return Ok(Self::render(kind, stored));
+            let rendered = Self::render(kind, stored);
+            if marked {
+                self.record(kind, namespace, "MODIFIED", rendered.clone());
+            }
+            return Ok(rendered);
         }
         let stored = self
             .objects
             .remove(&key)
             .ok_or_else(|| status::not_found(kind.resource, kind.group, name))?;
+        let rendered = Self::render(kind, &stored);
+        self.record(kind, namespace, "DELETED", rendered.clone());
         if kind == DEPLOYMENTS {
             // The garbage collector, at once: the pods its selector matches go too.
             let selector = stored.value["spec"]["selector"]["matchLabels"].clone();
@@ -570,13 +642,16 @@ impl Store {
                 .collect();
             for key in doomed {
                 self.logs.remove(&(key.1.clone(), key.2.clone()));
-                self.objects.remove(&key);
+                if let Some(pod) = self.objects.remove(&key) {
+                    let rendered = Self::render(PODS, &pod);
+                    self.record(PODS, namespace, "DELETED", rendered);
+                }
             }
         }
         if kind == PODS {
             self.logs.remove(&(namespace.to_string(), name.to_string()));
         }
-        Ok(Self::render(kind, &stored))
+        Ok(rendered)
     }
 
     /// The Deployment's `autoscaling/v1` Scale.

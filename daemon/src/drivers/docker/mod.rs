@@ -230,6 +230,26 @@ impl DockerDriver {
     }
 }
 
+/// An adopted container found not running: its runner ended while no
+/// daemon followed the engine's events, so its exit is announced now,
+/// after `adopted`, with the reason the engine kept (`State.ExitCode`,
+/// `State.OOMKilled`) — or none, for one never started.
+async fn announce_ended_meanwhile(inner: &Inner, key: &SandboxKey, uid: &str, generation: u64) {
+    match containers::inspect(&inner.engine, key).await {
+        Ok(observed::Lookup::Ours(observed)) => {
+            if let Some(exit) = observed.last_exit() {
+                inner
+                    .events
+                    .emit(EventKind::Exited, key, uid, generation, Some(exit));
+            }
+        }
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(scope = %key.scope, id = %key.id, %error, "cannot inspect an adopted container")
+        }
+    }
+}
+
 /// Logs what the engine looks like at start: reachable or not, the runner
 /// image present or not, and the containers an earlier daemon left (which
 /// this one now serves). Never fails: the daemon serves either way.
@@ -270,6 +290,11 @@ async fn first_contact(inner: &Inner) {
                     inner
                         .events
                         .emit(EventKind::Adopted, &key, uid, generation, None);
+                    let running =
+                        summary.state == Some(bollard::models::ContainerSummaryStateEnum::RUNNING);
+                    if !running {
+                        announce_ended_meanwhile(inner, &key, uid, generation).await;
+                    }
                 }
             }
             let running = listed

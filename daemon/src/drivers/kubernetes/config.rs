@@ -19,10 +19,18 @@ use sandboxd_protocol::SandboxError;
 use super::errors::{Action, CallError};
 use crate::config::KubernetesConfig;
 
+/// Longer than any watch the tier asks for (see `watch`): a connection
+/// silent past it is dead.
+const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// The API server, the namespace, and how long a call may take.
 #[derive(Clone)]
 pub struct Cluster {
     pub client: kube::Client,
+    /// The same API server for watches: no read timeout of
+    /// `request_timeout` (a watch is quiet while nothing changes); the
+    /// server ends each watch at the timeout the watch asks for.
+    pub watch_client: kube::Client,
     /// The API server's URL, for messages and `status`.
     pub server: String,
     pub namespace: String,
@@ -57,6 +65,10 @@ impl Cluster {
             )?,
         };
         let timeout = settings.request_timeout;
+        let mut watch_config = config.clone();
+        watch_config.connect_timeout = Some(timeout);
+        watch_config.read_timeout = Some(WATCH_READ_TIMEOUT);
+        watch_config.default_retry = false;
         config.connect_timeout = Some(timeout);
         config.read_timeout = Some(timeout);
         config.write_timeout = Some(timeout);
@@ -65,8 +77,11 @@ impl Cluster {
         let server = server.trim_end_matches('/').to_string();
         let client = kube::Client::try_from(config)
             .with_context(|| format!("cannot build a client for the API server at {server}"))?;
+        let watch_client = kube::Client::try_from(watch_config)
+            .with_context(|| format!("cannot build a client for the API server at {server}"))?;
         Ok(Cluster {
             client,
+            watch_client,
             server,
             namespace: settings.namespace.clone(),
             timeout,

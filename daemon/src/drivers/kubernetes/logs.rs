@@ -7,6 +7,13 @@
 //! from an offset, so a follower's read asks for `offset + max_bytes` bytes
 //! and keeps those past the offset; a new incarnation restarts at its
 //! beginning and says output may have been missed between the two.
+//!
+//! A follower that caught up reads `LogStart::Generation`: its answer says
+//! the generation ended (`LogChunk::ended`, one line on how) once the
+//! container it follows has terminated and it has read all of it, once
+//! that container restarted or its pod was replaced (its rest is not read:
+//! the log API reads the current container), or once the sandbox or its
+//! pod is gone.
 
 use futures::AsyncReadExt as _;
 use k8s_openapi::api::core::v1::Pod;
@@ -25,13 +32,18 @@ const GET_LOG: Action = Action::new("get", "pods/log");
 
 /// The epoch of one incarnation of the runner container.
 fn epoch_of(pod: &Pod) -> u64 {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
     let restarts = pod
         .status
         .as_ref()
         .and_then(|status| status.container_statuses.as_ref())
         .and_then(|statuses| statuses.iter().find(|status| status.name == CONTAINER))
         .map_or(0, |status| status.restart_count);
+    epoch_for(pod, restarts)
+}
+
+/// The epoch of the pod's runner after `restarts` restarts.
+fn epoch_for(pod: &Pod, restarts: i32) -> u64 {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
     let digest = Sha256::digest(format!("{uid}/{restarts}").as_bytes());
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&digest[..8]);
@@ -66,12 +78,24 @@ pub async fn read(
         "cannot read the output of {} '{}' ({})",
         key.scope, key.id, key.base_name
     );
-    if !matches!(inner.lookup(key).await?, Lookup::Ours(_)) {
-        return Err(SandboxError::FailedPrecondition(format!(
-            "{context}: there is no such sandbox in namespace '{}'",
-            inner.cluster.namespace
-        )));
-    }
+    let following = match start {
+        LogStart::Generation(cursor) => Some(cursor),
+        _ => None,
+    };
+    let deployment = match inner.lookup(key).await? {
+        Lookup::Ours(deployment) => deployment,
+        // A follower's sandbox went away: its generation ended with it.
+        _ if following.is_some() => {
+            return Ok(ended_chunk(following, "sandbox deprovisioned".to_string()))
+        }
+        _ => {
+            return Err(SandboxError::FailedPrecondition(format!(
+                "{context}: there is no such sandbox in namespace '{}'",
+                inner.cluster.namespace
+            )))
+        }
+    };
+    let generation = super::observe::generation_of(&deployment);
     let pods = inner
         .pods(
             &[
@@ -82,6 +106,12 @@ pub async fn read(
         )
         .await?;
     let Some(pod) = pods.first() else {
+        if following.is_some() {
+            return Ok(ended_chunk(
+                following,
+                format!("generation {generation}: its pod is gone (scaled to 0)"),
+            ));
+        }
         return Err(SandboxError::FailedPrecondition(format!(
             "{context}: {} '{}' has no pod in namespace '{}' (scaled to 0, or not scheduled yet): \
              there is no output to read",
@@ -89,6 +119,36 @@ pub async fn read(
         )));
     };
     let name = pod.metadata.name.clone().unwrap_or_default();
+    if let Some(cursor) = following.filter(|cursor| cursor.epoch != epoch_of(pod)) {
+        // The followed container is gone: restarted in its pod, or the pod replaced.
+        let how = match runner_status(pod) {
+            Some(status) if restarted_from(pod, &cursor) => status
+                .last_state
+                .as_ref()
+                .and_then(|state| state.terminated.as_ref())
+                .map_or_else(
+                    || "the runner container restarted".to_string(),
+                    |terminated| {
+                        format!(
+                            "the runner exited ({})",
+                            super::observe::exit_of(terminated)
+                        )
+                    },
+                ),
+            _ => "its pod was replaced".to_string(),
+        };
+        return Ok(ended_chunk(
+            Some(cursor),
+            format!("generation {generation}: {how}"),
+        ));
+    }
+    if super::pending::is_pending(pod) {
+        // No output yet: say why rather than print nothing.
+        return Err(SandboxError::FailedPrecondition(format!(
+            "{context}: pod {name} is Pending: {}",
+            super::pending::why(inner, pod).await
+        )));
+    }
     let epoch = epoch_of(pod);
     let max = u64::from(max_bytes);
     let (skip, limit, gap) = match start {
@@ -136,6 +196,18 @@ pub async fn read(
             (data[from..].to_vec(), at_end)
         }
     };
+    // Caught up with a container that has terminated: its generation ended.
+    let ended = following
+        .filter(|_| at_end)
+        .and_then(|_| runner_status(pod))
+        .and_then(|status| status.state.as_ref())
+        .and_then(|state| state.terminated.as_ref())
+        .map(|terminated| {
+            format!(
+                "generation {generation}: the runner exited ({})",
+                super::observe::exit_of(terminated)
+            )
+        });
     Ok(LogChunk {
         data: chunk,
         next: LogCursor {
@@ -144,8 +216,35 @@ pub async fn read(
         },
         gap,
         at_end,
-        ended: None,
+        ended,
     })
+}
+
+fn runner_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus> {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.container_statuses.as_ref())
+        .and_then(|statuses| statuses.iter().find(|status| status.name == CONTAINER))
+}
+
+/// True when `cursor` was of an earlier restart of this very pod's runner.
+fn restarted_from(pod: &Pod, cursor: &LogCursor) -> bool {
+    let restarts = runner_status(pod).map_or(0, |status| status.restart_count);
+    (0..restarts).any(|earlier| epoch_for(pod, earlier) == cursor.epoch)
+}
+
+/// The answer to a follower whose generation is over: no more data, and how it ended.
+fn ended_chunk(cursor: Option<LogCursor>, how: String) -> LogChunk {
+    LogChunk {
+        data: Vec::new(),
+        next: cursor.unwrap_or(LogCursor {
+            epoch: 0,
+            offset: 0,
+        }),
+        gap: false,
+        at_end: true,
+        ended: Some(how),
+    }
 }
 
 #[cfg(test)]

@@ -12,8 +12,11 @@
 //! per sandbox), `ensure` (the state machine), `deprovision`, `observe`
 //! (probe, describe, list), `logs` (the pod's log), `reaper` (leaked
 //! connect sandboxes), `permissions` (the start-up access review),
-//! `errors` (what a failed call means for the caller).
+//! `errors` (what a failed call means for the caller), `watch` (list and
+//! watch, resumed and relisted), `announce` (the event stream, from
+//! those watches) and `pending` (why a pod has not started).
 
+mod announce;
 mod config;
 mod deprovision;
 mod ensure;
@@ -21,9 +24,11 @@ mod errors;
 mod logs;
 mod network_policy;
 mod observe;
+mod pending;
 mod permissions;
 mod reaper;
 mod shapes;
+mod watch;
 
 use std::sync::{Arc, Mutex};
 
@@ -93,12 +98,11 @@ impl Inner {
 impl KubernetesDriver {
     /// Checks the configuration and finds the API server (without calling
     /// it: the daemon starts whether or not it answers), then starts the
-    /// permission check and the connect reaper.
-    /// `_events`: the kubernetes tier announces nothing on the event
-    /// stream yet (no watch on its Deployments and Pods): see the README.
+    /// permission check, the connect reaper and the watches that feed the
+    /// event stream (see `announce`).
     pub async fn start(
         config: &Config,
-        _events: Arc<crate::events::EventHub>,
+        events: Arc<crate::events::EventHub>,
     ) -> anyhow::Result<KubernetesDriver> {
         let shape = RunnerShape::from_config(config).map_err(anyhow::Error::msg)?;
         let cluster = Cluster::connect(&config.kubernetes).await?;
@@ -114,9 +118,37 @@ impl KubernetesDriver {
             ttl: config.kubernetes.connect_ttl,
             creation_grace: config.kubernetes.connect_creation_grace,
         };
+        let tracker = Arc::new(Mutex::new(announce::Tracker::new(events)));
+        let ours = observe::selector(&[(
+            sandboxd_protocol::naming::LABEL_MANAGED_BY,
+            sandboxd_protocol::naming::MANAGED_BY_VALUE,
+        )]);
+        let follow_deployments = {
+            let tracker = tracker.clone();
+            watch::follow::<Deployment>(
+                inner.cluster.clone(),
+                ours.clone(),
+                "deployments",
+                move |update| {
+                    tracker
+                        .lock()
+                        .unwrap_or_else(|poison| poison.into_inner())
+                        .deployments(update)
+                },
+            )
+        };
+        let follow_pods =
+            watch::follow::<Pod>(inner.cluster.clone(), ours, "pods", move |update| {
+                tracker
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner())
+                    .pods(update)
+            });
         let tasks = vec![
             tokio::spawn(permissions.clone().check(inner.cluster.clone())),
             tokio::spawn(reaper::run(inner.clone(), reaper)),
+            tokio::spawn(follow_deployments),
+            tokio::spawn(follow_pods),
         ];
         let mechanism = match config.egress {
             EgressSetting::Enforced(posture) => network_policy::mechanism(posture),

@@ -234,7 +234,7 @@ fn unix_ms(time: &Time) -> u64 {
 }
 
 /// How the runner container last ended, from a terminated state.
-fn exit_of(terminated: &ContainerStateTerminated) -> ExitInfo {
+pub fn exit_of(terminated: &ContainerStateTerminated) -> ExitInfo {
     let at_unix_ms = terminated
         .finished_at
         .as_ref()

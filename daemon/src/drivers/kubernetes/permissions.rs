@@ -19,7 +19,7 @@ use super::errors::CallError;
 
 /// Every (verb, group, resource, subresource) the tier uses, and no more:
 /// the same list as deploy/kubernetes/rbac.yaml.
-pub const NEEDED: [(&str, &str, &str, &str); 17] = [
+pub const NEEDED: [(&str, &str, &str, &str); 20] = [
     ("create", "", "secrets", ""),
     ("patch", "", "secrets", ""),
     ("delete", "", "secrets", ""),
@@ -28,6 +28,7 @@ pub const NEEDED: [(&str, &str, &str, &str); 17] = [
     ("delete", "", "persistentvolumeclaims", ""),
     ("get", "apps", "deployments", ""),
     ("list", "apps", "deployments", ""),
+    ("watch", "apps", "deployments", ""),
     ("create", "apps", "deployments", ""),
     ("patch", "apps", "deployments", ""),
     ("delete", "apps", "deployments", ""),
@@ -36,7 +37,9 @@ pub const NEEDED: [(&str, &str, &str, &str); 17] = [
     ("patch", "networking.k8s.io", "networkpolicies", ""),
     ("delete", "networking.k8s.io", "networkpolicies", ""),
     ("list", "", "pods", ""),
+    ("watch", "", "pods", ""),
     ("get", "", "pods", "log"),
+    ("list", "", "events", ""),
 ];
 
 /// How long to wait between tries while the API server does not answer.

@@ -372,13 +372,26 @@ fn replay(path: &Path, text: &str) -> HashMap<LedgerRecord, String> {
 /// Kills every group an earlier instance left behind — the journal's live
 /// records and any older version's `.pid` files — then empties the ledger.
 /// Returns how many groups were killed.
+#[cfg(test)]
 pub fn sweep(dir: &Path) -> usize {
+    sweep_telling(dir, &mut Vec::new())
+}
+
+/// [`sweep`], adding to `vanished` the base name of each journal record
+/// whose runner was already gone (its leader dead and no member left, or
+/// its pid another process's): a runner that ended while no daemon
+/// watched it, how unknown — its exit is `lost`.
+pub fn sweep_telling(dir: &Path, vanished: &mut Vec<String>) -> usize {
     let mut killed = 0;
     let journal = dir.join(JOURNAL);
     match std::fs::read_to_string(&journal) {
         Ok(text) => {
-            for record in replay(&journal, &text).into_keys() {
-                killed += usize::from(kill_leftover_group(&journal, record));
+            for (record, base_name) in replay(&journal, &text) {
+                if kill_leftover_group(&journal, record) {
+                    killed += 1;
+                } else {
+                    vanished.push(base_name);
+                }
             }
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}

@@ -173,20 +173,22 @@ impl LocalProcessDriver {
         let (ledger_dir, sandboxes) = (dirs.ledger.clone(), dirs.sandboxes.clone());
         let tree = containment.tree().cloned();
         let uid_range = identity.uid_range();
-        let (killed, strays, cgroups, ledger, uids) = tokio::task::spawn_blocking(move || {
-            // Before the sweep, which empties the ledger.
-            let recorded_uids = ledger::read_uids(&ledger_dir);
-            let cgroups = tree.map_or(0, |tree| cgroup::setup::sweep(&tree));
-            let killed = ledger::sweep(&ledger_dir);
-            let strays = workspaces::scan::kill_processes_in(&sandboxes);
-            let ledger = Ledger::open(&ledger_dir).with_context(|| {
-                format!("cannot open the spawn ledger in {}", ledger_dir.display())
-            });
-            let uids =
-                uid_range.map(|range| users::uid_pool::restore(range, recorded_uids, &sandboxes));
-            (killed, strays, cgroups, ledger, uids)
-        })
-        .await?;
+        let (killed, vanished, strays, cgroups, ledger, uids) =
+            tokio::task::spawn_blocking(move || {
+                // Before the sweep, which empties the ledger.
+                let recorded_uids = ledger::read_uids(&ledger_dir);
+                let cgroups = tree.map_or(0, |tree| cgroup::setup::sweep(&tree));
+                let mut vanished = Vec::new();
+                let killed = ledger::sweep_telling(&ledger_dir, &mut vanished);
+                let strays = workspaces::scan::kill_processes_in(&sandboxes);
+                let ledger = Ledger::open(&ledger_dir).with_context(|| {
+                    format!("cannot open the spawn ledger in {}", ledger_dir.display())
+                });
+                let uids = uid_range
+                    .map(|range| users::uid_pool::restore(range, recorded_uids, &sandboxes));
+                (killed, vanished, strays, cgroups, ledger, uids)
+            })
+            .await?;
         let ledger = ledger?;
         let uids = match uids {
             Some((pool, restored)) => {
@@ -220,6 +222,7 @@ impl LocalProcessDriver {
             anyhow::Ok(catalog)
         })
         .await??;
+        announce_lost(&catalog, &vanished, &events);
         if killed > 0 || strays > 0 || cgroups > 0 {
             tracing::warn!(
                 groups = killed,
@@ -694,6 +697,27 @@ impl Inner {
             ),
             uid: record.uid.clone(),
         }
+    }
+}
+
+/// Announces the runners an earlier daemon started that were gone when
+/// this one looked (see [`ledger::sweep_telling`]): an `exited` event with
+/// the reason `lost` for each whose sandbox the workspace catalog names.
+/// The generation is 0: this tier keeps no generation across a restart.
+fn announce_lost(catalog: &workspaces::Catalog, vanished: &[String], events: &EventHub) {
+    for base in vanished {
+        let Some(entry) = catalog.with_entry(base, |entry| entry.cloned()) else {
+            continue;
+        };
+        let key = SandboxKey::new(entry.scope, entry.id.clone());
+        tracing::warn!(scope = %key.scope, id = %key.id, "the runner ended while no sandboxd watched it: lost");
+        events.emit(
+            EventKind::Exited,
+            &key,
+            entry.uid.as_deref().unwrap_or_default(),
+            0,
+            Some(stopped_exit(ExitReason::Lost)),
+        );
     }
 }
 

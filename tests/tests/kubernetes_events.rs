@@ -1,0 +1,379 @@
+//! The kubernetes tier's event stream, from the daemon's watches on its
+//! Deployments and pods: a sandbox's creation, its runner's start, an
+//! OOM kill (the pod's `lastState.terminated.reason: OOMKilled`), its
+//! deprovision, adoption by a restarted daemon, and a watch that the API
+//! server expires (410) relisting without a gap. Against the stand-in API
+//! server, or a real cluster with `SANDBOXD_TEST_KUBECONFIG` (as
+//! kubernetes.rs). No kubelet runs pods here: the test writes the pod's
+//! status through the `status` subresource as the kubelet would, on the
+//! stand-in onto a pod it inserts, on a real cluster onto the pod the
+//! ReplicaSet controller made.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use sandboxd_client::{EventKind, ExitReason, Scope};
+use sandboxd_protocol::naming::{base_name, LABEL_SANDBOX_ID};
+use sandboxd_tests::events::{events_now, wait_for_event};
+use sandboxd_tests::k8s::TestCluster;
+use sandboxd_tests::{eventually, sandbox_env, TestDaemon};
+use serde_json::json;
+
+/// The sandbox's pod: inserted on the stand-in (no controllers there), the
+/// ReplicaSet controller's on a real cluster (waited for).
+async fn the_pod(cluster: &TestCluster, scope: &str, id: &str) -> String {
+    if let Some(standin) = cluster.standin_quietly() {
+        let name = format!("{}-pod-1", base_name(scope.parse().unwrap(), id));
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {
+                "stigmer.ai/managed-by": "stigmer-server",
+                "stigmer.ai/scope": scope,
+                "stigmer.ai/sandbox-id": id,
+            }},
+            "spec": {"containers": [{"name": "runner", "image": sandboxd_tests::k8s::TEST_IMAGE}]},
+            "status": {"phase": "Pending"},
+        });
+        standin.insert_pod(&cluster.namespace, pod, b"");
+        return name;
+    }
+    let pods: Api<Pod> = cluster.api();
+    let params = ListParams::default().labels(&format!("{LABEL_SANDBOX_ID}={id}"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = pods.list(&params).await.expect("list pods");
+        if let Some(name) = list.items.first().and_then(|pod| pod.metadata.name.clone()) {
+            return name;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ReplicaSet controller made no pod for {id}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Writes the runner container's status as the kubelet would.
+async fn write_status(cluster: &TestCluster, pod: &str, status: serde_json::Value) {
+    let pods: Api<Pod> = cluster.api();
+    pods.patch_status(
+        pod,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await
+    .unwrap_or_else(|error| panic!("write the status of pod {pod}: {error}"));
+}
+
+fn runner_status(
+    restarts: i32,
+    state: serde_json::Value,
+    last: serde_json::Value,
+) -> serde_json::Value {
+    json!({
+        "phase": "Running",
+        "containerStatuses": [{
+            "name": "runner", "image": sandboxd_tests::k8s::TEST_IMAGE, "imageID": "",
+            "ready": state.get("running").is_some(), "restartCount": restarts,
+            "state": state, "lastState": last,
+        }],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxs_creation_start_oom_kill_and_deprovision_are_events() {
+    let cluster = TestCluster::start("events-life").await;
+    let daemon = TestDaemon::start(cluster.daemon_options(""));
+    let client = daemon.client().await;
+    cluster.wait_for_watches().await;
+    let since = events_now(&client).await;
+    let id = "ses-life";
+    let ensured = client
+        .ensure_session_sandbox(id, &sandbox_env("session:life", "tok-life"))
+        .await
+        .unwrap();
+    let is = |kind: EventKind| {
+        let uid = ensured.uid.clone();
+        move |event: &sandboxd_client::Event| {
+            event.kind == kind
+                && event.id == id
+                && event.scope == Scope::Session
+                && event.uid == uid
+        }
+    };
+    let (created, _) = wait_for_event(&client, Some(since.clone()), is(EventKind::Created)).await;
+    assert_eq!(created.generation, 1, "{created:?}");
+    assert_eq!(created.name, base_name(Scope::Session, id));
+
+    let pod = the_pod(&cluster, "session", id).await;
+    write_status(
+        &cluster,
+        &pod,
+        runner_status(
+            0,
+            json!({"running": {"startedAt": "2026-01-01T00:01:00Z"}}),
+            json!({}),
+        ),
+    )
+    .await;
+    let (started, _) = wait_for_event(&client, Some(since.clone()), is(EventKind::Started)).await;
+    assert_eq!(started.generation, 1, "{started:?}");
+
+    // The OOM killer ends it; the kubelet restarts it.
+    write_status(
+        &cluster,
+        &pod,
+        runner_status(
+            1,
+            json!({"running": {"startedAt": "2026-01-01T00:02:01Z"}}),
+            json!({"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                   "startedAt": "2026-01-01T00:01:00Z", "finishedAt": "2026-01-01T00:02:00Z",
+                   "containerID": "containerd://0123abcd"}}),
+        ),
+    )
+    .await;
+    let (exited, before) =
+        wait_for_event(&client, Some(since.clone()), is(EventKind::Exited)).await;
+    let exit = exited.exit.expect("an exited event carries its exit");
+    assert_eq!(
+        exit.reason,
+        ExitReason::OutOfMemory { limit_bytes: None },
+        "{exited:?}"
+    );
+    assert!(exit.oom_killed);
+    assert_eq!(exit.code, Some(137));
+    // Started again after the kill: a second started, after the exit.
+    let (_, between) =
+        wait_for_event(&client, Some(exited.cursor.clone()), is(EventKind::Started)).await;
+    assert!(
+        between.iter().all(|event| event.kind != EventKind::Exited),
+        "{between:?}"
+    );
+    assert_eq!(
+        before
+            .iter()
+            .filter(|event| event.kind == EventKind::Started)
+            .count(),
+        1,
+        "{before:?}"
+    );
+
+    client.deprovision_session_sandbox(id).await.unwrap();
+    let (gone, _) = wait_for_event(&client, Some(since), is(EventKind::Deprovisioned)).await;
+    assert_eq!(gone.generation, 1, "{gone:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_daemon_adopts_what_the_cluster_holds_and_sees_what_changed_meanwhile() {
+    let cluster = TestCluster::start("events-adopt").await;
+    let mut daemon = TestDaemon::start(cluster.daemon_options(""));
+    let client = daemon.client().await;
+    let kept = client
+        .ensure_session_sandbox("ses-kept", &sandbox_env("session:kept", ""))
+        .await
+        .unwrap();
+    daemon.stop();
+    daemon.launch();
+    daemon.wait_ready();
+    let client = daemon.client().await;
+    let (adopted, _) = wait_for_event(&client, None, |event| {
+        event.kind == EventKind::Adopted && event.id == "ses-kept"
+    })
+    .await;
+    assert_eq!(
+        (adopted.uid.as_str(), adopted.generation),
+        (kept.uid.as_str(), 1)
+    );
+    cluster.wait_for_watches().await;
+    // The adopted sandbox's runner starting is announced with the uid it kept.
+    let pod = the_pod(&cluster, "session", "ses-kept").await;
+    let since = events_now(&client).await;
+    write_status(
+        &cluster,
+        &pod,
+        runner_status(
+            0,
+            json!({"running": {"startedAt": "2026-01-01T00:01:00Z"}}),
+            json!({}),
+        ),
+    )
+    .await;
+    let (started, seen) = wait_for_event(&client, Some(since), |event| {
+        event.kind == EventKind::Started && event.id == "ses-kept"
+    })
+    .await;
+    assert_eq!(started.uid, kept.uid);
+    assert!(seen.is_empty(), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_the_api_server_expires_is_relisted_and_misses_nothing() {
+    let cluster = TestCluster::start("events-expired").await;
+    let daemon = TestDaemon::start(cluster.daemon_options(""));
+    let client = daemon.client().await;
+    cluster.wait_for_watches().await;
+    let Some(standin) = cluster.standin("expiring a watch (etcd's compaction)") else {
+        return;
+    };
+    let since = events_now(&client).await;
+    standin.expire_watches();
+    let relisted = eventually(Duration::from_secs(60), || {
+        let text = daemon.log_text();
+        async move {
+            text.contains("deployments watch's version is too old; listing again")
+                && text.contains("pods watch's version is too old; listing again")
+        }
+    })
+    .await;
+    assert!(
+        relisted,
+        "the daemon did not list again after 410: {}",
+        daemon.log_text()
+    );
+    let made = client
+        .ensure_session_sandbox("ses-after", &sandbox_env("session:after", ""))
+        .await
+        .unwrap();
+    let (created, seen) = wait_for_event(&client, Some(since), |event| {
+        event.kind == EventKind::Created && event.id == "ses-after"
+    })
+    .await;
+    assert_eq!(created.uid, made.uid);
+    assert!(seen.is_empty(), "nothing else happened: {seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_of_a_pending_pod_say_why_it_waits_and_exit_1() {
+    let cluster = TestCluster::start("logs-pending").await;
+    let daemon = TestDaemon::start(cluster.daemon_options(""));
+    let client = daemon.client().await;
+    let id = "ses-pending";
+    client
+        .ensure_session_sandbox(id, &sandbox_env("session:pending", "tok-pending"))
+        .await
+        .unwrap();
+    // Pending, as every pod is without a scheduler and a kubelet.
+    let pod = the_pod(&cluster, "session", id).await;
+    let output = daemon.sandboxctl(&["logs", "session", id]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr.contains(&format!("pod {pod} is Pending: ")),
+        "{stderr}"
+    );
+    // The scheduler's word, as an event about the pod: the newest warning is named.
+    let events: Api<k8s_openapi::api::core::v1::Event> = cluster.api();
+    let event: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": format!("{pod}.sched"), "namespace": cluster.namespace},
+        "involvedObject": {"kind": "Pod", "name": pod, "namespace": cluster.namespace, "apiVersion": "v1"},
+        "reason": "FailedScheduling", "type": "Warning",
+        "message": "0/3 nodes are available: 3 Insufficient memory.",
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z",
+        "source": {"component": "default-scheduler"},
+    }))
+    .unwrap();
+    events
+        .create(&kube::api::PostParams::default(), &event)
+        .await
+        .expect("create the scheduler's event");
+    let output = daemon.sandboxctl(&["logs", "session", id]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr.contains(
+            "newest warning: FailedScheduling: 0/3 nodes are available: 3 Insufficient memory."
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("tok-pending"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_ends_with_the_generation_it_follows_naming_how() {
+    let cluster = TestCluster::start("logs-follow-end").await;
+    let daemon = TestDaemon::start(cluster.daemon_options(""));
+    let client = daemon.client().await;
+    let id = "ses-follow";
+    client
+        .ensure_session_sandbox(id, &sandbox_env("session:follow", ""))
+        .await
+        .unwrap();
+    // The pod's output needs a kubelet: the stand-in's inserted pod has some.
+    let Some(standin) = cluster.standin("a pod with output (no kubelet)") else {
+        return;
+    };
+    let pod = format!("{}-pod-out", base_name(Scope::Session, id));
+    standin.insert_pod(
+        &cluster.namespace,
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod, "labels": {
+                "stigmer.ai/managed-by": "stigmer-server",
+                "stigmer.ai/scope": "session", "stigmer.ai/sandbox-id": id,
+            }},
+            "spec": {"containers": [{"name": "runner", "image": sandboxd_tests::k8s::TEST_IMAGE}]},
+            "status": runner_status(0, json!({"running": {"startedAt": "2026-01-01T00:01:00Z"}}), json!({})),
+        }),
+        b"one\ntwo\n",
+    );
+    // It exits 3: a follower reads it all, then ends, saying how.
+    write_status(
+        &cluster,
+        &pod,
+        runner_status(
+            0,
+            json!({"terminated": {"exitCode": 3, "reason": "Error",
+                   "startedAt": "2026-01-01T00:01:00Z", "finishedAt": "2026-01-01T00:02:00Z"}}),
+            json!({}),
+        ),
+    )
+    .await;
+    let output = daemon.sandboxctl(&["logs", "--follow", "session", id]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(output.stdout, b"one\ntwo\n");
+    assert!(
+        stderr.contains("generation 1: the runner exited (code 3); its output ends here"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_changed_within_a_generation_is_a_changed_event() {
+    let cluster = TestCluster::start("events-changed").await;
+    let daemon = TestDaemon::start(cluster.daemon_options(""));
+    let client = daemon.client().await;
+    cluster.wait_for_watches().await;
+    let id = "ses-changed";
+    let made = client
+        .ensure_session_sandbox(id, &sandbox_env("session:one", ""))
+        .await
+        .unwrap();
+    let (created, _) = wait_for_event(&client, None, |event| {
+        event.kind == EventKind::Created && event.id == id
+    })
+    .await;
+    // Another writer (a second replica of the control plane's daemon, an
+    // operator) moves the runner to another queue without a new generation.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = cluster.api();
+    deployments
+        .patch(
+            &base_name(Scope::Session, id),
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"stigmer.ai/task-queue": "session:two"}}}),
+            ),
+        )
+        .await
+        .expect("patch the queue annotation");
+    let (changed, between) = wait_for_event(&client, Some(created.cursor), |event| {
+        event.kind == EventKind::Changed && event.id == id
+    })
+    .await;
+    assert_eq!(
+        (changed.uid.as_str(), changed.generation),
+        (made.uid.as_str(), 1)
+    );
+    assert!(between.iter().all(|event| event.id != id), "{between:?}");
+}

@@ -193,7 +193,10 @@ impl Inner {
                     .emit(EventKind::Deprovisioned, key, &uid, generation, None);
             }
         }
-        if report.was_present {
+        // A daemon stop's are one line (see `shutdown`).
+        if report.was_present && daemon_stop {
+            tracing::debug!(scope = %key.scope, id = %key.shown_id(), forced = report.forced, keep_workspace, "sandbox stopped");
+        } else if report.was_present {
             tracing::info!(scope = %key.scope, id = %key.shown_id(), forced = report.forced, keep_workspace, "sandbox deprovisioned");
         }
     }

@@ -630,11 +630,17 @@ async fn after_exit(
     }
     // With what the cgroup and the disk watcher said added.
     exit.derive_reason();
-    let how = format!("generation {generation}: the runner exited ({exit})");
-    let (logs, base) = (inner.logs.clone(), key.base_name.clone());
+    let stopping = inner.stopping.load(Ordering::Acquire);
     // Before the table says absent: a follower never sees the sandbox gone
-    // (or its next generation) without the end of this one recorded.
-    let _ = tokio::task::spawn_blocking(move || logs.end_generation(&base, how)).await;
+    // (or its next generation) without the end of this one recorded. Not
+    // in a daemon stop: the ends are kept in memory only, followers are
+    // cut off by then, and at 10,000 runners the trips to the blocking
+    // pool were a good part of the stop (issue 20, item 4).
+    if !stopping {
+        let how = format!("generation {generation}: the runner exited ({exit})");
+        let (logs, base) = (inner.logs.clone(), key.base_name.clone());
+        let _ = tokio::task::spawn_blocking(move || logs.end_generation(&base, how)).await;
+    }
     inner.catalog.note_active(&key, now_unix_ms());
     // Forget before clearing the table: once the table says absent, a new
     // ensure may write this sandbox's next ledger record.
@@ -662,7 +668,12 @@ async fn after_exit(
             .events
             .emit(EventKind::Exited, &key, &uid, generation, Some(exit));
     }
-    tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, generation, exit = %exit, "runner exited");
+    // A stop logs one line for all of them (see `shutdown`).
+    if stopping {
+        tracing::debug!(scope = %key.scope, id = %key.shown_id(), pid, generation, exit = %exit, "runner exited");
+    } else {
+        tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, generation, exit = %exit, "runner exited");
+    }
     let _ = gone.send(());
 }
 
@@ -923,6 +934,11 @@ impl Driver for LocalProcessDriver {
         // Each answered at its runner's exit; their cgroups, events and
         // (for deprovisions made before the stop) workspaces come after.
         self.inner.teardowns.idle().await;
+        tracing::info!(
+            sandboxes = keys.len(),
+            all_stopped,
+            "every process-tier runner is stopped"
+        );
         // The remover has taken the cgroups of the runners gone; the sweep
         // takes the rest, with whatever the records missed in them: one
         // kill of the whole tree, then the removals on this one thread.

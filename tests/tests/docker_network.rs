@@ -194,3 +194,123 @@ fn sha256_hex(text: &str) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// The network's check is kept between ensures (issue 20, item 3), so the
+/// daemon must notice when the network is removed, or replaced by one that
+/// lets containers reach each other, under it: the next ensures make it
+/// again, without inter-container communication.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_removed_or_replaced_under_the_daemon_is_made_again() {
+    let test = "a_network_removed_or_replaced_under_the_daemon_is_made_again";
+    if !engine_ready(test) {
+        return;
+    }
+    build_image_tagged(IMAGE).expect("build the network test image");
+    let instance = format!("netwatch{}", std::process::id());
+    let network = format!("{instance}-sandboxd-egress");
+    let bridge = format!("sbxd-{}", &sha256_hex(&instance)[..10]);
+    /// Removes what the test made, passed or failed.
+    struct Made(String, Vec<String>);
+    impl Drop for Made {
+        fn drop(&mut self) {
+            for container in &self.1 {
+                let _ = docker(&["rm", "-f", "-v", container]);
+            }
+            let _ = docker(&["network", "rm", &self.0]);
+        }
+    }
+    let ids: Vec<String> = (0..3).map(|n| unique_id(&format!("watch-{n}"))).collect();
+    let _made = Made(
+        network.clone(),
+        ids.iter()
+            .map(|id| format!("{instance}-{}", base_name(Scope::Session, id)))
+            .collect(),
+    );
+    let mut daemon = TestDaemon::start(Options {
+        args: vec!["--driver".to_string(), "docker".to_string()],
+        extra_toml: format!("instance = \"{instance}\"\nrunner_image = \"{IMAGE}\"\n"),
+        egress: Some("none".to_string()),
+        ..Options::default()
+    });
+    let client = daemon.client().await;
+    let icc = || {
+        docker_ok(&[
+            "network",
+            "inspect",
+            &network,
+            "--format",
+            "{{index .Options \"com.docker.network.bridge.enable_icc\"}}",
+        ])
+    };
+    let first = ensure_apart(&client, &network, &ids[0]).await;
+    assert!(first.is_empty(), "{first:?}");
+    client
+        .deprovision(Scope::Session, &ids[0], false)
+        .await
+        .unwrap();
+
+    // Removed under the daemon.
+    docker_ok(&["network", "rm", &network]);
+    let attempts = ensure_apart(&client, &network, &ids[1]).await;
+    eprintln!(
+        "after the removal: {} failed attempt(s) {attempts:?}",
+        attempts.len()
+    );
+    client
+        .deprovision(Scope::Session, &ids[1], false)
+        .await
+        .unwrap();
+
+    // Replaced, by someone else, with one that lets containers meet.
+    docker_ok(&["network", "rm", &network]);
+    docker_ok(&[
+        "network",
+        "create",
+        "-o",
+        &format!("com.docker.network.bridge.name={bridge}"),
+        &network,
+    ]);
+    // No option: ICC on, Docker's default.
+    assert_ne!(icc().trim(), "false", "the replacement has ICC on");
+    let attempts = ensure_apart(&client, &network, &ids[2]).await;
+    eprintln!(
+        "after the replacement: {} attempt(s) on it {attempts:?}",
+        attempts.len()
+    );
+    assert_eq!(icc().trim(), "false");
+    client
+        .deprovision(Scope::Session, &ids[2], false)
+        .await
+        .unwrap();
+    drop(client);
+    daemon.stop();
+}
+
+/// Ensures `id` until it starts on `network` with ICC off, deprovisioning
+/// between tries; the failed tries. The daemon learns of a change to the
+/// network from the engine's events, or from a create that failed on it,
+/// so one try may come before it knows.
+async fn ensure_apart(client: &SandboxdClient, network: &str, id: &str) -> Vec<String> {
+    let env = sandboxd_tests::sandbox_env(&format!("session:{id}"), "tok");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut attempts = Vec::new();
+    loop {
+        let ensured = client.ensure_session_sandbox(id, &env).await;
+        let options = docker(&[
+            "network",
+            "inspect",
+            network,
+            "--format",
+            "{{index .Options \"com.docker.network.bridge.enable_icc\"}}",
+        ]);
+        if ensured.is_ok() && options.stdout.starts_with(b"false") {
+            return attempts;
+        }
+        attempts.push(format!("{ensured:?}"));
+        let _ = client.deprovision(Scope::Session, id, false).await;
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{id} never started on a network with ICC off: {attempts:?}"
+        );
+    }
+}

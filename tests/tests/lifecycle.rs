@@ -323,12 +323,15 @@ async fn deprovision_tears_down_and_is_idempotent() {
     assert!(down.was_present, "{down:?}");
     assert!(!down.forced, "the fixture exits on SIGTERM: {down:?}");
     assert_runner_and_grandchild_gone(pid, grandchild);
+    // The teardown follows the answer (see `deprovision_teardown.rs`).
     assert!(
-        !workspace.exists(),
+        wait_until(GONE_TIMEOUT, || !workspace.exists()),
         "a plain deprovision removes the workspace"
     );
     assert!(
-        !daemon.runner_log(Scope::Session, "gone-1").exists(),
+        wait_until(GONE_TIMEOUT, || !daemon
+            .runner_log(Scope::Session, "gone-1")
+            .exists()),
         "and the runner's output file"
     );
     assert!(
@@ -437,11 +440,14 @@ async fn a_big_workspace_is_moved_out_then_deleted_and_leftover_trash_goes_at_st
         .await
         .unwrap();
     assert!(down.was_present && !down.forced, "{down:?}");
+    // Moved out right after the answer, whatever its size.
     assert!(
-        !workspace.exists(),
-        "the workspace is gone when deprovision answers"
+        wait_until(GONE_TIMEOUT, || !workspace.exists()),
+        "the workspace is not moved out"
     );
-    assert!(!daemon.runner_log(Scope::Session, "big").exists());
+    assert!(wait_until(GONE_TIMEOUT, || !daemon
+        .runner_log(Scope::Session, "big")
+        .exists()));
     assert!(
         wait_until(GONE_TIMEOUT, || daemon.trash_entries().is_empty()),
         "the moved tree is never deleted: {:?}",
@@ -506,7 +512,7 @@ async fn keep_workspace_keeps_it_and_a_plain_deprovision_removes_it() {
         .unwrap();
     assert!(down.was_present);
     assert!(
-        !workspace.exists(),
+        wait_until(GONE_TIMEOUT, || !workspace.exists()),
         "a plain deprovision removes the workspace"
     );
     assert!(wait_until(GONE_TIMEOUT, || pid_is_gone(pid)));

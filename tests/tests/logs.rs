@@ -185,7 +185,8 @@ async fn rotation_keeps_the_files_bounded_and_tail_reaches_into_the_rotated_one(
 
     // Deprovisioning removes both files.
     client.deprovision_session_sandbox("chatty").await.unwrap();
-    assert!(!log.exists() && !rotated.exists());
+    assert!(wait_until(Duration::from_secs(15), || !log.exists()
+        && !rotated.exists()));
     let gone = daemon.sandboxctl(&["logs", "session", "chatty"]);
     assert_eq!(gone.status.code(), Some(1));
     assert!(
@@ -316,7 +317,7 @@ async fn a_recycled_output_file_carries_nothing_of_the_sandbox_before() {
     assert!(size(&old_log) > 0);
 
     client.deprovision_session_sandbox("old").await.unwrap();
-    assert!(!old_log.exists());
+    assert!(wait_until(Duration::from_secs(15), || !old_log.exists()));
     // Kept for reuse, and emptied (in the daemon's next batch of clean-up).
     let spares = daemon.state_dir().join("logs/.spare");
     let emptied = || match sandboxd_tests::dir_entries(&spares).as_slice() {

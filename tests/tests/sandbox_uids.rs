@@ -233,7 +233,10 @@ async fn a_sandbox_keeps_its_uid_through_respawn_kept_workspace_and_restart() {
         .deprovision(Scope::Session, "keeper", false)
         .await
         .unwrap();
-    assert_eq!(daemon.ledger_uid(Scope::Session, "keeper"), None);
+    // Released by the teardown that follows the answer.
+    assert!(wait_until(Duration::from_secs(15), || daemon
+        .ledger_uid(Scope::Session, "keeper")
+        .is_none()));
     let other = start(&daemon, "newcomer", "tok").await;
     let other_uid = procs::uid_of(other).unwrap();
     assert_ne!(other_uid, uid, "a just-released uid went out again");

@@ -53,7 +53,13 @@
 //! own holding 10,000 running sandboxes (200 with `--quick`: see
 //! `bench/scale.rs`); `--scale-only` runs that row alone. `--only-node` runs only
 //! the node row (issue 21: the Node package against the Rust client, and the
-//! seed's in-process spawn; see `bench/node.rs`).
+//! seed's in-process spawn; see `bench/node.rs`). The peer row (issue
+//! 20) sets rows (c) and (d) against the seed's own `local-process` driver
+//! run in Node (`bench/peer.mjs`), when `node` is on PATH; `--only-spawns`
+//! runs only rows (c), (d), (e) with their raw baselines, the peer row and,
+//! with `--compare`, row (c)/(e) in turn with the other daemon;
+//! `--only-docker` runs only the docker row; `--scale-count N` holds N
+//! sandboxes in row (s) instead of 10,000.
 //! The kubernetes row runs against
 //! the in-process stand-in API server (figures meaningless) unless
 //! `SANDBOXD_TEST_KUBECONFIG` names a real cluster; `--no-kubernetes`
@@ -79,6 +85,8 @@ mod machine;
 mod node;
 #[path = "bench/output.rs"]
 mod output;
+#[path = "bench/peer.rs"]
+mod peer;
 #[path = "bench/raw.rs"]
 mod raw;
 #[path = "bench/report.rs"]
@@ -207,6 +215,12 @@ struct Options {
     scale_only: bool,
     /// Run only the node row (the Node package against the Rust client).
     only_node: bool,
+    /// Run only rows (c), (d), (e), the peer row and `--compare`.
+    only_spawns: bool,
+    /// Run only the docker row.
+    only_docker: bool,
+    /// Row (s)'s count instead of the mode's.
+    scale_count: Option<usize>,
     /// Skip the kubernetes row.
     no_kubernetes: bool,
     /// Run the kubernetes row and nothing else.
@@ -234,6 +248,9 @@ fn parse_args() -> Result<Options, String> {
         compare: None,
         only_calls: None,
         only_node: false,
+        only_spawns: false,
+        only_docker: false,
+        scale_count: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -247,6 +264,18 @@ fn parse_args() -> Result<Options, String> {
             "--only-events" => options.only_events = true,
             "--scale-only" => options.scale_only = true,
             "--only-node" => options.only_node = true,
+            "--only-spawns" => options.only_spawns = true,
+            "--only-docker" => options.only_docker = true,
+            "--scale-count" => {
+                let value = args.next().ok_or("--scale-count needs a count")?;
+                options.scale_count = Some(
+                    value
+                        .parse()
+                        .ok()
+                        .filter(|n| *n >= 2)
+                        .ok_or_else(|| format!("--scale-count '{value}': a number from 2"))?,
+                );
+            }
             "--no-kubernetes" => options.no_kubernetes = true,
             "--only-kubernetes" => options.only_kubernetes = true,
             "--burst-connections" => {
@@ -281,7 +310,7 @@ fn parse_args() -> Result<Options, String> {
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
-                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-calls probe|ensure N] [--scale-only] [--only-node] [--no-kubernetes] [--only-kubernetes]\n\n\
+                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-calls probe|ensure N] [--scale-only] [--only-node] [--only-spawns] [--only-docker] [--scale-count N] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -402,7 +431,10 @@ async fn run_kubernetes_only(options: &Options, counts: Counts) -> anyhow::Resul
 
 async fn run(options: &Options) -> anyhow::Result<()> {
     let started = Instant::now();
-    let counts = if options.quick { QUICK } else { FULL };
+    let mut counts = if options.quick { QUICK } else { FULL };
+    if let Some(count) = options.scale_count {
+        counts.scale = count;
+    }
     if options.only_kubernetes {
         return run_kubernetes_only(options, counts).await;
     }
@@ -579,6 +611,32 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     }
     if let Some((kind, count)) = options.only_calls {
         return calls::run(dir.path(), &binaries, kind, count).await;
+    }
+    if options.only_docker {
+        if let Some(reason) = docker::unavailable().await {
+            bail!("the docker row cannot run here: {reason}");
+        }
+        let figures = docker::measure(dir.path(), &binaries, counts.containers).await?;
+        let rows = docker_rows(&figures);
+        print!("{}", report::table(&rows));
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "docker",
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
+    if options.only_spawns {
+        let setting = Spawns {
+            binaries: &binaries,
+            dir: dir.path(),
+            spawner: &spawner,
+            runner: &runner,
+        };
+        return run_spawns_only(options, counts, setting, started).await;
     }
     let fs_type = raw::fs_type(dir.path());
     let (file_creates, dir_creates) = raw::inode_costs(dir.path())?;
@@ -791,6 +849,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let peer_figures = measure_peer(started, &runner, dir.path(), counts)?;
     step(started, "output: a runner writing to stdout, and cat");
     let output_figures = output::measure(
         dir.path(),
@@ -1015,7 +1074,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             value: deprovisions.p50(),
             baseline_what: "raw SIGTERM+wait p50".into(),
             baseline: Some(raw_stops.p50()),
-            goal: Goal::RatioAtMost(3.0),
+            goal: Goal::RatioAtMost(2.0),
         },
         Row {
             row: "e",
@@ -1097,40 +1156,15 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     if let Some(comparison) = &comparison {
         rows.extend(comparison_rows(comparison, &raw_spawns));
     }
+    if let Ok(peer) = &peer_figures {
+        rows.extend(peer::rows(peer, &new_serial, burst_rate));
+    }
     rows.extend(output::rows(&output_figures));
     rows.extend(egress::rows(&egress_figures));
     rows.extend(isolation::rows(&view_figures));
     let docker_note = match &docker_figures {
         Ok(figures) => {
-            rows.extend([
-                Row {
-                    row: "docker",
-                    what: "ensure new container p50".into(),
-                    unit: "ms",
-                    value: figures.sandboxd.p50() / 1e3,
-                    baseline_what: "Engine API create+start p50".into(),
-                    baseline: Some(figures.api.p50() / 1e3),
-                    goal: Goal::RatioAtMost(1.1),
-                },
-                Row {
-                    row: "docker",
-                    what: "ensure new container p50".into(),
-                    unit: "ms",
-                    value: figures.sandboxd.p50() / 1e3,
-                    baseline_what: "docker run -d p50".into(),
-                    baseline: Some(figures.cli.p50() / 1e3),
-                    goal: Goal::RatioAtMost(1.0),
-                },
-                Row {
-                    row: "docker",
-                    what: "ensure new container p99".into(),
-                    unit: "ms",
-                    value: figures.sandboxd.p99() / 1e3,
-                    baseline_what: "Engine API create+start p99".into(),
-                    baseline: Some(figures.api.p99() / 1e3),
-                    goal: Goal::Info,
-                },
-            ]);
+            rows.extend(docker_rows(figures));
             format!(
                 "measured: {} new containers each way",
                 figures.sandboxd.len()
@@ -1229,6 +1263,208 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         "state_dir_fs": { "type": fs_type, "file_create_p50_us": file_creates.p50(), "file_create_before_c_p50_us": file_creates_later.p50(), "mkdir_p50_us": dir_creates.p50() },
         "docker": docker_note,
         "kubernetes": kubernetes_note,
+        "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+    });
+    println!("{line}");
+    Ok(())
+}
+
+/// The docker row's figures as table rows.
+fn docker_rows(figures: &docker::DockerFigures) -> Vec<Row> {
+    vec![
+        Row {
+            row: "docker",
+            what: "ensure new container p50".into(),
+            unit: "ms",
+            value: figures.sandboxd.p50() / 1e3,
+            baseline_what: "Engine API create+start p50, on a network made as the daemon's".into(),
+            baseline: Some(figures.api_own_network.p50() / 1e3),
+            goal: Goal::RatioAtMost(1.05),
+        },
+        Row {
+            row: "docker",
+            what: "ensure new container p50".into(),
+            unit: "ms",
+            value: figures.sandboxd.p50() / 1e3,
+            baseline_what: "Engine API create+start p50, on the default bridge".into(),
+            baseline: Some(figures.api.p50() / 1e3),
+            goal: Goal::Info,
+        },
+        Row {
+            row: "docker",
+            what: "ensure new container p50".into(),
+            unit: "ms",
+            value: figures.sandboxd.p50() / 1e3,
+            baseline_what: "docker run -d p50".into(),
+            baseline: Some(figures.cli.p50() / 1e3),
+            goal: Goal::RatioAtMost(1.0),
+        },
+        Row {
+            row: "docker",
+            what: "ensure new container p99".into(),
+            unit: "ms",
+            value: figures.sandboxd.p99() / 1e3,
+            baseline_what: "Engine API create+start p99".into(),
+            baseline: Some(figures.api.p99() / 1e3),
+            goal: Goal::Info,
+        },
+    ]
+}
+
+/// The peer row's figures, or why it is not measured (no `node`).
+fn measure_peer(
+    started: Instant,
+    runner: &std::path::Path,
+    dir: &std::path::Path,
+    counts: Counts,
+) -> anyhow::Result<Result<peer::PeerFigures, String>> {
+    if let Some(reason) = peer::unavailable() {
+        eprintln!("bench: peer row skipped: {reason}");
+        return Ok(Err(reason));
+    }
+    step(started, "peer: the seed's local-process driver in Node");
+    Ok(Ok(peer::measure(runner, dir, counts.serial, counts.burst)?))
+}
+
+/// What `--only-spawns` runs with.
+struct Spawns<'a> {
+    binaries: &'a Binaries,
+    dir: &'a std::path::Path,
+    spawner: &'a raw::RawSpawner,
+    runner: &'a std::path::Path,
+}
+
+/// `--only-spawns`: rows (c), (d) and (e) with their raw baselines, the
+/// peer row, and with `--compare` the other daemon in turn, in one run.
+async fn run_spawns_only(
+    options: &Options,
+    counts: Counts,
+    setting: Spawns<'_>,
+    started: Instant,
+) -> anyhow::Result<()> {
+    let Spawns {
+        binaries,
+        dir,
+        spawner,
+        runner,
+    } = setting;
+    let date = machine::utc_now();
+    let load_start = machine::load_average();
+    step(started, "(c)/(e) raw spawn + stop baseline");
+    let (raw_spawns, raw_stops) = {
+        let (spawner, count) = (spawner.clone(), counts.serial);
+        tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let (spawns, children) = raw::spawn_serial(&spawner, count)?;
+            let stops = raw::stop_serial(children)?;
+            spawner.clean();
+            Ok((spawns, stops))
+        })
+        .await??
+    };
+    step(started, "(d) raw spawn throughput baseline (2 threads)");
+    let raw_burst = {
+        let (spawner, count) = (spawner.clone(), counts.burst);
+        tokio::task::spawn_blocking(move || -> anyhow::Result<Duration> {
+            let (elapsed, children) = raw::spawn_parallel(&spawner, count, 2)?;
+            raw::stop_all(children)?;
+            spawner.clean();
+            Ok(elapsed)
+        })
+        .await??
+    };
+    let mut daemon = Daemon::start(dir, binaries)?;
+    let client = connect(&daemon.socket).await?;
+    step(started, "(c) new sandboxes one at a time");
+    let new_serial = rows::ensure_new_serial(&client, "bench-serial", counts.serial).await?;
+    step(started, "(e) deprovisions one at a time");
+    let deprovisions = rows::deprovision_serial(&client, "bench-serial", counts.serial).await?;
+    step(
+        started,
+        &format!(
+            "(d) {} distinct ensures from {} tasks",
+            counts.burst, counts.tasks
+        ),
+    );
+    let clients = [client];
+    let (burst_elapsed, _) =
+        rows::burst(&clients, "bench-burst", counts.burst, counts.tasks, false).await?;
+    rows::burst(&clients, "bench-burst", counts.burst, counts.tasks, true).await?;
+    drop(clients);
+    daemon.stop()?;
+    let comparison = match &options.compare {
+        Some(other) => {
+            step(started, "(c)/(e) in turn with --compare");
+            Some(compare::measure(dir, binaries, other, counts.serial).await?)
+        }
+        None => None,
+    };
+    let peer_figures = measure_peer(started, runner, dir, counts)?;
+    let load_end = machine::load_average();
+    let per_sec = |count: usize, elapsed: Duration| count as f64 / elapsed.as_secs_f64();
+    let burst_rate = per_sec(counts.burst, burst_elapsed);
+    let mut rows = vec![
+        Row {
+            row: "c",
+            what: "ensure new sandbox p50".into(),
+            unit: "µs",
+            value: new_serial.p50(),
+            baseline_what: "raw mkdir+spawn p50".into(),
+            baseline: Some(raw_spawns.p50()),
+            goal: Goal::RatioAtMost(1.5),
+        },
+        Row {
+            row: "d",
+            what: format!("{} ensures, {} tasks", counts.burst, counts.tasks),
+            unit: "/s",
+            value: burst_rate,
+            baseline_what: "raw spawns, 2 threads".into(),
+            baseline: Some(per_sec(counts.burst, raw_burst)),
+            goal: Goal::RatioAtLeast(0.7),
+        },
+        Row {
+            row: "e",
+            what: "deprovision p50".into(),
+            unit: "µs",
+            value: deprovisions.p50(),
+            baseline_what: "raw SIGTERM+wait p50".into(),
+            baseline: Some(raw_stops.p50()),
+            goal: Goal::RatioAtMost(2.0),
+        },
+        Row {
+            row: "e",
+            what: "deprovision p99".into(),
+            unit: "µs",
+            value: deprovisions.p99(),
+            baseline_what: "raw SIGTERM+wait p99".into(),
+            baseline: Some(raw_stops.p99()),
+            goal: Goal::Info,
+        },
+    ];
+    if let Some(comparison) = &comparison {
+        rows.extend(comparison_rows(comparison, &raw_spawns));
+    }
+    let peer_note = match &peer_figures {
+        Ok(peer) => {
+            rows.extend(peer::rows(peer, &new_serial, burst_rate));
+            "measured".to_string()
+        }
+        Err(reason) => format!("not measured: {reason}"),
+    };
+    println!(
+        "sandboxd bench, rows c d e and the peer ({} mode) — {date}; load average {:.2} at start, {:.2} at end; peer {peer_note}\n",
+        if options.quick { "quick" } else { "full" },
+        load_start[0],
+        load_end[0],
+    );
+    print!("{}", report::table(&rows));
+    let line = json!({
+        "bench": "sandboxd",
+        "mode": if options.quick { "quick" } else { "full" },
+        "date": date,
+        "only": "spawns",
+        "load_start": load_start[0],
+        "load_end": load_end[0],
+        "peer": peer_note,
         "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
     });
     println!("{line}");

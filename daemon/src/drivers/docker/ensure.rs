@@ -39,11 +39,18 @@ const NAME_TAKEN_WAIT: Duration = Duration::from_secs(10);
 const NAME_TAKEN_POLL: Duration = Duration::from_millis(50);
 
 /// Brings the sandbox to running. The caller holds the key's lock.
+///
+/// `seen`: what the caller's look, taken before the lock, found. When it
+/// found no container, that is where this starts, without a second look:
+/// the create settles any race (a 409 if another creator was first, and
+/// then a look). Anything else is looked at again under the lock.
 pub async fn ensure(
     inner: &Inner,
     key: &SandboxKey,
     env: &SandboxEnv,
+    seen: Lookup,
 ) -> Result<EnsureReport, SandboxError> {
+    let mut seen = matches!(seen, Lookup::Absent).then_some(seen);
     let mut failed_create: Option<SandboxError> = None;
     let mut name_taken_since: Option<Instant> = None;
     let mut steps = 0;
@@ -52,9 +59,12 @@ pub async fn ensure(
     let mut uid: Option<String> = None;
     while steps < MAX_STEPS {
         steps += 1;
-        let lookup = containers::inspect(&inner.engine, key)
-            .await
-            .map_err(|error| failure(key, "inspect", error))?;
+        let lookup = match seen.take() {
+            Some(absent) => absent,
+            None => containers::inspect(&inner.engine, key)
+                .await
+                .map_err(|error| failure(key, "inspect", error))?,
+        };
         let observed = match lookup {
             Lookup::Absent => {
                 if let Some(error) = failed_create {

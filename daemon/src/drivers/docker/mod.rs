@@ -23,6 +23,7 @@ mod events;
 mod generation;
 mod health;
 mod logs;
+mod network_watch;
 mod observed;
 mod reaper;
 pub(crate) mod spec;
@@ -69,6 +70,8 @@ pub struct DockerDriver {
     /// What the last ensure found of that network's inter-container
     /// communication; `None` before the first.
     icc: Mutex<Option<egress_network::Icc>>,
+    /// Whether that check still holds (see [`network_watch`]).
+    network_checked: Arc<network_watch::Checked>,
 }
 
 /// What every operation shares.
@@ -202,12 +205,20 @@ impl DockerDriver {
         tasks.push(tokio::spawn(crate::egress::keep_verified(Arc::downgrade(
             &egress,
         ))));
+        let network_checked = Arc::new(network_watch::Checked::default());
+        if own_network {
+            tasks.push(tokio::spawn(network_watch::watch(
+                inner.engine.clone(),
+                network_checked.clone(),
+            )));
+        }
         Ok(DockerDriver {
             inner,
             tasks: Mutex::new(tasks),
             egress,
             own_network,
             icc: Mutex::new(None),
+            network_checked,
         })
     }
 
@@ -341,9 +352,10 @@ impl Driver for DockerDriver {
         env: &SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
         // The fast path: one read, no lock, no write.
-        if let Lookup::Ours(observed) = self.inner.inspect(key).await? {
+        let lookup = self.inner.inspect(key).await?;
+        if let Lookup::Ours(observed) = &lookup {
             if observed.phase == observed::Phase::Running {
-                let generation = self.inner.generation(key, Some(&observed));
+                let generation = self.inner.generation(key, Some(observed));
                 let runs_with = RunsWith {
                     task_queue: observed.task_queue(),
                     caller_class: observed.caller_class(),
@@ -362,19 +374,30 @@ impl Driver for DockerDriver {
         // Fail closed: no container starts unless the egress rules are in
         // force, and then only on the network they hold.
         self.egress.check()?;
-        if self.own_network {
+        // Checked again only after a change to it (see `network_watch`):
+        // not an engine call per new container.
+        if self.own_network && !self.network_checked.trusted() {
+            let epoch = self.network_checked.epoch();
             let icc = egress_network::ensure(&self.inner.engine).await?;
+            if icc == egress_network::Icc::Off {
+                self.network_checked.trust(epoch);
+            }
             *self.icc.lock().unwrap_or_else(|poison| poison.into_inner()) = Some(icc);
         }
         // In a task of its own: a caller that stops waiting must not leave
         // a container created but never started, or a generation recorded
         // for a start that was never made.
         let (inner, key, env) = (self.inner.clone(), key.clone(), env.clone());
-        run_to_completion("ensure", async move {
+        let ensured = run_to_completion("ensure", async move {
             let _guard = inner.key_locks.lock(&key).await;
-            ensure::ensure(&inner, &key, &env).await
+            ensure::ensure(&inner, &key, &env, lookup).await
         })
-        .await
+        .await;
+        if ensured.is_err() && self.own_network {
+            // Perhaps the network is what failed it: look again next time.
+            self.network_checked.forget();
+        }
+        ensured
     }
 
     fn egress(&self) -> EgressStatus {

@@ -14,6 +14,7 @@
 
 pub mod cgroup;
 mod deferred;
+mod deprovision;
 mod disk_limit;
 mod isolation;
 mod launch;
@@ -26,12 +27,12 @@ pub use isolation::init::{run_init_process as run_sandbox_init, ARG as INIT_ARG}
 pub use isolation::view_holder::{run_view_holder, ARG as VIEW_HOLDER_ARG};
 mod state_dir;
 mod stop;
+mod teardowns;
 mod trash;
 mod users;
 mod workspaces;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -40,15 +41,14 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use cgroup::Containment;
 use sandboxd_protocol::{
-    DeprovisionReport, EgressStatus, EnsureReport, EventKind, ExitInfo, ExitReason, Expectation,
-    LogChunk, LogStart, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
+    DeprovisionReport, EgressStatus, EnsureReport, EventKind, ExitInfo, Expectation, LogChunk,
+    LogStart, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 use tokio::sync::oneshot;
 
 use crate::config::Config;
 use crate::drivers::differs::{differing_fields, token_digest, RunsWith};
 use crate::drivers::key_lock::KeyLocks;
-use crate::drivers::run_to_completion;
 use crate::egress::{self, Egress};
 use crate::events::EventHub;
 use crate::provisioner::{Driver, SandboxKey};
@@ -89,9 +89,10 @@ struct Running {
     isolation: Arc<[sandboxd_protocol::IsolationFeature]>,
     generation: u64,
     started_at_unix_ms: u64,
-    /// Resolves once the runner's whole group is gone and forgotten (a
-    /// oneshot: its one waiter is the deprovision that takes the record).
-    gone: oneshot::Receiver<()>,
+    /// Resolve at its leader's exit and once its whole group is gone and
+    /// forgotten (oneshots: their one waiter is the deprovision that takes
+    /// the record).
+    ends: deprovision::EndWaits,
     /// Set when the disk-limit watcher stops it: its exit says so.
     over_disk_limit: bool,
 }
@@ -108,6 +109,8 @@ struct Inner {
     ledger: Ledger,
     /// Where deprovisioned workspaces go to be deleted in the background.
     trash: Trash,
+    /// Deprovisions that answered and are still tearing down.
+    teardowns: teardowns::Teardowns,
     reaper: GroupReaper,
     /// A cgroup per sandbox, or the process-group fallback.
     containment: Containment,
@@ -309,6 +312,7 @@ impl LocalProcessDriver {
             key_locks: KeyLocks::new(),
             ledger,
             trash,
+            teardowns: teardowns::Teardowns::default(),
             reaper,
             containment,
             spawner: Spawner::start()?,
@@ -462,7 +466,7 @@ impl Inner {
         ) {
             tracing::warn!(%error, pid, leader, "cannot record the runner in the ledger");
         }
-        let (gone_tx, gone_rx) = oneshot::channel();
+        let (ends_tx, ends_rx) = deprovision::end_channels();
         // Outside the table's lock: the catalog appends to its journal.
         let known = self.records().get(key).map(|record| record.uid.clone());
         let (uid, new_incarnation) = known.map_or_else(|| self.uid_for(key), |uid| (uid, false));
@@ -487,7 +491,7 @@ impl Inner {
                 isolation: self.isolation.clone(),
                 generation: record.generation,
                 started_at_unix_ms: now_unix_ms(),
-                gone: gone_rx,
+                ends: ends_rx,
                 over_disk_limit: false,
             });
             record.generation
@@ -504,7 +508,7 @@ impl Inner {
             key.clone(),
             generation,
             child,
-            gone_tx,
+            ends_tx,
         ));
         Ok(EnsureReport {
             state: ProbeState::Running,
@@ -540,113 +544,6 @@ impl Inner {
             uids.settle_new(key, uid, spawned.is_ok(), &workspace, &self.ledger);
         }
         spawned
-    }
-
-    async fn deprovision(
-        &self,
-        key: &SandboxKey,
-        keep_workspace: bool,
-        expect: Option<&Expectation>,
-    ) -> Result<DeprovisionReport, SandboxError> {
-        let _key_guard = self.key_locks.lock(key).await;
-        // Checked under the key lock: no ensure can make a new incarnation
-        // between the check and the teardown. Absent is success.
-        if let Some(expect) = expect {
-            if let Some((uid, generation)) = self.incarnation(key) {
-                expect.check(&key.what(), Some((&uid, generation)))?;
-            }
-        }
-        let record = self.records().remove(key);
-        // A daemon stop keeps the incarnation (its workspace and uid) for
-        // the next start; a deprovision ends it.
-        let daemon_stop = self.stopping.load(Ordering::Acquire);
-        let uid = record
-            .as_ref()
-            .map(|record| (record.uid.clone(), record.generation));
-        // One stat, inline: a trip through the blocking pool costs more.
-        let had_workspace = std::fs::exists(self.settings.workspace(key)).unwrap_or(false);
-        let was_present = record.is_some() || had_workspace;
-        let (forced, stopped) = match record.and_then(|record| record.running) {
-            Some(running) => {
-                let cgroup = self
-                    .containment
-                    .tree()
-                    .map(|tree| tree.dirs(&key.base_name));
-                let forced =
-                    stop::stop_runner(key, running.leader, running.gone, self.stop_grace, cgroup)
-                        .await?;
-                (forced, true)
-            }
-            None => (false, false),
-        };
-        if !daemon_stop {
-            self.catalog.set_uid(&key.base_name, None);
-        }
-        if !keep_workspace {
-            self.remove_workspace(key).await?;
-        }
-        if let Some((uid, generation)) = uid {
-            if stopped {
-                let reason = if daemon_stop {
-                    ExitReason::DaemonStopped
-                } else {
-                    ExitReason::Deprovisioned
-                };
-                let exit = stopped_exit(reason);
-                self.events
-                    .emit(EventKind::Exited, key, &uid, generation, Some(exit));
-            }
-            if !daemon_stop {
-                self.events
-                    .emit(EventKind::Deprovisioned, key, &uid, generation, None);
-            }
-        }
-        if was_present {
-            tracing::info!(scope = %key.scope, id = %key.shown_id(), forced, keep_workspace, "sandbox deprovisioned");
-        }
-        Ok(DeprovisionReport {
-            was_present,
-            forced,
-        })
-    }
-
-    /// Moves the workspace, then the output files, into the [trash] — a
-    /// rename each, inline — and has them deleted in the background. A
-    /// workspace that cannot be moved is deleted in place, and a failure
-    /// there is reported with the output files kept. Then the sandbox's uid
-    /// is released.
-    async fn remove_workspace(&self, key: &SandboxKey) -> Result<(), SandboxError> {
-        let base = &key.base_name;
-        let workspace = self.settings.workspace(key);
-        let mut moved = Vec::new();
-        match self.trash.take(&workspace, base, "workspace") {
-            Ok(entry) => moved.extend(entry),
-            Err(error) => {
-                tracing::debug!(workspace = %workspace.display(), %error, "cannot move the workspace to the trash; deleting it in place");
-                delete_in_place(workspace).await?;
-            }
-        }
-        self.logs
-            .remove(base, |file, what| match self.trash.take(file, base, what) {
-                Ok(entry) => moved.extend(entry),
-                // Deleted now: a later deletion could hit the next runner's file.
-                Err(_) => trash::delete(file),
-            });
-        self.trash.empty_later(moved);
-        self.catalog.forget(base);
-        // Its workspace is gone, so its uid may go to another sandbox once
-        // no process of it is left (the pool checks at reuse).
-        if let Some(uids) = &self.uids {
-            if let (Some(_), Some(uid)) = (self.disk_limit.by_quota(), uids.uid_of(key)) {
-                if let Err(error) =
-                    disk_limit::project_quota::clear(&self.settings.sandboxes_dir, uid)
-                {
-                    tracing::warn!(uid, %error, "cannot lift the project quota of a removed workspace");
-                }
-            }
-            uids.release(key, &self.ledger);
-        }
-        Ok(())
     }
 
     /// What keeps every sandbox started now apart (the same for each).
@@ -716,37 +613,11 @@ fn announce_lost(catalog: &workspaces::Catalog, vanished: &[String], events: &Ev
             &key,
             entry.uid.as_deref().unwrap_or_default(),
             0,
-            Some(stopped_exit(ExitReason::Lost)),
+            Some(deprovision::stopped_exit(
+                sandboxd_protocol::ExitReason::Lost,
+            )),
         );
     }
-}
-
-/// The exit of a runner the daemon stopped itself (a deprovision, a daemon
-/// stop): its own status went to the watcher, so only the reason is known.
-fn stopped_exit(reason: ExitReason) -> ExitInfo {
-    ExitInfo {
-        reason,
-        ..ExitInfo::from_facts(None, None, now_unix_ms(), false)
-    }
-}
-
-/// Deletes a workspace where it is, on the blocking pool (it can be a
-/// large tree); a workspace already gone is fine.
-async fn delete_in_place(workspace: PathBuf) -> Result<(), SandboxError> {
-    let removed = tokio::task::spawn_blocking(move || {
-        trash::remove(&workspace).map_err(|error| {
-            SandboxError::Internal(format!(
-                "cannot remove workspace {}: {error}",
-                workspace.display()
-            ))
-        })
-    })
-    .await;
-    removed.unwrap_or_else(|error| {
-        Err(SandboxError::Internal(format!(
-            "workspace removal task failed: {error}"
-        )))
-    })
 }
 
 /// Owns one runner until it exits, then removes it from the table — only if
@@ -757,10 +628,13 @@ async fn watch_runner(
     key: SandboxKey,
     generation: u64,
     child: launch::child_exits::RunnerProcess,
-    gone: oneshot::Sender<()>,
+    ends: deprovision::EndSignals,
 ) {
     let pid = child.id();
     let status = child.wait().await;
+    // A deprovision waiting for this exit answers now; the rest is after.
+    let _ = ends.exited.send(());
+    let gone = ends.gone;
     // Boxed: what follows the exit is most of this future's size, and
     // thousands of runners wait here, each holding only the wait.
     Box::pin(after_exit(inner, key, generation, pid, status, gone)).await;
@@ -812,11 +686,17 @@ async fn after_exit(
     }
     // With what the cgroup and the disk watcher said added.
     exit.derive_reason();
-    let how = format!("generation {generation}: the runner exited ({exit})");
-    let (logs, base) = (inner.logs.clone(), key.base_name.clone());
+    let stopping = inner.stopping.load(Ordering::Acquire);
     // Before the table says absent: a follower never sees the sandbox gone
-    // (or its next generation) without the end of this one recorded.
-    let _ = tokio::task::spawn_blocking(move || logs.end_generation(&base, how)).await;
+    // (or its next generation) without the end of this one recorded. Not
+    // in a daemon stop: the ends are kept in memory only, followers are
+    // cut off by then, and at 10,000 runners the trips to the blocking
+    // pool were a good part of the stop (issue 20, item 4).
+    if !stopping {
+        let how = format!("generation {generation}: the runner exited ({exit})");
+        let (logs, base) = (inner.logs.clone(), key.base_name.clone());
+        let _ = tokio::task::spawn_blocking(move || logs.end_generation(&base, how)).await;
+    }
     inner.catalog.note_active(&key, now_unix_ms());
     // Forget before clearing the table: once the table says absent, a new
     // ensure may write this sandbox's next ledger record.
@@ -844,7 +724,12 @@ async fn after_exit(
             .events
             .emit(EventKind::Exited, &key, &uid, generation, Some(exit));
     }
-    tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, generation, exit = %exit, "runner exited");
+    // A stop logs one line for all of them (see `shutdown`).
+    if stopping {
+        tracing::debug!(scope = %key.scope, id = %key.shown_id(), pid, generation, exit = %exit, "runner exited");
+    } else {
+        tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, generation, exit = %exit, "runner exited");
+    }
     let _ = gone.send(());
 }
 
@@ -922,15 +807,9 @@ impl LocalProcessDriver {
         keep_workspace: bool,
         expect: Option<Expectation>,
     ) -> Result<DeprovisionReport, SandboxError> {
-        // Once SIGTERM is sent, the escalation to SIGKILL must happen even
-        // if the caller stops waiting.
-        let (inner, key) = (self.inner.clone(), key.clone());
-        run_to_completion("deprovision", async move {
-            inner
-                .deprovision(&key, keep_workspace, expect.as_ref())
-                .await
-        })
-        .await
+        // Once SIGTERM is sent, the escalation to SIGKILL and the teardown
+        // must happen even if the caller stops waiting.
+        deprovision::deprovision(self.inner.clone(), key.clone(), keep_workspace, expect).await
     }
 }
 
@@ -1123,6 +1002,14 @@ impl Driver for LocalProcessDriver {
                 tracing::error!(scope = %key.scope, id = %key.shown_id(), %error, "runner did not stop cleanly");
             }
         }
+        // Each answered at its runner's exit; their cgroups, events and
+        // (for deprovisions made before the stop) workspaces come after.
+        self.inner.teardowns.idle().await;
+        tracing::info!(
+            sandboxes = keys.len(),
+            all_stopped,
+            "every process-tier runner is stopped"
+        );
         // The remover has taken the cgroups of the runners gone; the sweep
         // takes the rest, with whatever the records missed in them: one
         // kill of the whole tree, then the removals on this one thread.

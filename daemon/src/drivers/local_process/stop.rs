@@ -7,14 +7,10 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use sandboxd_protocol::SandboxError;
 use tokio::sync::oneshot;
 
 use super::cgroup::kill::{self, Dirs};
 use crate::provisioner::SandboxKey;
-
-/// How long a SIGKILLed group may take to be reaped before we report it.
-const KILL_WAIT: Duration = Duration::from_secs(30);
 
 /// Signals every process in the group; a group already gone is fine.
 pub fn kill_group(pgid: i32, signal: Signal) {
@@ -24,20 +20,25 @@ pub fn kill_group(pgid: i32, signal: Signal) {
     }
 }
 
-/// Asks the group to drain, escalates after `grace`, and returns once the
-/// leader is reaped and its cgroup emptied (the watcher says `gone`). True
-/// when SIGKILL was needed. `cgroup`: the runner's cgroup, when in force.
+/// Asks the group to drain and returns once its leader has exited, or,
+/// when `grace` passes first, once the kill of its whole cgroup (its group,
+/// without one) has been sent. True when the kill was needed.
+///
+/// What follows the leader's exit — the rest of the cgroup killed and
+/// emptied, its removal, the output drained — is the runner's watcher's,
+/// and [`super::deprovision`] waits for it off the caller's time.
+/// `exited`: resolves at the leader's exit (a dropped sender too).
+/// `cgroup`: the runner's cgroup, when in force.
 pub async fn stop_runner(
     key: &SandboxKey,
     pid: u32,
-    mut gone: oneshot::Receiver<()>,
+    mut exited: oneshot::Receiver<()>,
     grace: Duration,
     cgroup: Option<Dirs>,
-) -> Result<bool, SandboxError> {
+) -> bool {
     kill_group(pid as i32, Signal::SIGTERM);
-    // A dropped sender (a watcher that ended early) also means gone.
-    if tokio::time::timeout(grace, &mut gone).await.is_ok() {
-        return Ok(false);
+    if tokio::time::timeout(grace, &mut exited).await.is_ok() {
+        return false;
     }
     match cgroup {
         Some(dirs) => {
@@ -54,11 +55,5 @@ pub async fn stop_runner(
             kill_group(pid as i32, Signal::SIGKILL);
         }
     }
-    match tokio::time::timeout(KILL_WAIT, &mut gone).await {
-        Ok(_) => Ok(true),
-        Err(_) => Err(SandboxError::Unavailable(format!(
-            "runner pid {pid} of {} '{}' did not die within {KILL_WAIT:?} of SIGKILL",
-            key.scope, key.id
-        ))),
-    }
+    true
 }

@@ -12,7 +12,7 @@ use crate::{
 };
 
 /// Bump on any change to the service or the types it carries.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 #[tarpc::service]
 pub trait Sandboxd {

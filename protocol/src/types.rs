@@ -367,6 +367,12 @@ pub struct ClusterState {
     /// Why the runner container last terminated (`OOMKilled`, `Error`,
     /// `Completed`, …), when it has.
     pub last_termination_reason: Option<String>,
+    /// Why the newest pod is still Pending (its runner's waiting reason, the
+    /// conditions that are not true, the newest warning event), when it
+    /// is; only `describe` looks (`list` does not fetch events). Added in
+    /// protocol 7.
+    #[serde(default)]
+    pub pending_reason: Option<String>,
 }
 
 impl SandboxInfo {

@@ -631,6 +631,7 @@ async fn describe_and_logs_read_the_pod_and_never_show_the_token() {
             ready_replicas: 0,
             pod_phase: None,
             last_termination_reason: None,
+            pending_reason: None,
         })
     );
     let pod_name = format!("{}-7d9f-abcde", base_name(Scope::Session, id));
@@ -659,6 +660,7 @@ async fn describe_and_logs_read_the_pod_and_never_show_the_token() {
             ready_replicas: 0,
             pod_phase: Some("Running".to_string()),
             last_termination_reason: Some("OOMKilled".to_string()),
+            pending_reason: None,
         })
     );
     let text = setup.daemon.sandboxctl(&["describe", "session", id]);

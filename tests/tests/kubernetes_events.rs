@@ -287,6 +287,22 @@ async fn logs_of_a_pending_pod_say_why_it_waits_and_exit_1() {
         "{stderr}"
     );
     assert!(!stderr.contains("tok-pending"), "{stderr}");
+    // `describe` says the same (issue 17: why a pod is Pending).
+    let info = client.describe(Scope::Session, id).await.unwrap();
+    let pending = info
+        .cluster
+        .and_then(|cluster| cluster.pending_reason)
+        .expect("describe says why the pod is Pending");
+    assert!(
+        pending.contains("FailedScheduling: 0/3 nodes are available"),
+        "{pending}"
+    );
+    let output = daemon.sandboxctl(&["describe", "session", id]);
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        text.contains("pending:") && text.contains("FailedScheduling"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -433,6 +433,9 @@ pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
                 }
             },
         ));
+        if let Some(why) = &cluster.pending_reason {
+            lines.push(("pending", shown(why)));
+        }
     }
     key_values(&lines)
 }
@@ -786,6 +789,7 @@ mod tests {
             ready_replicas: 0,
             pod_phase: Some("Running".into()),
             last_termination_reason: Some("OOMKilled".into()),
+            pending_reason: None,
         });
         let text = describe(&pod, NOW);
         assert!(
@@ -801,8 +805,21 @@ mod tests {
             ready_replicas: 0,
             pod_phase: None,
             last_termination_reason: None,
+            pending_reason: None,
         });
         assert!(describe(&pod, NOW).contains("pod:          none\n"));
+        pod.cluster = Some(sandboxd_client::ClusterState {
+            desired_replicas: 1,
+            ready_replicas: 0,
+            pod_phase: Some("Pending".into()),
+            last_termination_reason: None,
+            pending_reason: Some("PodScheduled False: Unschedulable".into()),
+        });
+        assert!(
+            describe(&pod, NOW).contains("pending:      PodScheduled False: Unschedulable\n"),
+            "{}",
+            describe(&pod, NOW)
+        );
     }
 
     #[test]

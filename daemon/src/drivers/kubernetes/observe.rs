@@ -189,7 +189,13 @@ impl Inner {
                 &context,
             )
             .await?;
-        Ok(info(key, &deployment, pods.first()))
+        let mut info = info(key, &deployment, pods.first());
+        if let (Some(pod), Some(cluster)) = (pods.first(), info.cluster.as_mut()) {
+            if super::pending::is_pending(pod) {
+                cluster.pending_reason = Some(super::pending::why(self, pod).await);
+            }
+        }
+        Ok(info)
     }
 
     pub async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError> {
@@ -318,6 +324,7 @@ pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> San
                 .and_then(|pod| pod.status.as_ref())
                 .and_then(|status| status.phase.clone()),
             last_termination_reason: terminated.and_then(|terminated| terminated.reason.clone()),
+            pending_reason: None,
         }),
         uid: uid_of(deployment),
     }

@@ -93,3 +93,34 @@ pub async fn start_session(daemon: &crate::TestDaemon, id: &str) -> u32 {
     wait_for_runner(&daemon.workspace(Scope::Session, id), pid);
     pid
 }
+
+/// Runs `script` as the runner of the session sandbox `id` (the fixture's
+/// `--serve-probes`: it runs `probe.sh` when one appears in its workspace,
+/// written whole under another name and renamed) and returns the
+/// `key=value` lines it printed. Panics with the daemon's log when no
+/// answer comes within `timeout`.
+pub fn probe(
+    daemon: &crate::TestDaemon,
+    id: &str,
+    script: &str,
+    timeout: Duration,
+) -> std::collections::HashMap<String, String> {
+    let workspace = daemon.workspace(sandboxd_protocol::Scope::Session, id);
+    let done = workspace.join("probe.done");
+    let _ = std::fs::remove_file(&done);
+    let staged = workspace.join("probe.staged");
+    std::fs::write(&staged, script).unwrap();
+    std::fs::rename(&staged, workspace.join("probe.sh")).unwrap();
+    assert!(
+        wait_until(timeout, || done.exists()),
+        "{id} ran no probe; daemon log:\n{}",
+        daemon.log_text()
+    );
+    let output = std::fs::read_to_string(workspace.join("probe.out")).unwrap();
+    eprintln!("--- {id}:\n{output}");
+    output
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(key, value)| (key.to_string(), value.trim().to_string()))
+        .collect()
+}

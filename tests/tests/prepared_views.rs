@@ -14,6 +14,7 @@ use sandboxd_tests::runner::wait_for_runner;
 use sandboxd_tests::{sandbox_env, wait_until, Options, TestDaemon};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
+const PROBE_TIMEOUT: Duration = TIMEOUT;
 
 fn daemon_with_pool(session: usize) -> TestDaemon {
     TestDaemon::start(Options {
@@ -64,37 +65,9 @@ fn holders(daemon: &TestDaemon) -> BTreeSet<u32> {
         .collect()
 }
 
-async fn start(daemon: &TestDaemon, id: &str) -> u32 {
-    let report = daemon
-        .client()
-        .await
-        .ensure(Scope::Session, id, &sandbox_env(&format!("q:{id}"), "tok"))
-        .await
-        .unwrap_or_else(|error| panic!("ensure {id}: {error}"));
-    let pid = report.pid.expect("the process tier reports the pid");
-    wait_for_runner(&daemon.workspace(Scope::Session, id), pid);
-    pid
-}
-
-/// Runs `script` in sandbox `id`; its `key=value` lines.
+/// Runs `script` in the sandbox `id` and returns its `key=value` lines.
 fn probe(daemon: &TestDaemon, id: &str, script: &str) -> HashMap<String, String> {
-    let workspace = daemon.workspace(Scope::Session, id);
-    let done = workspace.join("probe.done");
-    let _ = std::fs::remove_file(&done);
-    let staged = workspace.join("probe.staged");
-    std::fs::write(&staged, script).unwrap();
-    std::fs::rename(&staged, workspace.join("probe.sh")).unwrap();
-    assert!(
-        wait_until(TIMEOUT, || done.exists()),
-        "{id} ran no probe; daemon log:\n{}",
-        daemon.log_text()
-    );
-    let output = std::fs::read_to_string(workspace.join("probe.out")).unwrap();
-    output
-        .lines()
-        .filter_map(|line| line.split_once('='))
-        .map(|(key, value)| (key.to_string(), value.trim().to_string()))
-        .collect()
+    sandboxd_tests::runner::probe(daemon, id, script, PROBE_TIMEOUT)
 }
 
 /// What a runner sees of its view: every mount point with whether it is
@@ -149,8 +122,8 @@ async fn a_sandbox_in_a_prepared_view_sees_exactly_what_a_cold_one_sees() {
     let warm = daemon_with_pool(1);
     let cold = daemon_with_pool(0);
     wait_for_ready(&warm, 1).await;
-    start(&warm, "same").await;
-    start(&cold, "same").await;
+    sandboxd_tests::start_session(&warm, "same").await;
+    sandboxd_tests::start_session(&cold, "same").await;
     let pool = pool_feature(&warm).await;
     assert!(
         pool.detail.contains("1 taken, 0 started cold"),
@@ -214,8 +187,8 @@ async fn a_sandbox_in_a_prepared_view_sees_exactly_what_a_cold_one_sees() {
 async fn two_sandboxes_from_prepared_views_share_nothing() {
     let daemon = daemon_with_pool(2);
     wait_for_ready(&daemon, 2).await;
-    start(&daemon, "a").await;
-    start(&daemon, "b").await;
+    sandboxd_tests::start_session(&daemon, "a").await;
+    sandboxd_tests::start_session(&daemon, "b").await;
     let pool = pool_feature(&daemon).await;
     assert!(pool.detail.contains("2 taken, 0 started cold"), "{pool:?}");
     let planted = probe(
@@ -252,7 +225,7 @@ async fn a_taken_view_ends_with_its_sandbox_and_the_rest_with_the_daemon() {
     wait_for_ready(&daemon, 2).await;
     let before = holders(&daemon);
     assert_eq!(before.len(), 2, "{before:?}");
-    let pid = start(&daemon, "a").await;
+    let pid = sandboxd_tests::start_session(&daemon, "a").await;
     // Its PID 1 is one of the holders, seen from the host.
     let pid_namespace = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
     let inner_init = *before

@@ -8,42 +8,13 @@ use std::time::Duration;
 
 use sandboxd_protocol::{ProbeState, Scope};
 use sandboxd_tests::procs;
-use sandboxd_tests::runner::wait_for_runner;
 use sandboxd_tests::{sandbox_env, wait_until, Options, TestDaemon};
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn start(daemon: &TestDaemon, id: &str) -> u32 {
-    let client = daemon.client().await;
-    let report = client
-        .ensure(Scope::Session, id, &sandbox_env(&format!("q:{id}"), "tok"))
-        .await
-        .unwrap_or_else(|error| panic!("ensure {id}: {error}"));
-    let pid = report.pid.expect("the process tier reports the pid");
-    wait_for_runner(&daemon.workspace(Scope::Session, id), pid);
-    pid
-}
-
 /// Runs `script` in the sandbox `id` and returns its `key=value` lines.
 fn probe(daemon: &TestDaemon, id: &str, script: &str) -> HashMap<String, String> {
-    let workspace = daemon.workspace(Scope::Session, id);
-    let done = workspace.join("probe.done");
-    let _ = std::fs::remove_file(&done);
-    let staged = workspace.join("probe.staged");
-    std::fs::write(&staged, script).unwrap();
-    std::fs::rename(&staged, workspace.join("probe.sh")).unwrap();
-    assert!(
-        wait_until(PROBE_TIMEOUT, || done.exists()),
-        "{id} ran no probe; daemon log:\n{}",
-        daemon.log_text()
-    );
-    let output = std::fs::read_to_string(workspace.join("probe.out")).unwrap();
-    eprintln!("--- {id}:\n{output}");
-    output
-        .lines()
-        .filter_map(|line| line.split_once('='))
-        .map(|(key, value)| (key.to_string(), value.trim().to_string()))
-        .collect()
+    sandboxd_tests::runner::probe(daemon, id, script, PROBE_TIMEOUT)
 }
 
 fn probing_daemon(extra_toml: &str) -> TestDaemon {
@@ -56,8 +27,8 @@ fn probing_daemon(extra_toml: &str) -> TestDaemon {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sandboxes_share_no_tmp_shm_ipc_processes_or_files() {
     let daemon = probing_daemon("");
-    let a = start(&daemon, "a").await;
-    let b = start(&daemon, "b").await;
+    let a = sandboxd_tests::start_session(&daemon, "a").await;
+    let b = sandboxd_tests::start_session(&daemon, "b").await;
     let (a_workspace, b_workspace) = (
         daemon.workspace(Scope::Session, "a"),
         daemon.workspace(Scope::Session, "b"),
@@ -247,7 +218,7 @@ async fn exit_codes_and_signals_are_the_runners_own() {
     );
 
     let daemon = probing_daemon("");
-    let pid = start(&daemon, "usr2").await;
+    let pid = sandboxd_tests::start_session(&daemon, "usr2").await;
     let leader = procs::sandbox_leader(pid);
     procs::signal_pid(pid, nix::sys::signal::Signal::SIGUSR2);
     let client = daemon.client().await;
@@ -285,7 +256,7 @@ fn host_shmem() -> u64 {
 async fn deprovision_reaches_the_runner_and_gives_its_shm_and_sysv_memory_back() {
     const MIB: u64 = 1024 * 1024;
     let daemon = probing_daemon("");
-    start(&daemon, "hog").await;
+    sandboxd_tests::start_session(&daemon, "hog").await;
     let before = host_shmem();
     let made = probe(
         &daemon,
@@ -325,7 +296,7 @@ async fn deprovision_reaches_the_runner_and_gives_its_shm_and_sysv_memory_back()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uid_cgroup_keeps_the_hosts_view_and_says_so() {
     let daemon = probing_daemon("isolation = \"uid-cgroup\"");
-    let pid = start(&daemon, "host").await;
+    let pid = sandboxd_tests::start_session(&daemon, "host").await;
     assert_eq!(
         procs::innermost_pid(pid),
         Some(pid),

@@ -270,6 +270,13 @@ async fn a_released_uid_is_not_handed_out_while_a_process_has_it() {
         .deprovision(Scope::Session, "a", false)
         .await
         .unwrap();
+    // The reply comes at the kill; the uid is released once the teardown
+    // behind it (the workspace to the trash) is done.
+    let a_workspace = daemon.workspace(Scope::Session, "a");
+    assert!(
+        wait_until(Duration::from_secs(30), || !a_workspace.exists()),
+        "a's teardown never finished"
+    );
     let mut survivor = procs::spawn(
         Command::new("sleep")
             .arg("60")

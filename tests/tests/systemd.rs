@@ -396,7 +396,8 @@ async fn lifecycle_with_capabilities(caps: &[&str]) -> Result<(), String> {
     if report.forced {
         return Err("deprovision: the runner had to be killed".into());
     }
-    if workspace.exists() {
+    // The reply comes at the kill; the workspace goes right behind it.
+    if !sandboxd_tests::wait_until(Duration::from_secs(30), || !workspace.exists()) {
         return Err("deprovision: the workspace is still there".into());
     }
     Ok(())

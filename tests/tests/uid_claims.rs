@@ -27,6 +27,13 @@ async fn remove(daemon: &TestDaemon, id: &str) {
         .deprovision(Scope::Session, id, false)
         .await
         .unwrap_or_else(|error| panic!("deprovision {id}: {error}"));
+    // The reply comes at the kill; the workspace, and with it the claim,
+    // go in the teardown right behind it.
+    let workspace = daemon.workspace(Scope::Session, id);
+    assert!(
+        sandboxd_tests::wait_until(std::time::Duration::from_secs(30), || !workspace.exists()),
+        "{id}'s teardown never finished"
+    );
 }
 
 /// The state directory a claim file names.

@@ -36,9 +36,9 @@ const DEATH_WAIT: Duration = Duration::from_secs(2);
 const TEARDOWN_WAIT: Duration = Duration::from_secs(15);
 
 /// Cold starts only: a sandbox in a view prepared ahead has a holder as its
-/// PID 1 that dies with the daemon (it keeps the parent-death signal an
-/// init that switched uid loses), and its namespace's end kills the escapee
-/// at once; these tests are about what reaches an escapee otherwise.
+/// PID 1 that exits when the daemon is gone (its lifeline pipe ends), and
+/// its namespace's end kills the escapee at once (see prepared_views.rs);
+/// these tests are about what reaches an escapee otherwise.
 fn escaping_daemon() -> TestDaemon {
     TestDaemon::start(Options {
         extra_toml: "[pool]\nsession = 0\nworkflow = 0\nconnect = 0\n".into(),

@@ -297,3 +297,21 @@ async fn a_burst_larger_than_the_pool_starts_the_rest_cold_and_says_so() {
     assert!(taken >= 1, "{pool:?}");
     assert_eq!(taken + cold, 4, "{pool:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_holder_and_the_runners_in_its_view_end_when_the_daemon_is_killed() {
+    let mut daemon = daemon_with_pool(2);
+    wait_for_ready(&daemon, 2).await;
+    let runner = sandboxd_tests::start_session(&daemon, "a").await;
+    // The taken one (now PID 1 of a's view) and the ready ones.
+    let held = holders(&daemon);
+    assert!(held.len() >= 2, "{held:?}");
+    daemon.kill();
+    for pid in held.iter().copied().chain([runner]) {
+        assert!(
+            wait_until(TIMEOUT, || procs::pid_is_gone(pid)),
+            "{pid} outlived a SIGKILLed daemon: {}",
+            procs::describe(&[pid])
+        );
+    }
+}

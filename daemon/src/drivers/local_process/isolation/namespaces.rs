@@ -24,7 +24,7 @@ use super::super::launch::clone_exec::{
 };
 use super::super::launch::runner_plan::RunnerLaunch;
 use super::super::launch::spawner::Background;
-use super::super::prepared::parked::{ParkedView, ViewMaker};
+use super::super::prepared::parked::{Lifeline, ParkedView, ViewMaker};
 use super::super::prepared::PreparedViews;
 use super::init::{ARG, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
 use super::kernel_filters::KernelFilters;
@@ -131,6 +131,7 @@ impl View {
             exe: self.exe.try_clone()?,
             program,
             drop_bounding_set,
+            lifeline: Lifeline::new()?,
         };
         let _ = self
             .prepared

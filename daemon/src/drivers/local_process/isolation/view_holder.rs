@@ -10,15 +10,17 @@
 //! stays what a namespace's PID 1 must be: the reaper of every orphan.
 //! It forwards nothing (the daemon signals the runner's group itself) and
 //! ends with the sandbox's cgroup, which the daemon moves it into when the
-//! sandbox takes the view; an untaken view ends with the daemon (it dies
-//! with the thread that cloned it) or at its stop.
+//! sandbox takes the view; an untaken view ends at the daemon's stop, or
+//! when the daemon dies however it dies (its lifeline, standard input,
+//! reads end-of-file).
 //!
 //! What it does, in order: non-dumpable first (nothing in the view may read
 //! or trace it), every privilege dropped for good (an empty bounding set
 //! where the daemon can empty one, no capability, `no_new_privs`; it stays
 //! uid 0, so no runner's uid may signal it), every signal blocked, and
-//! then, until it is killed, reaps whatever exits. Its arguments: [`ARG`]
-//! and whether to empty its bounding set.
+//! then, until it is killed or its standard input (the daemon's lifeline,
+//! see `prepared::parked::Lifeline`) ends, reaps whatever exits. Its
+//! arguments: [`ARG`] and whether to empty its bounding set.
 
 use std::process::ExitCode;
 
@@ -47,21 +49,36 @@ pub fn run_view_holder() -> ExitCode {
         eprintln!("sandbox-view: {failure}");
         return ExitCode::from(127);
     }
-    // SAFETY: sigset_t is plain data, filled by sigfillset; the mask is
-    // this single-threaded process's own.
-    let all = unsafe {
+    extern "C" fn wake(_: libc::c_int) {}
+    // SAFETY: sigset_t and sigaction are plain data, filled before use; the
+    // handler does nothing (async-signal-safe); the mask is this
+    // single-threaded process's own. Everything stays blocked but while
+    // ppoll waits, when SIGCHLD alone may interrupt it.
+    let only_sigchld = unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-        all
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = wake as extern "C" fn(libc::c_int) as usize;
+        libc::sigaction(libc::SIGCHLD, &action, std::ptr::null_mut());
+        let mut during: libc::sigset_t = all;
+        libc::sigdelset(&mut during, libc::SIGCHLD);
+        during
     };
     loop {
-        // SAFETY: a valid set; no siginfo wanted. SIGCHLD (blocked, so
-        // queued) wakes it; any other signal is taken and dropped.
-        let signal = unsafe { libc::sigwaitinfo(&all, std::ptr::null_mut()) };
-        if signal == libc::SIGCHLD {
-            reap_all();
+        let mut lifeline = libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no timeout, a valid mask.
+        let ready = unsafe { libc::ppoll(&mut lifeline, 1, std::ptr::null(), &only_sigchld) };
+        if ready > 0 {
+            // End-of-file (or anything at all) on the lifeline: the daemon
+            // is gone. PID 1 leaving ends the namespace and all in it.
+            return ExitCode::SUCCESS;
         }
+        reap_all();
     }
 }
 

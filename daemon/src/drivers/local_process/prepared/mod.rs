@@ -14,8 +14,9 @@
 //! cgroup and dies with it), and never weakens what a cold sandbox gets.
 //! A burst larger than the pool, a view that died, or a view built for
 //! another runner program falls back to the cold start. Nothing prepared
-//! survives a stop: the daemon's stop ends them, and a holder dies with the
-//! thread that cloned it if the daemon dies.
+//! survives a stop: the daemon's stop ends them, and a holder exits when its
+//! lifeline from the daemon ends (see [`parked::Lifeline`]) if the daemon
+//! dies.
 
 pub mod parked;
 

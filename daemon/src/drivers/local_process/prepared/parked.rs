@@ -44,6 +44,35 @@ pub struct ViewMaker {
     pub program: PathBuf,
     /// Whether holders empty their bounding set (the daemon has CAP_SETPCAP).
     pub drop_bounding_set: bool,
+    /// Each holder's standard input: it ends when the daemon does.
+    pub lifeline: Lifeline,
+}
+
+/// A pipe whose write end only the daemon holds (close-on-exec, so no
+/// child keeps it past its exec): every holder reads its end as standard
+/// input and exits when it reads end-of-file, that is when the daemon is
+/// gone however it went. (The parent-death signal is not enough: it did
+/// not reach a holder, PID 1 of its namespace, when the daemon was
+/// SIGKILLed, on Linux 6.18.)
+pub struct Lifeline {
+    read: OwnedFd,
+    _write: OwnedFd,
+}
+
+impl Lifeline {
+    pub fn new() -> io::Result<Lifeline> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the descriptors pipe2 just made, owned by no one else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok(Lifeline {
+            read,
+            _write: write,
+        })
+    }
 }
 
 /// A view built and held, not yet taken.
@@ -100,7 +129,14 @@ impl ViewMaker {
             [view_holder::ARG, bounding_set],
             [] as [(&str, &str); 0],
             "/".as_ref(),
-            [null()?, null()?, null()?],
+            [
+                self.lifeline
+                    .read
+                    .try_clone()
+                    .map_err(|error| format!("dup of the lifeline: {error}"))?,
+                null()?,
+                null()?,
+            ],
             Privileges::default(),
         )?
         .into_prepared_view(self.exe.as_raw_fd(), NAMESPACES, mounts);

@@ -23,11 +23,11 @@ use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 /// `mount_setattr(2)`'s `struct mount_attr`.
 #[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
+pub struct MountAttr {
+    pub attr_set: u64,
+    pub attr_clr: u64,
+    pub propagation: u64,
+    pub userns_fd: u64,
 }
 
 pub const MOUNT_ATTR_RDONLY: u64 = 0x1;

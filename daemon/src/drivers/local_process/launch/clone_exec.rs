@@ -300,15 +300,7 @@ impl ExecPlan {
         mounts: MountProgram,
         runner: ExecPlan,
     ) -> ExecPlan {
-        self.namespaces = namespaces;
-        // Init keeps every privilege to build the view: no runner's filters.
-        self.filters = None;
-        self.sandbox = Some(SandboxInit {
-            exe,
-            mounts,
-            runner: Some(Box::new(runner)),
-        });
-        self
+        self.into_first_process(exe, namespaces, mounts, Some(Box::new(runner)))
     }
 
     /// As [`into_sandbox_init`](Self::into_sandbox_init), for a view
@@ -321,12 +313,23 @@ impl ExecPlan {
         namespaces: libc::c_int,
         mounts: MountProgram,
     ) -> ExecPlan {
+        self.into_first_process(exe, namespaces, mounts, None)
+    }
+
+    fn into_first_process(
+        mut self,
+        exe: RawFd,
+        namespaces: libc::c_int,
+        mounts: MountProgram,
+        runner: Option<Box<ExecPlan>>,
+    ) -> ExecPlan {
         self.namespaces = namespaces;
+        // It keeps every privilege to build the view: no runner's filters.
         self.filters = None;
         self.sandbox = Some(SandboxInit {
             exe,
             mounts,
-            runner: None,
+            runner,
         });
         self
     }

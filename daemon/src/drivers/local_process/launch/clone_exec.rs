@@ -294,7 +294,7 @@ impl ExecPlan {
     /// `PR_SET_PDEATHSIG` are as for a runner; init drops its privileges
     /// itself (see `isolation::init`).
     pub fn into_sandbox_init(
-        mut self,
+        self,
         exe: RawFd,
         namespaces: libc::c_int,
         mounts: MountProgram,
@@ -308,7 +308,7 @@ impl ExecPlan {
     /// its new `namespaces` and execs `exe` (the view's holder, see
     /// `isolation::view_holder`) without starting any runner.
     pub fn into_prepared_view(
-        mut self,
+        self,
         exe: RawFd,
         namespaces: libc::c_int,
         mounts: MountProgram,

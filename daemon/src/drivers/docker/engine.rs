@@ -97,6 +97,44 @@ impl fmt::Display for CallError {
     }
 }
 
+/// How a watcher of the engine's event stream gets (back) to the engine:
+/// the client once it answers, waiting 250 ms and doubling up to 5 s while
+/// it does not; and the pause before subscribing again after a stream
+/// ended. Shared by every watcher (`events.rs`, `network_watch.rs`).
+pub struct Reconnect {
+    wait: std::time::Duration,
+}
+
+impl Reconnect {
+    const FIRST: std::time::Duration = std::time::Duration::from_millis(250);
+    const MOST: std::time::Duration = std::time::Duration::from_secs(5);
+
+    pub fn new() -> Reconnect {
+        Reconnect { wait: Self::FIRST }
+    }
+
+    /// The engine's client, waiting while the engine does not answer.
+    pub async fn docker(&mut self, engine: &Engine) -> Docker {
+        loop {
+            match engine.docker().await {
+                Ok(docker) => {
+                    self.wait = Self::FIRST;
+                    return docker;
+                }
+                Err(_) => {
+                    tokio::time::sleep(self.wait).await;
+                    self.wait = (self.wait * 2).min(Self::MOST);
+                }
+            }
+        }
+    }
+
+    /// The pause before subscribing again after a stream ended.
+    pub async fn pause(&self) {
+        tokio::time::sleep(self.wait).await;
+    }
+}
+
 impl Engine {
     /// An engine at `address`, not yet connected. Fails only on an address
     /// this build cannot speak to (a scheme other than unix, tcp or http).

@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use bollard::models::EventMessage;
 use bollard::query_parameters::EventsOptionsBuilder;
@@ -28,10 +28,6 @@ use super::observed::exit_info;
 use super::spec::{LABEL_GENERATION, LABEL_UID};
 use crate::events::EventHub;
 use crate::provisioner::SandboxKey;
-
-/// First and longest pause between attempts to reach a lost engine.
-const RETRY_FIRST: Duration = Duration::from_millis(250);
-const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// An exit the engine reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,19 +175,11 @@ pub fn short(container: &str) -> &str {
 
 /// Follows the engine's events for as long as the daemon runs.
 pub async fn watch(engine: Arc<Engine>, exits: Arc<Exits>, hub: Arc<EventHub>) {
-    let mut retry = RETRY_FIRST;
+    let mut reconnect = super::engine::Reconnect::new();
     // Where a resubscription resumes: the end of what the last stream covered.
     let mut since: Option<SystemTime> = None;
     loop {
-        let docker = match engine.docker().await {
-            Ok(docker) => docker,
-            Err(_) => {
-                tokio::time::sleep(retry).await;
-                retry = (retry * 2).min(RETRY_MAX);
-                continue;
-            }
-        };
-        retry = RETRY_FIRST;
+        let docker = reconnect.docker(&engine).await;
         let filters = HashMap::from([
             ("type", vec!["container".to_string()]),
             ("event", vec!["die".to_string(), "oom".to_string()]),
@@ -227,7 +215,7 @@ pub async fn watch(engine: Arc<Engine>, exits: Arc<Exits>, hub: Arc<EventHub>) {
         };
         since = Some(since.unwrap_or_else(SystemTime::now));
         engine.lost(&ended);
-        tokio::time::sleep(retry).await;
+        reconnect.pause().await;
     }
 }
 
@@ -311,7 +299,7 @@ mod tests {
 
     #[test]
     fn since_format() {
-        let time = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 42);
+        let time = SystemTime::UNIX_EPOCH + std::time::Duration::new(1_700_000_000, 42);
         assert_eq!(unix_seconds(time), "1700000000.000000042");
     }
 }

@@ -198,11 +198,7 @@ impl Log<'_> {
     /// What comes after `from`.
     async fn forward(&self, from: Position, budget: usize) -> Result<LogChunk, SandboxError> {
         let since = from.since_secs();
-        let mut ask = if from.anchor_ms > 0 {
-            Ask::Newest(RECENT_ENTRIES.max(2 * u64::from(from.passed)))
-        } else {
-            Ask::Since(since)
-        };
+        let mut ask = from.first_ask();
         loop {
             let mut reader = Forward::new(from, budget, ask);
             self.entries(ask, |entry| reader.take(entry)).await?;
@@ -328,6 +324,17 @@ impl Position {
     /// `since` rather than filtering by it still hands over the whole view.
     /// bollard's `i32` holds it until 2038; after that, 0 reads the whole
     /// log: slower, not wrong.
+    /// The first read a forward read from here asks for: the newest
+    /// entries, enough to cover what the cursor counted, when it has an
+    /// anchor; else everything since its time.
+    fn first_ask(self) -> Ask {
+        if self.anchor_ms > 0 {
+            Ask::Newest(RECENT_ENTRIES.max(2 * u64::from(self.passed)))
+        } else {
+            Ask::Since(self.since_secs())
+        }
+    }
+
     fn since_secs(self) -> i32 {
         i32::try_from(self.anchor_ns().saturating_sub(DISORDER) / 1_000_000_000).unwrap_or(0)
     }
@@ -715,11 +722,7 @@ mod tests {
     /// One read from `from`, asked as [`Log::forward`] asks.
     fn forward(from: Position, budget: usize, log: &[Vec<u8>]) -> LogChunk {
         let since = from.since_secs();
-        let mut ask = if from.anchor_ms > 0 {
-            Ask::Newest(RECENT_ENTRIES.max(2 * u64::from(from.passed)))
-        } else {
-            Ask::Since(since)
-        };
+        let mut ask = from.first_ask();
         loop {
             let mut reader = Forward::new(from, budget, ask);
             for entry in engine(log, ask) {

@@ -24,8 +24,6 @@ use futures::StreamExt;
 use super::egress_network::network;
 use super::engine::Engine;
 
-const RETRY_FIRST: Duration = Duration::from_millis(250);
-const RETRY_MAX: Duration = Duration::from_secs(5);
 /// How far back each subscription reaches, for an engine whose clock is
 /// a little behind the daemon's (replaying a change costs only a check).
 const CLOCK_MARGIN: Duration = Duration::from_secs(5);
@@ -80,21 +78,13 @@ impl Checked {
 /// Follows the engine's events about the network for as long as the
 /// daemon runs, forgetting `checked` on each.
 pub async fn watch(engine: Arc<Engine>, checked: Arc<Checked>) {
-    let mut retry = RETRY_FIRST;
+    let mut reconnect = super::engine::Reconnect::new();
     loop {
         // Forget first, then subscribe from that moment: nothing between
         // the two can be missed.
         checked.forget();
         let since = SystemTime::now() - CLOCK_MARGIN;
-        let docker = match engine.docker().await {
-            Ok(docker) => docker,
-            Err(_) => {
-                tokio::time::sleep(retry).await;
-                retry = (retry * 2).min(RETRY_MAX);
-                continue;
-            }
-        };
-        retry = RETRY_FIRST;
+        let docker = reconnect.docker(&engine).await;
         let filters = HashMap::from([
             ("type", vec!["network".to_string()]),
             ("network", vec![network()]),
@@ -121,7 +111,7 @@ pub async fn watch(engine: Arc<Engine>, checked: Arc<Checked>) {
             }
         };
         tracing::debug!(%ended, "the network watcher's event stream ended");
-        tokio::time::sleep(retry).await;
+        reconnect.pause().await;
     }
 }
 

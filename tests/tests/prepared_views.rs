@@ -262,6 +262,60 @@ async fn a_taken_view_ends_with_its_sandbox_and_the_rest_with_the_daemon() {
     }
 }
 
+/// Host pids whose command line is exactly `words`.
+fn processes_running(words: &[&str]) -> Vec<u32> {
+    let wanted: Vec<u8> = words
+        .iter()
+        .flat_map(|w| [w.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .ok()
+                .as_deref()
+                == Some(&wanted[..])
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_ends_by_itself_ends_its_view_and_what_it_left_there() {
+    let daemon = daemon_with_pool(1);
+    wait_for_ready(&daemon, 1).await;
+    let before = holders(&daemon);
+    let pid = sandboxd_tests::start_session(&daemon, "a").await;
+    let pid_namespace = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let holder = *before
+        .iter()
+        .find(|&&holder| pid_namespace(holder) == pid_namespace(pid))
+        .unwrap_or_else(|| panic!("a's PID namespace is none of the holders' {before:?}"));
+    // A process the runner leaves behind (in its own session, so the
+    // runner's group signal does not reach it), then the runner's own end.
+    let marker = ["sleep", "6061.5"];
+    let left = probe(
+        &daemon,
+        "a",
+        "setsid sleep 6061.5 </dev/null >/dev/null 2>&1 &\necho started=yes\n",
+    );
+    assert_eq!(left["started"], "yes");
+    assert!(
+        wait_until(TIMEOUT, || processes_running(&marker).len() == 1),
+        "the process the runner left never ran"
+    );
+    // SAFETY: kill with a pid of the test's sandbox runner and a signal.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    assert!(
+        wait_until(TIMEOUT, || procs::pid_is_gone(holder)),
+        "the view's holder outlived its runner's own end"
+    );
+    assert!(
+        wait_until(TIMEOUT, || processes_running(&marker).is_empty()),
+        "a process the runner left in its view outlived the view"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_larger_than_the_pool_starts_the_rest_cold_and_says_so() {
     let daemon = daemon_with_pool(1);

@@ -24,7 +24,7 @@ use super::super::launch::clone_exec::{
 };
 use super::super::launch::runner_plan::RunnerLaunch;
 use super::super::launch::spawner::Background;
-use super::super::prepared::parked::{Lifeline, ParkedView, ViewMaker};
+use super::super::prepared::parked::{Holder, Lifeline, ParkedView, ViewMaker};
 use super::super::prepared::PreparedViews;
 use super::init::{ARG, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
 use super::kernel_filters::KernelFilters;
@@ -87,6 +87,8 @@ pub struct ViewSpawn {
     /// Holds the runner's wait status once init has exited; `None` when
     /// the runner joined a prepared view (it is the daemon's own child).
     pub status_file: Option<PathBuf>,
+    /// The prepared view's holder, kept until the runner's exit is known.
+    pub holder: Option<Holder>,
 }
 
 /// What failed when a sandbox could not start in its view.
@@ -201,15 +203,9 @@ impl View {
     ) -> Result<Result<ViewSpawn, StartError>, ([OwnedFd; 2], Option<CgroupPlacement>)> {
         let cover = self.settings.cover_of(&runner.cwd);
         // Opened here: inside the view, /proc is the view's own.
-        let opened = match (
-            File::open("/dev/null"),
-            cgroup.as_ref().map(open_v2_procs).transpose(),
-        ) {
-            (Ok(null), Ok(v2_procs)) => OpenedOutside { null, v2_procs },
-            (Err(error), _) => return Ok(Err(StartError::at("open /dev/null")(error))),
-            (_, Err(error)) => {
-                return Ok(Err(StartError::at("open of the v2 cgroup.procs")(error)))
-            }
+        let null = match File::open("/dev/null") {
+            Ok(null) => null,
+            Err(error) => return Ok(Err(StartError::at("open /dev/null")(error))),
         };
         let inside = match view.enter(&runner.cwd, cover.as_ref()) {
             Ok(inside) => inside,
@@ -232,51 +228,40 @@ impl View {
             }
         };
         Ok(Self::start_inside(
-            inside, view, runner, filters, opened, output, cgroup,
+            inside, view, runner, filters, null, output, cgroup,
         ))
     }
 
-    /// The runner's start inside a joined view: the holder into the
-    /// sandbox's cgroup, then the ordinary runner clone (it inherits this
-    /// thread's namespaces), then back to the daemon's.
+    /// The runner's start inside a joined view: the ordinary runner clone
+    /// (it inherits this thread's namespaces, and is cloned into the
+    /// sandbox's cgroups), then back to the daemon's. The holder stays in
+    /// the daemon's cgroup (see [`Holder`]) and ends with the runner.
     fn start_inside(
         inside: super::super::prepared::parked::InsideView,
-        mut view: ParkedView,
+        view: ParkedView,
         runner: &RunnerLaunch,
         filters: &Arc<KernelFilters>,
-        opened: OpenedOutside,
+        null: File,
         output: [OwnedFd; 2],
         cgroup: Option<CgroupPlacement>,
     ) -> Result<ViewSpawn, StartError> {
         let [stdout, stderr] = output;
-        let OpenedOutside { null, v2_procs } = opened;
         let plan = runner
             .exec_plan([OwnedFd::from(null), stdout, stderr], filters.clone())
             .map_err(invalid)?
             .joining_pid_namespace();
         let plan = match cgroup {
-            Some(placement) => {
-                let mut procs: Vec<std::os::fd::RawFd> =
-                    placement.v1_procs.iter().map(AsRawFd::as_raw_fd).collect();
-                procs.extend(v2_procs.as_ref().map(AsRawFd::as_raw_fd));
-                view.join_cgroup(&procs).map_err(|error| StartError {
-                    step: error.step,
-                    error: error.error,
-                })?;
-                plan.in_cgroup(placement)
-            }
+            Some(placement) => plan.in_cgroup(placement),
             None => plan,
         };
         let spawned = plan.spawn();
         drop(plan);
         drop(inside);
-        let cloned = spawned.map_err(|error| {
-            // Nothing of the sandbox may outlive its failed start.
-            view.end();
-            StartError {
-                step: error.step,
-                error: error.error,
-            }
+        // On a failed start, `view` drops here: nothing of the sandbox may
+        // outlive it.
+        let cloned = spawned.map_err(|error| StartError {
+            step: error.step,
+            error: error.error,
         })?;
         tracing::debug!(
             holder = view.holder(),
@@ -287,6 +272,7 @@ impl View {
             init: cloned,
             runner_pid: cloned.pid,
             status_file: None,
+            holder: Some(view.into_holder()),
         })
     }
 
@@ -364,27 +350,9 @@ impl View {
             init: cloned,
             runner_pid,
             status_file: Some(status_file),
+            holder: None,
         })
     }
-}
-
-/// What a runner joining a prepared view needs opened before the thread
-/// enters it (inside, `/proc` is the view's own).
-struct OpenedOutside {
-    null: File,
-    /// `cgroup.procs` of the sandbox's v2 cgroup, for the holder's move.
-    v2_procs: Option<OwnedFd>,
-}
-
-/// `cgroup.procs` of the sandbox's v2 cgroup, for writing.
-fn open_v2_procs(placement: &CgroupPlacement) -> io::Result<OwnedFd> {
-    let dir = format!(
-        "/proc/self/fd/{}/cgroup.procs",
-        placement.v2_dir.as_raw_fd()
-    );
-    Ok(OwnedFd::from(
-        std::fs::OpenOptions::new().write(true).open(dir)?,
-    ))
 }
 
 /// A plan the clone child cannot take (a NUL byte in a path or variable).

@@ -9,16 +9,20 @@
 //! the runner is the daemon's child as under `uid-cgroup`, and this process
 //! stays what a namespace's PID 1 must be: the reaper of every orphan.
 //! It forwards nothing (the daemon signals the runner's group itself) and
-//! ends with the sandbox's cgroup, which the daemon moves it into when the
-//! sandbox takes the view; an untaken view ends at the daemon's stop, or
+//! is killed by the daemon (by pidfd) once the runner's exit is known,
+//! which ends the view and anything left in it; it stays in the daemon's
+//! cgroup (see `prepared::parked::Holder`). An untaken view ends at the
+//! daemon's stop, or
 //! when the daemon dies however it dies (its lifeline, standard input,
 //! reads end-of-file).
 //!
 //! What it does, in order: non-dumpable first (nothing in the view may read
 //! or trace it), every privilege dropped for good (an empty bounding set
 //! where the daemon can empty one, no capability, `no_new_privs`; it stays
-//! uid 0, so no runner's uid may signal it), every signal blocked, and
-//! then, until it is killed or its standard input (the daemon's lifeline,
+//! uid 0, so no runner's uid may signal it), every signal blocked, one
+//! byte on its standard output to tell the daemon it is ready (the view is
+//! offered to no sandbox before: a holder still dumpable could be traced),
+//! and then, until it is killed or its standard input (the daemon's lifeline,
 //! see `prepared::parked::Lifeline`) ends, reaps whatever exits. Its
 //! arguments: [`ARG`] and whether to empty its bounding set.
 
@@ -65,6 +69,13 @@ pub fn run_view_holder() -> ExitCode {
         libc::sigdelset(&mut during, libc::SIGCHLD);
         during
     };
+    // Ready: the daemon offers the view from here on. Standard output is
+    // the ready pipe and nothing else; closing it is harmless.
+    // SAFETY: a one-byte write of a live buffer, then close of our own fd 1.
+    unsafe {
+        libc::write(1, b"r".as_ptr().cast(), 1);
+        libc::close(1);
+    }
     loop {
         let mut lifeline = libc::pollfd {
             fd: 0,

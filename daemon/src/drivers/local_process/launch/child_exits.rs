@@ -23,6 +23,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
+use super::super::prepared::parked::Holder;
+
 thread_local! {
     /// True on the spawner threads, whose children are reaped here.
     static REAPED_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -43,6 +45,9 @@ pub struct RunnerProcess {
     runner_pid: libc::pid_t,
     /// Under an init: where it records the runner's wait status.
     status_file: Option<std::path::PathBuf>,
+    /// In a prepared view: its holder, ended once the exit is known (with
+    /// it the view and whatever the runner left running in it).
+    holder: Option<Holder>,
     /// Field 22 of its `/proc/<pid>/stat`, as the child read it before exec.
     start_time: Option<u64>,
     exit: oneshot::Receiver<ExitStatus>,
@@ -60,14 +65,17 @@ impl RunnerProcess {
     }
 
     /// Notes that the leader is a sandbox's init whose runner is
-    /// `runner_pid`, and whose exit status is the one in `status_file`.
+    /// `runner_pid`, and whose exit status is the one in `status_file`;
+    /// or a runner in a prepared view whose `holder` ends with it.
     pub fn running(
         mut self,
         runner_pid: libc::pid_t,
         status_file: Option<std::path::PathBuf>,
+        holder: Option<Holder>,
     ) -> RunnerProcess {
         self.runner_pid = runner_pid;
         self.status_file = status_file;
+        self.holder = holder;
         self
     }
 
@@ -117,6 +125,7 @@ impl ChildExits {
             pid,
             runner_pid: pid,
             status_file: None,
+            holder: None,
             start_time,
             exit,
         }

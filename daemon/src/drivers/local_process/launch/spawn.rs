@@ -14,6 +14,7 @@ use super::super::cgroup::{kill, CgroupTree};
 use super::super::isolation::kernel_filters::KernelFilters;
 use super::super::isolation::namespaces::View;
 use super::super::logs::RunnerLogs;
+use super::super::prepared::parked::Holder;
 use super::super::users::identity::RunnerIdentity;
 use super::child_exits::{ChildExits, RunnerProcess};
 use super::runner_plan::RunnerLaunch;
@@ -210,6 +211,7 @@ impl RunnerSettings {
                     leader: spawned.init,
                     runner_pid: spawned.runner_pid,
                     status_file: spawned.status_file,
+                    holder: spawned.holder,
                 })
                 .map_err(|error| (error.step, error.error)),
             None => match File::open("/dev/null") {
@@ -239,7 +241,7 @@ impl RunnerSettings {
         })?;
         let child = exits
             .watch(started.leader.pid, started.leader.start_time)
-            .running(started.runner_pid, started.status_file);
+            .running(started.runner_pid, started.status_file, started.holder);
         // Set from outside: after setuid the runner could no longer write its
         // own. Raising the score needs no privilege. (Under an init both get
         // it: the runner started before this write.)
@@ -283,6 +285,7 @@ struct Started {
     leader: super::clone_exec::Cloned,
     runner_pid: libc::pid_t,
     status_file: Option<PathBuf>,
+    holder: Option<Holder>,
 }
 
 /// `isolation = "uid-cgroup"` (or no namespaces here): the daemon's clone
@@ -305,6 +308,7 @@ fn start_directly(
         leader: child,
         runner_pid: child.pid,
         status_file: None,
+        holder: None,
     })
 }
 

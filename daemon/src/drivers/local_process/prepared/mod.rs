@@ -10,8 +10,9 @@
 //!
 //! What is *not* prepared: the uid, the cgroups and the workspace, which
 //! are the sandbox's own and made on its ensure as before — so a view is
-//! nobody's until taken, is used once (its holder joins the sandbox's
-//! cgroup and dies with it), and never weakens what a cold sandbox gets.
+//! nobody's until taken, is used once (its holder ends with the sandbox's
+//! runner, see [`parked::Holder`]), and never weakens what a cold sandbox
+//! gets.
 //! A burst larger than the pool, a view that died, or a view built for
 //! another runner program falls back to the cold start. Nothing prepared
 //! survives a stop: the daemon's stop ends them, and a holder exits when its

@@ -61,13 +61,7 @@ pub struct Lifeline {
 
 impl Lifeline {
     pub fn new() -> io::Result<Lifeline> {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two descriptors into the array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the descriptors pipe2 just made, owned by no one else.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) = pipe()?;
         Ok(Lifeline {
             read,
             _write: write,
@@ -75,16 +69,29 @@ impl Lifeline {
     }
 }
 
-/// A view built and held, not yet taken.
+/// A close-on-exec pipe: (read end, write end).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptors pipe2 just made, owned by no one else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// How long a holder may take to report itself ready (its exec and its
+/// set-up: a few milliseconds on an idle host, much more on a loaded one).
+const HOLDER_READY_TIMEOUT_MS: libc::c_int = 60_000;
+
+/// A view built and held, not yet taken: dropped untaken, its holder is
+/// killed (and reaped by its thread).
 pub struct ParkedView {
     pid: libc::pid_t,
-    pidfd: OwnedFd,
+    holder: Holder,
     program: PathBuf,
     /// Where the holder's exit is reaped; nobody waits for it.
     _exit: RunnerProcess,
-    /// Set once a sandbox has taken it: its holder then ends with the
-    /// sandbox's cgroup, not with this value.
-    taken: bool,
 }
 
 /// A step of taking a view that failed.
@@ -124,6 +131,12 @@ impl ViewMaker {
         } else {
             super::super::isolation::init::KEEP_BOUNDING_SET
         };
+        // The holder's standard output: it writes one byte there once it is
+        // non-dumpable and without privileges, and only then is the view
+        // offered (a sandbox that joined it earlier would meet a holder
+        // that any process of the same uid could still trace).
+        let (ready_read, ready_write) =
+            pipe().map_err(|error| format!("pipe for the holder's ready byte: {error}"))?;
         let plan = ExecPlan::new(
             "sandboxd-view".as_ref(),
             [view_holder::ARG, bounding_set],
@@ -134,28 +147,33 @@ impl ViewMaker {
                     .read
                     .try_clone()
                     .map_err(|error| format!("dup of the lifeline: {error}"))?,
-                null()?,
+                ready_write,
                 null()?,
             ],
             Privileges::default(),
         )?
         .into_prepared_view(self.exe.as_raw_fd(), NAMESPACES, mounts);
         let cloned = plan.spawn().map_err(|error| error.to_string())?;
+        // The plan holds the ready pipe's write end: without it, the holder
+        // is the only writer, so its death reads as end-of-file.
+        drop(plan);
         let exit = exits.watch(cloned.pid, cloned.start_time);
-        match pidfd_open(cloned.pid) {
-            Ok(pidfd) => Ok(ParkedView {
+        let view = match pidfd_open(cloned.pid) {
+            Ok(pidfd) => ParkedView {
                 pid: cloned.pid,
-                pidfd,
+                holder: Holder { pidfd },
                 program: self.program.clone(),
                 _exit: exit,
-                taken: false,
-            }),
+            },
             Err(error) => {
                 // SAFETY: our own child, not reaped (its watcher reaps it).
                 unsafe { libc::kill(cloned.pid, libc::SIGKILL) };
-                Err(format!("pidfd_open of the view's holder: {error}"))
+                return Err(format!("pidfd_open of the view's holder: {error}"));
             }
-        }
+        };
+        // On an error, dropping `view` kills the holder.
+        wait_for_ready_byte(&ready_read)?;
+        Ok(view)
     }
 }
 
@@ -189,7 +207,7 @@ impl ParkedView {
             let host = host
                 .as_ref()
                 .map_err(|error| TakeError::at("unshare(CLONE_FS)")(clone_error(error)))?;
-            setns(self.pidfd.as_raw_fd(), NAMESPACES)
+            setns(self.holder.pidfd.as_raw_fd(), NAMESPACES)
                 .map_err(TakeError::at("setns into the prepared view"))?;
             let inside = InsideView {
                 host: host.clone_fds(),
@@ -205,49 +223,40 @@ impl ParkedView {
         })
     }
 
-    /// Moves the holder into the sandbox's cgroups (`procs`: a
-    /// `cgroup.procs` descriptor of each hierarchy), so it ends with them:
-    /// the cgroup's kill ends the holder, and the namespaces, with the rest.
-    pub fn join_cgroup(&mut self, procs: &[RawFd]) -> Result<(), TakeError> {
-        let pid = self.pid.to_string();
-        for &fd in procs {
-            // SAFETY: a write of a live buffer to a descriptor the caller holds.
-            let written = unsafe { libc::write(fd, pid.as_ptr().cast(), pid.len()) };
-            if written < 0 {
-                return Err(TakeError::at(
-                    "move the view's holder into the sandbox's cgroup",
-                )(io::Error::last_os_error()));
-            }
-        }
-        self.taken = true;
-        Ok(())
+    /// The view, taken: from here on the holder lives exactly as long as
+    /// the returned guard, which the sandbox's runner keeps (see
+    /// `RunnerProcess`) until its exit is known.
+    pub fn into_holder(self) -> Holder {
+        self.holder
     }
 }
 
-impl ParkedView {
-    /// Ends the holder now: a sandbox whose runner failed to start inside
-    /// a view it took leaves nothing running in its cgroup.
-    pub fn end(&mut self) {
-        self.taken = false;
-    }
+/// A taken view's holder, ended (and with it the view's PID namespace and
+/// every process left in it) when this is dropped: when its runner's exit
+/// is known, or when the runner's start failed.
+///
+/// Why the holder stays out of the sandbox's cgroups rather than ending
+/// with them: moving a process between cgroups (a `cgroup.procs` write per
+/// hierarchy, five on a hybrid host) is the slowest step of a warm start,
+/// while the runner itself is cloned straight into them
+/// (`CLONE_INTO_CGROUP`). The holder only reaps; it runs no sandbox code.
+pub struct Holder {
+    pidfd: OwnedFd,
 }
 
-impl Drop for ParkedView {
-    /// An untaken view (or one whose sandbox failed before its cgroup held
-    /// the holder) is ended here; its holder is reaped by its thread.
+impl Drop for Holder {
+    /// SIGKILL by its pidfd (gone already is fine).
     fn drop(&mut self) {
-        if !self.taken {
-            // SAFETY: a live pidfd and a plain signal number.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    self.pidfd.as_raw_fd(),
-                    libc::SIGKILL,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                )
-            };
-        }
+        // SAFETY: a live pidfd and a plain signal number.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
     }
 }
 
@@ -316,6 +325,46 @@ fn setns(fd: RawFd, namespaces: libc::c_int) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Waits for the holder's one byte on `ready` (see [`ViewMaker::park`]).
+fn wait_for_ready_byte(ready: &OwnedFd) -> Result<(), String> {
+    let mut poll = libc::pollfd {
+        fd: ready.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let polled = loop {
+        // SAFETY: one valid pollfd and a timeout.
+        let polled = unsafe { libc::poll(&mut poll, 1, HOLDER_READY_TIMEOUT_MS) };
+        if polled < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        break polled;
+    };
+    if polled < 0 {
+        return Err(format!(
+            "poll of the holder's ready pipe: {}",
+            io::Error::last_os_error()
+        ));
+    }
+    if polled == 0 {
+        return Err(format!(
+            "the view's holder did not report ready within {} s",
+            HOLDER_READY_TIMEOUT_MS / 1000
+        ));
+    }
+    let mut byte = 0u8;
+    // SAFETY: a one-byte read into a live buffer from a descriptor we hold.
+    let read = unsafe { libc::read(ready.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) };
+    match read {
+        1 => Ok(()),
+        0 => Err("the view's holder exited during its set-up".into()),
+        _ => Err(format!(
+            "read of the holder's ready byte: {}",
+            io::Error::last_os_error()
+        )),
+    }
 }
 
 fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {

@@ -51,6 +51,7 @@ pub enum Call {
     DeprovisionFenced,
     DeprovisionConnectFenced,
     Events,
+    Usage,
 }
 
 /// What a call can do, which decides who may make it.
@@ -83,6 +84,7 @@ impl Call {
             Call::DeprovisionFenced => "deprovision_fenced",
             Call::DeprovisionConnectFenced => "deprovision_connect_fenced",
             Call::Events => "events",
+            Call::Usage => "usage",
         }
     }
 
@@ -104,6 +106,8 @@ impl Call {
             }
             // Events carry what describe shows (never a token or output).
             Call::Events => CallClass::Read,
+            // Figures describe shows: a read.
+            Call::Usage => CallClass::Read,
         }
     }
 }
@@ -183,7 +187,7 @@ mod tests {
     use super::*;
 
     const DAEMON_UID: u32 = 990;
-    const ALL_CALLS: [Call; 15] = [
+    const ALL_CALLS: [Call; 16] = [
         Call::ProtocolVersion,
         Call::Ensure,
         Call::Deprovision,
@@ -199,6 +203,7 @@ mod tests {
         Call::DeprovisionFenced,
         Call::DeprovisionConnectFenced,
         Call::Events,
+        Call::Usage,
     ];
 
     fn policy() -> AccessPolicy {

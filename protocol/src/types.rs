@@ -315,6 +315,11 @@ pub struct SandboxInfo {
     /// absent sandbox. Added in protocol 5.
     #[serde(default)]
     pub uid: String,
+    /// Live figures (memory, tasks, CPU time, disk, …), read by
+    /// `describe` of a running sandbox; `None` in `list`, for a sandbox
+    /// not running, and on a tier that has no figures. Added in protocol 8.
+    #[serde(default)]
+    pub usage: Option<crate::Usage>,
 }
 
 /// One mechanism that keeps sandboxes apart (a uid of its own, a cgroup,
@@ -402,6 +407,7 @@ impl SandboxInfo {
             cluster: None,
             isolation: Vec::new(),
             uid: String::new(),
+            usage: None,
         }
     }
 }

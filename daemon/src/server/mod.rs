@@ -29,6 +29,7 @@ mod testing;
 mod tests;
 mod timed_stream;
 mod timer_floor;
+mod usage;
 mod warn_budget;
 
 use std::sync::Arc;

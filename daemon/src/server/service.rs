@@ -12,7 +12,8 @@ use sandboxd_protocol::events::{MAX_EVENTS_PER_CALL, MAX_EVENTS_WAIT_MS};
 use sandboxd_protocol::{
     validate, DaemonStatus, DeprovisionReport, EnsureReport, EventCursor, EventsReply, Expectation,
     HealthVerdict, LogChunk, LogStart, ProbeState, RunnerEndpoints, SandboxCounts, SandboxEnv,
-    SandboxError, SandboxInfo, Sandboxd, Scope, WorkspaceInfo, MAX_LOG_CHUNK, PROTOCOL_VERSION,
+    SandboxError, SandboxInfo, SandboxUsage, Sandboxd, Scope, WorkspaceInfo, MAX_LOG_CHUNK,
+    PROTOCOL_VERSION,
 };
 use tarpc::context::Context;
 
@@ -304,6 +305,9 @@ impl Sandboxd for ConnectionService {
         let key = key(scope, id_field(scope), id)?;
         let mut info = self.driver().describe(&key).await?;
         info.egress = Some(self.daemon.driver.egress());
+        if info.state == ProbeState::Running {
+            info.usage = super::usage::figures(self.driver(), &key, true).await;
+        }
         Ok(info)
     }
 
@@ -483,6 +487,15 @@ impl Sandboxd for ConnectionService {
             .events
             .wait_read(since.as_ref(), max, wait)
             .await)
+    }
+
+    async fn usage(
+        self,
+        _: Context,
+        scope: Option<Scope>,
+    ) -> Result<Vec<SandboxUsage>, SandboxError> {
+        self.authorize(Call::Usage)?;
+        super::usage::of_running(self.driver(), scope).await
     }
 }
 

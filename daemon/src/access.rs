@@ -234,7 +234,7 @@ mod tests {
             .collect()
     }
 
-    const EVERYTHING: [&str; 15] = [
+    const EVERYTHING: [&str; 16] = [
         "protocol_version",
         "ensure",
         "deprovision",
@@ -250,8 +250,9 @@ mod tests {
         "deprovision_fenced",
         "deprovision_connect_fenced",
         "events",
+        "usage",
     ];
-    const READ_ONLY: [&str; 7] = [
+    const READ_ONLY: [&str; 8] = [
         "protocol_version",
         "probe",
         "describe",
@@ -259,6 +260,7 @@ mod tests {
         "status",
         "workspaces",
         "events",
+        "usage",
     ];
 
     #[test]

@@ -456,6 +456,10 @@ pub struct DaemonStatus {
     /// Added in protocol 6.
     #[serde(default)]
     pub runner_endpoints: RunnerEndpoints,
+    /// Where the Prometheus endpoint is served (`http://127.0.0.1:9464/metrics`);
+    /// `None` when `metrics_listen` is not set. Added in protocol 8.
+    #[serde(default)]
+    pub metrics: Option<String>,
 }
 
 /// The endpoints the daemon hands its runners (addresses, never secrets).

@@ -43,6 +43,13 @@ pub fn status(status: &DaemonStatus) -> String {
             ),
         ),
         ("egress", egress(&status.egress)),
+        (
+            "metrics",
+            status.metrics.as_deref().map_or_else(
+                || "not served (metrics_listen is not set)".to_string(),
+                shown,
+            ),
+        ),
     ]) + &isolation_lines(&status.isolation_mode, &status.isolation)
 }
 
@@ -611,6 +618,7 @@ mod tests {
             cluster: None,
             isolation: Vec::new(),
             uid: String::new(),
+            usage: None,
         }
     }
 
@@ -954,6 +962,7 @@ mod tests {
             },
             isolation_mode: "full".into(),
             runner_endpoints: Default::default(),
+            metrics: None,
             isolation: vec![
                 IsolationFeature::in_force("pid-namespace", "its own"),
                 IsolationFeature::not_in_force(

@@ -66,6 +66,26 @@ pub enum CallClass {
 }
 
 impl Call {
+    /// Every call, in the service's order (the order of the enum).
+    pub const ALL: [Call; 16] = [
+        Call::ProtocolVersion,
+        Call::Ensure,
+        Call::Deprovision,
+        Call::CreateConnect,
+        Call::DeprovisionConnect,
+        Call::Probe,
+        Call::Describe,
+        Call::List,
+        Call::Status,
+        Call::Logs,
+        Call::Workspaces,
+        Call::EnsureFenced,
+        Call::DeprovisionFenced,
+        Call::DeprovisionConnectFenced,
+        Call::Events,
+        Call::Usage,
+    ];
+
     /// The method's name on the wire, for messages and logs.
     pub fn name(self) -> &'static str {
         match self {
@@ -187,24 +207,7 @@ mod tests {
     use super::*;
 
     const DAEMON_UID: u32 = 990;
-    const ALL_CALLS: [Call; 16] = [
-        Call::ProtocolVersion,
-        Call::Ensure,
-        Call::Deprovision,
-        Call::CreateConnect,
-        Call::DeprovisionConnect,
-        Call::Probe,
-        Call::Describe,
-        Call::List,
-        Call::Status,
-        Call::Logs,
-        Call::Workspaces,
-        Call::EnsureFenced,
-        Call::DeprovisionFenced,
-        Call::DeprovisionConnectFenced,
-        Call::Events,
-        Call::Usage,
-    ];
+    const ALL_CALLS: [Call; 16] = Call::ALL;
 
     fn policy() -> AccessPolicy {
         AccessPolicy::new(

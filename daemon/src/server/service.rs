@@ -68,7 +68,7 @@ impl<'a> CallTimer<'a> {
 impl Drop for CallTimer<'_> {
     fn drop(&mut self) {
         if let Some((metrics, call, started)) = self.running.take() {
-            metrics.call(call.name(), started.elapsed());
+            metrics.call(call, started.elapsed());
         }
     }
 }

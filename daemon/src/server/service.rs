@@ -252,6 +252,7 @@ impl Sandboxd for ConnectionService {
         // Open to every peer (see `access`), so a client of any version can
         // report a mismatch instead of a permission error.
         tracing::debug!(call = Call::ProtocolVersion.name(), "call");
+        let _timer = CallTimer::start(self.metrics(), Call::ProtocolVersion);
         PROTOCOL_VERSION
     }
 

@@ -128,6 +128,19 @@ impl SandboxdClient {
         .await
     }
 
+    /// The live figures (memory, tasks, CPU time, …) of every running
+    /// sandbox, optionally of one scope, read at once: what `sandboxctl
+    /// top` samples. Needs protocol 8.
+    pub async fn usage(
+        &self,
+        scope: Option<Scope>,
+    ) -> Result<Vec<sandboxd_protocol::SandboxUsage>, ClientError> {
+        self.call(Resend::Once, |rpc, ctx| async move {
+            rpc.usage(ctx, scope).await
+        })
+        .await
+    }
+
     /// Every workspace the daemon keeps on its disk (process tier),
     /// optionally of one scope; remove a stopped sandbox's with
     /// [`SandboxdClient::deprovision`]. Needs protocol 3.

@@ -43,6 +43,7 @@ pub use socket_path::{default_socket_path, SOCKET_ENV, SYSTEM_SOCKET, USER_SOCKE
 /// The egress postures and their address table (SPEC §9): the one table
 /// the control plane and the daemon both judge addresses with.
 pub use sandboxd_protocol::egress;
+pub use sandboxd_protocol::usage::cpu_percent;
 pub use sandboxd_protocol::WorkspaceInfo;
 pub use sandboxd_protocol::{
     ClusterState, DaemonStatus, DeprovisionReport, EgressStatus, EnsureReport, ExitInfo,
@@ -51,3 +52,4 @@ pub use sandboxd_protocol::{
 };
 pub use sandboxd_protocol::{Event, EventCursor, EventKind, EventsReply, ExitReason, Expectation};
 pub use sandboxd_protocol::{Health, HealthVerdict, Shown};
+pub use sandboxd_protocol::{SandboxUsage, Usage};

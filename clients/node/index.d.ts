@@ -93,6 +93,8 @@ export interface SandboxInfo {
   readonly egress: Record<string, unknown> | null;
   readonly cluster: Record<string, unknown> | null;
   readonly isolation: readonly { readonly name: string; readonly inForce: boolean; readonly detail: string }[];
+  /** Live figures of a running sandbox (`describe` only; protocol 8): `memoryBytes`, `memoryPeakBytes`, `memoryLimitBytes`, `tasks`, `tasksLimit`, `cpuUsec`, `forksRefused`, `oomKills`, `workspaceBytes`, `diskLimitBytes`, `unixUid`, `cgroup`, `sampledAtUnixMs`, each `null` when the tier cannot tell. */
+  readonly usage?: Record<string, number | string | null> | null;
   readonly [more: string]: unknown;
 }
 

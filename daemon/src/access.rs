@@ -51,6 +51,7 @@ pub enum Call {
     DeprovisionFenced,
     DeprovisionConnectFenced,
     Events,
+    Usage,
 }
 
 /// What a call can do, which decides who may make it.
@@ -65,6 +66,26 @@ pub enum CallClass {
 }
 
 impl Call {
+    /// Every call, in the service's order (the order of the enum).
+    pub const ALL: [Call; 16] = [
+        Call::ProtocolVersion,
+        Call::Ensure,
+        Call::Deprovision,
+        Call::CreateConnect,
+        Call::DeprovisionConnect,
+        Call::Probe,
+        Call::Describe,
+        Call::List,
+        Call::Status,
+        Call::Logs,
+        Call::Workspaces,
+        Call::EnsureFenced,
+        Call::DeprovisionFenced,
+        Call::DeprovisionConnectFenced,
+        Call::Events,
+        Call::Usage,
+    ];
+
     /// The method's name on the wire, for messages and logs.
     pub fn name(self) -> &'static str {
         match self {
@@ -83,6 +104,7 @@ impl Call {
             Call::DeprovisionFenced => "deprovision_fenced",
             Call::DeprovisionConnectFenced => "deprovision_connect_fenced",
             Call::Events => "events",
+            Call::Usage => "usage",
         }
     }
 
@@ -104,6 +126,8 @@ impl Call {
             }
             // Events carry what describe shows (never a token or output).
             Call::Events => CallClass::Read,
+            // Figures describe shows: a read.
+            Call::Usage => CallClass::Read,
         }
     }
 }
@@ -183,23 +207,7 @@ mod tests {
     use super::*;
 
     const DAEMON_UID: u32 = 990;
-    const ALL_CALLS: [Call; 15] = [
-        Call::ProtocolVersion,
-        Call::Ensure,
-        Call::Deprovision,
-        Call::CreateConnect,
-        Call::DeprovisionConnect,
-        Call::Probe,
-        Call::Describe,
-        Call::List,
-        Call::Status,
-        Call::Logs,
-        Call::Workspaces,
-        Call::EnsureFenced,
-        Call::DeprovisionFenced,
-        Call::DeprovisionConnectFenced,
-        Call::Events,
-    ];
+    const ALL_CALLS: [Call; 16] = Call::ALL;
 
     fn policy() -> AccessPolicy {
         AccessPolicy::new(
@@ -229,7 +237,7 @@ mod tests {
             .collect()
     }
 
-    const EVERYTHING: [&str; 15] = [
+    const EVERYTHING: [&str; 16] = [
         "protocol_version",
         "ensure",
         "deprovision",
@@ -245,8 +253,9 @@ mod tests {
         "deprovision_fenced",
         "deprovision_connect_fenced",
         "events",
+        "usage",
     ];
-    const READ_ONLY: [&str; 7] = [
+    const READ_ONLY: [&str; 8] = [
         "protocol_version",
         "probe",
         "describe",
@@ -254,6 +263,7 @@ mod tests {
         "status",
         "workspaces",
         "events",
+        "usage",
     ];
 
     #[test]

@@ -470,6 +470,17 @@ pub enum ContainmentMode {
     ProcessGroup,
 }
 
+/// `metrics_listen`: an IP address and port (`127.0.0.1:9464`,
+/// `[::1]:9464`); a host name is refused, so the endpoint is never bound
+/// to whatever a resolver says.
+fn parse_metrics_listen(text: &str) -> anyhow::Result<std::net::SocketAddr> {
+    text.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "metrics_listen '{text}' is not an IP address and port (e.g. \"127.0.0.1:9464\")"
+        )
+    })
+}
+
 /// The file's shape. Every key is optional; unknown keys are an error.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -490,6 +501,7 @@ struct FileConfig {
     max_connections: Option<usize>,
     max_requests_per_connection: Option<usize>,
     events_ring: Option<usize>,
+    metrics_listen: Option<String>,
     log_level: Option<String>,
     #[serde(default, deserialize_with = "deserialize_optional_memory")]
     runner_log_max_size: Option<u64>,
@@ -539,6 +551,9 @@ pub struct Config {
     /// (`events_ring`, default 4096): a follower further behind than that
     /// gets `expired` and relists.
     pub events_ring: usize,
+    /// `metrics_listen`: where the Prometheus endpoint is served
+    /// (`GET /metrics`, plain HTTP); `None`, the default, serves none.
+    pub metrics_listen: Option<std::net::SocketAddr>,
     pub log_level: Option<String>,
     /// The process tier's cap on one runner's output on disk, in bytes: the
     /// live file and one rotated file, at most half of it each.
@@ -663,6 +678,10 @@ impl Config {
             max_connections: file.max_connections.unwrap_or(256),
             max_requests_per_connection: file.max_requests_per_connection.unwrap_or(64),
             events_ring: file.events_ring.unwrap_or(4096),
+            metrics_listen: match file.metrics_listen {
+                Some(text) => Some(parse_metrics_listen(&text)?),
+                None => None,
+            },
             log_level: file.log_level,
             runner_log_max_size: file
                 .runner_log_max_size

@@ -12,6 +12,7 @@ mod incarnation;
 mod instance;
 mod logging;
 mod man_page;
+mod metrics;
 mod peer_origin;
 mod provisioner;
 mod server;

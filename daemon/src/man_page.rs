@@ -71,6 +71,14 @@ const FILES: [(&str, &str); 5] = [
     ),
 ];
 
+/// The opt-in Prometheus endpoint, which no flag configures.
+const METRICS: &str = "With metrics_listen = \"127.0.0.1:9464\" in the configuration file (off by \
+default) the daemon serves Prometheus metrics on plain HTTP GET /metrics: sandboxd_sandboxes by tier, \
+scope and state; sandboxd_ensures_total and sandboxd_deprovisions_total by outcome; \
+sandboxd_call_duration_seconds per method; sandboxd_spawn_failures_total; sandboxd_exits_total by \
+reason; sandboxd_lifecycle_stops_total (idle, lifetime). A host name, or a bad or taken address, stops \
+the daemon at start naming the key; sandboxctl status says where the metrics are served.";
+
 /// The page, in roff.
 pub fn render(command: Command) -> std::io::Result<String> {
     let version = env!("CARGO_PKG_VERSION");
@@ -89,6 +97,8 @@ pub fn render(command: Command) -> std::io::Result<String> {
     roff.push_str(&items(&ENVIRONMENT));
     roff.push_str(".SH \"FILES\"\n");
     roff.push_str(&items(&FILES));
+    roff.push_str(".SH \"METRICS\"\n");
+    roff.push_str(&text(METRICS));
     roff.push_str(".SH \"SEE ALSO\"\n");
     roff.push_str(&text("sandboxctl(1)"));
     Ok(roff)

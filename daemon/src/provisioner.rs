@@ -120,6 +120,18 @@ pub trait Driver: Send + Sync + 'static {
     /// reported `absent` with generation 0, not as an error.
     async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError>;
 
+    /// The live figures of `key`'s runner (memory, tasks, CPU time, …),
+    /// read now; `None` when it is not running or the tier has none (the
+    /// default: the kubernetes tier without a metrics API). `with_disk`
+    /// asks for the workspace's size too, which may cost a walk of it.
+    async fn usage(
+        &self,
+        _key: &SandboxKey,
+        _with_disk: bool,
+    ) -> Result<Option<sandboxd_protocol::Usage>, SandboxError> {
+        Ok(None)
+    }
+
     /// Every sandbox the driver owns, optionally of one scope, in any order.
     async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError>;
 

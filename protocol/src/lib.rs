@@ -14,6 +14,7 @@ pub mod naming;
 pub mod service;
 pub mod shown;
 pub mod types;
+pub mod usage;
 pub mod validate;
 pub mod wire;
 
@@ -24,3 +25,4 @@ pub use fence::Expectation;
 pub use service::{Sandboxd, SandboxdClient, PROTOCOL_VERSION};
 pub use shown::Shown;
 pub use types::*;
+pub use usage::{SandboxUsage, Usage};

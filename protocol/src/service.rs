@@ -8,11 +8,12 @@
 
 use crate::{
     DaemonStatus, DeprovisionReport, EnsureReport, EventCursor, EventsReply, Expectation, LogChunk,
-    LogStart, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
+    LogStart, ProbeState, SandboxEnv, SandboxError, SandboxInfo, SandboxUsage, Scope,
+    WorkspaceInfo,
 };
 
 /// Bump on any change to the service or the types it carries.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 #[tarpc::service]
 pub trait Sandboxd {
@@ -102,4 +103,9 @@ pub trait Sandboxd {
         max: u32,
         wait_ms: u32,
     ) -> Result<EventsReply, SandboxError>;
+
+    /// The live figures of every running sandbox, optionally of one
+    /// scope, read at once (what `sandboxctl top` samples every second,
+    /// so it need not describe each). Added in protocol 8.
+    async fn usage(scope: Option<Scope>) -> Result<Vec<SandboxUsage>, SandboxError>;
 }

@@ -315,6 +315,11 @@ pub struct SandboxInfo {
     /// absent sandbox. Added in protocol 5.
     #[serde(default)]
     pub uid: String,
+    /// Live figures (memory, tasks, CPU time, disk, …), read by
+    /// `describe` of a running sandbox; `None` in `list`, for a sandbox
+    /// not running, and on a tier that has no figures. Added in protocol 8.
+    #[serde(default)]
+    pub usage: Option<crate::Usage>,
 }
 
 /// One mechanism that keeps sandboxes apart (a uid of its own, a cgroup,
@@ -402,6 +407,7 @@ impl SandboxInfo {
             cluster: None,
             isolation: Vec::new(),
             uid: String::new(),
+            usage: None,
         }
     }
 }
@@ -450,6 +456,10 @@ pub struct DaemonStatus {
     /// Added in protocol 6.
     #[serde(default)]
     pub runner_endpoints: RunnerEndpoints,
+    /// Where the Prometheus endpoint is served (`http://127.0.0.1:9464/metrics`);
+    /// `None` when `metrics_listen` is not set. Added in protocol 8.
+    #[serde(default)]
+    pub metrics: Option<String>,
 }
 
 /// The endpoints the daemon hands its runners (addresses, never secrets).

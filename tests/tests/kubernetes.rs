@@ -669,6 +669,15 @@ async fn describe_and_logs_read_the_pod_and_never_show_the_token() {
         text.contains("1 desired, 0 ready") && text.contains("Running, last terminated: OOMKilled"),
         "{text}"
     );
+    // No metrics API to ask: no figures, and a running one says so.
+    assert_eq!(info.usage, None, "figures on the kubernetes tier");
+    assert_eq!(
+        text.lines().any(
+            |line| line.starts_with("figures:") && line.ends_with("not available on this tier")
+        ),
+        info.state == sandboxd_client::ProbeState::Running,
+        "{text}"
+    );
     let json_text = setup
         .daemon
         .sandboxctl(&["--json", "describe", "session", id]);

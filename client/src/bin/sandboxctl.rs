@@ -19,6 +19,8 @@ mod cli;
 mod egress;
 #[path = "sandboxctl/events.rs"]
 mod events;
+#[path = "sandboxctl/figures.rs"]
+mod figures;
 #[path = "sandboxctl/generated.rs"]
 mod generated;
 #[path = "sandboxctl/logs.rs"]
@@ -31,6 +33,8 @@ mod render;
 mod time;
 #[path = "sandboxctl/token.rs"]
 mod token;
+#[path = "sandboxctl/top.rs"]
+mod top;
 #[path = "sandboxctl/versions.rs"]
 mod versions;
 
@@ -237,6 +241,44 @@ async fn run(cli: Cli) -> Result<String, Failure> {
         Command::Describe { scope, id } => {
             let info = connect().await?.describe(scope, &id).await?;
             emit(json, &info, |info| render::describe(info, now_unix_ms()))
+        }
+        Command::Top {
+            scope,
+            sort,
+            once,
+            delay,
+        } => {
+            let client = connect().await?;
+            let mut earlier = client.usage(scope).await?;
+            loop {
+                tokio::time::sleep(delay).await;
+                let later = client.usage(scope).await?;
+                let rows = top::rows(&earlier, later.clone(), sort);
+                earlier = later;
+                let text = emit(json, &rows, |rows| {
+                    top::render(rows, terminal_width(), sort)
+                })?;
+                if once {
+                    return Ok(text);
+                }
+                // A screen of its own each refresh, as top does; a pipe
+                // gets the tables one after another.
+                let clear = if !json && io::IsTerminal::is_terminal(&io::stdout()) {
+                    "\x1b[H\x1b[2J"
+                } else {
+                    ""
+                };
+                let mut stdout = io::stdout().lock();
+                match write!(stdout, "{clear}{text}").and_then(|()| stdout.flush()) {
+                    Ok(()) => {}
+                    Err(error) if error.kind() == io::ErrorKind::BrokenPipe => {
+                        return Ok(String::new())
+                    }
+                    Err(error) => {
+                        return Err(Failure::Output(format!("cannot write the output: {error}")))
+                    }
+                }
+            }
         }
         Command::Ensure {
             scope,

@@ -152,6 +152,7 @@ impl Sandboxd for FakeDaemon {
             cluster: None,
             isolation: Vec::new(),
             uid: String::new(),
+            usage: None,
         })
     }
 
@@ -180,6 +181,7 @@ impl Sandboxd for FakeDaemon {
             egress: stand_in_egress(),
             isolation_mode: String::new(),
             runner_endpoints: Default::default(),
+            metrics: None,
             isolation: Vec::new(),
         })
     }
@@ -300,6 +302,14 @@ impl Sandboxd for FakeDaemon {
         _wait_ms: u32,
     ) -> Result<sandboxd_protocol::EventsReply, SandboxError> {
         Err(not_served("events"))
+    }
+
+    async fn usage(
+        self,
+        _: Context,
+        _scope: Option<sandboxd_protocol::Scope>,
+    ) -> Result<Vec<sandboxd_protocol::SandboxUsage>, SandboxError> {
+        Err(not_served("usage"))
     }
 }
 

@@ -29,6 +29,7 @@ mod testing;
 mod tests;
 mod timed_stream;
 mod timer_floor;
+mod usage;
 mod warn_budget;
 
 use std::sync::Arc;
@@ -59,8 +60,32 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
     // on the error paths below as well.
     let socket_file = obtained.socket_file;
 
+    // Bound before the driver starts, so a bad or taken address stops
+    // the daemon before anything is touched.
+    let metrics_listener = config
+        .metrics_listen
+        .map(crate::metrics::serve::bind)
+        .transpose()?;
+    // The address bound (a port 0 in the config is the kernel's choice).
+    let metrics_address = metrics_listener
+        .as_ref()
+        .and_then(|listener| listener.local_addr().ok());
     let events = crate::events::EventHub::new(config.events_ring);
     let driver = provisioner::select(&config, events.clone()).await?;
+    let metrics = metrics_listener.map(|listener| {
+        let metrics = Arc::new(crate::metrics::Metrics::new(driver.name()));
+        tokio::spawn(crate::metrics::follow::follow(
+            events.clone(),
+            metrics.clone(),
+        ));
+        tokio::spawn(crate::metrics::serve::serve(
+            listener,
+            metrics.clone(),
+            driver.clone(),
+        ));
+        tracing::info!(address = ?metrics_address, "serving metrics on GET /metrics");
+        metrics
+    });
     let daemon = Arc::new(DaemonState {
         driver: driver.clone(),
         access: AccessPolicy::new(config.access.clone(), nix::unistd::geteuid().as_raw()),
@@ -75,6 +100,8 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
             backend_endpoint: config.backend_endpoint.clone(),
             temporal_address: config.temporal_address.clone(),
         },
+        metrics,
+        metrics_address,
     });
     let limits = Limits::from_config(&config);
     tracing::info!(

@@ -12,7 +12,8 @@ use sandboxd_protocol::events::{MAX_EVENTS_PER_CALL, MAX_EVENTS_WAIT_MS};
 use sandboxd_protocol::{
     validate, DaemonStatus, DeprovisionReport, EnsureReport, EventCursor, EventsReply, Expectation,
     HealthVerdict, LogChunk, LogStart, ProbeState, RunnerEndpoints, SandboxCounts, SandboxEnv,
-    SandboxError, SandboxInfo, Sandboxd, Scope, WorkspaceInfo, MAX_LOG_CHUNK, PROTOCOL_VERSION,
+    SandboxError, SandboxInfo, SandboxUsage, Sandboxd, Scope, WorkspaceInfo, MAX_LOG_CHUNK,
+    PROTOCOL_VERSION,
 };
 use tarpc::context::Context;
 
@@ -21,6 +22,7 @@ use super::warn_budget::WarnBudget;
 use crate::access::{AccessPolicy, Call, Peer};
 use crate::drivers::key_lock::KeyLocks;
 use crate::events::EventHub;
+use crate::metrics::Metrics;
 use crate::provisioner::{Driver, SandboxKey};
 
 /// What every connection shares: the driver, the access policy, and the
@@ -42,6 +44,33 @@ pub struct DaemonState {
     pub fence_locks: KeyLocks<SandboxKey>,
     /// What runners are given as their backend and Temporal addresses.
     pub runner_endpoints: RunnerEndpoints,
+    /// What the metrics endpoint serves, when `metrics_listen` is set.
+    pub metrics: Option<Arc<Metrics>>,
+    /// Where it is served.
+    pub metrics_address: Option<std::net::SocketAddr>,
+}
+
+/// Records one call's latency when dropped: at its answer, or when the
+/// server drops it at the caller's deadline. Takes no clock reading at
+/// all when no metrics are served.
+pub struct CallTimer<'a> {
+    running: Option<(&'a Metrics, Call, Instant)>,
+}
+
+impl<'a> CallTimer<'a> {
+    fn start(metrics: Option<&'a Metrics>, call: Call) -> CallTimer<'a> {
+        CallTimer {
+            running: metrics.map(|metrics| (metrics, call, Instant::now())),
+        }
+    }
+}
+
+impl Drop for CallTimer<'_> {
+    fn drop(&mut self) {
+        if let Some((metrics, call, started)) = self.running.take() {
+            metrics.call(call, started.elapsed());
+        }
+    }
 }
 
 /// The service as one connection sees it: the shared state, and the peer
@@ -57,8 +86,10 @@ impl ConnectionService {
         ConnectionService { peer, daemon }
     }
 
-    /// Every call starts here: a debug line naming it, then the access check.
-    fn authorize(&self, call: Call) -> Result<(), SandboxError> {
+    /// Every call starts here: a debug line naming it, then the access
+    /// check. An allowed call gets a timer that records its latency when
+    /// the call ends, however it ends (see [`CallTimer`]).
+    fn authorize(&self, call: Call) -> Result<CallTimer<'_>, SandboxError> {
         tracing::debug!(call = call.name(), "call");
         let decision = self.daemon.access.decide(&self.peer, call);
         if decision.is_err() && self.daemon.warn_budget.allow(self.peer.uid) {
@@ -70,7 +101,12 @@ impl ConnectionService {
                 "call refused by the access allow-lists"
             );
         }
-        decision
+        decision.map(|()| CallTimer::start(self.metrics(), call))
+    }
+
+    /// The daemon's metrics, when `metrics_listen` serves them.
+    fn metrics(&self) -> Option<&Metrics> {
+        self.daemon.metrics.as_deref()
     }
 
     fn driver(&self) -> &dyn Driver {
@@ -98,7 +134,11 @@ fn log_ensure(
     key: &SandboxKey,
     result: &Result<EnsureReport, SandboxError>,
     differences: &DifferenceLog,
+    metrics: Option<&Metrics>,
 ) {
+    if let Some(metrics) = metrics {
+        metrics.ensured(call.name(), result);
+    }
     match result {
         Ok(report)
             if !report.differs.is_empty()
@@ -144,7 +184,15 @@ fn log_ensure(
     }
 }
 
-fn log_deprovision(call: Call, key: &SandboxKey, result: &Result<DeprovisionReport, SandboxError>) {
+fn log_deprovision(
+    call: Call,
+    key: &SandboxKey,
+    result: &Result<DeprovisionReport, SandboxError>,
+    metrics: Option<&Metrics>,
+) {
+    if let Some(metrics) = metrics {
+        metrics.deprovisioned(call.name(), result);
+    }
     match result {
         Ok(report) => tracing::info!(
             call = call.name(),
@@ -204,6 +252,7 @@ impl Sandboxd for ConnectionService {
         // Open to every peer (see `access`), so a client of any version can
         // report a mismatch instead of a permission error.
         tracing::debug!(call = Call::ProtocolVersion.name(), "call");
+        let _timer = CallTimer::start(self.metrics(), Call::ProtocolVersion);
         PROTOCOL_VERSION
     }
 
@@ -214,7 +263,7 @@ impl Sandboxd for ConnectionService {
         id: String,
         env: SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
-        self.authorize(Call::Ensure)?;
+        let _timer = self.authorize(Call::Ensure)?;
         if scope == Scope::Connect {
             return Err(SandboxError::InvalidArgument(
                 "connect sandboxes are created with create_connect, not ensure".to_string(),
@@ -223,7 +272,13 @@ impl Sandboxd for ConnectionService {
         let key = key(scope, id_field(scope), id)?;
         validate::env(&env)?;
         let result = self.driver().ensure(&key, &env).await;
-        log_ensure(Call::Ensure, &key, &result, &self.daemon.differences);
+        log_ensure(
+            Call::Ensure,
+            &key,
+            &result,
+            &self.daemon.differences,
+            self.metrics(),
+        );
         result
     }
 
@@ -234,11 +289,11 @@ impl Sandboxd for ConnectionService {
         id: String,
         keep_workspace: bool,
     ) -> Result<DeprovisionReport, SandboxError> {
-        self.authorize(Call::Deprovision)?;
+        let _timer = self.authorize(Call::Deprovision)?;
         let key = key(scope, id_field(scope), id)?;
         let result = self.driver().deprovision(&key, keep_workspace).await;
         self.daemon.differences.forget(&key.base_name);
-        log_deprovision(Call::Deprovision, &key, &result);
+        log_deprovision(Call::Deprovision, &key, &result, self.metrics());
         result
     }
 
@@ -248,7 +303,7 @@ impl Sandboxd for ConnectionService {
         request_id: String,
         env: SandboxEnv,
     ) -> Result<String, SandboxError> {
-        self.authorize(Call::CreateConnect)?;
+        let _timer = self.authorize(Call::CreateConnect)?;
         let key = key(Scope::Connect, "request_id", request_id)?;
         validate::env(&env)?;
         let report = self.driver().ensure(&key, &env).await;
@@ -263,13 +318,23 @@ impl Sandboxd for ConnectionService {
                     generation = existing.generation,
                     "refused: the request's connect sandbox already exists"
                 );
-                Err(SandboxError::FailedPrecondition(format!(
+                let refused = SandboxError::FailedPrecondition(format!(
                     "connect sandbox for request '{}' already exists ({})",
                     key.id, key.base_name
-                )))
+                ));
+                if let Some(metrics) = self.metrics() {
+                    metrics.ensured(Call::CreateConnect.name(), &Err(refused.clone()));
+                }
+                Err(refused)
             }
             _ => {
-                log_ensure(Call::CreateConnect, &key, &report, &self.daemon.differences);
+                log_ensure(
+                    Call::CreateConnect,
+                    &key,
+                    &report,
+                    &self.daemon.differences,
+                    self.metrics(),
+                );
                 report.map(|_| key.id)
             }
         }
@@ -280,16 +345,16 @@ impl Sandboxd for ConnectionService {
         _: Context,
         sandbox_id: String,
     ) -> Result<DeprovisionReport, SandboxError> {
-        self.authorize(Call::DeprovisionConnect)?;
+        let _timer = self.authorize(Call::DeprovisionConnect)?;
         let key = key(Scope::Connect, "sandbox_id", sandbox_id)?;
         let result = self.driver().deprovision(&key, false).await;
         self.daemon.differences.forget(&key.base_name);
-        log_deprovision(Call::DeprovisionConnect, &key, &result);
+        log_deprovision(Call::DeprovisionConnect, &key, &result, self.metrics());
         result
     }
 
     async fn probe(self, _: Context, scope: Scope, id: String) -> Result<ProbeState, SandboxError> {
-        self.authorize(Call::Probe)?;
+        let _timer = self.authorize(Call::Probe)?;
         let key = key(scope, id_field(scope), id)?;
         self.driver().probe(&key).await
     }
@@ -300,10 +365,13 @@ impl Sandboxd for ConnectionService {
         scope: Scope,
         id: String,
     ) -> Result<SandboxInfo, SandboxError> {
-        self.authorize(Call::Describe)?;
+        let _timer = self.authorize(Call::Describe)?;
         let key = key(scope, id_field(scope), id)?;
         let mut info = self.driver().describe(&key).await?;
         info.egress = Some(self.daemon.driver.egress());
+        if info.state == ProbeState::Running {
+            info.usage = super::usage::figures(self.driver(), &key, true).await;
+        }
         Ok(info)
     }
 
@@ -312,7 +380,7 @@ impl Sandboxd for ConnectionService {
         _: Context,
         scope: Option<Scope>,
     ) -> Result<Vec<SandboxInfo>, SandboxError> {
-        self.authorize(Call::List)?;
+        let _timer = self.authorize(Call::List)?;
         let mut sandboxes = self.driver().list(scope).await?;
         // One order whatever the tier: by scope, then id (what a person
         // looks for; the name is only a hash).
@@ -321,7 +389,7 @@ impl Sandboxd for ConnectionService {
     }
 
     async fn status(self, _: Context) -> Result<DaemonStatus, SandboxError> {
-        self.authorize(Call::Status)?;
+        let _timer = self.authorize(Call::Status)?;
         let daemon = &self.daemon;
         let mut driver_health = daemon.driver.health();
         let mut health = self.driver().health_verdict().await;
@@ -366,6 +434,9 @@ impl Sandboxd for ConnectionService {
             isolation_mode,
             isolation,
             runner_endpoints: daemon.runner_endpoints.clone(),
+            metrics: daemon
+                .metrics_address
+                .map(|address| format!("http://{address}/metrics")),
         })
     }
 
@@ -377,7 +448,7 @@ impl Sandboxd for ConnectionService {
         start: LogStart,
         max_bytes: u32,
     ) -> Result<LogChunk, SandboxError> {
-        self.authorize(Call::Logs)?;
+        let _timer = self.authorize(Call::Logs)?;
         let key = key(scope, id_field(scope), id)?;
         if max_bytes == 0 {
             return Err(SandboxError::InvalidArgument(
@@ -406,7 +477,7 @@ impl Sandboxd for ConnectionService {
         _: Context,
         scope: Option<Scope>,
     ) -> Result<Vec<WorkspaceInfo>, SandboxError> {
-        self.authorize(Call::Workspaces)?;
+        let _timer = self.authorize(Call::Workspaces)?;
         let mut workspaces = self.driver().workspaces(scope).await?;
         workspaces.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(workspaces)
@@ -420,7 +491,7 @@ impl Sandboxd for ConnectionService {
         env: SandboxEnv,
         expect: Expectation,
     ) -> Result<EnsureReport, SandboxError> {
-        self.authorize(Call::EnsureFenced)?;
+        let _timer = self.authorize(Call::EnsureFenced)?;
         if scope == Scope::Connect {
             return Err(SandboxError::InvalidArgument(
                 "connect sandboxes are created with create_connect, not ensure".to_string(),
@@ -431,7 +502,13 @@ impl Sandboxd for ConnectionService {
         validate_expectation(&expect)?;
         let _fence = self.daemon.fence_locks.lock(&key).await;
         let result = self.driver().ensure_fenced(&key, &env, &expect).await;
-        log_ensure(Call::EnsureFenced, &key, &result, &self.daemon.differences);
+        log_ensure(
+            Call::EnsureFenced,
+            &key,
+            &result,
+            &self.daemon.differences,
+            self.metrics(),
+        );
         result
     }
 
@@ -443,7 +520,7 @@ impl Sandboxd for ConnectionService {
         keep_workspace: bool,
         expect: Expectation,
     ) -> Result<DeprovisionReport, SandboxError> {
-        self.authorize(Call::DeprovisionFenced)?;
+        let _timer = self.authorize(Call::DeprovisionFenced)?;
         let key = key(scope, id_field(scope), id)?;
         validate_expectation(&expect)?;
         self.fenced_deprovision(Call::DeprovisionFenced, key, keep_workspace, expect)
@@ -456,7 +533,7 @@ impl Sandboxd for ConnectionService {
         sandbox_id: String,
         expect: Expectation,
     ) -> Result<DeprovisionReport, SandboxError> {
-        self.authorize(Call::DeprovisionConnectFenced)?;
+        let _timer = self.authorize(Call::DeprovisionConnectFenced)?;
         let key = key(Scope::Connect, "sandbox_id", sandbox_id)?;
         validate_expectation(&expect)?;
         self.fenced_deprovision(Call::DeprovisionConnectFenced, key, false, expect)
@@ -470,7 +547,7 @@ impl Sandboxd for ConnectionService {
         max: u32,
         wait_ms: u32,
     ) -> Result<EventsReply, SandboxError> {
-        self.authorize(Call::Events)?;
+        let _timer = self.authorize(Call::Events)?;
         if max == 0 {
             return Err(SandboxError::InvalidArgument(
                 "max must be at least 1 event".to_string(),
@@ -483,6 +560,15 @@ impl Sandboxd for ConnectionService {
             .events
             .wait_read(since.as_ref(), max, wait)
             .await)
+    }
+
+    async fn usage(
+        self,
+        _: Context,
+        scope: Option<Scope>,
+    ) -> Result<Vec<SandboxUsage>, SandboxError> {
+        let _timer = self.authorize(Call::Usage)?;
+        super::usage::of_running(self.driver(), scope).await
     }
 }
 
@@ -502,7 +588,7 @@ impl ConnectionService {
         if result.is_ok() {
             self.daemon.differences.forget(&key.base_name);
         }
-        log_deprovision(call, &key, &result);
+        log_deprovision(call, &key, &result, self.metrics());
         result
     }
 }

@@ -183,6 +183,8 @@ pub fn daemon_state(driver: Arc<FakeDriver>, lists: AccessConfig) -> Arc<DaemonS
         events: crate::events::EventHub::new(64),
         fence_locks: crate::drivers::key_lock::KeyLocks::new(),
         runner_endpoints: Default::default(),
+        metrics: None,
+        metrics_address: None,
     })
 }
 

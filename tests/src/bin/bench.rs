@@ -43,7 +43,10 @@
 //! the host's mounts and with 200 more, and each namespace's raw cost, see
 //! `bench/isolation.rs`), which a full run measures after the egress rows;
 //! `--only-events` runs only the event-stream rows (issue 18, see
-//! `bench/events.rs`; a full run does not measure them). `--compare PATH` measures row (c) once more,
+//! `bench/events.rs`; a full run does not measure them); `--only-metrics`
+//! runs only the metrics rows (issue 19, probe and fast path with
+//! `metrics_listen` on vs off, see `bench/metrics.rs`; a full run does not
+//! measure them either). `--compare PATH` measures row (c) once more,
 //! in turn with another `sandboxd` (the build before a change) and with
 //! this one with fewer limits, so the ratio of the two binaries is taken
 //! in the same run (see `bench/compare.rs`). `--only-calls probe|ensure N`
@@ -81,6 +84,8 @@ mod isolation;
 mod kubernetes;
 #[path = "bench/machine.rs"]
 mod machine;
+#[path = "bench/metrics.rs"]
+mod metrics;
 #[path = "bench/node.rs"]
 mod node;
 #[path = "bench/output.rs"]
@@ -147,6 +152,9 @@ struct Counts {
     view_raw: usize,
     /// Event rows: probes and fast paths, and new sandboxes, each side.
     events_probes: usize,
+    /// Metrics rows: probes and fast paths on each side (more than the
+    /// other quick rows: the difference sought is a few percent).
+    metrics_calls: usize,
     events_new: usize,
 }
 
@@ -169,6 +177,7 @@ const FULL: Counts = Counts {
     view_new: 200,
     view_raw: 500,
     events_probes: 10_000,
+    metrics_calls: 10_000,
     events_new: 200,
 };
 
@@ -191,6 +200,7 @@ const QUICK: Counts = Counts {
     view_new: 10,
     view_raw: 20,
     events_probes: 1_000,
+    metrics_calls: 4_000,
     events_new: 40,
 };
 
@@ -211,6 +221,8 @@ struct Options {
     only_view: bool,
     /// Run only the event-stream rows.
     only_events: bool,
+    /// Run only the metrics rows (metrics_listen on vs off).
+    only_metrics: bool,
     /// Run only the scale row (s).
     scale_only: bool,
     /// Run only the node row (the Node package against the Rust client).
@@ -242,6 +254,7 @@ fn parse_args() -> Result<Options, String> {
         only_egress: false,
         only_view: false,
         only_events: false,
+        only_metrics: false,
         scale_only: false,
         no_kubernetes: false,
         only_kubernetes: false,
@@ -262,6 +275,7 @@ fn parse_args() -> Result<Options, String> {
             "--only-egress" => options.only_egress = true,
             "--only-view" => options.only_view = true,
             "--only-events" => options.only_events = true,
+            "--only-metrics" => options.only_metrics = true,
             "--scale-only" => options.scale_only = true,
             "--only-node" => options.only_node = true,
             "--only-spawns" => options.only_spawns = true,
@@ -310,7 +324,7 @@ fn parse_args() -> Result<Options, String> {
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
-                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-calls probe|ensure N] [--scale-only] [--only-node] [--only-spawns] [--only-docker] [--scale-count N] [--no-kubernetes] [--only-kubernetes]\n\n\
+                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-metrics] [--only-calls probe|ensure N] [--scale-only] [--only-node] [--only-spawns] [--only-docker] [--scale-count N] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -550,6 +564,26 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             "mode": if options.quick { "quick" } else { "full" },
             "date": date,
             "only": "events",
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
+    if options.only_metrics {
+        step(
+            started,
+            "metrics: probe and fast path, metrics_listen on vs off, side by side",
+        );
+        let figures =
+            metrics::measure(dir.path(), &binaries, counts.metrics_calls, counts.warmup).await?;
+        let rows = metrics::rows(&figures);
+        print!("{}", report::table(&rows));
+        println!("\ninfo: {}", metrics::info(&figures));
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "metrics",
             "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
         });
         println!("{line}");

@@ -31,6 +31,7 @@ pub fn arguments(command: &Command) -> Result<(), Failure> {
         | Command::Status { .. }
         | Command::List { .. }
         | Command::Workspaces { .. }
+        | Command::Top { .. }
         | Command::Egress(_) => Ok(()),
         Command::Events { scope, id, .. } => match (scope, id) {
             (Some(scope), Some(id)) => validate::sandbox_id(id_name(*scope), id),

@@ -112,6 +112,24 @@ pub enum Command {
         id: String,
     },
 
+    /// Show the running sandboxes' CPU, memory and tasks, refreshed every
+    /// --delay (like systemd-cgtop and docker stats), largest first.
+    Top {
+        /// Only sandboxes of this scope.
+        #[arg(long, value_name = "SCOPE", value_parser = any_scope())]
+        scope: Option<Scope>,
+        /// Order by CPU share (between two samples) or by memory.
+        #[arg(long, value_enum, default_value = "cpu")]
+        sort: crate::top::SortBy,
+        /// Print one table (two samples --delay apart, for the CPU share)
+        /// and exit; with --json, one JSON array.
+        #[arg(long)]
+        once: bool,
+        /// Seconds between samples.
+        #[arg(long, short = 'd', value_name = "SECONDS", default_value = "1", value_parser = delay)]
+        delay: std::time::Duration,
+    },
+
     /// Make sure a session or workflow sandbox is running.
     Ensure {
         /// session or workflow (connect sandboxes: `sandboxctl connect create`).
@@ -290,6 +308,18 @@ fn env_var_name(name: &str) -> Result<String, String> {
         return Err("must be an environment variable name (non-empty, no '=' or NUL)".to_string());
     }
     Ok(name.to_string())
+}
+
+/// `--delay`: seconds, at least 0.1 (a sample costs the daemon a read of
+/// every running sandbox's counters).
+fn delay(text: &str) -> Result<std::time::Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    if !(0.1..=3600.0).contains(&seconds) {
+        return Err(format!("{seconds} s is out of range (0.1 to 3600)"));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 #[cfg(test)]

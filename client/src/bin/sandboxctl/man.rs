@@ -32,7 +32,7 @@ const ENVIRONMENT: [(&str, &str); 4] = [
     ),
     (
         "COLUMNS",
-        "the terminal width the tables of list and workspaces fit (else 80)",
+        "the terminal width the tables of list, workspaces and top fit (else 80)",
     ),
     (
         "the variable named by --token-env",

@@ -43,6 +43,13 @@ pub fn status(status: &DaemonStatus) -> String {
             ),
         ),
         ("egress", egress(&status.egress)),
+        (
+            "metrics",
+            status.metrics.as_deref().map_or_else(
+                || "not served (metrics_listen is not set)".to_string(),
+                shown,
+            ),
+        ),
     ]) + &isolation_lines(&status.isolation_mode, &status.isolation)
 }
 
@@ -243,7 +250,7 @@ fn narrow_list(sandboxes: &[SandboxInfo], now_unix_ms: u64, style: ListStyle) ->
 
 /// `text` cut to `width` terminal columns, its last one an ellipsis, when
 /// wider. Columns, not characters: a CJK character takes two.
-fn ellipsized(text: &str, width: usize) -> String {
+pub fn ellipsized(text: &str, width: usize) -> String {
     if text.width() <= width {
         return text.to_string();
     }
@@ -397,6 +404,7 @@ pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
         ("task queue", or_missing(&info.task_queue)),
         ("caller class", or_missing(&info.caller_class)),
     ]);
+    lines.extend(crate::figures::lines(info));
     if let Some(posture) = &info.egress {
         lines.push(("egress", egress(posture)));
     }
@@ -546,7 +554,7 @@ fn key_values(lines: &[(&str, String)]) -> String {
     out
 }
 
-fn table<const N: usize>(rows: Vec<[String; N]>) -> String {
+pub fn table<const N: usize>(rows: Vec<[String; N]>) -> String {
     let mut widths = [0; N];
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -610,6 +618,7 @@ mod tests {
             cluster: None,
             isolation: Vec::new(),
             uid: String::new(),
+            usage: None,
         }
     }
 
@@ -953,6 +962,7 @@ mod tests {
             },
             isolation_mode: "full".into(),
             runner_endpoints: Default::default(),
+            metrics: None,
             isolation: vec![
                 IsolationFeature::in_force("pid-namespace", "its own"),
                 IsolationFeature::not_in_force(

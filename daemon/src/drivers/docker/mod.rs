@@ -28,6 +28,7 @@ mod observed;
 mod reaper;
 pub(crate) mod spec;
 mod teardown;
+mod usage;
 
 use std::sync::{Arc, Mutex};
 
@@ -461,6 +462,33 @@ impl Driver for DockerDriver {
     async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError> {
         let lookup = self.inner.inspect(key).await?;
         Ok(self.inner.info(key, &lookup))
+    }
+
+    async fn usage(
+        &self,
+        key: &SandboxKey,
+        _with_disk: bool,
+    ) -> Result<Option<sandboxd_protocol::Usage>, SandboxError> {
+        let Lookup::Ours(observed) = self.inner.inspect(key).await? else {
+            return Ok(None);
+        };
+        if observed.phase != observed::Phase::Running {
+            return Ok(None);
+        }
+        let spec = &self.inner.spec;
+        usage::read(
+            &self.inner.engine,
+            &observed.id,
+            spec.memory,
+            spec.pids_limit,
+        )
+        .await
+        .map_err(|error| {
+            error.into_sandbox_error(&format!(
+                "cannot read the figures of {} '{}' ({})",
+                key.scope, key.id, key.base_name
+            ))
+        })
     }
 
     async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError> {

@@ -29,6 +29,7 @@ mod state_dir;
 mod stop;
 mod teardowns;
 mod trash;
+mod usage;
 mod users;
 mod workspaces;
 
@@ -593,6 +594,7 @@ impl Inner {
                 |running| running.isolation.to_vec(),
             ),
             uid: record.uid.clone(),
+            usage: None,
         }
     }
 }
@@ -939,6 +941,17 @@ impl Driver for LocalProcessDriver {
     async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError> {
         let records = self.inner.records();
         Ok(self.inner.info(key, records.get(key)))
+    }
+
+    async fn usage(
+        &self,
+        key: &SandboxKey,
+        with_disk: bool,
+    ) -> Result<Option<sandboxd_protocol::Usage>, SandboxError> {
+        let (inner, key) = (self.inner.clone(), key.clone());
+        tokio::task::spawn_blocking(move || inner.usage(&key, with_disk))
+            .await
+            .map_err(|error| SandboxError::Internal(format!("usage read task failed: {error}")))
     }
 
     async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError> {

@@ -18,6 +18,7 @@ pub mod layout;
 pub mod limits;
 pub mod setup;
 pub mod tree;
+pub mod usage;
 
 use std::sync::Arc;
 

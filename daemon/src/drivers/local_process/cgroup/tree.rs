@@ -306,6 +306,21 @@ impl CgroupTree {
         }
     }
 
+    /// Where the sandbox's figures are read (see [`super::usage`]): its
+    /// v2 directory, and its memory and pids directories with whether
+    /// each is v2 (the file names differ).
+    pub fn figure_dirs(&self, base_name: &str) -> super::usage::FigureDirs {
+        let dirs = self.dirs(base_name);
+        let place = |at: Option<Where>| {
+            at.map(|place| (dir_of(&dirs, place).to_path_buf(), place == Where::V2))
+        };
+        super::usage::FigureDirs {
+            memory: place(self.memory),
+            pids: place(self.pids),
+            v2: dirs.v2,
+        }
+    }
+
     /// After a clean stop: removes `sandboxes/`, and the root when it is
     /// empty (not when the daemon lives in it), in every hierarchy.
     pub fn remove_empty(&self) {

@@ -51,6 +51,8 @@ pub enum Call {
     DeprovisionFenced,
     DeprovisionConnectFenced,
     Events,
+    Pause,
+    Resume,
 }
 
 /// What a call can do, which decides who may make it.
@@ -83,6 +85,8 @@ impl Call {
             Call::DeprovisionFenced => "deprovision_fenced",
             Call::DeprovisionConnectFenced => "deprovision_connect_fenced",
             Call::Events => "events",
+            Call::Pause => "pause",
+            Call::Resume => "resume",
         }
     }
 
@@ -104,6 +108,9 @@ impl Call {
             }
             // Events carry what describe shows (never a token or output).
             Call::Events => CallClass::Read,
+            // They stop and start a runner's work, as ensure and
+            // deprovision do.
+            Call::Pause | Call::Resume => CallClass::Mutate,
         }
     }
 }
@@ -183,7 +190,7 @@ mod tests {
     use super::*;
 
     const DAEMON_UID: u32 = 990;
-    const ALL_CALLS: [Call; 15] = [
+    const ALL_CALLS: [Call; 17] = [
         Call::ProtocolVersion,
         Call::Ensure,
         Call::Deprovision,
@@ -199,6 +206,8 @@ mod tests {
         Call::DeprovisionFenced,
         Call::DeprovisionConnectFenced,
         Call::Events,
+        Call::Pause,
+        Call::Resume,
     ];
 
     fn policy() -> AccessPolicy {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sandboxd_protocol::{
     naming, DeprovisionReport, EgressStatus, EnsureReport, Expectation, LogChunk, LogStart,
-    ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
+    PauseReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 
 use crate::config::Config;
@@ -177,6 +177,26 @@ pub trait Driver: Send + Sync + 'static {
     async fn workspaces(&self, _scope: Option<Scope>) -> Result<Vec<WorkspaceInfo>, SandboxError> {
         Err(SandboxError::FailedPrecondition(format!(
             "the {} tier keeps no workspaces on this host's disk; workspaces are listed for the local-process tier",
+            self.name()
+        )))
+    }
+
+    /// Freezes the sandbox's runner where it stands (see
+    /// [`sandboxd_protocol::lifecycle`]); one already paused is success, one
+    /// with no running runner a failed precondition. A tier that cannot
+    /// pause keeps the default: a clear refusal.
+    async fn pause(&self, _key: &SandboxKey) -> Result<PauseReport, SandboxError> {
+        Err(SandboxError::FailedPrecondition(format!(
+            "the {} tier cannot pause a sandbox",
+            self.name()
+        )))
+    }
+
+    /// Thaws a paused sandbox's runner (same pid and generation); one not
+    /// paused is success.
+    async fn resume(&self, _key: &SandboxKey) -> Result<PauseReport, SandboxError> {
+        Err(SandboxError::FailedPrecondition(format!(
+            "the {} tier cannot pause or resume a sandbox",
             self.name()
         )))
     }

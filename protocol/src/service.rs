@@ -8,11 +8,11 @@
 
 use crate::{
     DaemonStatus, DeprovisionReport, EnsureReport, EventCursor, EventsReply, Expectation, LogChunk,
-    LogStart, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
+    LogStart, PauseReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 
 /// Bump on any change to the service or the types it carries.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 #[tarpc::service]
 pub trait Sandboxd {
@@ -102,4 +102,14 @@ pub trait Sandboxd {
         max: u32,
         wait_ms: u32,
     ) -> Result<EventsReply, SandboxError>;
+
+    /// Freezes the sandbox's runner where it stands (see
+    /// [`crate::lifecycle`]); one already paused is success. Refused for a
+    /// sandbox with no running runner. Added in protocol 8.
+    async fn pause(scope: Scope, id: String) -> Result<PauseReport, SandboxError>;
+
+    /// Thaws a paused sandbox's runner (same pid and generation); one not
+    /// paused is success. Refused for a sandbox with no running runner.
+    /// Added in protocol 8.
+    async fn resume(scope: Scope, id: String) -> Result<PauseReport, SandboxError>;
 }

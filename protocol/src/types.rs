@@ -315,6 +315,11 @@ pub struct SandboxInfo {
     /// absent sandbox. Added in protocol 5.
     #[serde(default)]
     pub uid: String,
+    /// Set while the sandbox is paused: since when, in milliseconds since
+    /// the Unix epoch (`state` then says `stopped`, as `probe` does; see
+    /// [`crate::lifecycle`]). Added in protocol 8.
+    #[serde(default)]
+    pub paused_since_unix_ms: Option<u64>,
 }
 
 /// One mechanism that keeps sandboxes apart (a uid of its own, a cgroup,
@@ -402,6 +407,7 @@ impl SandboxInfo {
             cluster: None,
             isolation: Vec::new(),
             uid: String::new(),
+            paused_since_unix_ms: None,
         }
     }
 }

@@ -191,7 +191,10 @@ impl DockerDriver {
         });
         first_contact(&inner).await;
         let reaper = ReaperSettings {
-            ttl: config.docker.connect_ttl,
+            ttl: config
+                .docker
+                .connect_ttl
+                .unwrap_or(crate::config::DEFAULT_CONNECT_TTL),
             creation_grace: config.docker.connect_creation_grace,
         };
         let mut tasks = vec![

@@ -228,6 +228,7 @@ impl Observed {
             cluster: None,
             isolation: Vec::new(),
             uid: self.uid().to_string(),
+            paused_since_unix_ms: None,
         }
     }
 }

@@ -115,7 +115,10 @@ impl KubernetesDriver {
         });
         let permissions = Permissions::new();
         let reaper = ReaperSettings {
-            ttl: config.kubernetes.connect_ttl,
+            ttl: config
+                .kubernetes
+                .connect_ttl
+                .unwrap_or(crate::config::DEFAULT_CONNECT_TTL),
             creation_grace: config.kubernetes.connect_creation_grace,
         };
         let tracker = Arc::new(Mutex::new(announce::Tracker::new(events)));

@@ -327,5 +327,6 @@ pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> San
             pending_reason: None,
         }),
         uid: uid_of(deployment),
+        paused_since_unix_ms: None,
     }
 }

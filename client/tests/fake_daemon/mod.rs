@@ -152,6 +152,7 @@ impl Sandboxd for FakeDaemon {
             cluster: None,
             isolation: Vec::new(),
             uid: String::new(),
+            paused_since_unix_ms: None,
         })
     }
 
@@ -300,6 +301,24 @@ impl Sandboxd for FakeDaemon {
         _wait_ms: u32,
     ) -> Result<sandboxd_protocol::EventsReply, SandboxError> {
         Err(not_served("events"))
+    }
+
+    async fn pause(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        Err(not_served("pause"))
+    }
+
+    async fn resume(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        Err(not_served("resume"))
     }
 }
 

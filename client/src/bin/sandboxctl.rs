@@ -275,11 +275,15 @@ async fn run(cli: Cli) -> Result<String, Failure> {
         }
         Command::Pause { scope, id } => {
             let report = connect().await?.pause(scope, &id).await?;
-            emit(json, &report, |report| render::paused(scope, &id, report, true))
+            emit(json, &report, |report| {
+                render::paused(scope, &id, report, true)
+            })
         }
         Command::Resume { scope, id } => {
             let report = connect().await?.resume(scope, &id).await?;
-            emit(json, &report, |report| render::paused(scope, &id, report, false))
+            emit(json, &report, |report| {
+                render::paused(scope, &id, report, false)
+            })
         }
         Command::Connect(ConnectCommand::Create { request_id, env }) => {
             let env = sandbox_env(env)?;

@@ -25,6 +25,7 @@ mod health;
 mod logs;
 mod network_watch;
 mod observed;
+mod pause;
 mod reaper;
 pub(crate) mod spec;
 mod teardown;
@@ -84,6 +85,8 @@ struct Inner {
     key_locks: KeyLocks<SandboxKey>,
     /// Where starts, exits, teardowns and adoptions are announced.
     events: Arc<EventHub>,
+    /// When each paused container was paused (see [`pause`]).
+    paused_since: pause::PausedSince,
 }
 
 impl Inner {
@@ -129,6 +132,7 @@ impl Inner {
             Lookup::Ours(observed) => {
                 let mut info = observed.info(key, self.generation(key, Some(observed)));
                 info.last_exit = info.last_exit.or(recorded);
+                info.paused_since_unix_ms = self.paused_since.of(observed);
                 info
             }
             Lookup::Absent | Lookup::Foreign { .. } => {
@@ -188,6 +192,7 @@ impl DockerDriver {
             exits: Arc::new(Exits::default()),
             key_locks: KeyLocks::new(),
             events,
+            paused_since: pause::PausedSince::default(),
         });
         first_contact(&inner).await;
         let reaper = ReaperSettings {
@@ -455,6 +460,20 @@ impl Driver for DockerDriver {
     ) -> Result<DeprovisionReport, SandboxError> {
         self.deprovision_expecting(key, keep_workspace, Some(expect.clone()))
             .await
+    }
+
+    async fn pause(
+        &self,
+        key: &SandboxKey,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        self.inner.pause(key).await
+    }
+
+    async fn resume(
+        &self,
+        key: &SandboxKey,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        self.inner.resume(key).await
     }
 
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {

@@ -270,6 +270,9 @@ pub async fn select(
     config: &Config,
     events: Arc<EventHub>,
 ) -> Result<Arc<dyn Driver>, SelectError> {
+    if config.lifecycle.any() && config.driver != "local-process" {
+        tracing::warn!(driver = %config.driver, "[lifecycle] idle and max_lifetime are applied by the local-process tier only: this tier ignores them (pause and resume on request still work on docker)");
+    }
     match config.driver.as_str() {
         "local-process" => {
             let driver = crate::drivers::local_process::LocalProcessDriver::start(config, events)

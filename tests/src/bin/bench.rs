@@ -43,7 +43,11 @@
 //! the host's mounts and with 200 more, and each namespace's raw cost, see
 //! `bench/isolation.rs`), which a full run measures after the egress rows;
 //! `--only-events` runs only the event-stream rows (issue 18, see
-//! `bench/events.rs`; a full run does not measure them). `--compare PATH` measures row (c) once more,
+//! `bench/events.rs`; a full run does not measure them). `--only-lifecycle`
+//! runs only the lifecycle rows (issue 19: the idle watcher's daemon CPU
+//! with many quiet sandboxes, probe with it on and off, resume against the
+//! fast path; see `bench/lifecycle.rs`; a full run does not measure them;
+//! `--lifecycle-count N` holds N sandboxes per daemon instead of 1,000). `--compare PATH` measures row (c) once more,
 //! in turn with another `sandboxd` (the build before a change) and with
 //! this one with fewer limits, so the ratio of the two binaries is taken
 //! in the same run (see `bench/compare.rs`). `--only-calls probe|ensure N`
@@ -79,6 +83,8 @@ mod events;
 mod isolation;
 #[path = "bench/kubernetes.rs"]
 mod kubernetes;
+#[path = "bench/lifecycle.rs"]
+mod lifecycle;
 #[path = "bench/machine.rs"]
 mod machine;
 #[path = "bench/node.rs"]
@@ -148,6 +154,8 @@ struct Counts {
     /// Event rows: probes and fast paths, and new sandboxes, each side.
     events_probes: usize,
     events_new: usize,
+    /// Lifecycle rows: quiet running sandboxes each daemon holds.
+    lifecycle: usize,
 }
 
 const FULL: Counts = Counts {
@@ -170,6 +178,7 @@ const FULL: Counts = Counts {
     view_raw: 500,
     events_probes: 10_000,
     events_new: 200,
+    lifecycle: 1_000,
 };
 
 const QUICK: Counts = Counts {
@@ -192,6 +201,7 @@ const QUICK: Counts = Counts {
     view_raw: 20,
     events_probes: 1_000,
     events_new: 40,
+    lifecycle: 100,
 };
 
 #[derive(Debug)]
@@ -211,6 +221,7 @@ struct Options {
     only_view: bool,
     /// Run only the event-stream rows.
     only_events: bool,
+    only_lifecycle: bool,
     /// Run only the scale row (s).
     scale_only: bool,
     /// Run only the node row (the Node package against the Rust client).
@@ -221,6 +232,7 @@ struct Options {
     only_docker: bool,
     /// Row (s)'s count instead of the mode's.
     scale_count: Option<usize>,
+    lifecycle_count: Option<usize>,
     /// Skip the kubernetes row.
     no_kubernetes: bool,
     /// Run the kubernetes row and nothing else.
@@ -242,6 +254,7 @@ fn parse_args() -> Result<Options, String> {
         only_egress: false,
         only_view: false,
         only_events: false,
+        only_lifecycle: false,
         scale_only: false,
         no_kubernetes: false,
         only_kubernetes: false,
@@ -251,6 +264,7 @@ fn parse_args() -> Result<Options, String> {
         only_spawns: false,
         only_docker: false,
         scale_count: None,
+        lifecycle_count: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -262,10 +276,20 @@ fn parse_args() -> Result<Options, String> {
             "--only-egress" => options.only_egress = true,
             "--only-view" => options.only_view = true,
             "--only-events" => options.only_events = true,
+            "--only-lifecycle" => options.only_lifecycle = true,
             "--scale-only" => options.scale_only = true,
             "--only-node" => options.only_node = true,
             "--only-spawns" => options.only_spawns = true,
             "--only-docker" => options.only_docker = true,
+            "--lifecycle-count" => {
+                let value = args.next().ok_or("--lifecycle-count needs a count")?;
+                options.lifecycle_count =
+                    Some(
+                        value.parse().ok().filter(|n| *n >= 2).ok_or_else(|| {
+                            format!("--lifecycle-count '{value}': a number from 2")
+                        })?,
+                    );
+            }
             "--scale-count" => {
                 let value = args.next().ok_or("--scale-count needs a count")?;
                 options.scale_count = Some(
@@ -432,6 +456,9 @@ async fn run_kubernetes_only(options: &Options, counts: Counts) -> anyhow::Resul
 async fn run(options: &Options) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut counts = if options.quick { QUICK } else { FULL };
+    if let Some(count) = options.lifecycle_count {
+        counts.lifecycle = count;
+    }
     if let Some(count) = options.scale_count {
         counts.scale = count;
     }
@@ -524,6 +551,24 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             "only": "egress",
             "load_start": load_start[0],
             "load_end": load[0],
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
+    if options.only_lifecycle {
+        step(
+            started,
+            "lifecycle: the idle watcher's CPU, probe with it on and off, resume against the fast path",
+        );
+        let (rows, info) = lifecycle::measure(dir.path(), &binaries, counts.lifecycle).await?;
+        print!("{}", report::table(&rows));
+        println!("\ninfo: {info}");
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "lifecycle",
             "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
         });
         println!("{line}");

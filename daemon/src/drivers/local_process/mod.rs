@@ -510,6 +510,11 @@ impl Inner {
             tracing::warn!(%error, pid, leader, "cannot record the runner in the ledger");
         }
         let (ends_tx, ends_rx) = deprovision::end_channels();
+        // Found here, outside the table's lock (a stat or two).
+        let cpu_usage = self
+            .containment
+            .tree()
+            .and_then(|tree| cgroup::freeze::CpuUsage::of(&tree.dirs(&key.base_name)));
         // Outside the table's lock: the catalog appends to its journal.
         let known = self.records().get(key).map(|record| record.uid.clone());
         let (uid, new_incarnation) = known.map_or_else(|| self.uid_for(key), |uid| (uid, false));
@@ -536,7 +541,7 @@ impl Inner {
                 started_at_unix_ms: now_unix_ms(),
                 ends: ends_rx,
                 over_disk_limit: false,
-                life: lifecycle::RunState::new(self.logs.output_counter(&key.base_name)),
+                life: lifecycle::RunState::new(self.logs.output_counter(&key.base_name), cpu_usage),
             });
             record.generation
         };

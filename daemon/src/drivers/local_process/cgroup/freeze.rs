@@ -14,7 +14,7 @@
 //! directory. One small file, read whole: the idle watcher's whole cost
 //! per sandbox and sample.
 
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -124,15 +124,19 @@ impl CpuUsage {
     /// The CPU time used so far, in microseconds; `None` when it cannot
     /// be read (the cgroup is gone).
     pub fn read_usec(&self) -> Option<u64> {
+        // One open and one read into the stack: no size lookup, no
+        // allocation (this runs for every watched runner at every tick).
+        let mut buffer = [0u8; 512];
+        let path = match self {
+            CpuUsage::V2(file) | CpuUsage::V1(file) => file,
+        };
+        let read = std::fs::File::open(path)
+            .and_then(|mut file| file.read(&mut buffer))
+            .ok()?;
+        let text = std::str::from_utf8(&buffer[..read]).ok()?;
         match self {
-            CpuUsage::V2(file) => {
-                let text = std::fs::read_to_string(file).ok()?;
-                kill::event_value(&text, "usage_usec")
-            }
-            CpuUsage::V1(file) => {
-                let text = std::fs::read_to_string(file).ok()?;
-                text.trim().parse::<u64>().ok().map(|nanos| nanos / 1000)
-            }
+            CpuUsage::V2(_) => kill::event_value(text, "usage_usec"),
+            CpuUsage::V1(_) => text.trim().parse::<u64>().ok().map(|nanos| nanos / 1000),
         }
     }
 }

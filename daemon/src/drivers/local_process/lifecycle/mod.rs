@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use sandboxd_protocol::{EventKind, ExitReason, PauseReport, SandboxError};
 
-use super::cgroup::freeze::{Freezer, FREEZE_TIMEOUT};
+use super::cgroup::freeze::{CpuUsage, Freezer, FREEZE_TIMEOUT};
 use super::{now_unix_ms, stop, Inner};
 use crate::provisioner::SandboxKey;
 
@@ -44,6 +44,9 @@ pub struct RunState {
     paused_total: Duration,
     /// Set when the daemon is stopping it for a limit: its exit's reason.
     stopping: Option<ExitReason>,
+    /// Where its CPU time is read (found once, at its start: the watcher's
+    /// tick then costs one open and read per runner, no lookup).
+    cpu: Option<Arc<CpuUsage>>,
     /// What the idle watcher last saw.
     seen: Seen,
 }
@@ -63,9 +66,10 @@ struct Seen {
 impl RunState {
     /// A runner started now, its CPU use counted from 0 (its cgroup is
     /// new) and its output from `output`.
-    pub fn new(output: Option<Arc<AtomicU64>>) -> RunState {
+    pub fn new(output: Option<Arc<AtomicU64>>, cpu: Option<CpuUsage>) -> RunState {
         let now = Instant::now();
         RunState {
+            cpu: cpu.map(Arc::new),
             started: now,
             paused_since: None,
             paused_total: Duration::ZERO,

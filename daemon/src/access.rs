@@ -238,7 +238,7 @@ mod tests {
             .collect()
     }
 
-    const EVERYTHING: [&str; 15] = [
+    const EVERYTHING: [&str; 17] = [
         "protocol_version",
         "ensure",
         "deprovision",
@@ -254,6 +254,8 @@ mod tests {
         "deprovision_fenced",
         "deprovision_connect_fenced",
         "events",
+        "pause",
+        "resume",
     ];
     const READ_ONLY: [&str; 7] = [
         "protocol_version",

@@ -1257,6 +1257,15 @@ mod tests {
                 assert!(text.contains(&format!("\n[{key}]\n")), "no [{key}] table");
                 continue;
             }
+            if key == "lifecycle" {
+                for scope in ["session", "workflow", "connect"] {
+                    assert!(
+                        text.contains(&format!("\n[lifecycle.{scope}]\n")),
+                        "no [lifecycle.{scope}] table"
+                    );
+                }
+                continue;
+            }
             assert!(shown("", key), "the example config does not show `{key}`");
         }
         for table in [
@@ -1267,10 +1276,13 @@ mod tests {
             "kubernetes",
             "view",
             "pool",
+            "lifecycle.session",
+            "lifecycle.workflow",
+            "lifecycle.connect",
         ] {
             let keys = known_keys(table);
             let least = match table {
-                "limits" | "pool" => 3,
+                "limits" | "pool" | "lifecycle.session" | "lifecycle.workflow" => 3,
                 _ => 4,
             };
             assert!(keys.len() >= least, "[{table}]: {keys:?}");

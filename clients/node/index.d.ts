@@ -93,6 +93,8 @@ export interface SandboxInfo {
   readonly egress: Record<string, unknown> | null;
   readonly cluster: Record<string, unknown> | null;
   readonly isolation: readonly { readonly name: string; readonly inForce: boolean; readonly detail: string }[];
+  /** Set while paused (protocol 8): since when; `state` then says `stopped`. */
+  readonly pausedSinceUnixMs?: number | null;
   readonly [more: string]: unknown;
 }
 
@@ -155,7 +157,7 @@ export interface SandboxdEvent {
   /** Pass as `since` to resume after this event. */
   readonly cursor: string;
   readonly atUnixMs: number;
-  /** `created`, `started`, `exited`, `deprovisioned`, `adopted`, `changed`. */
+  /** `created`, `started`, `exited`, `deprovisioned`, `adopted`, `changed`, `paused`, `resumed`. */
   readonly kind: string;
   readonly scope: SandboxScope;
   readonly id: string;

@@ -183,7 +183,8 @@ pub enum Command {
     Egress(EgressCommand),
 
     /// Print what happened to sandboxes (created, started, exited with its
-    /// reason, deprovisioned, adopted), one line per event, oldest first.
+    /// reason, deprovisioned, adopted, changed, paused, resumed), one line
+    /// per event, oldest first.
     /// Exits at the newest event unless --follow.
     Events {
         /// Only the events after this cursor (printed with --json) [default:

@@ -31,6 +31,7 @@ pub mod deadline;
 mod error;
 mod events;
 mod fenced;
+mod lifecycle;
 mod socket_path;
 
 pub use builder::ClientBuilder;
@@ -51,5 +52,5 @@ pub use sandboxd_protocol::{
     SandboxError, SandboxInfo, Scope, Token, MAX_LOG_CHUNK, PROTOCOL_VERSION,
 };
 pub use sandboxd_protocol::{Event, EventCursor, EventKind, EventsReply, ExitReason, Expectation};
-pub use sandboxd_protocol::{Health, HealthVerdict, Shown};
+pub use sandboxd_protocol::{Health, HealthVerdict, PauseReport, Shown};
 pub use sandboxd_protocol::{SandboxUsage, Usage};

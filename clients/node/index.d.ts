@@ -95,6 +95,8 @@ export interface SandboxInfo {
   readonly isolation: readonly { readonly name: string; readonly inForce: boolean; readonly detail: string }[];
   /** Live figures of a running sandbox (`describe` only; protocol 8): `memoryBytes`, `memoryPeakBytes`, `memoryLimitBytes`, `tasks`, `tasksLimit`, `cpuUsec`, `forksRefused`, `oomKills`, `workspaceBytes`, `diskLimitBytes`, `unixUid`, `cgroup`, `sampledAtUnixMs`, each `null` when the tier cannot tell. */
   readonly usage?: Record<string, number | string | null> | null;
+  /** Set while paused (protocol 8): since when; `state` then says `stopped`. */
+  readonly pausedSinceUnixMs?: number | null;
   readonly [more: string]: unknown;
 }
 
@@ -157,7 +159,7 @@ export interface SandboxdEvent {
   /** Pass as `since` to resume after this event. */
   readonly cursor: string;
   readonly atUnixMs: number;
-  /** `created`, `started`, `exited`, `deprovisioned`, `adopted`, `changed`. */
+  /** `created`, `started`, `exited`, `deprovisioned`, `adopted`, `changed`, `paused`, `resumed`. */
   readonly kind: string;
   readonly scope: SandboxScope;
   readonly id: string;

@@ -52,6 +52,8 @@ pub enum Call {
     DeprovisionConnectFenced,
     Events,
     Usage,
+    Pause,
+    Resume,
 }
 
 /// What a call can do, which decides who may make it.
@@ -67,7 +69,7 @@ pub enum CallClass {
 
 impl Call {
     /// Every call, in the service's order (the order of the enum).
-    pub const ALL: [Call; 16] = [
+    pub const ALL: [Call; 18] = [
         Call::ProtocolVersion,
         Call::Ensure,
         Call::Deprovision,
@@ -84,6 +86,8 @@ impl Call {
         Call::DeprovisionConnectFenced,
         Call::Events,
         Call::Usage,
+        Call::Pause,
+        Call::Resume,
     ];
 
     /// The method's name on the wire, for messages and logs.
@@ -105,6 +109,8 @@ impl Call {
             Call::DeprovisionConnectFenced => "deprovision_connect_fenced",
             Call::Events => "events",
             Call::Usage => "usage",
+            Call::Pause => "pause",
+            Call::Resume => "resume",
         }
     }
 
@@ -128,6 +134,9 @@ impl Call {
             Call::Events => CallClass::Read,
             // Figures describe shows: a read.
             Call::Usage => CallClass::Read,
+            // They stop and start a runner's work, as ensure and
+            // deprovision do.
+            Call::Pause | Call::Resume => CallClass::Mutate,
         }
     }
 }
@@ -207,7 +216,7 @@ mod tests {
     use super::*;
 
     const DAEMON_UID: u32 = 990;
-    const ALL_CALLS: [Call; 16] = Call::ALL;
+    const ALL_CALLS: [Call; 18] = Call::ALL;
 
     fn policy() -> AccessPolicy {
         AccessPolicy::new(
@@ -237,7 +246,7 @@ mod tests {
             .collect()
     }
 
-    const EVERYTHING: [&str; 16] = [
+    const EVERYTHING: [&str; 18] = [
         "protocol_version",
         "ensure",
         "deprovision",
@@ -254,6 +263,8 @@ mod tests {
         "deprovision_connect_fenced",
         "events",
         "usage",
+        "pause",
+        "resume",
     ];
     const READ_ONLY: [&str; 8] = [
         "protocol_version",

@@ -5,6 +5,8 @@
 //! beats the defaults. Unknown keys in the file are an error, so a typo in
 //! an operator's config is reported instead of silently ignored.
 
+mod lifecycle;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,6 +16,9 @@ use serde::Deserialize;
 pub use crate::connection_limits::ConnectionsConfig;
 use crate::egress::EgressSetting;
 use crate::instance::Instance;
+#[cfg(test)]
+pub use lifecycle::ScopeLimits;
+pub use lifecycle::{LifecycleConfig, OnIdle, DEFAULT_CONNECT_TTL};
 
 /// Where the file is read from when `--config` is not given (and it exists).
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/stigmer/sandboxd.toml";
@@ -95,9 +100,11 @@ pub struct DockerConfig {
     pub cpus: f64,
     /// The most processes and threads the container may hold.
     pub pids_limit: i64,
-    /// A connect sandbox older than this is a leak and is removed.
-    #[serde(deserialize_with = "deserialize_duration")]
-    pub connect_ttl: Duration,
+    /// A connect sandbox older than this is a leak and is removed. The old
+    /// key: `[lifecycle.connect] ttl` is the one to write now (see
+    /// [`lifecycle`]); resolved, this is always set, to the TTL in force.
+    #[serde(deserialize_with = "deserialize_optional_duration")]
+    pub connect_ttl: Option<Duration>,
     /// A connect container that never started is left alone this long:
     /// it may be one this daemon is creating right now.
     #[serde(deserialize_with = "deserialize_duration")]
@@ -114,7 +121,7 @@ impl Default for DockerConfig {
             memory: 2 * 1024 * 1024 * 1024,
             cpus: 2.0,
             pids_limit: 512,
-            connect_ttl: Duration::from_secs(3600),
+            connect_ttl: None,
             connect_creation_grace: Duration::from_secs(120),
         }
     }
@@ -154,7 +161,7 @@ impl DockerConfig {
         if self.pids_limit < 1 {
             bail!("[docker] pids_limit {} must be at least 1", self.pids_limit);
         }
-        if self.connect_ttl.is_zero() {
+        if self.connect_ttl.is_some_and(|ttl| ttl.is_zero()) {
             bail!("[docker] connect_ttl must be longer than 0");
         }
         Ok(())
@@ -356,9 +363,11 @@ pub struct KubernetesConfig {
     pub image_pull_policy: String,
     /// Names of docker-registry Secrets in the namespace for pulling the image.
     pub image_pull_secrets: Vec<String>,
-    /// A connect sandbox older than this is a leak and is removed.
-    #[serde(deserialize_with = "deserialize_duration")]
-    pub connect_ttl: Duration,
+    /// A connect sandbox older than this is a leak and is removed. The old
+    /// key: `[lifecycle.connect] ttl` is the one to write now (see
+    /// [`lifecycle`]); resolved, this is always set, to the TTL in force.
+    #[serde(deserialize_with = "deserialize_optional_duration")]
+    pub connect_ttl: Option<Duration>,
     /// A connect sandbox younger than this is never touched by the reaper.
     #[serde(deserialize_with = "deserialize_duration")]
     pub connect_creation_grace: Duration,
@@ -380,7 +389,7 @@ impl Default for KubernetesConfig {
             storage_class: None,
             image_pull_policy: "IfNotPresent".to_string(),
             image_pull_secrets: Vec::new(),
-            connect_ttl: Duration::from_secs(3600),
+            connect_ttl: None,
             connect_creation_grace: Duration::from_secs(120),
         }
     }
@@ -449,7 +458,7 @@ impl KubernetesConfig {
                 self.image_pull_policy
             );
         }
-        if self.connect_ttl.is_zero() {
+        if self.connect_ttl.is_some_and(|ttl| ttl.is_zero()) {
             bail!("[kubernetes] connect_ttl must be longer than 0");
         }
         Ok(())
@@ -521,6 +530,7 @@ struct FileConfig {
     isolation: Option<IsolationMode>,
     view: Option<ViewConfig>,
     pool: Option<PoolConfig>,
+    lifecycle: Option<lifecycle::LifecycleFile>,
 }
 
 /// The resolved configuration.
@@ -594,6 +604,8 @@ pub struct Config {
     pub view: ViewConfig,
     /// The views kept prepared per scope under `isolation = "full"`.
     pub pool: PoolConfig,
+    /// `[lifecycle.*]`: idle and lifetime limits per scope (unset: never).
+    pub lifecycle: LifecycleConfig,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -633,6 +645,17 @@ impl Config {
                 Some(env("DOCKER_HOST").unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string()));
         }
         let mut kubernetes = file.kubernetes.unwrap_or_default();
+        let (lifecycle, connect_ttl) = file.lifecycle.unwrap_or_default().resolve()?;
+        docker.connect_ttl = Some(lifecycle::connect_ttl(
+            connect_ttl,
+            docker.connect_ttl,
+            "[docker] connect_ttl",
+        )?);
+        kubernetes.connect_ttl = Some(lifecycle::connect_ttl(
+            connect_ttl,
+            kubernetes.connect_ttl,
+            "[kubernetes] connect_ttl",
+        )?);
         if let Some(namespace) = env("STIGMER_SANDBOX_K8S_NAMESPACE") {
             kubernetes.namespace = namespace;
         }
@@ -709,6 +732,7 @@ impl Config {
             isolation: file.isolation.unwrap_or_default(),
             view: file.view.unwrap_or_default(),
             pool: file.pool.unwrap_or_default(),
+            lifecycle,
         };
         config.validate()?;
         Ok(config)
@@ -923,6 +947,13 @@ fn deserialize_duration<'de, D: serde::Deserializer<'de>>(
     parse_duration(&text).map_err(|error| serde::de::Error::custom(format!("{error:#}")))
 }
 
+/// An optional duration key, written as for [`deserialize_duration`].
+fn deserialize_optional_duration<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
+    deserialize_duration(deserializer).map(Some)
+}
+
 /// An optional size key (`runner_log_max_size`), written as for [`deserialize_memory`].
 fn deserialize_optional_memory<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
@@ -1117,7 +1148,7 @@ mod tests {
         assert_eq!(config.docker.memory, 2 << 30);
         assert_eq!(config.docker.cpus, 2.0);
         assert_eq!(config.docker.pids_limit, 512);
-        assert_eq!(config.docker.connect_ttl, Duration::from_secs(3600));
+        assert_eq!(config.docker.connect_ttl, Some(Duration::from_secs(3600)));
         assert_eq!(
             config.docker.connect_creation_grace,
             Duration::from_secs(120)
@@ -1146,7 +1177,7 @@ mod tests {
         );
         assert_eq!(config.docker.memory, 512 << 20);
         assert_eq!((config.docker.cpus, config.docker.pids_limit), (0.5, 64));
-        assert_eq!(config.docker.connect_ttl, Duration::from_secs(30));
+        assert_eq!(config.docker.connect_ttl, Some(Duration::from_secs(30)));
         assert_eq!(config.docker.connect_creation_grace, Duration::from_secs(5));
         assert_eq!(
             (config.docker.user.as_str(), config.docker.network.as_str()),
@@ -1245,6 +1276,15 @@ mod tests {
                 assert!(text.contains(&format!("\n[{key}]\n")), "no [{key}] table");
                 continue;
             }
+            if key == "lifecycle" {
+                for scope in ["session", "workflow", "connect"] {
+                    assert!(
+                        text.contains(&format!("\n[lifecycle.{scope}]\n")),
+                        "no [lifecycle.{scope}] table"
+                    );
+                }
+                continue;
+            }
             assert!(shown("", key), "the example config does not show `{key}`");
         }
         for table in [
@@ -1255,10 +1295,13 @@ mod tests {
             "kubernetes",
             "view",
             "pool",
+            "lifecycle.session",
+            "lifecycle.workflow",
+            "lifecycle.connect",
         ] {
             let keys = known_keys(table);
             let least = match table {
-                "limits" | "pool" => 3,
+                "limits" | "pool" | "lifecycle.session" | "lifecycle.workflow" => 3,
                 _ => 4,
             };
             assert!(keys.len() >= least, "[{table}]: {keys:?}");

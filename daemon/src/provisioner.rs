@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sandboxd_protocol::{
     naming, DeprovisionReport, EgressStatus, EnsureReport, Expectation, LogChunk, LogStart,
-    ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
+    PauseReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 
 use crate::config::Config;
@@ -192,6 +192,26 @@ pub trait Driver: Send + Sync + 'static {
             self.name()
         )))
     }
+
+    /// Freezes the sandbox's runner where it stands (see
+    /// [`sandboxd_protocol::lifecycle`]); one already paused is success, one
+    /// with no running runner a failed precondition. A tier that cannot
+    /// pause keeps the default: a clear refusal.
+    async fn pause(&self, _key: &SandboxKey) -> Result<PauseReport, SandboxError> {
+        Err(SandboxError::FailedPrecondition(format!(
+            "the {} tier cannot pause a sandbox",
+            self.name()
+        )))
+    }
+
+    /// Thaws a paused sandbox's runner (same pid and generation); one not
+    /// paused is success.
+    async fn resume(&self, _key: &SandboxKey) -> Result<PauseReport, SandboxError> {
+        Err(SandboxError::FailedPrecondition(format!(
+            "the {} tier cannot pause or resume a sandbox",
+            self.name()
+        )))
+    }
 }
 
 /// The uid and generation of the incarnation `info` describes, or `None`
@@ -262,6 +282,9 @@ pub async fn select(
     config: &Config,
     events: Arc<EventHub>,
 ) -> Result<Arc<dyn Driver>, SelectError> {
+    if config.lifecycle.any() && config.driver != "local-process" {
+        tracing::warn!(driver = %config.driver, "[lifecycle] idle and max_lifetime are applied by the local-process tier only: this tier ignores them (pause and resume on request still work on docker)");
+    }
     match config.driver.as_str() {
         "local-process" => {
             let driver = crate::drivers::local_process::LocalProcessDriver::start(config, events)

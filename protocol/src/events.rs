@@ -69,6 +69,10 @@ pub enum EventKind {
     Adopted,
     /// Its token or queue was refreshed.
     Changed,
+    /// Its runner was paused (frozen); added in protocol 8.
+    Paused,
+    /// Its paused runner was resumed; added in protocol 8.
+    Resumed,
 }
 
 impl EventKind {
@@ -80,6 +84,8 @@ impl EventKind {
             EventKind::Deprovisioned => "deprovisioned",
             EventKind::Adopted => "adopted",
             EventKind::Changed => "changed",
+            EventKind::Paused => "paused",
+            EventKind::Resumed => "resumed",
         }
     }
 }

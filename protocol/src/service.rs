@@ -8,7 +8,7 @@
 
 use crate::{
     DaemonStatus, DeprovisionReport, EnsureReport, EventCursor, EventsReply, Expectation, LogChunk,
-    LogStart, ProbeState, SandboxEnv, SandboxError, SandboxInfo, SandboxUsage, Scope,
+    LogStart, PauseReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo, SandboxUsage, Scope,
     WorkspaceInfo,
 };
 
@@ -108,4 +108,14 @@ pub trait Sandboxd {
     /// scope, read at once (what `sandboxctl top` samples every second,
     /// so it need not describe each). Added in protocol 8.
     async fn usage(scope: Option<Scope>) -> Result<Vec<SandboxUsage>, SandboxError>;
+
+    /// Freezes the sandbox's runner where it stands (see
+    /// [`crate::lifecycle`]); one already paused is success. Refused for a
+    /// sandbox with no running runner. Added in protocol 8.
+    async fn pause(scope: Scope, id: String) -> Result<PauseReport, SandboxError>;
+
+    /// Thaws a paused sandbox's runner (same pid and generation); one not
+    /// paused is success. Refused for a sandbox with no running runner.
+    /// Added in protocol 8.
+    async fn resume(scope: Scope, id: String) -> Result<PauseReport, SandboxError>;
 }

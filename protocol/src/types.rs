@@ -320,6 +320,11 @@ pub struct SandboxInfo {
     /// not running, and on a tier that has no figures. Added in protocol 8.
     #[serde(default)]
     pub usage: Option<crate::Usage>,
+    /// Set while the sandbox is paused: since when, in milliseconds since
+    /// the Unix epoch (`state` then says `stopped`, as `probe` does; see
+    /// [`crate::lifecycle`]). Added in protocol 8.
+    #[serde(default)]
+    pub paused_since_unix_ms: Option<u64>,
 }
 
 /// One mechanism that keeps sandboxes apart (a uid of its own, a cgroup,
@@ -408,6 +413,7 @@ impl SandboxInfo {
             isolation: Vec::new(),
             uid: String::new(),
             usage: None,
+            paused_since_unix_ms: None,
         }
     }
 }

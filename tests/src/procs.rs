@@ -54,6 +54,15 @@ pub fn start_time(pid: u32) -> Option<u64> {
     stat_fields(pid)?.get(19)?.parse().ok()
 }
 
+/// Fields 14 and 15 of `/proc/<pid>/stat` added: the CPU time the process
+/// (all its threads) used so far, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let fields = stat_fields(pid)?;
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
 /// Field 4 of `/proc/<pid>/stat`: the parent's pid.
 pub fn parent_pid(pid: u32) -> Option<u32> {
     stat_fields(pid)?.get(1)?.parse().ok()

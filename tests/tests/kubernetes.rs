@@ -360,6 +360,64 @@ async fn scaled_to_zero_is_stopped_and_ensure_scales_the_same_deployment_back_wi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_scales_to_zero_a_stop_and_resume_is_refused_for_ensure() {
+    let setup = setup("pause-zero", "").await;
+    let id = "ses-pause";
+    setup
+        .client
+        .ensure_session_sandbox(id, &sandbox_env("session:one", TOKEN))
+        .await
+        .unwrap();
+    let paused = setup.client.pause(Scope::Session, id).await.unwrap();
+    assert!(
+        paused.changed && paused.paused_since_unix_ms.is_none(),
+        "{paused:?}"
+    );
+    assert_eq!(paused.generation, 1);
+    assert_eq!(
+        setup.deployment(Scope::Session, id).await.unwrap()["spec"]["replicas"],
+        0
+    );
+    assert_eq!(
+        setup.client.probe(Scope::Session, id).await.unwrap(),
+        ProbeState::Stopped
+    );
+    let info = setup.client.describe(Scope::Session, id).await.unwrap();
+    assert_eq!(
+        info.paused_since_unix_ms, None,
+        "a stop, never shown as paused"
+    );
+    assert!(
+        !setup
+            .client
+            .pause(Scope::Session, id)
+            .await
+            .unwrap()
+            .changed
+    );
+    let refused = setup.client.resume(Scope::Session, id).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("a pause is a stop"),
+        "{refused}"
+    );
+    let report = setup
+        .client
+        .ensure_session_sandbox(id, &sandbox_env("session:one", TOKEN))
+        .await
+        .unwrap();
+    assert!(report.created && report.generation == 2, "{report:?}");
+    let missing = setup
+        .client
+        .pause(Scope::Session, "ses-never")
+        .await
+        .unwrap_err();
+    assert!(
+        missing.to_string().contains("no running runner"),
+        "{missing}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deployment_deleted_behind_the_daemons_back_is_absent_then_recreated_keeping_the_claim() {
     let setup = setup("deleted", "").await;
     let id = "wfx-deleted";

@@ -315,6 +315,18 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 render::deprovision(scope, &id, report, keep_workspace)
             })
         }
+        Command::Pause { scope, id } => {
+            let report = connect().await?.pause(scope, &id).await?;
+            emit(json, &report, |report| {
+                render::paused(scope, &id, report, true)
+            })
+        }
+        Command::Resume { scope, id } => {
+            let report = connect().await?.resume(scope, &id).await?;
+            emit(json, &report, |report| {
+                render::paused(scope, &id, report, false)
+            })
+        }
         Command::Connect(ConnectCommand::Create { request_id, env }) => {
             let env = sandbox_env(env)?;
             let sandbox_id = connect()

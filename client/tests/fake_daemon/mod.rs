@@ -153,6 +153,7 @@ impl Sandboxd for FakeDaemon {
             isolation: Vec::new(),
             uid: String::new(),
             usage: None,
+            paused_since_unix_ms: None,
         })
     }
 
@@ -310,6 +311,24 @@ impl Sandboxd for FakeDaemon {
         _scope: Option<sandboxd_protocol::Scope>,
     ) -> Result<Vec<sandboxd_protocol::SandboxUsage>, SandboxError> {
         Err(not_served("usage"))
+    }
+
+    async fn pause(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        Err(not_served("pause"))
+    }
+
+    async fn resume(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        Err(not_served("resume"))
     }
 }
 

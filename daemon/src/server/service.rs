@@ -11,9 +11,9 @@ use std::time::Instant;
 use sandboxd_protocol::events::{MAX_EVENTS_PER_CALL, MAX_EVENTS_WAIT_MS};
 use sandboxd_protocol::{
     validate, DaemonStatus, DeprovisionReport, EnsureReport, EventCursor, EventsReply, Expectation,
-    HealthVerdict, LogChunk, LogStart, ProbeState, RunnerEndpoints, SandboxCounts, SandboxEnv,
-    SandboxError, SandboxInfo, SandboxUsage, Sandboxd, Scope, WorkspaceInfo, MAX_LOG_CHUNK,
-    PROTOCOL_VERSION,
+    HealthVerdict, LogChunk, LogStart, PauseReport, ProbeState, RunnerEndpoints, SandboxCounts,
+    SandboxEnv, SandboxError, SandboxInfo, SandboxUsage, Sandboxd, Scope, WorkspaceInfo,
+    MAX_LOG_CHUNK, PROTOCOL_VERSION,
 };
 use tarpc::context::Context;
 
@@ -569,6 +569,57 @@ impl Sandboxd for ConnectionService {
     ) -> Result<Vec<SandboxUsage>, SandboxError> {
         let _timer = self.authorize(Call::Usage)?;
         super::usage::of_running(self.driver(), scope).await
+    }
+
+    async fn pause(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+    ) -> Result<PauseReport, SandboxError> {
+        let _timer = self.authorize(Call::Pause)?;
+        let key = key(scope, id_field(scope), id)?;
+        let result = self.driver().pause(&key).await;
+        log_pause(Call::Pause, &key, &result);
+        result
+    }
+
+    async fn resume(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+    ) -> Result<PauseReport, SandboxError> {
+        let _timer = self.authorize(Call::Resume)?;
+        let key = key(scope, id_field(scope), id)?;
+        let result = self.driver().resume(&key).await;
+        log_pause(Call::Resume, &key, &result);
+        result
+    }
+}
+
+/// One line per pause or resume, as for the other mutating calls.
+fn log_pause(call: Call, key: &SandboxKey, result: &Result<PauseReport, SandboxError>) {
+    match result {
+        Ok(report) => tracing::info!(
+            call = call.name(),
+            scope = %key.scope,
+            id = %key.shown_id(),
+            name = %key.base_name,
+            changed = report.changed,
+            generation = report.generation,
+            "sandbox {}",
+            if call == Call::Pause { "paused" } else { "resumed" }
+        ),
+        Err(error) => tracing::warn!(
+            call = call.name(),
+            scope = %key.scope,
+            id = %key.shown_id(),
+            kind = error.kind(),
+            %error,
+            "{} failed",
+            call.name()
+        ),
     }
 }
 

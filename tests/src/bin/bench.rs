@@ -45,8 +45,12 @@
 //! `--only-events` runs only the event-stream rows (issue 18, see
 //! `bench/events.rs`; a full run does not measure them); `--only-metrics`
 //! runs only the metrics rows (issue 19, probe and fast path with
-//! `metrics_listen` on vs off, see `bench/metrics.rs`; a full run does not
-//! measure them either). `--compare PATH` measures row (c) once more,
+//! `metrics_listen` on vs off, see `bench/metrics.rs`); `--only-lifecycle`
+//! runs only the lifecycle rows (issue 19: the idle watcher's daemon CPU
+//! with many quiet sandboxes, probe with it on and off, resume against the
+//! fast path; see `bench/lifecycle.rs`; `--lifecycle-count N` holds N
+//! sandboxes per daemon instead of 1,000); a full run measures neither.
+//! `--compare PATH` measures row (c) once more,
 //! in turn with another `sandboxd` (the build before a change) and with
 //! this one with fewer limits, so the ratio of the two binaries is taken
 //! in the same run (see `bench/compare.rs`). `--only-calls probe|ensure N`
@@ -82,6 +86,8 @@ mod events;
 mod isolation;
 #[path = "bench/kubernetes.rs"]
 mod kubernetes;
+#[path = "bench/lifecycle.rs"]
+mod lifecycle;
 #[path = "bench/machine.rs"]
 mod machine;
 #[path = "bench/metrics.rs"]
@@ -156,6 +162,8 @@ struct Counts {
     /// other quick rows: the difference sought is a few percent).
     metrics_calls: usize,
     events_new: usize,
+    /// Lifecycle rows: quiet running sandboxes each daemon holds.
+    lifecycle: usize,
 }
 
 const FULL: Counts = Counts {
@@ -179,6 +187,7 @@ const FULL: Counts = Counts {
     events_probes: 10_000,
     metrics_calls: 10_000,
     events_new: 200,
+    lifecycle: 1_000,
 };
 
 const QUICK: Counts = Counts {
@@ -202,6 +211,7 @@ const QUICK: Counts = Counts {
     events_probes: 1_000,
     metrics_calls: 4_000,
     events_new: 40,
+    lifecycle: 100,
 };
 
 #[derive(Debug)]
@@ -223,6 +233,8 @@ struct Options {
     only_events: bool,
     /// Run only the metrics rows (metrics_listen on vs off).
     only_metrics: bool,
+    /// Run only the lifecycle rows (the idle watcher, resume).
+    only_lifecycle: bool,
     /// Run only the scale row (s).
     scale_only: bool,
     /// Run only the node row (the Node package against the Rust client).
@@ -233,6 +245,7 @@ struct Options {
     only_docker: bool,
     /// Row (s)'s count instead of the mode's.
     scale_count: Option<usize>,
+    lifecycle_count: Option<usize>,
     /// Skip the kubernetes row.
     no_kubernetes: bool,
     /// Run the kubernetes row and nothing else.
@@ -255,6 +268,7 @@ fn parse_args() -> Result<Options, String> {
         only_view: false,
         only_events: false,
         only_metrics: false,
+        only_lifecycle: false,
         scale_only: false,
         no_kubernetes: false,
         only_kubernetes: false,
@@ -264,6 +278,7 @@ fn parse_args() -> Result<Options, String> {
         only_spawns: false,
         only_docker: false,
         scale_count: None,
+        lifecycle_count: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -276,10 +291,20 @@ fn parse_args() -> Result<Options, String> {
             "--only-view" => options.only_view = true,
             "--only-events" => options.only_events = true,
             "--only-metrics" => options.only_metrics = true,
+            "--only-lifecycle" => options.only_lifecycle = true,
             "--scale-only" => options.scale_only = true,
             "--only-node" => options.only_node = true,
             "--only-spawns" => options.only_spawns = true,
             "--only-docker" => options.only_docker = true,
+            "--lifecycle-count" => {
+                let value = args.next().ok_or("--lifecycle-count needs a count")?;
+                options.lifecycle_count =
+                    Some(
+                        value.parse().ok().filter(|n| *n >= 2).ok_or_else(|| {
+                            format!("--lifecycle-count '{value}': a number from 2")
+                        })?,
+                    );
+            }
             "--scale-count" => {
                 let value = args.next().ok_or("--scale-count needs a count")?;
                 options.scale_count = Some(
@@ -446,6 +471,9 @@ async fn run_kubernetes_only(options: &Options, counts: Counts) -> anyhow::Resul
 async fn run(options: &Options) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut counts = if options.quick { QUICK } else { FULL };
+    if let Some(count) = options.lifecycle_count {
+        counts.lifecycle = count;
+    }
     if let Some(count) = options.scale_count {
         counts.scale = count;
     }
@@ -538,6 +566,24 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             "only": "egress",
             "load_start": load_start[0],
             "load_end": load[0],
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
+    if options.only_lifecycle {
+        step(
+            started,
+            "lifecycle: the idle watcher's CPU, probe with it on and off, resume against the fast path",
+        );
+        let (rows, info) = lifecycle::measure(dir.path(), &binaries, counts.lifecycle).await?;
+        print!("{}", report::table(&rows));
+        println!("\ninfo: {info}");
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "lifecycle",
             "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
         });
         println!("{line}");

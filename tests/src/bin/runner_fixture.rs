@@ -51,6 +51,14 @@
 //! - `--kernel-probes`: list the descriptors it started with first thing,
 //!   and before `pid` hold a session key and an abstract socket and write
 //!   `kernel-start.json` (see [`attack::hold_kernel_objects`]).
+//! - `--busy`: once `pid` is written, keep computing in a thread of its own:
+//!   20 ms of a busy loop every 100 ms (a fifth of a core, far above the
+//!   idle watcher's 1 %, and little on a loaded test machine).
+//! - `--line-every-ms N`: once `pid` is written, print
+//!   `runner-fixture tick <n>` every N ms from a thread of its own.
+//! - `--work-by-queue`: `--busy` when its task queue (`STIGMER_TASK_QUEUE`)
+//!   contains `busy`, `--line-every-ms 1000` when it contains `lines`, else
+//!   quiet: one daemon's runners of different work, for the idle tests.
 
 #[path = "runner_fixture/attack.rs"]
 mod attack;
@@ -82,6 +90,8 @@ struct Flags {
     serve_probes: bool,
     connect: Option<String>,
     serve_net: Option<u16>,
+    busy: bool,
+    line_every_ms: u64,
 }
 
 fn parse_flags() -> Result<Flags, String> {
@@ -104,6 +114,20 @@ fn parse_flags() -> Result<Flags, String> {
                 flags.serve_net = Some(value.parse().map_err(|_| format!("bad port '{value}'"))?);
             }
             "--kernel-probes" => flags.kernel_probes = true,
+            "--busy" => flags.busy = true,
+            "--work-by-queue" => {
+                let queue = std::env::var("STIGMER_TASK_QUEUE").unwrap_or_default();
+                flags.busy |= queue.contains("busy");
+                if queue.contains("lines") {
+                    flags.line_every_ms = 1000;
+                }
+            }
+            "--line-every-ms" => {
+                let value = args.next().ok_or("--line-every-ms needs a value")?;
+                flags.line_every_ms = value
+                    .parse()
+                    .map_err(|_| format!("bad interval '{value}'"))?;
+            }
             "--serve-probes" => flags.serve_probes = true,
             "--exit-code" => {
                 let value = args.next().ok_or("--exit-code needs a value")?;
@@ -446,6 +470,27 @@ fn main() -> ExitCode {
     if let Err(error) = write_atomically(&workspace, "pid", pid_text.as_bytes()) {
         eprintln!("runner-fixture: cannot write pid: {error}");
         return ExitCode::from(4);
+    }
+
+    // Threads only now: every fork above happened single-threaded, and
+    // SIGTERM is blocked in them too (they inherit the mask).
+    if flags.busy {
+        std::thread::spawn(|| loop {
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(20);
+            while std::time::Instant::now() < until {
+                std::hint::black_box(0u64);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(80));
+        });
+    }
+    if flags.line_every_ms > 0 {
+        let every = std::time::Duration::from_millis(flags.line_every_ms);
+        std::thread::spawn(move || {
+            for tick in 1.. {
+                std::thread::sleep(every);
+                println!("runner-fixture tick {tick}");
+            }
+        });
     }
 
     if flags.serve_probes && !attack::serve_probes(&workspace) {

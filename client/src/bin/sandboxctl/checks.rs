@@ -41,6 +41,8 @@ pub fn arguments(command: &Command) -> Result<(), Failure> {
         Command::Probe { scope, id }
         | Command::Describe { scope, id }
         | Command::Deprovision { scope, id, .. }
+        | Command::Pause { scope, id }
+        | Command::Resume { scope, id }
         | Command::Logs { scope, id, .. } => validate::sandbox_id(id_name(*scope), id),
         Command::Ensure { scope, id, env, .. } => {
             validate::sandbox_id(id_name(*scope), id).and_then(|()| environment(env))

@@ -157,6 +157,26 @@ pub enum Command {
         fence: FenceArgs,
     },
 
+    /// Freeze a sandbox's runner where it stands: same pid and generation,
+    /// memory and workspace kept, no CPU. `probe` then says stopped,
+    /// `describe` and `list` paused; `ensure` or `resume` resumes it.
+    Pause {
+        /// session, workflow or connect.
+        #[arg(value_parser = any_scope())]
+        scope: Scope,
+        /// The session id, execution id or connect sandbox id.
+        id: String,
+    },
+
+    /// Resume a paused sandbox's runner (same pid and generation).
+    Resume {
+        /// session, workflow or connect.
+        #[arg(value_parser = any_scope())]
+        scope: Scope,
+        /// The session id, execution id or connect sandbox id.
+        id: String,
+    },
+
     /// Request-scoped connect sandboxes.
     #[command(subcommand)]
     Connect(ConnectCommand),
@@ -181,7 +201,8 @@ pub enum Command {
     Egress(EgressCommand),
 
     /// Print what happened to sandboxes (created, started, exited with its
-    /// reason, deprovisioned, adopted), one line per event, oldest first.
+    /// reason, deprovisioned, adopted, changed, paused, resumed), one line
+    /// per event, oldest first.
     /// Exits at the newest event unless --follow.
     Events {
         /// Only the events after this cursor (printed with --json) [default:

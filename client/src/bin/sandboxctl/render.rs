@@ -12,7 +12,7 @@ use unicode_width::{UnicodeWidthChar as _, UnicodeWidthStr as _};
 
 use sandboxd_client::{
     DaemonStatus, DeprovisionReport, EgressStatus, EnsureReport, ExitInfo, Health,
-    IsolationFeature, SandboxInfo, Scope, Shown, WorkspaceInfo,
+    IsolationFeature, PauseReport, SandboxInfo, Scope, Shown, WorkspaceInfo,
 };
 
 use crate::egress::EgressCheck;
@@ -188,7 +188,7 @@ pub fn list_styled(sandboxes: &[SandboxInfo], now_unix_ms: u64, style: ListStyle
             shown(&info.name),
             info.scope.to_string(),
             shown(&info.id),
-            info.state.to_string(),
+            state_word(info),
             runner(info),
             info.generation.to_string(),
             info.restarts.to_string(),
@@ -221,7 +221,7 @@ fn narrow_list(sandboxes: &[SandboxInfo], now_unix_ms: u64, style: ListStyle) ->
             [
                 info.scope.to_string(),
                 shown(&info.id),
-                info.state.to_string(),
+                state_word(info),
                 runner(info),
                 info.restarts.to_string(),
                 info.started_at_unix_ms
@@ -365,14 +365,42 @@ fn bytes(count: u64) -> String {
     }
 }
 
+/// The state `list` and `describe` show: `paused` for a paused sandbox
+/// (which `probe` calls `stopped`), else the state.
+fn state_word(info: &SandboxInfo) -> String {
+    if info.paused_since_unix_ms.is_some() {
+        "paused".to_string()
+    } else {
+        info.state.to_string()
+    }
+}
+
+/// `session abc: paused (generation 2, pid 123)`, or that nothing changed.
+pub fn paused(scope: Scope, id: &str, report: &PauseReport, pausing: bool) -> String {
+    let state = if pausing { "paused" } else { "running" };
+    let mut line = format!("{scope} {}: {state}", shown(id));
+    if !report.changed {
+        line.push_str(" already");
+    }
+    line.push_str(&format!(" (generation {}", report.generation));
+    if let Some(pid) = report.pid {
+        line.push_str(&format!(", pid {pid}"));
+    }
+    line.push_str(")\n");
+    line
+}
+
 /// `key: value` lines about one sandbox.
 pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
     let mut lines = vec![
         ("name", shown(&info.name)),
         ("scope", info.scope.to_string()),
         ("id", shown(&info.id)),
-        ("state", info.state.to_string()),
+        ("state", state_word(info)),
     ];
+    if let Some(at) = info.paused_since_unix_ms {
+        lines.push(("paused since", instant(at, now_unix_ms)));
+    }
     if let Some(pid) = info.pid {
         lines.push(("pid", pid.to_string()));
     }
@@ -619,6 +647,7 @@ mod tests {
             isolation: Vec::new(),
             uid: String::new(),
             usage: None,
+            paused_since_unix_ms: None,
         }
     }
 

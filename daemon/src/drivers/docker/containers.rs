@@ -86,6 +86,15 @@ pub async fn start(engine: &Engine, container: &str) -> Result<(), CallError> {
         .await
 }
 
+pub async fn pause(engine: &Engine, container: &str) -> Result<(), CallError> {
+    let container = container.to_string();
+    engine
+        .call(WRITE_TIMEOUT, |docker| async move {
+            docker.pause_container(&container).await
+        })
+        .await
+}
+
 pub async fn unpause(engine: &Engine, container: &str) -> Result<(), CallError> {
     let container = container.to_string();
     engine

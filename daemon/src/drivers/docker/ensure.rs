@@ -154,7 +154,10 @@ async fn step(
         Phase::Paused => {
             log("unpause");
             match containers::unpause(&inner.engine, &observed.id).await {
-                Ok(()) => Ok(Some(unchanged(ProbeState::Running))),
+                Ok(()) => {
+                    inner.resumed(key, observed, generation);
+                    Ok(Some(unchanged(ProbeState::Running)))
+                }
                 // No longer paused: look again.
                 Err(error) if error.is_conflict() => Ok(None),
                 Err(error) => Err(failure(key, "unpause", error)),

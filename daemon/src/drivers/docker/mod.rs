@@ -25,6 +25,7 @@ mod health;
 mod logs;
 mod network_watch;
 mod observed;
+mod pause;
 mod reaper;
 pub(crate) mod spec;
 mod teardown;
@@ -85,6 +86,8 @@ struct Inner {
     key_locks: KeyLocks<SandboxKey>,
     /// Where starts, exits, teardowns and adoptions are announced.
     events: Arc<EventHub>,
+    /// When each paused container was paused (see [`pause`]).
+    paused_since: pause::PausedSince,
 }
 
 impl Inner {
@@ -130,6 +133,7 @@ impl Inner {
             Lookup::Ours(observed) => {
                 let mut info = observed.info(key, self.generation(key, Some(observed)));
                 info.last_exit = info.last_exit.or(recorded);
+                info.paused_since_unix_ms = self.paused_since.of(observed);
                 info
             }
             Lookup::Absent | Lookup::Foreign { .. } => {
@@ -189,10 +193,14 @@ impl DockerDriver {
             exits: Arc::new(Exits::default()),
             key_locks: KeyLocks::new(),
             events,
+            paused_since: pause::PausedSince::default(),
         });
         first_contact(&inner).await;
         let reaper = ReaperSettings {
-            ttl: config.docker.connect_ttl,
+            ttl: config
+                .docker
+                .connect_ttl
+                .unwrap_or(crate::config::DEFAULT_CONNECT_TTL),
             creation_grace: config.docker.connect_creation_grace,
         };
         let mut tasks = vec![
@@ -453,6 +461,20 @@ impl Driver for DockerDriver {
     ) -> Result<DeprovisionReport, SandboxError> {
         self.deprovision_expecting(key, keep_workspace, Some(expect.clone()))
             .await
+    }
+
+    async fn pause(
+        &self,
+        key: &SandboxKey,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        self.inner.pause(key).await
+    }
+
+    async fn resume(
+        &self,
+        key: &SandboxKey,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        self.inner.resume(key).await
     }
 
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {

@@ -229,6 +229,7 @@ impl Observed {
             isolation: Vec::new(),
             uid: self.uid().to_string(),
             usage: None,
+            paused_since_unix_ms: None,
         }
     }
 }

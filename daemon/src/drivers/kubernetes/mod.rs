@@ -24,6 +24,7 @@ mod errors;
 mod logs;
 mod network_policy;
 mod observe;
+mod pause;
 mod pending;
 mod permissions;
 mod reaper;
@@ -115,7 +116,10 @@ impl KubernetesDriver {
         });
         let permissions = Permissions::new();
         let reaper = ReaperSettings {
-            ttl: config.kubernetes.connect_ttl,
+            ttl: config
+                .kubernetes
+                .connect_ttl
+                .unwrap_or(crate::config::DEFAULT_CONNECT_TTL),
             creation_grace: config.kubernetes.connect_creation_grace,
         };
         let tracker = Arc::new(Mutex::new(announce::Tracker::new(events)));
@@ -260,6 +264,22 @@ impl Driver for KubernetesDriver {
             deprovision::deprovision(&inner, &key, keep_workspace).await
         })
         .await
+    }
+
+    /// A stop here: the Deployment scaled to 0 (see [`pause`]).
+    async fn pause(
+        &self,
+        key: &SandboxKey,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        let (inner, key) = (self.inner.clone(), key.clone());
+        run_to_completion("pause", async move { inner.scale_to_zero(&key).await }).await
+    }
+
+    async fn resume(
+        &self,
+        key: &SandboxKey,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        Err(pause::no_resume(key))
     }
 
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {

@@ -328,5 +328,6 @@ pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> San
         }),
         uid: uid_of(deployment),
         usage: None,
+        paused_since_unix_ms: None,
     }
 }

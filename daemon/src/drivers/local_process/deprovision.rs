@@ -128,7 +128,11 @@ impl Inner {
         let had_workspace = std::fs::exists(self.settings.workspace(key)).unwrap_or(false);
         let was_present = record.is_some() || had_workspace;
         let (forced, gone) = match record.and_then(|record| record.running) {
-            Some(Running { leader, ends, .. }) => {
+            Some(Running {
+                leader, ends, life, ..
+            }) => {
+                // A frozen runner takes no SIGTERM.
+                self.thaw_for_stop(key, &life);
                 let cgroup = self
                     .containment
                     .tree()

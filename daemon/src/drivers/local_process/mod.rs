@@ -19,6 +19,7 @@ mod disk_limit;
 mod isolation;
 mod launch;
 mod ledger;
+mod lifecycle;
 mod logs;
 mod peer_check;
 mod prepared;
@@ -96,6 +97,9 @@ struct Running {
     ends: deprovision::EndWaits,
     /// Set when the disk-limit watcher stops it: its exit says so.
     over_disk_limit: bool,
+    /// Paused or not, idle or not, being stopped for a limit or not (see
+    /// [`lifecycle`]).
+    life: lifecycle::RunState,
 }
 
 pub struct LocalProcessDriver {
@@ -335,6 +339,15 @@ impl LocalProcessDriver {
         if let Some(ttl) = config.workspace_ttl {
             tokio::spawn(workspaces::keep_expiring(Arc::downgrade(&inner), ttl));
         }
+        if config.lifecycle.any() {
+            if inner.containment.tree().is_none() {
+                tracing::warn!("[lifecycle] limits are set, but without a cgroup per sandbox a runner's CPU use cannot be read: no runner is ever idle (max_lifetime still applies)");
+            }
+            tokio::spawn(lifecycle::watcher::keep_watching(
+                Arc::downgrade(&inner),
+                config.lifecycle,
+            ));
+        }
         if let Some(limit) = inner.disk_limit.watched() {
             tokio::spawn(disk_limit::watcher::keep_watching(
                 Arc::downgrade(&inner),
@@ -395,7 +408,12 @@ impl Inner {
     ) -> Option<Result<EnsureReport, SandboxError>> {
         let records = self.records();
         let record = records.get(key)?;
-        let running = record.running.as_ref()?;
+        // A paused runner is resumed first, one being stopped for a limit
+        // waits for its end: neither is the fast path.
+        let running = record
+            .running
+            .as_ref()
+            .filter(|running| !running.life.is_paused() && running.life.stopping().is_none())?;
         if let Some(Err(conflict)) =
             expect.map(|expect| expect.check(&key.what(), Some((&record.uid, record.generation))))
         {
@@ -414,6 +432,31 @@ impl Inner {
             differs: differing_fields(env, &runs_with),
             uid: record.uid.clone(),
         }))
+    }
+
+    /// True when `key`'s runner is paused.
+    fn is_paused(&self, key: &SandboxKey) -> bool {
+        self.records()
+            .get(key)
+            .and_then(|record| record.running.as_ref())
+            .is_some_and(|running| running.life.is_paused())
+    }
+
+    /// Refuses, with `conflict`, when `key` is another incarnation than
+    /// `expect` names.
+    fn check_expectation(
+        &self,
+        key: &SandboxKey,
+        expect: Option<&Expectation>,
+    ) -> Result<(), SandboxError> {
+        let Some(expect) = expect else {
+            return Ok(());
+        };
+        let actual = self.incarnation(key);
+        let actual = actual
+            .as_ref()
+            .map(|(uid, generation)| (uid.as_str(), *generation));
+        expect.check(&key.what(), actual)
     }
 
     /// The uid and generation of `key`'s incarnation, if the daemon has one.
@@ -468,6 +511,11 @@ impl Inner {
             tracing::warn!(%error, pid, leader, "cannot record the runner in the ledger");
         }
         let (ends_tx, ends_rx) = deprovision::end_channels();
+        // Found here, outside the table's lock (a stat or two).
+        let cpu_usage = self
+            .containment
+            .tree()
+            .and_then(|tree| cgroup::freeze::CpuUsage::of(&tree.dirs(&key.base_name)));
         // Outside the table's lock: the catalog appends to its journal.
         let known = self.records().get(key).map(|record| record.uid.clone());
         let (uid, new_incarnation) = known.map_or_else(|| self.uid_for(key), |uid| (uid, false));
@@ -494,6 +542,7 @@ impl Inner {
                 started_at_unix_ms: now_unix_ms(),
                 ends: ends_rx,
                 over_disk_limit: false,
+                life: lifecycle::RunState::new(self.logs.output_counter(&key.base_name), cpu_usage),
             });
             record.generation
         };
@@ -571,10 +620,10 @@ impl Inner {
             name: key.base_name.clone(),
             scope: key.scope,
             id: key.id.clone(),
-            state: if running.is_some() {
-                ProbeState::Running
-            } else {
-                ProbeState::Absent
+            state: match running {
+                Some(running) if running.life.is_paused() => ProbeState::Stopped,
+                Some(_) => ProbeState::Running,
+                None => ProbeState::Absent,
             },
             pid: running.map(|running| running.pid),
             container_id: None,
@@ -595,6 +644,7 @@ impl Inner {
             ),
             uid: record.uid.clone(),
             usage: None,
+            paused_since_unix_ms: running.and_then(|running| running.life.paused_since_unix_ms()),
         }
     }
 }
@@ -683,11 +733,29 @@ async fn after_exit(
             .as_ref()
             .is_some_and(|running| running.generation == generation && running.over_disk_limit)
     });
+    let limit_stop = inner.records().get(&key).and_then(|record| {
+        record
+            .running
+            .as_ref()
+            .filter(|running| running.generation == generation)
+            .and_then(|running| running.life.stopping())
+    });
     if over_disk_limit {
         exit.disk_limit_bytes = Some(inner.disk_limit.bytes);
     }
     // With what the cgroup and the disk watcher said added.
     exit.derive_reason();
+    // Stopped by the daemon for a [lifecycle] limit: that is why it ended
+    // (unless its memory or disk limit ended it first).
+    if let Some(reason) = limit_stop {
+        if !matches!(
+            exit.reason,
+            sandboxd_protocol::ExitReason::OutOfMemory { .. }
+                | sandboxd_protocol::ExitReason::DiskLimit { .. }
+        ) {
+            exit.reason = reason;
+        }
+    }
     let stopping = inner.stopping.load(Ordering::Acquire);
     // Before the table says absent: a follower never sees the sandbox gone
     // (or its next generation) without the end of this one recorded. Not
@@ -745,6 +813,9 @@ impl LocalProcessDriver {
         if let Some(report) = self.inner.fast_path(key, env, expect.as_ref()) {
             return report;
         }
+        if let Some(report) = self.resume_for_ensure(key, env, expect.as_ref()).await {
+            return report;
+        }
         if self.inner.stopping.load(Ordering::Acquire) {
             return Err(SandboxError::Unavailable(
                 "sandboxd is shutting down".into(),
@@ -768,6 +839,18 @@ impl LocalProcessDriver {
                 guard = inner.key_locks.lock(&key) => guard,
                 () = reply.closed() => return,
             };
+            // Paused while this call waited for the key: resumed, not
+            // started twice.
+            if inner.is_paused(&key) {
+                if let Err(error) = inner.check_expectation(&key, expect.as_ref()) {
+                    let _ = reply.send(Err(error));
+                    return;
+                }
+                if let Err(error) = inner.resume_locked(&key) {
+                    let _ = reply.send(Err(error));
+                    return;
+                }
+            }
             if let Some(report) = inner.fast_path(&key, &env, expect.as_ref()) {
                 let _ = reply.send(report);
                 return;
@@ -801,6 +884,31 @@ impl LocalProcessDriver {
                 "the runner spawn ended without an answer (see the daemon's log)".into(),
             ))
         })
+    }
+
+    /// `ensure` of a paused sandbox: resumed (the key lock held for the
+    /// thaw), then answered as on the fast path. `None` when it is not
+    /// paused (any more).
+    async fn resume_for_ensure(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+        expect: Option<&Expectation>,
+    ) -> Option<Result<EnsureReport, SandboxError>> {
+        if !self.inner.is_paused(key) {
+            return None;
+        }
+        let _key_guard = self.inner.key_locks.lock(key).await;
+        if !self.inner.is_paused(key) {
+            return None;
+        }
+        if let Err(conflict) = self.inner.check_expectation(key, expect) {
+            return Some(Err(conflict));
+        }
+        if let Err(error) = self.inner.resume_locked(key) {
+            return Some(Err(error));
+        }
+        self.inner.fast_path(key, env, expect)
     }
 
     async fn deprovision_expecting(
@@ -927,14 +1035,13 @@ impl Driver for LocalProcessDriver {
 
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {
         let records = self.inner.records();
-        let running = records
-            .get(key)
-            .is_some_and(|record| record.running.is_some());
-        // A process has no stopped state: an exited runner is absent.
-        Ok(if running {
-            ProbeState::Running
-        } else {
-            ProbeState::Absent
+        let running = records.get(key).and_then(|record| record.running.as_ref());
+        // A process has no stopped state: an exited runner is absent; a
+        // paused one is stopped (the seed's three states).
+        Ok(match running {
+            Some(running) if running.life.is_paused() => ProbeState::Stopped,
+            Some(_) => ProbeState::Running,
+            None => ProbeState::Absent,
         })
     }
 
@@ -989,6 +1096,20 @@ impl Driver for LocalProcessDriver {
 
     async fn workspaces(&self, scope: Option<Scope>) -> Result<Vec<WorkspaceInfo>, SandboxError> {
         self.inner.workspaces(scope).await
+    }
+
+    async fn pause(
+        &self,
+        key: &SandboxKey,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        self.inner.pause(key).await
+    }
+
+    async fn resume(
+        &self,
+        key: &SandboxKey,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        self.inner.resume(key).await
     }
 
     async fn shutdown(&self) {

@@ -151,7 +151,12 @@ pub fn wait_empty(v2: &Path, timeout: Duration) -> io::Result<bool> {
 
 /// Waits until `key` in `dir/cgroup.events` has `value`, reading it again
 /// each time the kernel flags a change.
-fn wait_for_event(dir: &Path, key: &str, value: u64, timeout: Duration) -> io::Result<bool> {
+pub(super) fn wait_for_event(
+    dir: &Path,
+    key: &str,
+    value: u64,
+    timeout: Duration,
+) -> io::Result<bool> {
     let mut events = File::open(dir.join("cgroup.events"))?;
     let deadline = Instant::now() + timeout;
     let mut text = String::new();

@@ -46,6 +46,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::SystemTime;
 
@@ -106,6 +107,9 @@ pub struct RunnerLogs {
     ends: Mutex<ends::Ends>,
     /// Removed sandboxes' last output, for their followers (see [`ends`]).
     departed: Mutex<ends::DepartedLogs>,
+    /// Bytes each sandbox's current runner wrote, counted by its pump: how
+    /// the idle watcher knows output arrived (see [`RunnerLogs::output_counter`]).
+    counters: Mutex<HashMap<String, Arc<AtomicU64>>>,
 }
 
 impl RunnerLogs {
@@ -130,6 +134,7 @@ impl RunnerLogs {
             pumps: OnceLock::new(),
             ends: Mutex::default(),
             departed: Mutex::default(),
+            counters: Mutex::default(),
         }
     }
 
@@ -144,10 +149,19 @@ impl RunnerLogs {
         lock(&self.departed).forget(base);
         self.spares.place_at(&path);
         let share = self.max_size / 2;
-        let output = OutputFile::open(base, self.dir.clone(), share)?;
+        let mut output = OutputFile::open(base, self.dir.clone(), share)?;
+        let counter = Arc::new(AtomicU64::new(0));
+        output.counter = counter.clone();
+        lock(&self.counters).insert(base.to_string(), counter);
         let (read, write) = pipe::runner_pipe()?;
         self.pumps()?.add(read, output);
         Ok(write)
+    }
+
+    /// The count of bytes `base`'s current runner has written so far,
+    /// shared with its pump; `None` before its first runner.
+    pub fn output_counter(&self, base: &str) -> Option<Arc<AtomicU64>> {
+        lock(&self.counters).get(base).cloned()
     }
 
     /// The runner of `base` is gone: moves what its pipe still holds into
@@ -232,6 +246,7 @@ impl RunnerLogs {
         if let Some(pumps) = self.pumps.get() {
             pumps.remove(base);
         }
+        lock(&self.counters).remove(base);
         let mut lineages = self.lineages();
         let lineage = lineages.remove(base).unwrap_or_default();
         let current = file_path(&self.dir, base);

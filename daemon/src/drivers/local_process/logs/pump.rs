@@ -67,6 +67,9 @@ pub struct OutputFile {
     dropped: u64,
     /// Why it was thrown away, for the marker.
     reason: Option<String>,
+    /// Bytes taken from the pipe (written or dropped), shared with the
+    /// idle watcher (see `RunnerLogs::output_counter`).
+    pub(super) counter: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl OutputFile {
@@ -82,6 +85,7 @@ impl OutputFile {
             share: share.max(1),
             dropped: 0,
             reason: None,
+            counter: std::sync::Arc::default(),
         })
     }
 

@@ -254,7 +254,11 @@ impl PumpThread {
                     entry.output.end(logs);
                 }
             }
-            Ok(_) => {
+            Ok(moved) => {
+                entry
+                    .output
+                    .counter
+                    .fetch_add(moved as u64, std::sync::atomic::Ordering::Relaxed);
                 entry.last_moved = Instant::now();
                 if entry.warned {
                     tracing::info!(log = %entry.output.current().display(), "a runner's output file is open again");

@@ -76,7 +76,7 @@ const METRICS: &str = "With metrics_listen = \"127.0.0.1:9464\" in the configura
 default) the daemon serves Prometheus metrics on plain HTTP GET /metrics: sandboxd_sandboxes by tier, \
 scope and state; sandboxd_ensures_total and sandboxd_deprovisions_total by outcome; \
 sandboxd_call_duration_seconds per method; sandboxd_spawn_failures_total; sandboxd_exits_total by \
-reason; sandboxd_lifecycle_stops_total (idle, lifetime). A host name, or a bad or taken address, stops \
+reason; sandboxd_lifecycle_stops_total (idle, lifetime); sandboxd_pauses_total. A host name, or a bad or taken address, stops \
 the daemon at start naming the key; sandboxctl status says where the metrics are served.";
 
 /// The page, in roff.

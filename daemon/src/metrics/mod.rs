@@ -78,6 +78,8 @@ pub struct Metrics {
     spawn_failures: Family<KindLabels, Counter>,
     exits: Family<ReasonLabels, Counter>,
     lifecycle_stops: Family<ReasonLabels, Counter>,
+    /// Pauses (`pause`, or `on_idle = "pause"`), from the `paused` events.
+    pauses: Counter,
     sandboxes: Family<SandboxLabels, Gauge>,
     missed_events: Counter,
 }
@@ -132,6 +134,12 @@ impl Metrics {
             "Runners the daemon stopped for idleness (reason idle) or at the end of their lifetime (reason lifetime)",
             lifecycle_stops.clone(),
         );
+        let pauses = Counter::default();
+        registry.register(
+            "pauses",
+            "Sandboxes paused (by a pause call or on_idle = \"pause\"), from the event stream",
+            pauses.clone(),
+        );
         let sandboxes = Family::default();
         registry.register(
             "sandboxes",
@@ -153,6 +161,7 @@ impl Metrics {
             spawn_failures,
             exits,
             lifecycle_stops,
+            pauses,
             sandboxes,
             missed_events,
         }
@@ -202,12 +211,11 @@ impl Metrics {
 
     /// Counts what one event of the stream says.
     pub fn event(&self, event: &Event) {
+        if event.kind == EventKind::Paused {
+            self.pauses.inc();
+            return;
+        }
         if event.kind != EventKind::Exited {
-            // PAUSES: no event says a sandbox was paused yet (lifecycle
-            // work, issue 19 items 1-5). When one exists, count it here in
-            // a `sandboxd_pauses_total` counter registered beside
-            // `lifecycle_stops`; until then no such series is served,
-            // rather than one that always reads 0.
             return;
         }
         let reason = event
@@ -342,6 +350,11 @@ mod tests {
         );
         metrics.event(&exited(ExitReason::Idle));
         metrics.event(&exited(ExitReason::Exited { code: 0 }));
+        metrics.event(&Event {
+            kind: EventKind::Paused,
+            exit: None,
+            ..exited(ExitReason::Idle)
+        });
         let sandboxes = [SandboxInfo {
             state: ProbeState::Running,
             ..SandboxInfo::absent(Scope::Session, "s", 1, None)
@@ -358,6 +371,7 @@ mod tests {
             "sandboxd_exits_total{reason=\"idle\"} 1",
             "sandboxd_exits_total{reason=\"exited\"} 1",
             "sandboxd_lifecycle_stops_total{reason=\"idle\"} 1",
+            "sandboxd_pauses_total 1",
             "sandboxd_sandboxes{tier=\"local-process\",scope=\"session\",state=\"running\"} 1",
         ] {
             assert!(text.lines().any(|got| got == line), "no {line} in:\n{text}");

@@ -1,0 +1,123 @@
+//! What a docker-tier test daemon leaves on the host: its instance's
+//! network and the egress table on that network's bridge (issue 17,
+//! item 2). The daemons of one instance share both, and the last of them
+//! to stop cleanly removes them (its holder lock, see the daemon's
+//! `holders` module, tells it is the last). The harness fails a test whose
+//! daemon stopped cleanly yet left them with no reason logged, and
+//! removes what a killed daemon, or one that kept them for containers the
+//! test removed since, left once no daemon holds them.
+
+use std::fs::File;
+use std::path::Path;
+use std::process::Command;
+
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::docker_image::docker;
+
+/// Where daemons hold their host-wide objects.
+const HOLDERS: &str = "/run/sandboxd/holders";
+
+/// Why a clean stop may keep the network and table: the lines the
+/// daemon logs then.
+const KEPT_FOR_A_REASON: [&str; 3] = [
+    "another live sandboxd of this instance holds them",
+    "for the containers left running",
+    "cannot list the containers",
+];
+
+/// The instance's network and table, as one test daemon knew them.
+pub struct Leftovers {
+    pub network: String,
+    pub table: Option<String>,
+}
+
+impl Leftovers {
+    /// From the daemon's configuration and log.
+    pub fn of(config_text: &str, log: &str) -> Leftovers {
+        let instance = config_text.lines().find_map(|line| {
+            let value = line.trim().strip_prefix("instance")?.trim();
+            let value = value.strip_prefix('=')?.trim().trim_matches('"');
+            (value != "default").then(|| value.to_string())
+        });
+        let network = match instance {
+            Some(instance) => format!("{instance}-sandboxd-egress"),
+            None => "sandboxd-egress".to_string(),
+        };
+        let table = log
+            .lines()
+            .filter(|line| line.contains("every packet from bridge"))
+            .find_map(|line| line.split("nftables table inet ").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_string);
+        Leftovers { network, table }
+    }
+
+    /// What is still there of them.
+    pub fn present(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        if network_exists(&self.network) {
+            left.push(format!("network {}", self.network));
+        }
+        if let Some(table) = self.table.as_deref().filter(|table| table_exists(table)) {
+            left.push(format!("table inet {table}"));
+        }
+        left
+    }
+
+    /// A clean stop that left them and logged no reason to: the complaint.
+    pub fn complaint_after_clean_stop(&self, log: &str) -> Option<String> {
+        if KEPT_FOR_A_REASON.iter().any(|reason| log.contains(reason)) || self.held() {
+            return None;
+        }
+        let left = self.present();
+        (!left.is_empty()).then(|| {
+            format!("sandboxd stopped cleanly as the last of its instance but left {left:?}")
+        })
+    }
+
+    /// Removes them once no daemon holds them and no container uses the
+    /// network (the engine refuses to remove one in use).
+    pub fn remove_when_unheld(&self) {
+        if self.held() {
+            return;
+        }
+        if network_exists(&self.network) {
+            let removed = docker(&["network", "rm", &self.network]).status.success();
+            if !removed {
+                return;
+            }
+        }
+        if let Some(table) = self.table.as_deref().filter(|table| table_exists(table)) {
+            let _ = Command::new("nft")
+                .args(["delete", "table", "inet", table])
+                .status();
+        }
+        for name in [Some(self.network.as_str()), self.table.as_deref()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = std::fs::remove_file(Path::new(HOLDERS).join(name));
+        }
+    }
+
+    /// True while a live daemon holds the network's name (a lock of our
+    /// own, exclusive and non-blocking, fails).
+    fn held(&self) -> bool {
+        let Ok(file) = File::open(Path::new(HOLDERS).join(&self.network)) else {
+            return false;
+        };
+        Flock::lock(file, FlockArg::LockExclusiveNonblock).is_err()
+    }
+}
+
+fn network_exists(network: &str) -> bool {
+    docker(&["network", "inspect", network]).status.success()
+}
+
+fn table_exists(table: &str) -> bool {
+    Command::new("nft")
+        .args(["list", "table", "inet", table])
+        .output()
+        .is_ok_and(|output| output.status.success())
+}

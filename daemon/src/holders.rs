@@ -205,7 +205,12 @@ pub fn probe_in(dir: &Path, name: &str) -> Probe {
     {
         Ok(file) => file,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Probe::NoFile,
-        Err(error) => return Probe::Held(format!("unknown ({} cannot be opened: {error})", path.display())),
+        Err(error) => {
+            return Probe::Held(format!(
+                "unknown ({} cannot be opened: {error})",
+                path.display()
+            ))
+        }
     };
     let about = read_about(&file);
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
@@ -281,7 +286,10 @@ mod tests {
             }
             other => panic!("a released name probed as {other:?}"),
         }
-        assert!(matches!(probe_in(dir.0.as_path(), "sandboxd_0123"), Probe::NoFile));
+        assert!(matches!(
+            probe_in(dir.0.as_path(), "sandboxd_0123"),
+            Probe::NoFile
+        ));
     }
 
     #[test]
@@ -312,7 +320,10 @@ mod tests {
         gone.forget();
         let held = Held::take_in(dir.0.as_path(), "sandboxd_ab", "new").unwrap();
         assert!(held.path().exists());
-        assert!(matches!(probe_in(dir.0.as_path(), "sandboxd_ab"), Probe::Held(_)));
+        assert!(matches!(
+            probe_in(dir.0.as_path(), "sandboxd_ab"),
+            Probe::Held(_)
+        ));
     }
 
     #[test]

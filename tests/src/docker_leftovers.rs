@@ -121,3 +121,43 @@ fn table_exists(table: &str) -> bool {
         .output()
         .is_ok_and(|output| output.status.success())
 }
+
+/// A test that made a daemon's network itself holds its name as one more
+/// daemon of the instance would, so that no daemon's clean stop removes
+/// it under the test. Dropped, it removes the holder file when it is the
+/// last holder (as a daemon's last stop does).
+pub struct HeldNetwork {
+    path: std::path::PathBuf,
+    lock: Flock<File>,
+}
+
+/// Holds `network`'s name shared (waiting, bounded, while a sweep or a
+/// stopping daemon has it exclusively).
+pub fn hold_network(network: &str) -> HeldNetwork {
+    std::fs::create_dir_all(HOLDERS).expect("create the holders directory");
+    let path = Path::new(HOLDERS).join(network);
+    let mut lock = None;
+    crate::wait_until(std::time::Duration::from_secs(20), || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("open the holder file");
+        lock = Flock::lock(file, FlockArg::LockSharedNonblock).ok();
+        lock.is_some()
+    });
+    HeldNetwork {
+        lock: lock.expect("the network's holder file stayed locked exclusively"),
+        path,
+    }
+}
+
+impl Drop for HeldNetwork {
+    fn drop(&mut self) {
+        if self.lock.relock(FlockArg::LockExclusiveNonblock).is_ok() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}

@@ -136,7 +136,10 @@ async fn the_instance_network_goes_only_at_the_last_daemons_clean_stop() {
     drop(first);
 
     assert!(second.stop().success());
-    assert!(!table_exists(&table), "inet {table} is left after the last stop");
+    assert!(
+        !table_exists(&table),
+        "inet {table} is left after the last stop"
+    );
     assert!(
         !network_exists(&network),
         "{network} is left after the last stop; log:\n{}",
@@ -146,7 +149,8 @@ async fn the_instance_network_goes_only_at_the_last_daemons_clean_stop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_instances_unused_network_and_table_are_removed_by_the_next_start() {
-    if !engine_ready("a_sigkilled_instances_unused_network_and_table_are_removed_by_the_next_start") {
+    if !engine_ready("a_sigkilled_instances_unused_network_and_table_are_removed_by_the_next_start")
+    {
         return;
     }
     let instance = format!("t17k{}", std::process::id());

@@ -482,7 +482,10 @@ fn a_gone_daemons_table_is_swept_and_a_live_ones_stays_even_with_its_cgroup_empt
         nft.list_table(&orphan).is_err(),
         "{orphan} outlived its daemon: {swept:?}"
     );
-    assert!(swept.removed.iter().any(|name| orphan.ends_with(name.as_str())));
+    assert!(swept
+        .removed
+        .iter()
+        .any(|name| orphan.ends_with(name.as_str())));
     assert!(
         nft.list_table(&kept).is_ok(),
         "{kept} was removed while in force"
@@ -524,9 +527,15 @@ fn a_gone_daemons_table_stays_while_its_cgroup_holds_processes() {
         .unwrap_or_default()
         .contains("populated 1")
     {
-        assert!(std::time::Instant::now() < deadline, "the cgroup stayed populated");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cgroup stayed populated"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     orphans::sweep(None);
-    assert!(nft.list_table(&table).is_err(), "{table} outlived its runner");
+    assert!(
+        nft.list_table(&table).is_err(),
+        "{table} outlived its runner"
+    );
 }

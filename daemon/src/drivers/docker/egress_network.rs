@@ -197,7 +197,10 @@ pub async fn sweep_gone_instances(engine: &Engine) {
     let networks = match listed {
         Ok(networks) => networks,
         Err(error) => {
-            tracing::warn!("the sweep of gone instances' networks cannot list them: {}", error.into_sandbox_error("cannot list networks"));
+            tracing::warn!(
+                "the sweep of gone instances' networks cannot list them: {}",
+                error.into_sandbox_error("cannot list networks")
+            );
             return;
         }
     };
@@ -271,9 +274,13 @@ async fn sweep_one(engine: &Engine, name: &str, gone: holders::Gone) {
         })
         .await;
         match removed {
-            Ok(Ok(true)) => tracing::info!(table = %format!("inet {table}"), network = %name, "removed the egress table of that instance's network"),
+            Ok(Ok(true)) => {
+                tracing::info!(table = %format!("inet {table}"), network = %name, "removed the egress table of that instance's network")
+            }
             Ok(Ok(false)) => {}
-            Ok(Err(error)) => tracing::warn!(table = %format!("inet {table}"), "cannot remove the egress table of a gone instance's network: {error}"),
+            Ok(Err(error)) => {
+                tracing::warn!(table = %format!("inet {table}"), "cannot remove the egress table of a gone instance's network: {error}")
+            }
             Err(_) => {}
         }
         if let Some(table_gone) = table_gone {

@@ -1,7 +1,7 @@
 //! Host-wide holder locks: how one daemon tells that another, whose
 //! egress table or docker network it finds, is gone (issue 17, item 6).
 //!
-//! Every daemon takes `/run/sandboxd/holders/<name>` *shared* for each
+//! Every daemon takes `/run/stigmer/holders/<name>` *shared* for each
 //! host-wide object it uses (its `inet sandboxd_*` table, the docker
 //! instance's network) and keeps it for its whole life; the kernel drops
 //! the lock when the process ends, however it ends. Another daemon's
@@ -32,7 +32,7 @@ use nix::fcntl::{Flock, FlockArg};
 /// Where the holder files live: host-wide, so every daemon of the host
 /// sees every other's, and on a tmpfs, so a reboot (which clears tables
 /// and bridges too) clears them.
-pub const DIR: &str = "/run/sandboxd/holders";
+pub const DIR: &str = "/run/stigmer/holders";
 
 /// How long a holder retries while a sweep or a stopping daemon has its
 /// name exclusively (only for as long as one bounded removal takes).

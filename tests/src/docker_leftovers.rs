@@ -16,7 +16,7 @@ use nix::fcntl::{Flock, FlockArg};
 use crate::docker_image::docker;
 
 /// Where daemons hold their host-wide objects.
-const HOLDERS: &str = "/run/sandboxd/holders";
+const HOLDERS: &str = "/run/stigmer/holders";
 
 /// Why a clean stop may keep the network and table: the lines the
 /// daemon logs then.

@@ -16,6 +16,7 @@
 //! `logs` (runner output, from the engine's log of the container).
 
 mod containers;
+mod departed;
 mod egress_network;
 mod engine;
 mod ensure;
@@ -88,6 +89,8 @@ struct Inner {
     key_locks: KeyLocks<SandboxKey>,
     /// Where starts, exits, teardowns and adoptions are announced.
     events: Arc<EventHub>,
+    /// Removed containers' last output, for their followers.
+    departed: departed::DepartedLogs,
 }
 
 impl Inner {
@@ -198,6 +201,7 @@ impl DockerDriver {
             exits: Arc::new(Exits::default()),
             key_locks: KeyLocks::new(),
             events,
+            departed: departed::DepartedLogs::default(),
         });
         first_contact(&inner).await;
         let reaper = ReaperSettings {

@@ -92,11 +92,10 @@ pub async fn read(
     start: LogStart,
     max_bytes: u32,
 ) -> Result<LogChunk, SandboxError> {
+    // Any reader may be a follower on its first read (a tail, then polls).
+    inner.departed.followed(&key.base_name);
     let following = match start {
-        LogStart::Generation(cursor) => {
-            inner.departed.followed(&key.base_name);
-            Some(cursor)
-        }
+        LogStart::Generation(cursor) => Some(cursor),
         _ => None,
     };
     let lookup = inner.inspect(key).await?;
@@ -203,9 +202,7 @@ fn departed(
             next: from.cursor(),
             gap: false,
             at_end: true,
-            ended: Some(
-                "the sandbox's container is gone (deprovisioned or replaced)".to_string(),
-            ),
+            ended: Some("the sandbox's container is gone (deprovisioned or replaced)".to_string()),
         });
     };
     let budget = max_bytes as usize;
@@ -327,11 +324,19 @@ impl Log<'_> {
             .map(|ms| ms.saturating_mul(NS_PER_MS));
         let (mut chunk, cut) = self.forward_until(from, budget, run_start).await?;
         let generation = self.inner.generation(self.key, Some(observed));
-        let recorded = self.inner.exits.last(self.key).map(|recorded| recorded.exit);
+        let recorded = self
+            .inner
+            .exits
+            .last(self.key)
+            .map(|recorded| recorded.exit);
         if cut {
             // The cursor's run ended and the container started again.
             let previous = recorded
-                .filter(|exit| observed.started_at_unix_ms.is_some_and(|start| exit.at_unix_ms <= start))
+                .filter(|exit| {
+                    observed
+                        .started_at_unix_ms
+                        .is_some_and(|start| exit.at_unix_ms <= start)
+                })
                 .map_or_else(
                     || "the runner ended and the sandbox was started again".to_string(),
                     |exit| format!("the runner exited ({exit})"),
@@ -350,7 +355,9 @@ impl Log<'_> {
                 })
                 .or_else(|| observed.last_exit());
             if let Some(exit) = exit {
-                chunk.ended = Some(format!("generation {generation}: the runner exited ({exit})"));
+                chunk.ended = Some(format!(
+                    "generation {generation}: the runner exited ({exit})"
+                ));
             }
         }
         Ok(chunk)
@@ -702,9 +709,9 @@ impl Forward {
             self.seen.push(at_ns);
             return ControlFlow::Continue(());
         }
-        let next_run = self.cut.filter(|&cut| {
-            at_ns >= cut && self.cursor_at.is_some_and(|read| read < cut)
-        });
+        let next_run = self
+            .cut
+            .filter(|&cut| at_ns >= cut && self.cursor_at.is_some_and(|read| read < cut));
         if next_run.is_some() {
             // The next generation's first entry: the followed one ended.
             self.reached_cut = true;

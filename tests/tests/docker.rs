@@ -1311,7 +1311,16 @@ async fn a_runner_over_its_memory_limit_is_oom_killed_and_describe_says_so() {
     client.ensure_session_sandbox(&over, &env).await.unwrap();
     let workspace = volume_dir(&workspace_volume(Scope::Session, &over));
     wait_for_runner_files(&workspace);
-    std::fs::write(workspace.join("allocate-now"), "").unwrap();
+    // A follower ends with the OOM kill, naming it (issue 17, item 5).
+    let allocate = async { std::fs::write(workspace.join("allocate-now"), "").unwrap() };
+    let (_, errors) = follow_until_it_ends(&daemon, &over, "runner-fixture: pid", allocate).await;
+    assert!(
+        errors.contains(&format!(
+            "session {over}: generation 1: the runner exited ("
+        )) && errors.contains("OOM-killed")
+            && errors.contains("its output ends here"),
+        "{errors}"
+    );
     wait_for_probe(&client, Scope::Session, &over, ProbeState::Stopped).await;
     let name = base_name(Scope::Session, &over);
     let state = inspect("container", &name).unwrap()["State"].clone();

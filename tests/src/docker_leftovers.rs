@@ -53,6 +53,26 @@ impl Leftovers {
         Leftovers { network, table }
     }
 
+    /// A network the harness found (one a test's containers joined), and
+    /// the table on its bridge, when one is loaded.
+    pub fn of_network(network: &str) -> Leftovers {
+        let bridge = docker(&[
+            "network",
+            "inspect",
+            network,
+            "--format",
+            "{{index .Options \"com.docker.network.bridge.name\"}}",
+        ]);
+        let bridge = String::from_utf8_lossy(&bridge.stdout).trim().to_string();
+        let table = (!bridge.is_empty())
+            .then(|| table_on_bridge(&bridge))
+            .flatten();
+        Leftovers {
+            network: network.to_string(),
+            table,
+        }
+    }
+
     /// What is still there of them.
     pub fn present(&self) -> Vec<String> {
         let mut left = Vec::new();
@@ -109,6 +129,23 @@ impl Leftovers {
         };
         Flock::lock(file, FlockArg::LockExclusiveNonblock).is_err()
     }
+}
+
+/// The `inet sandboxd_*` table whose rules match `bridge`.
+fn table_on_bridge(bridge: &str) -> Option<String> {
+    let tables = Command::new("nft").args(["list", "tables"]).output().ok()?;
+    let wanted = format!("iifname \"{bridge}\"");
+    String::from_utf8_lossy(&tables.stdout)
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("table inet "))
+        .filter(|name| name.starts_with("sandboxd_"))
+        .find(|name| {
+            Command::new("nft")
+                .args(["list", "table", "inet", name])
+                .output()
+                .is_ok_and(|listing| String::from_utf8_lossy(&listing.stdout).contains(&wanted))
+        })
+        .map(str::to_string)
 }
 
 fn network_exists(network: &str) -> bool {

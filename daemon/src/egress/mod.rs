@@ -22,13 +22,17 @@
 //! unrestricted.
 //!
 //! Life cycle (process tier; the docker tier keeps its table on a clean
-//! stop, since containers outlive the daemon): installed at start, before
+//! stop while containers of its instance, which outlive the daemon, or
+//! other live daemons of the instance remain): installed at start, before
 //! the daemon serves, by one atomic
 //! nft transaction that replaces the table a previous instance left (so a
 //! restart has no window without rules); re-verified periodically; removed
 //! on a clean stop, after every runner is stopped. A crashed daemon leaves
 //! its table in force, so runners it leaves behind stay held to it until
 //! the next start's sweep kills them; a next start with `none` deletes it.
+//! Each table is held by a host-wide lock ([`crate::holders`]) from before
+//! it is loaded; other daemons' sweeps ([`orphans`], after they serve)
+//! remove it only once that lock is free and nothing it held is left.
 
 mod cgroup_target;
 mod nft;

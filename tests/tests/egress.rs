@@ -157,6 +157,15 @@ fn table_of(daemon: &TestDaemon) -> String {
         .to_string()
 }
 
+/// True when no process holds the lock of `path` (or there is no file).
+fn lock_is_free(path: &std::path::Path) -> bool {
+    use nix::fcntl::{Flock, FlockArg};
+    match std::fs::File::open(path) {
+        Ok(file) => Flock::lock(file, FlockArg::LockExclusiveNonblock).is_ok(),
+        Err(_) => true,
+    }
+}
+
 fn table_exists(table: &str) -> bool {
     std::process::Command::new("nft")
         .args(["list", "table", "inet", table])
@@ -177,6 +186,14 @@ async fn the_start_up_sweep_keeps_a_live_daemons_table_and_removes_a_sigkilled_o
     let killed_socket = killed.socket().display().to_string();
     killed.kill();
     assert!(table_exists(&killed_table), "a SIGKILL removed the table");
+    // Gone once no process of it holds its lock any more (the kernel
+    // drops it as the last of them exits).
+    let holder = std::path::Path::new("/run/stigmer/holders").join(&killed_table);
+    assert!(
+        wait_until(Duration::from_secs(60), || lock_is_free(&holder)),
+        "{} stayed locked after the SIGKILL",
+        holder.display()
+    );
 
     let next = TestDaemon::start(Options::default());
     assert!(
@@ -198,11 +215,11 @@ async fn the_start_up_sweep_keeps_a_live_daemons_table_and_removes_a_sigkilled_o
         next.log_text()
     );
     let log = next.log_text();
-    if let Some(line) = log.lines().find(|line| line.contains(&killed_table)) {
+    if let Some(line) = log.lines().find(|line| {
+        line.contains(&killed_table) && line.contains("removed another daemon's egress table")
+    }) {
         assert!(
-            line.contains("removed another daemon's egress table")
-                && line.contains("holder lock")
-                && line.contains(&killed_socket),
+            line.contains("holder lock") && line.contains(&killed_socket),
             "the removal does not say whose it was and why: {line}"
         );
     }

@@ -8,6 +8,7 @@ mod drivers;
 mod egress;
 mod events;
 mod fd_limit;
+mod holders;
 mod incarnation;
 mod instance;
 mod logging;
@@ -122,6 +123,12 @@ fn main() -> ExitCode {
     };
     logging::init(config.log_level.as_deref());
     config.instance.clone().install();
+    holders::describe_this_daemon(format!(
+        "socket {} state_dir {} instance {}",
+        config.socket.display(),
+        config.state_dir.display(),
+        config.instance.display_name()
+    ));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .on_thread_start(slice::request_short_slice)
         .enable_all()

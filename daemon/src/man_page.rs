@@ -48,7 +48,7 @@ const ENVIRONMENT: [(&str, &str); 9] = [
 ];
 
 /// The files a root daemon uses by default.
-const FILES: [(&str, &str); 5] = [
+const FILES: [(&str, &str); 6] = [
     (
         "/etc/stigmer/sandboxd.toml",
         "the configuration file, when it exists (--config names another)",
@@ -64,6 +64,10 @@ const FILES: [(&str, &str); 5] = [
     (
         "/run/stigmer/uids",
         "the host-wide claims on the sandboxes' uids (uid_claims_dir)",
+    ),
+    (
+        "/run/stigmer/holders",
+        "holder locks: which daemons live hold which egress table and docker network (see the README)",
     ),
     (
         "/usr/local/share/doc/sandboxd/README.md",

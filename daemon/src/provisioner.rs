@@ -135,6 +135,12 @@ pub trait Driver: Send + Sync + 'static {
     /// Every sandbox the driver owns, optionally of one scope, in any order.
     async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError>;
 
+    /// The socket serves: start, in the background, the start-up work
+    /// that must never delay serving (the sweep of other daemons'
+    /// leftovers, issue 17 item 6). Must return at once. The default has
+    /// none.
+    fn serving(&self) {}
+
     /// The daemon is stopping: tear down what must not outlive it (the
     /// process tier's runners) and leave the rest (containers) running.
     async fn shutdown(&self);

@@ -613,15 +613,9 @@ impl TestDaemon {
     /// Stops a daemon still running as its operator would (SIGTERM), so it
     /// removes what it made (its egress table, its sandboxes' cgroups);
     /// SIGKILL only when it does not exit in time. True when it exited by
-    /// itself with success.
-    ///
-    /// Not a docker daemon: the tests run several of one instance on one
-    /// engine at once, and one stopping cleanly removes the instance's
-    /// network while another is about to start a container on it.
+    /// itself with success. Docker daemons too: several of one instance
+    /// share its network, and only the last to stop removes it.
     fn stop_cleanly(&mut self) -> bool {
-        if self.log_text().contains("driver=\"docker\"") {
-            return false;
-        }
         let Some(pid) = self.pid().filter(|_| self.is_running()) else {
             return false;
         };
@@ -631,6 +625,24 @@ impl TestDaemon {
             .is_some_and(|status| status.success());
         self.kill();
         clean
+    }
+
+    /// A docker daemon's instance network and table: the complaint when a
+    /// clean stop left them with no reason logged; either way, they are
+    /// removed once no daemon holds them (see [`crate::docker_leftovers`]).
+    fn docker_leftovers(&self, clean: bool) -> Option<String> {
+        let log = self.log_text();
+        if !log.contains("driver=\"docker\"") {
+            return None;
+        }
+        let config = fs::read_to_string(&self.config).unwrap_or_default();
+        let leftovers = crate::docker_leftovers::Leftovers::of(&config, &log);
+        let complaint = (clean && !std::thread::panicking())
+            .then(|| leftovers.complaint_after_clean_stop(&log))
+            .flatten()
+            .map(|complaint| format!("{complaint}; its log:\n{log}"));
+        leftovers.remove_when_unheld();
+        complaint
     }
 
     /// The process tier's egress tables this daemon's log says it loaded
@@ -670,6 +682,7 @@ impl Drop for TestDaemon {
         let clean = self.stop_cleanly();
         self.kill_everything();
         let left = self.remove_left_tables();
+        let docker = self.docker_leftovers(clean);
         let panicking = std::thread::panicking();
         if panicking {
             eprintln!("test failed — daemon log:\n{}", self.log_text());
@@ -682,6 +695,7 @@ impl Drop for TestDaemon {
                 self.log_text()
             )
         });
+        let complaint = complaint.or(docker);
         remove_test_dir(&self.dir);
         if let Some(complaint) = complaint {
             panic!("{complaint}");

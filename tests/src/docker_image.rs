@@ -209,13 +209,33 @@ impl Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
+        // The daemons' networks the containers joined: a daemon that stopped
+        // while they ran kept its network for them (issue 17, item 2).
+        let mut networks = Vec::new();
         for id in &self.ids {
             for container in containers_of(id) {
+                let joined = docker(&[
+                    "inspect",
+                    &container,
+                    "--format",
+                    "{{range $name, $_ := .NetworkSettings.Networks}}{{$name}} {{end}}",
+                ]);
+                networks.extend(
+                    String::from_utf8_lossy(&joined.stdout)
+                        .split_whitespace()
+                        .filter(|name| name.ends_with("sandboxd-egress"))
+                        .map(str::to_string),
+                );
                 let _ = docker(&["rm", "-f", "-v", &container]);
             }
             for volume in volumes_of(id) {
                 let _ = docker(&["volume", "rm", "-f", &volume]);
             }
+        }
+        networks.sort();
+        networks.dedup();
+        for network in networks {
+            crate::docker_leftovers::Leftovers::of_network(&network).remove_when_unheld();
         }
     }
 }

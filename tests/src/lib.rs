@@ -23,6 +23,7 @@ pub use runner::{
 };
 pub mod activation;
 pub mod docker_image;
+pub mod docker_leftovers;
 pub mod events;
 pub mod k8s;
 pub mod k8s_standin;

@@ -1057,7 +1057,8 @@ async fn container_output_is_read_from_the_engine_with_tail_and_a_cursor_across_
     assert_eq!((small.as_str(), gap), (text.as_str(), false));
 
     // Killed and started again (the same container, so the same log): a
-    // follower from the end sees the second run only, and so does a cursor.
+    // follower from the end ends with the run it follows, saying how, and
+    // never reads into the next one (issue 17, item 5); a cursor reads on.
     let mut follower =
         daemon.spawn_sandboxctl(&["logs", "session", &id, "--tail", "1", "--follow"]);
     let (lines, followed) = std::sync::mpsc::channel();
@@ -1078,21 +1079,21 @@ async fn container_output_is_read_from_the_engine_with_tail_and_a_cursor_across_
     let report = client.ensure_session_sandbox(&id, &env).await.unwrap();
     assert_eq!((report.created, report.generation), (true, 2), "{report:?}");
     assert_eq!(container_id(&name), first, "started again, not recreated");
-    let mut run = String::new();
-    for _ in 0..21 {
-        let line = next_line().expect("the follower shows the second run");
-        run.push_str(&line);
-        run.push('\n');
-    }
-    assert_one_run(&run);
-    // Three more polls: nothing repeated, and still following.
-    assert!(followed.recv_timeout(Duration::from_millis(1500)).is_err());
     assert!(
-        follower.try_wait().unwrap().is_none(),
-        "--follow ended by itself"
+        sandboxd_tests::wait_until(Duration::from_secs(30), || follower
+            .try_wait()
+            .unwrap()
+            .is_some()),
+        "--follow did not end with the run it followed"
     );
-    follower.kill().unwrap();
+    let crossed: Vec<String> = std::iter::from_fn(|| next_line().ok()).collect();
+    assert!(crossed.is_empty(), "crossed into the next run: {crossed:?}");
     let errors = stderr(&follower.wait_with_output().unwrap());
+    assert!(
+        errors.contains(&format!("session {id}: generation 1: the runner"))
+            && errors.contains("its output ends here"),
+        "{errors}"
+    );
     assert!(!errors.contains("lost"), "{errors}");
     wait_for_runner_files(&workspace);
     let (second, gap, end) =
@@ -1123,6 +1124,112 @@ async fn container_output_is_read_from_the_engine_with_tail_and_a_cursor_across_
         stderr(&absent).contains(&format!("workflow '{never}' has no output to show")),
         "{}",
         stderr(&absent)
+    );
+}
+
+/// Follows `id` with `sandboxctl logs --follow` until it ends by itself
+/// (once `then` has run): its stdout and stderr.
+async fn follow_until_it_ends(
+    daemon: &TestDaemon,
+    id: &str,
+    wait_for: &str,
+    then: impl std::future::Future<Output = ()>,
+) -> (String, String) {
+    let mut follower = daemon.spawn_sandboxctl(&["logs", "session", id, "--follow"]);
+    let (lines, followed) = std::sync::mpsc::channel();
+    let output = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(output).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen.iter().any(|line: &String| line.contains(wait_for)) {
+        match followed.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => seen.push(line),
+            Err(_) => {
+                let _ = follower.kill();
+                panic!("the follower never printed {wait_for:?}: {seen:?}");
+            }
+        }
+    }
+    then.await;
+    let ended = sandboxd_tests::wait_until(Duration::from_secs(30), || {
+        follower.try_wait().unwrap().is_some()
+    });
+    if !ended {
+        let _ = follower.kill();
+    }
+    seen.extend(std::iter::from_fn(|| {
+        followed.recv_timeout(Duration::from_secs(5)).ok()
+    }));
+    let errors = stderr(&follower.wait_with_output().unwrap());
+    assert!(
+        ended,
+        "--follow did not end with its generation: {seen:?}\n{errors}"
+    );
+    let mut text = seen.join("\n");
+    text.push('\n');
+    (text, errors)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_docker_follow_ends_after_the_last_line_at_a_deprovision_with_or_without_the_workspace() {
+    let test = "a_docker_follow_ends_after_the_last_line_at_a_deprovision";
+    let Some(([kept, gone], _cleanup)) = engine_and_fresh_ids(test, ["follow-kept", "follow-gone"])
+    else {
+        return;
+    };
+    let daemon = TestDaemon::start(docker_options("command = [\"--print-lines\", \"3\"]"));
+    let client = daemon.client().await;
+    for (id, keep_workspace) in [(&kept, true), (&gone, false)] {
+        let env = sandbox_env(&format!("session:{id}"), "tok-follow");
+        client.ensure_session_sandbox(id, &env).await.unwrap();
+        let deprovision = async {
+            let mut args = vec!["deprovision", "session", id.as_str()];
+            if keep_workspace {
+                args.push("--keep-workspace");
+            }
+            let output = daemon.sandboxctl(&args);
+            assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        };
+        let (text, errors) =
+            follow_until_it_ends(&daemon, id, "runner-fixture line 3", deprovision).await;
+        // The runner's last words, written at SIGTERM, came before the end.
+        assert!(
+            text.ends_with("runner-fixture: got SIGTERM, exiting\n"),
+            "keep_workspace={keep_workspace}: {text}"
+        );
+        assert!(
+            errors.contains(&format!(
+                "session {id}: generation 1: the runner was stopped (sandbox deprovisioned); its output ends here"
+            )),
+            "keep_workspace={keep_workspace}: {errors}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_docker_follow_ends_when_its_runner_exits_saying_how() {
+    let test = "a_docker_follow_ends_when_its_runner_exits_saying_how";
+    let Some(([id], _cleanup)) = engine_and_fresh_ids(test, ["follow-exit"]) else {
+        return;
+    };
+    let daemon = TestDaemon::start(docker_options(
+        "command = [\"--print-lines\", \"3\", \"--exit-code\", \"3\"]",
+    ));
+    let client = daemon.client().await;
+    let env = sandbox_env(&format!("session:{id}"), "tok-exit");
+    client.ensure_session_sandbox(&id, &env).await.unwrap();
+    let (text, errors) = follow_until_it_ends(&daemon, &id, "runner-fixture: pid", async {}).await;
+    assert!(text.contains("runner-fixture: pid"), "{text}");
+    assert!(
+        errors.contains(&format!(
+            "session {id}: generation 1: the runner exited (code 3); its output ends here"
+        )),
+        "{errors}"
     );
 }
 
@@ -1204,7 +1311,16 @@ async fn a_runner_over_its_memory_limit_is_oom_killed_and_describe_says_so() {
     client.ensure_session_sandbox(&over, &env).await.unwrap();
     let workspace = volume_dir(&workspace_volume(Scope::Session, &over));
     wait_for_runner_files(&workspace);
-    std::fs::write(workspace.join("allocate-now"), "").unwrap();
+    // A follower ends with the OOM kill, naming it (issue 17, item 5).
+    let allocate = async { std::fs::write(workspace.join("allocate-now"), "").unwrap() };
+    let (_, errors) = follow_until_it_ends(&daemon, &over, "runner-fixture: pid", allocate).await;
+    assert!(
+        errors.contains(&format!(
+            "session {over}: generation 1: the runner exited ("
+        )) && errors.contains("OOM-killed")
+            && errors.contains("its output ends here"),
+        "{errors}"
+    );
     wait_for_probe(&client, Scope::Session, &over, ProbeState::Stopped).await;
     let name = base_name(Scope::Session, &over);
     let state = inspect("container", &name).unwrap()["State"].clone();

@@ -30,10 +30,14 @@ const BRIDGE: &str = "sbxd-egress";
 struct OwnNetwork {
     gateway: String,
     table: Option<String>,
+    /// Held as a daemon of the instance would: the daemons' clean stops
+    /// keep the network the test made for as long as the test uses it.
+    _held: sandboxd_tests::docker_leftovers::HeldNetwork,
 }
 
 impl OwnNetwork {
     fn create() -> OwnNetwork {
+        let held = sandboxd_tests::docker_leftovers::hold_network(NETWORK);
         let exists = docker(&["network", "inspect", NETWORK]).status.success();
         if !exists {
             docker_ok(&[
@@ -64,6 +68,7 @@ impl OwnNetwork {
         OwnNetwork {
             gateway,
             table: None,
+            _held: held,
         }
     }
 }

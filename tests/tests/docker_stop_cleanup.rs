@@ -92,3 +92,98 @@ async fn a_clean_stop_with_no_sandbox_left_removes_the_table_and_the_network() {
         "{network} is left after the stop"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instance_network_goes_only_at_the_last_daemons_clean_stop() {
+    if !engine_ready("the_instance_network_goes_only_at_the_last_daemons_clean_stop") {
+        return;
+    }
+    let instance = format!("t17l{}", std::process::id());
+    let network = format!("{instance}-sandboxd-egress");
+    let id = unique_id("last");
+
+    // Two daemons of one instance share its network and table.
+    let mut first = daemon(&instance);
+    let mut second = daemon(&instance);
+    let table = egress_table(&first);
+    assert_eq!(egress_table(&second), table);
+    let client = first.client().await;
+    client
+        .ensure_session_sandbox(&id, &sandbox_env(&format!("session:{id}"), "tok"))
+        .await
+        .unwrap();
+    client.deprovision_session_sandbox(&id).await.unwrap();
+    assert!(table_exists(&table) && network_exists(&network));
+
+    // No sandbox is left, but the second daemon still serves on them.
+    assert!(first.stop().success());
+    assert!(
+        table_exists(&table),
+        "the first stop removed the table another live daemon holds; its log:\n{}",
+        first.log_text()
+    );
+    assert!(
+        network_exists(&network),
+        "the first stop removed the network another live daemon holds"
+    );
+    assert!(
+        first
+            .log_text()
+            .contains("another live sandboxd of this instance holds them"),
+        "{}",
+        first.log_text()
+    );
+    drop(first);
+
+    assert!(second.stop().success());
+    assert!(
+        !table_exists(&table),
+        "inet {table} is left after the last stop"
+    );
+    assert!(
+        !network_exists(&network),
+        "{network} is left after the last stop; log:\n{}",
+        second.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_instances_unused_network_and_table_are_removed_by_the_next_start() {
+    if !engine_ready("a_sigkilled_instances_unused_network_and_table_are_removed_by_the_next_start")
+    {
+        return;
+    }
+    let instance = format!("t17k{}", std::process::id());
+    let network = format!("{instance}-sandboxd-egress");
+    let id = unique_id("killed");
+    let mut killed = daemon(&instance);
+    let table = egress_table(&killed);
+    let client = killed.client().await;
+    client
+        .ensure_session_sandbox(&id, &sandbox_env(&format!("session:{id}"), "tok"))
+        .await
+        .unwrap();
+    client.deprovision_session_sandbox(&id).await.unwrap();
+    killed.kill();
+    assert!(table_exists(&table) && network_exists(&network));
+
+    // A live daemon of another instance keeps its own, and takes these.
+    let other = daemon(&format!("t17o{}", std::process::id()));
+    let own_table = egress_table(&other);
+    assert!(
+        sandboxd_tests::wait_until(std::time::Duration::from_secs(60), || {
+            !network_exists(&network) && !table_exists(&table)
+        }),
+        "the killed instance's network or table is left; the next daemon's log:\n{}",
+        other.log_text()
+    );
+    assert!(table_exists(&own_table));
+    let log = other.log_text();
+    if log.contains(&format!("network={network}")) {
+        assert!(
+            log.contains("its holder lock") && log.contains("was free"),
+            "the removal does not say why:\n{log}"
+        );
+    }
+    drop(killed);
+}

@@ -145,3 +145,88 @@ async fn egress_none_is_said_to_be_unrestricted() {
             .into_owned();
     assert!(text.contains("egress:       none (unrestricted"), "{text}");
 }
+
+/// The process-tier table `daemon` loaded, from its log.
+fn table_of(daemon: &TestDaemon) -> String {
+    let log = daemon.log_text();
+    log.lines()
+        .filter(|line| line.contains("every socket under cgroup"))
+        .find_map(|line| line.split("nftables table inet ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no table in the log:\n{log}"))
+        .to_string()
+}
+
+/// True when no process holds the lock of `path` (or there is no file).
+fn lock_is_free(path: &std::path::Path) -> bool {
+    use nix::fcntl::{Flock, FlockArg};
+    match std::fs::File::open(path) {
+        Ok(file) => Flock::lock(file, FlockArg::LockExclusiveNonblock).is_ok(),
+        Err(_) => true,
+    }
+}
+
+fn table_exists(table: &str) -> bool {
+    std::process::Command::new("nft")
+        .args(["list", "table", "inet", table])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_up_sweep_keeps_a_live_daemons_table_and_removes_a_sigkilled_ones() {
+    // Neither has a sandbox, so both cgroups are empty: only the holder
+    // lock tells the live daemon from the gone one.
+    let live = TestDaemon::start(Options::default());
+    let live_table = table_of(&live);
+    let mut killed = TestDaemon::start(Options::default());
+    let killed_table = table_of(&killed);
+    let killed_socket = killed.socket().display().to_string();
+    killed.kill();
+    assert!(table_exists(&killed_table), "a SIGKILL removed the table");
+    // Gone once no process of it holds its lock any more (the kernel
+    // drops it as the last of them exits).
+    let holder = std::path::Path::new("/run/stigmer/holders").join(&killed_table);
+    assert!(
+        wait_until(Duration::from_secs(60), || lock_is_free(&holder)),
+        "{} stayed locked after the SIGKILL",
+        holder.display()
+    );
+
+    let next = TestDaemon::start(Options::default());
+    assert!(
+        wait_until(Duration::from_secs(60), || next
+            .log_text()
+            .contains("swept other daemons' egress tables")),
+        "the sweep never ended; log:\n{}",
+        next.log_text()
+    );
+    // Other tests' daemons sweep too: whoever removed it, it is gone.
+    assert!(
+        !table_exists(&killed_table),
+        "inet {killed_table} of a SIGKILLed daemon outlived the next start's sweep; log:\n{}",
+        next.log_text()
+    );
+    assert!(
+        table_exists(&live_table),
+        "the sweep removed inet {live_table} of a live daemon; log:\n{}",
+        next.log_text()
+    );
+    let log = next.log_text();
+    if let Some(line) = log.lines().find(|line| {
+        line.contains(&killed_table) && line.contains("removed another daemon's egress table")
+    }) {
+        assert!(
+            line.contains("holder lock") && line.contains(&killed_socket),
+            "the removal does not say whose it was and why: {line}"
+        );
+    }
+    // The sweep ran after the daemon served: it answered first.
+    let serving = log.find("sandboxd is serving").unwrap();
+    let swept = log.find("swept other daemons' egress tables").unwrap();
+    assert!(serving < swept, "{log}");
+    drop(killed);
+    drop(live);
+}

@@ -12,7 +12,7 @@ use sandboxd_client::{ClientError, EnsureReport, ProbeState, SandboxError, Scope
 use sandboxd_tests::procs::{self, process_group};
 use sandboxd_tests::{
     eventually, pid_is_gone, read_grandchild_pid, runner_env, sandbox_env, start_time,
-    wait_for_runner, wait_until, Options, TestDaemon, NOBODY, RUNNER_UIDS,
+    wait_for_runner, wait_until, Options, TestDaemon, NOBODY, RUNNER_TIMEOUT, RUNNER_UIDS,
 };
 
 const GONE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -110,6 +110,8 @@ async fn ensure_provisions_once_then_takes_the_fast_path() {
     assert_eq!((wf_again.created, wf_again.pid), (false, wf.pid));
     assert_eq!(client.list(Some(Scope::Workflow)).await.unwrap().len(), 1);
     assert_eq!(client.list(None).await.unwrap().len(), 2);
+    // A runner's environment shows in /proc once it has exec'd: wait for it.
+    wait_until(RUNNER_TIMEOUT, || daemon.leftover_processes().len() == 2);
     assert_eq!(daemon.leftover_processes().len(), 2, "exactly two runners");
 }
 

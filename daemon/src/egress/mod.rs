@@ -22,13 +22,17 @@
 //! unrestricted.
 //!
 //! Life cycle (process tier; the docker tier keeps its table on a clean
-//! stop, since containers outlive the daemon): installed at start, before
+//! stop while containers of its instance, which outlive the daemon, or
+//! other live daemons of the instance remain): installed at start, before
 //! the daemon serves, by one atomic
 //! nft transaction that replaces the table a previous instance left (so a
 //! restart has no window without rules); re-verified periodically; removed
 //! on a clean stop, after every runner is stopped. A crashed daemon leaves
 //! its table in force, so runners it leaves behind stay held to it until
 //! the next start's sweep kills them; a next start with `none` deletes it.
+//! Each table is held by a host-wide lock ([`crate::holders`]) from before
+//! it is loaded; other daemons' sweeps ([`orphans`], after they serve)
+//! remove it only once that lock is free and nothing it held is left.
 
 mod cgroup_target;
 mod nft;
@@ -47,6 +51,8 @@ use std::time::Duration;
 use sandboxd_protocol::egress::Posture;
 use sandboxd_protocol::{EgressStatus, SandboxError};
 
+use crate::holders::Held;
+
 use cgroup_target::{find_v2_mount, CgroupTarget};
 use nft::Nft;
 use ruleset::{Matched, Ruleset};
@@ -59,6 +65,12 @@ pub struct Egress {
     state: Mutex<State>,
     /// Held across the nft calls made after start.
     work: Mutex<()>,
+    /// The table's holder lock (see [`crate::holders`]), held shared from
+    /// before the table is loaded until it is removed: while held, no
+    /// other daemon's sweep removes the table.
+    holder: Mutex<Option<Held>>,
+    /// The table's name, when this daemon has one (its sweep skips it).
+    table: Option<String>,
 }
 
 enum State {
@@ -107,14 +119,25 @@ impl Egress {
                 None
             }
         };
-        let state = match matched() {
-            Ok(matched) => install_or_fall_back(Ruleset::new(posture, matched)),
-            Err(reason) => not_enforced(posture, reason),
+        let (state, holder, table) = match matched() {
+            Ok(matched) => {
+                let ruleset = Ruleset::new(posture, matched);
+                let table = ruleset.table.clone();
+                // Before the table is loaded, so no sweep can take it
+                // for a gone daemon's in between.
+                let holder = Held::take(&table)
+                    .inspect_err(|error| tracing::warn!(%table, "the table's holder lock cannot be taken, so another daemon's sweep may take this daemon for gone and remove it: {error}"))
+                    .ok();
+                (install_or_fall_back(ruleset), holder, Some(table))
+            }
+            Err(reason) => (not_enforced(posture, reason), None, None),
         };
         Egress {
             setting,
             state: Mutex::new(state),
             work: Mutex::new(()),
+            holder: Mutex::new(holder),
+            table,
         }
     }
 
@@ -129,6 +152,8 @@ impl Egress {
             setting,
             state: Mutex::new(state),
             work: Mutex::new(()),
+            holder: Mutex::new(None),
+            table: None,
         }
     }
 
@@ -146,6 +171,8 @@ impl Egress {
             setting,
             state: Mutex::new(state),
             work: Mutex::new(()),
+            holder: Mutex::new(None),
+            table: None,
         }
     }
 
@@ -242,18 +269,42 @@ impl Egress {
         }
     }
 
-    /// Removes the table. Only on a clean stop, once no runner is left;
+    /// Removes the table, unless another live daemon holds it too (the
+    /// docker tier's, shared by every daemon of an instance): the last
+    /// holder removes it. Only on a clean stop, once no runner is left;
     /// nothing starts or reinstalls it afterwards. Blocking.
     pub fn remove(&self) {
         let _work = self.work();
-        let Some((nft, ruleset)) = self.in_force() else {
+        let holder = self
+            .holder
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .take();
+        if holder.as_ref().is_some_and(|holder| !holder.claim_last()) {
+            tracing::info!(
+                table = self.table.as_deref().unwrap_or_default(),
+                "egress rules kept: another live sandboxd holds the same table"
+            );
             return;
-        };
-        *self.state() = State::Unenforceable("sandboxd is stopping: its rules were removed".into());
-        match nft.delete_table(&ruleset.table_spec()) {
-            Ok(()) => tracing::info!(table = %ruleset.table_spec(), "egress rules removed"),
-            Err(error) => tracing::warn!("egress rules left in place: {error}"),
         }
+        if let Some((nft, ruleset)) = self.in_force() {
+            *self.state() =
+                State::Unenforceable("sandboxd is stopping: its rules were removed".into());
+            match nft.delete_table(&ruleset.table_spec()) {
+                Ok(()) => tracing::info!(table = %ruleset.table_spec(), "egress rules removed"),
+                Err(error) => tracing::warn!("egress rules left in place: {error}"),
+            }
+        }
+        if let Some(holder) = holder {
+            holder.release();
+        }
+    }
+
+    /// Removes the egress tables of other daemons that are gone (see
+    /// [`orphans`]), never this one's. Blocking, every nft call bounded:
+    /// run it once the daemon serves, on a thread of its own.
+    pub fn sweep_others(&self) {
+        orphans::sweep(self.table.as_deref());
     }
 
     /// The tool and the rules, when in force; the state lock is held only
@@ -295,6 +346,23 @@ pub async fn keep_verified(egress: Weak<Egress>) {
         };
         let _ = tokio::task::spawn_blocking(move || egress.reverify()).await;
     }
+}
+
+/// The name of the table that holds `bridge` (the docker tier's), for a
+/// sweep that removes a gone instance's network with it.
+pub fn bridge_table(bridge: &str) -> String {
+    Ruleset::new(None, Matched::Bridge(bridge.to_string())).table
+}
+
+/// Removes `table` (a gone docker instance's) when it exists. Blocking,
+/// bounded. Ok(false) when there was none.
+pub fn remove_table(table: &str) -> Result<bool, String> {
+    let nft = Nft::find()?.bounded(orphans::SWEEP_CALL_TIMEOUT);
+    let spec = format!("inet {table}");
+    if nft.list_table(&spec).is_err() {
+        return Ok(false);
+    }
+    nft.delete_table(&spec).map(|()| true)
 }
 
 /// How `status` names `egress = "none"`.
@@ -420,7 +488,6 @@ fn locate_cgroup(sandboxes_cgroup: Option<&Path>) -> Result<Matched, String> {
 /// what was loaded.
 fn install(ruleset: &Ruleset) -> Result<Nft, String> {
     let nft = Nft::find()?;
-    orphans::remove_orphans(&nft);
     nft.apply(&ruleset.script())?;
     let listing = nft.list_table(&ruleset.table_spec())?;
     ruleset.verify(&listing).map_err(|why| {

@@ -7,14 +7,23 @@
 //! language is its stable interface, and the script is small enough to
 //! read (see [`super::ruleset`]). Hand-written netlink would be far more.
 
-use std::io::Write as _;
+use std::io::{Read, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one nft call may take before it is killed and counted as
+/// failed: nft answers in milliseconds, so only a wedged kernel or tool
+/// (or a machine stalled far past any deadline) reaches it, and then
+/// nothing waits on it for ever.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The `nft` executable found on `PATH`.
 #[derive(Debug, Clone)]
 pub struct Nft {
     program: PathBuf,
+    /// The bound on each call: see [`CALL_TIMEOUT`] and [`Nft::bounded`].
+    timeout: Duration,
 }
 
 impl Nft {
@@ -24,7 +33,10 @@ impl Nft {
         std::env::split_paths(&path)
             .map(|dir| dir.join("nft"))
             .find(|candidate| is_executable(candidate))
-            .map(|program| Nft { program })
+            .map(|program| Nft {
+                program,
+                timeout: CALL_TIMEOUT,
+            })
             .ok_or_else(|| {
                 format!(
                     "the nft tool (nftables) is not on the daemon's PATH ({})",
@@ -33,6 +45,14 @@ impl Nft {
                         .unwrap_or_default()
                 )
             })
+    }
+
+    /// The same tool with each call bounded by `timeout` instead.
+    pub fn bounded(&self, timeout: Duration) -> Nft {
+        Nft {
+            program: self.program.clone(),
+            timeout,
+        }
     }
 
     /// Applies `script` as one transaction (`nft -f -`).
@@ -48,9 +68,7 @@ impl Nft {
             // A failed write shows up as nft's own error below.
             let _ = stdin.write_all(script.as_bytes());
         }
-        let output = child
-            .wait_with_output()
-            .map_err(|error| format!("cannot wait for {}: {error}", self.program.display()))?;
+        let output = self.wait(child)?;
         self.answer(&output, "load the rules").map(drop)
     }
 
@@ -73,16 +91,58 @@ impl Nft {
             .map(drop)
     }
 
-    fn run(&self, args: &[&str]) -> Result<std::process::Output, String> {
-        Command::new(&self.program)
+    fn run(&self, args: &[&str]) -> Result<Output, String> {
+        let child = Command::new(&self.program)
             .args(args)
             .stdin(Stdio::null())
-            .output()
-            .map_err(|error| format!("cannot run {}: {error}", self.program.display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|error| format!("cannot run {}: {error}", self.program.display()))?;
+        self.wait(child)
+    }
+
+    /// Collects the child's output, killing it once the bound passes. Its
+    /// pipes are drained on threads of their own, so a long listing cannot
+    /// fill one and stall the child.
+    fn wait(&self, mut child: Child) -> Result<Output, String> {
+        let stdout = child.stdout.take().map(drain);
+        let stderr = child.stderr.take().map(drain);
+        let deadline = Instant::now() + self.timeout;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "{} did not answer within {:?} and was killed",
+                        self.program.display(),
+                        self.timeout
+                    ));
+                }
+                Err(error) => {
+                    return Err(format!(
+                        "cannot wait for {}: {error}",
+                        self.program.display()
+                    ))
+                }
+            }
+        };
+        let collect =
+            |reader: Option<std::thread::JoinHandle<Vec<u8>>>| reader.and_then(|r| r.join().ok());
+        Ok(Output {
+            status,
+            stdout: collect(stdout).unwrap_or_default(),
+            stderr: collect(stderr).unwrap_or_default(),
+        })
     }
 
     /// Stdout on success; nft's first error line, and the action, otherwise.
-    fn answer(&self, output: &std::process::Output, action: &str) -> Result<String, String> {
+    fn answer(&self, output: &Output, action: &str) -> Result<String, String> {
         if output.status.success() {
             return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
         }
@@ -98,6 +158,15 @@ impl Nft {
             output.status
         ))
     }
+}
+
+/// Reads a pipe to its end on a thread of its own.
+fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -461,8 +461,10 @@ fn rules_removed_on_a_clean_stop_are_not_reinstalled() {
 }
 
 #[test]
-fn a_crashed_daemons_table_goes_once_its_cgroup_is_gone_and_a_live_one_stays() {
+fn a_gone_daemons_table_is_swept_and_a_live_ones_stays_even_with_its_cgroup_empty() {
     require_root();
+    // Both cgroups exist and are empty: only the holder lock tells the
+    // live daemon from the gone one.
     let live = TestCgroup::new();
     let in_force = Egress::establish(STRICT, Some(&live.relative));
     let gone = TestCgroup::new();
@@ -473,17 +475,67 @@ fn a_crashed_daemons_table_goes_once_its_cgroup_is_gone_and_a_live_one_stays() {
     };
     let (nft, orphan) = table_of(&crashed);
     let (_, kept) = table_of(&in_force);
-    // The crashed daemon never removes its table; then its cgroup goes.
+    // The crashed daemon never removes its table; its lock goes with it.
     drop(crashed);
-    drop(gone);
-    orphans::remove_orphans(&nft);
+    let swept = orphans::sweep(in_force.table.as_deref());
     assert!(
         nft.list_table(&orphan).is_err(),
-        "{orphan} outlived its cgroup"
+        "{orphan} outlived its daemon: {swept:?}"
     );
+    assert!(swept
+        .removed
+        .iter()
+        .any(|name| orphan.ends_with(name.as_str())));
     assert!(
         nft.list_table(&kept).is_ok(),
         "{kept} was removed while in force"
     );
+    // Another daemon's sweep keeps it too: its lock is held.
+    orphans::sweep(None);
+    assert!(
+        nft.list_table(&kept).is_ok(),
+        "{kept} was removed while its daemon lives"
+    );
     in_force.remove();
+    drop(gone);
+}
+
+#[test]
+fn a_gone_daemons_table_stays_while_its_cgroup_holds_processes() {
+    require_root();
+    let cgroup = TestCgroup::new();
+    let crashed = Egress::establish(STRICT, Some(&cgroup.relative));
+    let (nft, table) = match &*crashed.state() {
+        State::InForce { nft, ruleset, .. } => (nft.clone(), ruleset.table_spec()),
+        _ => panic!("not in force"),
+    };
+    let mut runner = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let sandbox = cgroup.sandbox("left");
+    fs::write(sandbox.join("cgroup.procs"), runner.id().to_string()).unwrap();
+    drop(crashed);
+    orphans::sweep(None);
+    let kept = nft.list_table(&table).is_ok();
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    assert!(kept, "{table} went while a runner it holds was left");
+    // Once the runner is gone, the next sweep takes it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fs::read_to_string(cgroup.sandboxes.join("cgroup.events"))
+        .unwrap_or_default()
+        .contains("populated 1")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cgroup stayed populated"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    orphans::sweep(None);
+    assert!(
+        nft.list_table(&table).is_err(),
+        "{table} outlived its runner"
+    );
 }

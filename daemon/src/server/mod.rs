@@ -116,6 +116,7 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         pid = std::process::id(),
         "sandboxd is serving"
     );
+    driver.serving();
 
     // The socket accepts and the driver is ready: the main loop, polled by
     // the accept loop, tells systemd READY=1 on its first poll.

@@ -16,11 +16,12 @@
 use std::collections::HashMap;
 
 use bollard::models::NetworkCreateRequest;
-use bollard::query_parameters::InspectNetworkOptions;
+use bollard::query_parameters::{InspectNetworkOptions, ListNetworksOptionsBuilder};
 use sandboxd_protocol::naming::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 use sandboxd_protocol::SandboxError;
 
 use crate::digest::sha256_hex;
+use crate::holders::{self, Held, Probe};
 
 use super::engine::{Engine, READ_TIMEOUT, WRITE_TIMEOUT};
 use crate::instance::Instance;
@@ -163,6 +164,127 @@ pub async fn remove_at_stop(engine: &Engine) {
         Err(error) if error.is_not_found() => {}
         Err(error) => {
             tracing::warn!(network = %network(), "the sandboxes' network is left in place: {}", error.into_sandbox_error("cannot remove it"))
+        }
+    }
+}
+
+/// Holds the instance network's name (see [`crate::holders`]) for the
+/// daemon's life; `None` (logged) when the lock cannot be taken.
+pub fn hold() -> Option<Held> {
+    let name = network();
+    Held::take(&name)
+        .inspect_err(|error| tracing::warn!(network = %name, "the network's holder lock cannot be taken, so another daemon may take this instance for gone: {error}"))
+        .ok()
+}
+
+/// Removes the networks (and their egress tables) of other instances
+/// whose daemons are all gone and which no container uses: each
+/// `sandboxd-egress` or `<instance>-sandboxd-egress` network sandboxd
+/// made (by its label) whose holder lock is free. One with no holder file
+/// (made by a sandboxd from before holder locks) is left alone: nothing
+/// proves its daemons gone. Every engine call is bounded; logged.
+pub async fn sweep_gone_instances(engine: &Engine) {
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")],
+    )]);
+    let options = ListNetworksOptionsBuilder::new().filters(&filters).build();
+    let listed = engine
+        .call(READ_TIMEOUT, |docker| async move {
+            docker.list_networks(Some(options)).await
+        })
+        .await;
+    let networks = match listed {
+        Ok(networks) => networks,
+        Err(error) => {
+            tracing::warn!(
+                "the sweep of gone instances' networks cannot list them: {}",
+                error.into_sandbox_error("cannot list networks")
+            );
+            return;
+        }
+    };
+    let own = network();
+    for name in networks.into_iter().filter_map(|found| found.name) {
+        let ours = name == DEFAULT_NETWORK || name.ends_with(&format!("-{DEFAULT_NETWORK}"));
+        if name == own || !ours {
+            continue;
+        }
+        if let Probe::Free(gone) = holders::probe(&name) {
+            sweep_one(engine, &name, gone).await;
+        }
+    }
+}
+
+/// One network whose daemons are gone: removed with its table unless a
+/// container still uses it or a daemon still holds its table.
+async fn sweep_one(engine: &Engine, name: &str, gone: holders::Gone) {
+    let inspected = engine
+        .call(READ_TIMEOUT, |docker| {
+            let name = name.to_string();
+            async move {
+                docker
+                    .inspect_network(&name, None::<InspectNetworkOptions>)
+                    .await
+            }
+        })
+        .await;
+    let Ok(found) = inspected else {
+        return;
+    };
+    let containers = found.containers.as_ref().map_or(0, HashMap::len);
+    if containers > 0 {
+        tracing::info!(network = %name, containers, holder = gone.about(), "kept a gone instance's network: containers still use it");
+        return;
+    }
+    let bridge = found
+        .options
+        .as_ref()
+        .and_then(|options| options.get(BRIDGE_OPTION))
+        .cloned();
+    let table = bridge.as_deref().map(crate::egress::bridge_table);
+    let table_gone = match table.as_deref().map(holders::probe) {
+        Some(Probe::Held(about)) => {
+            tracing::info!(network = %name, "kept a gone instance's network: a live sandboxd holds its egress table ({about})");
+            return;
+        }
+        Some(Probe::Free(table_gone)) => Some(table_gone),
+        Some(Probe::NoFile) | None => None,
+    };
+    let removed = engine
+        .call(WRITE_TIMEOUT, |docker| {
+            let name = name.to_string();
+            async move { docker.remove_network(&name).await }
+        })
+        .await;
+    match removed {
+        Ok(()) => {}
+        Err(error) if error.is_not_found() => {}
+        Err(error) => {
+            tracing::warn!(network = %name, "cannot remove a gone instance's network: {}", error.into_sandbox_error("cannot remove it"));
+            return;
+        }
+    }
+    tracing::info!(network = %name, holder = gone.about(), "removed another instance's network: its holder lock {} was free, so every sandboxd of that instance is gone, and no container uses it", gone.path().display());
+    gone.forget();
+    if let Some(table) = table {
+        let removed = tokio::task::spawn_blocking({
+            let table = table.clone();
+            move || crate::egress::remove_table(&table)
+        })
+        .await;
+        match removed {
+            Ok(Ok(true)) => {
+                tracing::info!(table = %format!("inet {table}"), network = %name, "removed the egress table of that instance's network")
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(table = %format!("inet {table}"), "cannot remove the egress table of a gone instance's network: {error}")
+            }
+            Err(_) => {}
+        }
+        if let Some(table_gone) = table_gone {
+            table_gone.forget();
         }
     }
 }

@@ -166,7 +166,8 @@ async fn step(
         Phase::Stopped => {
             if let Some(reason) = stale(observed, env, &inner.spec) {
                 tracing::info!(scope = %key.scope, id = %key.shown_id(), container = %short(&observed.id), reason, "recreating the stopped container; the workspace is kept");
-                teardown::remove_container(inner, key, observed).await?;
+                teardown::remove_container(inner, key, observed, "its container was replaced")
+                    .await?;
                 return Ok(None);
             }
             log("start");

@@ -60,9 +60,10 @@ use bollard::query_parameters::LogsOptionsBuilder;
 use sandboxd_protocol::{LogChunk, LogCursor, LogStart, SandboxError};
 
 use super::containers;
+use super::departed::{Departed, DEPARTED_ENTRIES};
 use super::engine::CallError;
 use super::events::short;
-use super::observed::Lookup;
+use super::observed::{Lookup, Observed, Phase};
 use super::Inner;
 use crate::provisioner::SandboxKey;
 
@@ -91,8 +92,19 @@ pub async fn read(
     start: LogStart,
     max_bytes: u32,
 ) -> Result<LogChunk, SandboxError> {
-    let container = match inner.inspect(key).await? {
-        Lookup::Ours(observed) => observed.id,
+    // Any reader may be a follower on its first read (a tail, then polls).
+    inner.departed.followed(&key.base_name);
+    let following = match start {
+        LogStart::Generation(cursor) => Some(cursor),
+        _ => None,
+    };
+    let lookup = inner.inspect(key).await?;
+    if let (Some(cursor), false) = (following, matches!(lookup, Lookup::Ours(_))) {
+        // A follower's container went: its generation ended with it.
+        return departed(inner, key, Position::of(cursor), max_bytes);
+    }
+    let observed = match lookup {
+        Lookup::Ours(observed) => observed,
         Lookup::Absent => {
             return Err(no_output(
                 key,
@@ -114,6 +126,7 @@ pub async fn read(
             ))
         }
     };
+    let container = observed.id.clone();
     let log = Log {
         inner,
         key,
@@ -124,8 +137,15 @@ pub async fn read(
     match start {
         LogStart::Tail { lines } => log.tail(lines, budget).await,
         LogStart::Beginning => log.forward(Position::start(log.identity), budget).await,
-        // Container restarts are not told apart as generations here yet.
-        LogStart::After(cursor) | LogStart::Generation(cursor) => {
+        LogStart::Generation(cursor) => {
+            let from = Position::of(cursor);
+            if from.container != log.identity {
+                // Its container was replaced: what is kept of it, if anything.
+                return departed(inner, key, from, max_bytes);
+            }
+            log.follow(from, budget, &observed).await
+        }
+        LogStart::After(cursor) => {
             let from = Position::of(cursor);
             if from.container == log.identity {
                 log.forward(from, budget).await
@@ -137,6 +157,92 @@ pub async fn read(
             }
         }
     }
+}
+
+/// Reads and keeps the newest entries of `container`, stopped and about
+/// to be removed, for the followers of its generation (see
+/// [`super::departed`]). Best effort: nothing kept when the engine fails.
+pub async fn keep_departed(inner: &Inner, key: &SandboxKey, container: &str, how: String) {
+    let options = LogsOptionsBuilder::new()
+        .stdout(true)
+        .stderr(true)
+        .timestamps(true)
+        .tail(&DEPARTED_ENTRIES.to_string())
+        .build();
+    let mut entries = Vec::new();
+    let read = containers::logs(&inner.engine, container, options, |entry| {
+        entries.push(entry.to_vec());
+        ControlFlow::Continue(())
+    })
+    .await;
+    if read.is_ok() {
+        inner.departed.keep(
+            &key.base_name,
+            Departed {
+                identity: identity(container),
+                entries,
+                asked: DEPARTED_ENTRIES,
+                how,
+            },
+        );
+    }
+}
+
+/// A follower's read once its container is gone: the rest of what was kept
+/// of it, then how its generation ended; with nothing kept, the end alone.
+fn departed(
+    inner: &Inner,
+    key: &SandboxKey,
+    from: Position,
+    max_bytes: u32,
+) -> Result<LogChunk, SandboxError> {
+    let Some(departed) = inner.departed.get(&key.base_name, from.container) else {
+        return Ok(LogChunk {
+            data: Vec::new(),
+            next: from.cursor(),
+            gap: false,
+            at_end: true,
+            ended: Some("the sandbox's container is gone (deprovisioned or replaced)".to_string()),
+        });
+    };
+    let budget = max_bytes as usize;
+    let read = |from: Position| {
+        let ask = Ask::Newest(departed.asked);
+        let mut reader = Forward::new(from, budget, ask, None);
+        for entry in &departed.entries {
+            if reader.take(entry).is_break() {
+                break;
+            }
+        }
+        reader.finish()
+    };
+    let malformed = |message: String| {
+        SandboxError::Internal(format!(
+            "cannot read the kept output of {} '{}': {message}",
+            key.scope, key.id
+        ))
+    };
+    let mut chunk = match read(from).map_err(malformed)? {
+        Some(chunk) => chunk,
+        // The cursor's view is older than what was kept: what was kept.
+        None => {
+            let mut chunk = read(Position::start(from.container))
+                .map_err(malformed)?
+                .unwrap_or(LogChunk {
+                    data: Vec::new(),
+                    next: from.cursor(),
+                    gap: true,
+                    at_end: true,
+                    ended: None,
+                });
+            chunk.gap = true;
+            chunk
+        }
+    };
+    if chunk.at_end {
+        chunk.ended = Some(departed.how);
+    }
+    Ok(chunk)
 }
 
 /// The error for a sandbox with no log to read, worded as the process tier's.
@@ -197,13 +303,83 @@ impl Log<'_> {
 
     /// What comes after `from`.
     async fn forward(&self, from: Position, budget: usize) -> Result<LogChunk, SandboxError> {
+        self.forward_until(from, budget, None)
+            .await
+            .map(|(chunk, _)| chunk)
+    }
+
+    /// A follower's read: what comes after `from` in its generation, and
+    /// how that generation ended once the chunk reaches its last byte. The
+    /// container's current run started at `observed`'s start: entries
+    /// stamped from then on are the next generation's, unless the cursor
+    /// has read some of them already.
+    async fn follow(
+        &self,
+        from: Position,
+        budget: usize,
+        observed: &Observed,
+    ) -> Result<LogChunk, SandboxError> {
+        let run_start = observed
+            .started_at_unix_ms
+            .map(|ms| ms.saturating_mul(NS_PER_MS));
+        let (mut chunk, cut) = self.forward_until(from, budget, run_start).await?;
+        let generation = self.inner.generation(self.key, Some(observed));
+        let recorded = self
+            .inner
+            .exits
+            .last(self.key)
+            .map(|recorded| recorded.exit);
+        if cut {
+            // The cursor's run ended and the container started again.
+            let previous = recorded
+                .filter(|exit| {
+                    observed
+                        .started_at_unix_ms
+                        .is_some_and(|start| exit.at_unix_ms <= start)
+                })
+                .map_or_else(
+                    || "the runner ended and the sandbox was started again".to_string(),
+                    |exit| format!("the runner exited ({exit})"),
+                );
+            chunk.ended = Some(format!(
+                "generation {}: {previous}",
+                generation.saturating_sub(1).max(1)
+            ));
+        } else if chunk.at_end && matches!(observed.phase, Phase::Stopped | Phase::Dead) {
+            // Caught up with a run that is over: its output is complete.
+            let exit = recorded
+                .filter(|exit| {
+                    observed
+                        .started_at_unix_ms
+                        .is_some_and(|start| exit.at_unix_ms >= start)
+                })
+                .or_else(|| observed.last_exit());
+            if let Some(exit) = exit {
+                chunk.ended = Some(format!(
+                    "generation {generation}: the runner exited ({exit})"
+                ));
+            }
+        }
+        Ok(chunk)
+    }
+
+    /// What comes after `from`, stopping before the first entry stamped at
+    /// or after `cut` when the cursor read only entries before it; true
+    /// when it stopped there.
+    async fn forward_until(
+        &self,
+        from: Position,
+        budget: usize,
+        cut: Option<u64>,
+    ) -> Result<(LogChunk, bool), SandboxError> {
         let since = from.since_secs();
         let mut ask = from.first_ask();
         loop {
-            let mut reader = Forward::new(from, budget, ask);
+            let mut reader = Forward::new(from, budget, ask, cut);
             self.entries(ask, |entry| reader.take(entry)).await?;
+            let cut = reader.reached_cut;
             match reader.finish().map_err(|message| self.malformed(message))? {
-                Some(chunk) => return Ok(chunk),
+                Some(chunk) => return Ok((chunk, cut)),
                 // The newest entries did not hold the whole view.
                 None => ask = ask.wider(since),
             }
@@ -468,11 +644,17 @@ struct Forward {
     gap: bool,
     /// True once something did not fit.
     more: bool,
+    /// Where the followed generation ends: the stamp its next run starts at.
+    cut: Option<u64>,
+    /// The newest stamp of the entries the cursor had read (some of).
+    cursor_at: Option<u64>,
+    /// True once the chunk stopped at the cut.
+    reached_cut: bool,
     malformed: Option<String>,
 }
 
 impl Forward {
-    fn new(from: Position, budget: usize, ask: Ask) -> Forward {
+    fn new(from: Position, budget: usize, ask: Ask, cut: Option<u64>) -> Forward {
         Forward {
             from,
             budget,
@@ -485,6 +667,9 @@ impl Forward {
             before_view: false,
             gap: false,
             more: false,
+            cut,
+            cursor_at: None,
+            reached_cut: false,
             malformed: None,
         }
     }
@@ -502,7 +687,7 @@ impl Forward {
             self.before_view |= at_ns.saturating_add(DISORDER) < self.from.anchor_ns();
             return ControlFlow::Continue(());
         }
-        if self.more {
+        if self.more || self.reached_cut {
             return self.full();
         }
         let index = self.view;
@@ -517,9 +702,20 @@ impl Forward {
         } else {
             (u64::from(self.from.passed), usize::from(self.from.done))
         };
+        if index < passed || (index == passed && done > 0) {
+            self.cursor_at = Some(self.cursor_at.map_or(at_ns, |at| at.max(at_ns)));
+        }
         if index < passed {
             self.seen.push(at_ns);
             return ControlFlow::Continue(());
+        }
+        let next_run = self
+            .cut
+            .filter(|&cut| at_ns >= cut && self.cursor_at.is_some_and(|read| read < cut));
+        if next_run.is_some() {
+            // The next generation's first entry: the followed one ended.
+            self.reached_cut = true;
+            return self.full();
         }
         let skipped = if index == passed {
             done.min(text.len())
@@ -724,7 +920,7 @@ mod tests {
         let since = from.since_secs();
         let mut ask = from.first_ask();
         loop {
-            let mut reader = Forward::new(from, budget, ask);
+            let mut reader = Forward::new(from, budget, ask, None);
             for entry in engine(log, ask) {
                 if reader.take(entry).is_break() {
                     break;
@@ -879,7 +1075,7 @@ mod tests {
         let log: Vec<Vec<u8>> = (0..5000u64).map(|n| entry(n * MS, "x\n")).collect();
         let (_, at) = read_to_end(Position::start(7), 1 << 20, &log);
         assert!(u64::from(at.passed) > RECENT_ENTRIES, "{at:?}");
-        let mut reader = Forward::new(at, 100, Ask::Newest(RECENT_ENTRIES));
+        let mut reader = Forward::new(at, 100, Ask::Newest(RECENT_ENTRIES), None);
         for entry in engine(&log, Ask::Newest(RECENT_ENTRIES)) {
             let _ = reader.take(entry);
         }
@@ -888,7 +1084,7 @@ mod tests {
         grown.push(entry(5000 * MS, "new\n"));
         assert_eq!(forward(at, 100, &grown).data, b"new\n");
         // An entry stamped long before the view shows nothing before it is in it.
-        let mut reader = Forward::new(at, 100, Ask::Newest(2));
+        let mut reader = Forward::new(at, 100, Ask::Newest(2), None);
         let _ = reader.take(&entry(0, "old\n"));
         let _ = reader.take(&entry(5001 * MS, "new\n"));
         let chunk = reader.finish().unwrap().expect("held the whole view");

@@ -16,6 +16,7 @@
 //! `logs` (runner output, from the engine's log of the container).
 
 mod containers;
+mod departed;
 mod egress_network;
 mod engine;
 mod ensure;
@@ -74,6 +75,10 @@ pub struct DockerDriver {
     icc: Mutex<Option<egress_network::Icc>>,
     /// Whether that check still holds (see [`network_watch`]).
     network_checked: Arc<network_watch::Checked>,
+    /// The instance network's holder lock (see [`crate::holders`]), held
+    /// shared for the daemon's life: the last daemon of the instance to
+    /// stop removes the network, and no other's sweep takes it meanwhile.
+    network_holder: Mutex<Option<crate::holders::Held>>,
 }
 
 /// What every operation shares.
@@ -88,6 +93,8 @@ struct Inner {
     events: Arc<EventHub>,
     /// When each paused container was paused (see [`pause`]).
     paused_since: pause::PausedSince,
+    /// Removed containers' last output, for their followers.
+    departed: departed::DepartedLogs,
 }
 
 impl Inner {
@@ -158,6 +165,12 @@ impl DockerDriver {
         if own_network {
             spec.network = egress_network::network();
         }
+        // Before the table or the network is touched: see network_holder.
+        let network_holder = if own_network {
+            egress_network::hold()
+        } else {
+            None
+        };
         let setting = config.egress;
         let egress = Arc::new(if own_network && setting != EgressSetting::Unrestricted {
             // Kept on a clean stop: containers outlive the daemon.
@@ -194,6 +207,7 @@ impl DockerDriver {
             key_locks: KeyLocks::new(),
             events,
             paused_since: pause::PausedSince::default(),
+            departed: departed::DepartedLogs::default(),
         });
         first_contact(&inner).await;
         let reaper = ReaperSettings {
@@ -228,6 +242,7 @@ impl DockerDriver {
             own_network,
             icc: Mutex::new(None),
             network_checked,
+            network_holder: Mutex::new(network_holder),
         })
     }
 
@@ -552,6 +567,20 @@ impl Driver for DockerDriver {
         logs::read(&self.inner, key, start, max_bytes).await
     }
 
+    fn serving(&self) {
+        // Other daemons' leftovers, removed only when those daemons are
+        // gone: in the background, every call bounded, after serving.
+        let egress = self.egress.clone();
+        let engine = self.inner.engine.clone();
+        let own_network = self.own_network;
+        tokio::spawn(async move {
+            let _ = tokio::task::spawn_blocking(move || egress.sweep_others()).await;
+            if own_network {
+                egress_network::sweep_gone_instances(&engine).await;
+            }
+        });
+    }
+
     async fn shutdown(&self) {
         for task in self
             .tasks
@@ -563,13 +592,31 @@ impl Driver for DockerDriver {
         }
         // The egress table and the network serve this instance's
         // containers, which outlive the daemon: they stay while any is
-        // left, and go with the last (issue 17, item 6).
+        // left, and go with the last; and they serve every live daemon of
+        // the instance: only the last to stop removes them (issue 17,
+        // item 6).
+        let holder = self
+            .network_holder
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .take();
         match self.list(None).await {
             Ok(sandboxes) if sandboxes.is_empty() => {
-                let egress = self.egress.clone();
-                let _ = tokio::task::spawn_blocking(move || egress.remove()).await;
-                if self.own_network {
-                    egress_network::remove_at_stop(&self.inner.engine).await;
+                if holder.as_ref().is_some_and(|holder| !holder.claim_last()) {
+                    tracing::info!(
+                        network = %egress_network::network(),
+                        instance = crate::instance::Instance::current().display_name(),
+                        "keeping the egress table and the sandboxes' network: another live sandboxd of this instance holds them"
+                    );
+                } else {
+                    let egress = self.egress.clone();
+                    let _ = tokio::task::spawn_blocking(move || egress.remove()).await;
+                    if self.own_network {
+                        egress_network::remove_at_stop(&self.inner.engine).await;
+                    }
+                    if let Some(holder) = holder {
+                        holder.release();
+                    }
                 }
             }
             Ok(sandboxes) => tracing::info!(

@@ -109,7 +109,14 @@ async fn reap_if_leaked(inner: &Inner, settings: &ReaperSettings, summary: &Cont
     if !settings.is_leaked(age, never_started) {
         return;
     }
-    match teardown::remove_container(inner, &key, &observed).await {
+    match teardown::remove_container(
+        inner,
+        &key,
+        &observed,
+        "reaped: connect sandbox past its ttl",
+    )
+    .await
+    {
         Ok(forced) => {
             inner.generations.forget(&key);
             inner.exits.forget(&key);

@@ -53,7 +53,10 @@ pub async fn deprovision(
         _ => None,
     };
     let (had_container, forced) = match lookup {
-        Lookup::Ours(observed) => (true, remove_container(inner, key, &observed).await?),
+        Lookup::Ours(observed) => (
+            true,
+            remove_container(inner, key, &observed, "sandbox deprovisioned").await?,
+        ),
         Lookup::Foreign { id } => {
             tracing::warn!(scope = %key.scope, id = %key.shown_id(), container = %short(&id), "a container with this sandbox's name is not ours; leaving it");
             (false, false)
@@ -82,15 +85,23 @@ pub async fn deprovision(
 }
 
 /// Stops (see [`stop`]) and removes one container of ours, anonymous
-/// scratch volume included. True when the stop was forced.
+/// scratch volume included. True when the stop was forced. `why` says
+/// why, to the followers of its generation (its last output is kept for
+/// them, see [`super::departed`]).
 pub async fn remove_container(
     inner: &Inner,
     key: &SandboxKey,
     observed: &Observed,
+    why: &str,
 ) -> Result<bool, SandboxError> {
     // Its `die` event is the daemon's own doing: reported as such.
     inner.exits.stopping(&observed.id);
     let forced = stop(&inner.engine, key, observed, inner.stop_grace).await?;
+    if inner.departed.is_followed(&key.base_name) {
+        let generation = inner.generation(key, Some(observed));
+        let how = format!("generation {generation}: the runner was stopped ({why})");
+        super::logs::keep_departed(inner, key, &observed.id, how).await;
+    }
     containers::remove(&inner.engine, &observed.id)
         .await
         .map_err(|error| {

@@ -1168,4 +1168,11 @@ impl Driver for LocalProcessDriver {
     fn egress(&self) -> EgressStatus {
         self.inner.egress.status()
     }
+
+    fn serving(&self) {
+        // Other daemons' tables, removed only when those daemons are gone:
+        // on a blocking thread, every nft call bounded, after serving.
+        let egress = self.inner.egress.clone();
+        tokio::task::spawn_blocking(move || egress.sweep_others());
+    }
 }

@@ -314,7 +314,8 @@ async fn a_recycled_output_file_carries_nothing_of_the_sandbox_before() {
     wait_for_runner(&daemon.workspace(Scope::Session, "old"), first);
     let old_log = daemon.runner_log(Scope::Session, "old");
     let old_inode = std::fs::metadata(&old_log).unwrap().ino();
-    assert!(size(&old_log) > 0);
+    // Running is not yet printed: wait for its first lines.
+    assert!(wait_until(Duration::from_secs(30), || size(&old_log) > 0));
 
     client.deprovision_session_sandbox("old").await.unwrap();
     assert!(wait_until(Duration::from_secs(15), || !old_log.exists()));

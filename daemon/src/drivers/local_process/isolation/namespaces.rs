@@ -167,8 +167,8 @@ impl View {
         output: [OwnedFd; 2],
         cgroup: Option<CgroupPlacement>,
     ) -> Result<ViewSpawn, StartError> {
-        // Warm where the pool has a view and the sandbox has a cgroup for
-        // its holder to end with.
+        // Warm where the pool has a view and the sandbox has its cgroups
+        // (as a cold start would, the runner is cloned into them).
         let taken = match (&cgroup, self.prepared.get()) {
             (Some(_), Some(pool)) => pool
                 .take(scope, &runner.program)
@@ -177,14 +177,22 @@ impl View {
         };
         let (output, cgroup) = match taken {
             Some((pool, view)) => {
-                match self.spawn_prepared(&pool, view, runner, filters, output, cgroup) {
+                let spawned = self.spawn_prepared(&pool, view, runner, filters, output, cgroup);
+                // The next view is made once this start is over (see
+                // `PreparedViews::take`).
+                pool.refill();
+                match spawned {
                     Ok(spawned) => return spawned,
                     Err(back) => back,
                 }
             }
             None => (output, cgroup),
         };
-        self.spawn_cold(base_name, runner, filters, output, cgroup)
+        let spawned = self.spawn_cold(base_name, runner, filters, output, cgroup);
+        if let Some(pool) = self.prepared.get() {
+            pool.refill();
+        }
+        spawned
     }
 
     /// Starts `runner` inside a prepared `view`. `Ok` is the sandbox's

@@ -82,7 +82,11 @@ impl PreparedViews {
 
     /// A ready view of `scope` built for `program`, if there is one (a
     /// hit); else `None`, and the sandbox starts cold (a miss). Either way
-    /// the pool refills behind it.
+    /// the caller calls [`PreparedViews::refill`] once its runner's start
+    /// is over: a view made meanwhile would contend with that start for
+    /// the kernel's mount lock (a new mount namespace copies the mount
+    /// table under it; `setns`, `move_mount` and the remounts take it too)
+    /// and, on a small host, for its CPUs.
     pub fn take(self: &Arc<Self>, scope: Scope, program: &Path) -> Option<ParkedView> {
         let index = slot(scope);
         if self.targets[index] == 0 || self.disabled.load(Ordering::Acquire) {
@@ -99,7 +103,6 @@ impl PreparedViews {
             Some(_) => self.hits[index].fetch_add(1, Ordering::Relaxed),
             None => self.misses[index].fetch_add(1, Ordering::Relaxed),
         };
-        self.refill();
         taken
     }
 
@@ -128,7 +131,7 @@ impl PreparedViews {
 
     /// Queues the making of as many views as each scope lacks, one job
     /// each, on the background thread.
-    fn refill(self: &Arc<Self>) {
+    pub fn refill(self: &Arc<Self>) {
         for index in 0..SCOPES.len() {
             if self.stopping.load(Ordering::Acquire) || self.disabled.load(Ordering::Acquire) {
                 return;

@@ -577,11 +577,7 @@ impl Sandboxd for ConnectionService {
         scope: Scope,
         id: String,
     ) -> Result<PauseReport, SandboxError> {
-        let _timer = self.authorize(Call::Pause)?;
-        let key = key(scope, id_field(scope), id)?;
-        let result = self.driver().pause(&key).await;
-        log_pause(Call::Pause, &key, &result);
-        result
+        self.pause_or_resume(Call::Pause, scope, id).await
     }
 
     async fn resume(
@@ -590,10 +586,27 @@ impl Sandboxd for ConnectionService {
         scope: Scope,
         id: String,
     ) -> Result<PauseReport, SandboxError> {
-        let _timer = self.authorize(Call::Resume)?;
+        self.pause_or_resume(Call::Resume, scope, id).await
+    }
+}
+
+impl ConnectionService {
+    /// `pause` or `resume` (`call`): the same checks, the driver's answer
+    /// and one log line.
+    async fn pause_or_resume(
+        &self,
+        call: Call,
+        scope: Scope,
+        id: String,
+    ) -> Result<PauseReport, SandboxError> {
+        let _timer = self.authorize(call)?;
         let key = key(scope, id_field(scope), id)?;
-        let result = self.driver().resume(&key).await;
-        log_pause(Call::Resume, &key, &result);
+        let result = if call == Call::Pause {
+            self.driver().pause(&key).await
+        } else {
+            self.driver().resume(&key).await
+        };
+        log_pause(call, &key, &result);
         result
     }
 }

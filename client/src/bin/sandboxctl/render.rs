@@ -229,23 +229,30 @@ fn narrow_list(sandboxes: &[SandboxInfo], now_unix_ms: u64, style: ListStyle) ->
             ]
         })
         .collect();
+    fit_id_column(&header, &mut rows, style.width);
+    let header = style.headers.then_some(header);
+    table(header.into_iter().chain(rows).collect())
+}
+
+/// Cuts the id column (the second) of a six-column table so the whole
+/// fits `width` terminal columns (two spaces between columns), never to
+/// less than [`MIN_ID_WIDTH`]: the other columns are short and fixed.
+pub fn fit_id_column(header: &[String; 6], rows: &mut [[String; 6]], width: usize) {
     let width_of = |column: usize, rows: &[[String; 6]]| {
         rows.iter()
             .map(|row| row[column].width())
-            .chain(std::iter::once(header[column].len()))
+            .chain(std::iter::once(header[column].width()))
             .max()
             .unwrap_or(0)
     };
     let others: usize = (0..6)
         .filter(|&column| column != 1)
-        .map(|column| width_of(column, &rows))
+        .map(|column| width_of(column, rows))
         .sum();
-    let id_width = style.width.saturating_sub(others + 2 * 5).max(MIN_ID_WIDTH);
-    for row in &mut rows {
+    let id_width = width.saturating_sub(others + 2 * 5).max(MIN_ID_WIDTH);
+    for row in rows.iter_mut() {
         row[1] = ellipsized(&row[1], id_width);
     }
-    let header = style.headers.then_some(header);
-    table(header.into_iter().chain(rows).collect())
 }
 
 /// `text` cut to `width` terminal columns, its last one an ellipsis, when

@@ -12,10 +12,9 @@ use std::fmt::Write as _;
 
 use sandboxd_client::{SandboxUsage, Scope, Shown, Usage};
 use serde::Serialize;
-use unicode_width::UnicodeWidthStr as _;
 
 use crate::figures::{cpu_time, size};
-use crate::render::{ellipsized, table};
+use crate::render::{fit_id_column, table};
 
 /// What the rows are ordered by, largest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -68,9 +67,6 @@ pub fn rows(earlier: &[SandboxUsage], later: Vec<SandboxUsage>, sort: SortBy) ->
     rows
 }
 
-/// The narrowest an id is cut to, however narrow the terminal.
-const MIN_ID_WIDTH: usize = 8;
-
 /// A summary line, then SCOPE, ID, CPU%, MEMORY, TASKS and CPU TIME.
 pub fn render(rows: &[Row], width: usize, sort: SortBy) -> String {
     const MISSING: &str = "-";
@@ -100,22 +96,7 @@ pub fn render(rows: &[Row], width: usize, sort: SortBy) -> String {
             ]
         })
         .collect();
-    let width_of = |column: usize, cells: &[[String; 6]]| {
-        cells
-            .iter()
-            .map(|row| row[column].width())
-            .chain(std::iter::once(header[column].len()))
-            .max()
-            .unwrap_or(0)
-    };
-    let others: usize = (0..6)
-        .filter(|&column| column != 1)
-        .map(|column| width_of(column, &cells))
-        .sum();
-    let id_width = width.saturating_sub(others + 2 * 5).max(MIN_ID_WIDTH);
-    for row in &mut cells {
-        row[1] = ellipsized(&row[1], id_width);
-    }
+    fit_id_column(&header, &mut cells, width);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -133,6 +114,7 @@ pub fn render(rows: &[Row], width: usize, sort: SortBy) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use unicode_width::UnicodeWidthStr as _;
 
     fn sample(id: &str, at: u64, cpu_usec: u64, memory: u64) -> SandboxUsage {
         SandboxUsage {

@@ -22,7 +22,7 @@ async fn calls_round_trip_and_daemon_errors_keep_their_kind() {
     let instance = start(&path, &behaviour);
     let client = SandboxdClient::connect(&path).await.unwrap();
 
-    assert_eq!(client.socket_path(), path);
+    assert_eq!(client.socket_path(), &*path);
     assert_eq!(
         client.probe(Scope::Session, "abc").await.unwrap(),
         ProbeState::Stopped
@@ -71,7 +71,12 @@ async fn a_version_mismatch_is_refused_naming_both_versions() {
 async fn no_daemon_is_reported_as_not_running() {
     let path = socket_path();
     let error = SandboxdClient::connect(&path).await.unwrap_err();
-    assert_eq!(error, ClientError::NotRunning { path: path.clone() });
+    assert_eq!(
+        error,
+        ClientError::NotRunning {
+            path: path.to_path_buf()
+        }
+    );
 
     // A stale socket file with nobody listening behind it.
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
@@ -169,7 +174,7 @@ async fn deadlines_are_clamped_to_ten_minutes() {
     let behaviour = behaviour();
     let instance = start(&path, &behaviour);
     let client = SandboxdClient::builder()
-        .socket(&path)
+        .socket(path.to_path_buf())
         .deadline(Duration::from_secs(3600))
         .connect()
         .await
@@ -288,5 +293,10 @@ async fn a_daemon_that_stays_down_is_reported_as_not_running() {
     std::fs::remove_file(&path).unwrap();
 
     let error = client.status().await.unwrap_err();
-    assert_eq!(error, ClientError::NotRunning { path });
+    assert_eq!(
+        error,
+        ClientError::NotRunning {
+            path: path.to_path_buf()
+        }
+    );
 }

@@ -380,8 +380,10 @@ impl Instance {
     }
 }
 
-/// A fresh, short socket path (Unix socket paths are limited to 107 bytes).
-pub fn socket_path() -> PathBuf {
+/// A fresh, short socket path (Unix socket paths are limited to 107 bytes)
+/// in a directory of its own, removed with it: a test leaves nothing in
+/// the temporary directory.
+pub fn socket_path() -> SocketPath {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "sbxc-{}-{}",
@@ -389,7 +391,36 @@ pub fn socket_path() -> PathBuf {
         NEXT.fetch_add(1, Ordering::SeqCst)
     ));
     std::fs::create_dir_all(&dir).expect("create the test directory");
-    dir.join("d.sock")
+    SocketPath {
+        path: dir.join("d.sock"),
+        dir,
+    }
+}
+
+/// A test's socket path; its directory goes when this is dropped.
+pub struct SocketPath {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl std::ops::Deref for SocketPath {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for SocketPath {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for SocketPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 pub fn behaviour() -> Arc<Behaviour> {

@@ -108,10 +108,31 @@ impl Leftovers {
     }
 
     /// Removes them once no daemon holds them and no container uses the
-    /// network (the engine refuses to remove one in use).
+    /// network (the engine refuses to remove one in use). The holder files
+    /// are locked exclusively throughout and unlinked only under that lock,
+    /// as the daemon does (see its `holders` module): a daemon that starts
+    /// meanwhile either waits for the lock or finds its file unlinked and
+    /// takes a new one, so what it makes is never removed here.
     pub fn remove_when_unheld(&self) {
-        if self.held() {
-            return;
+        let names: Vec<&str> = [Some(self.network.as_str()), self.table.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut locks = Vec::new();
+        for name in &names {
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(Path::new(HOLDERS).join(name));
+            let Ok(file) = opened else {
+                return;
+            };
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => locks.push(lock),
+                Err(_) => return,
+            }
         }
         if network_exists(&self.network) {
             let removed = docker(&["network", "rm", &self.network]).status.success();
@@ -124,12 +145,10 @@ impl Leftovers {
                 .args(["delete", "table", "inet", table])
                 .status();
         }
-        for name in [Some(self.network.as_str()), self.table.as_deref()]
-            .into_iter()
-            .flatten()
-        {
+        for name in &names {
             let _ = std::fs::remove_file(Path::new(HOLDERS).join(name));
         }
+        drop(locks);
     }
 
     /// True while a live daemon holds the network's name (a lock of our

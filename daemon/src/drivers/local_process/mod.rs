@@ -515,7 +515,7 @@ impl Inner {
         let cpu_usage = self
             .containment
             .tree()
-            .and_then(|tree| cgroup::freeze::CpuUsage::of(&tree.dirs(&key.base_name)));
+            .and_then(|tree| cgroup::usage::CpuUsage::of(&tree.dirs(&key.base_name)));
         // Outside the table's lock: the catalog appends to its journal.
         let known = self.records().get(key).map(|record| record.uid.clone());
         let (uid, new_incarnation) = known.map_or_else(|| self.uid_for(key), |uid| (uid, false));
@@ -727,19 +727,15 @@ async fn after_exit(
     // Its last output reaches the file before a respawn can start a pump
     // on the same file, and before a deprovision removes it.
     inner.logs.finish(&key.base_name).await;
-    let over_disk_limit = inner.records().get(&key).is_some_and(|record| {
-        record
-            .running
-            .as_ref()
-            .is_some_and(|running| running.generation == generation && running.over_disk_limit)
-    });
-    let limit_stop = inner.records().get(&key).and_then(|record| {
-        record
-            .running
-            .as_ref()
-            .filter(|running| running.generation == generation)
-            .and_then(|running| running.life.stopping())
-    });
+    // What the daemon's own watchers decided about this generation.
+    let (over_disk_limit, limit_stop) = inner
+        .records()
+        .get(&key)
+        .and_then(|record| record.running.as_ref())
+        .filter(|running| running.generation == generation)
+        .map_or((false, None), |running| {
+            (running.over_disk_limit, running.life.stopping())
+        });
     if over_disk_limit {
         exit.disk_limit_bytes = Some(inner.disk_limit.bytes);
     }
@@ -813,9 +809,6 @@ impl LocalProcessDriver {
         if let Some(report) = self.inner.fast_path(key, env, expect.as_ref()) {
             return report;
         }
-        if let Some(report) = self.resume_for_ensure(key, env, expect.as_ref()).await {
-            return report;
-        }
         if self.inner.stopping.load(Ordering::Acquire) {
             return Err(SandboxError::Unavailable(
                 "sandboxd is shutting down".into(),
@@ -839,8 +832,8 @@ impl LocalProcessDriver {
                 guard = inner.key_locks.lock(&key) => guard,
                 () = reply.closed() => return,
             };
-            // Paused while this call waited for the key: resumed, not
-            // started twice.
+            // Paused (the fast path passes a paused runner by): resumed
+            // under the key lock, not started twice.
             if inner.is_paused(&key) {
                 if let Err(error) = inner.check_expectation(&key, expect.as_ref()) {
                     let _ = reply.send(Err(error));
@@ -855,15 +848,9 @@ impl LocalProcessDriver {
                 let _ = reply.send(report);
                 return;
             }
-            if let Some(expect) = &expect {
-                let actual = inner.incarnation(&key);
-                let actual = actual
-                    .as_ref()
-                    .map(|(uid, generation)| (uid.as_str(), *generation));
-                if let Err(conflict) = expect.check(&key.what(), actual) {
-                    let _ = reply.send(Err(conflict));
-                    return;
-                }
+            if let Err(conflict) = inner.check_expectation(&key, expect.as_ref()) {
+                let _ = reply.send(Err(conflict));
+                return;
             }
             if inner.stopping.load(Ordering::Acquire) {
                 let shutting_down = SandboxError::Unavailable("sandboxd is shutting down".into());
@@ -884,31 +871,6 @@ impl LocalProcessDriver {
                 "the runner spawn ended without an answer (see the daemon's log)".into(),
             ))
         })
-    }
-
-    /// `ensure` of a paused sandbox: resumed (the key lock held for the
-    /// thaw), then answered as on the fast path. `None` when it is not
-    /// paused (any more).
-    async fn resume_for_ensure(
-        &self,
-        key: &SandboxKey,
-        env: &SandboxEnv,
-        expect: Option<&Expectation>,
-    ) -> Option<Result<EnsureReport, SandboxError>> {
-        if !self.inner.is_paused(key) {
-            return None;
-        }
-        let _key_guard = self.inner.key_locks.lock(key).await;
-        if !self.inner.is_paused(key) {
-            return None;
-        }
-        if let Err(conflict) = self.inner.check_expectation(key, expect) {
-            return Some(Err(conflict));
-        }
-        if let Err(error) = self.inner.resume_locked(key) {
-            return Some(Err(error));
-        }
-        self.inner.fast_path(key, env, expect)
     }
 
     async fn deprovision_expecting(

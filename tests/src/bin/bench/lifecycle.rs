@@ -52,8 +52,8 @@ struct Side {
     resumes: Option<Samples>,
 }
 
-fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    sandboxd_tests::procs::cpu_ticks(pid).context("cannot read the daemon's CPU time")
+fn cpu_us(pid: u32) -> anyhow::Result<f64> {
+    crate::machine::cpu_us(pid).context("cannot read the daemon's CPU time")
 }
 
 async fn side(
@@ -97,12 +97,10 @@ async fn side_on(daemon: &Daemon, count: usize, resume: bool) -> anyhow::Result<
     // Past the start-up work of the last runners (output files close
     // after 2 s of quiet).
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let ticks_per_second =
-        nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)?.unwrap_or(100) as f64;
-    let before = cpu_ticks(daemon.pid)?;
+    let before = cpu_us(daemon.pid)?;
     let begun = Instant::now();
     tokio::time::sleep(WINDOW).await;
-    let used = (cpu_ticks(daemon.pid)? - before) as f64 / ticks_per_second;
+    let used = (cpu_us(daemon.pid)? - before) / 1e6;
     let cpu_share = used / begun.elapsed().as_secs_f64() * 100.0;
     let probes = rows::probe_serial(&client, hot, CALLS, CALLS / 10).await?;
     let fast = rows::ensure_fast_serial(&client, hot, CALLS, CALLS / 10).await?;

@@ -1,4 +1,4 @@
-//! Pausing a sandbox: freezing its cgroup, and reading the CPU it used.
+//! Pausing a sandbox: freezing its cgroup.
 //!
 //! A frozen cgroup's processes stay where they are — same pids, memory
 //! kept — but none of them runs until it is thawed, and none can fork.
@@ -6,15 +6,8 @@
 //! also on a hybrid host whose v2 hierarchy holds no controller; the
 //! freeze is done once `cgroup.events` says `frozen 1`. Where it is
 //! missing, the v1 freezer's `freezer.state`, done once it reads `FROZEN`.
-//!
-//! The CPU a sandbox used is v2's `cpu.stat` `usage_usec`, which the
-//! cgroup core keeps in every non-root v2 cgroup whether or not the cpu
-//! controller is enabled (so also on a hybrid host), else v1's
-//! `cpuacct.usage` (nanoseconds) where the sandbox has a cpu,cpuacct
-//! directory. One small file, read whole: the idle watcher's whole cost
-//! per sandbox and sample.
 
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -98,51 +91,9 @@ impl Freezer {
     }
 }
 
-/// Where one sandbox's CPU use is read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CpuUsage {
-    /// `cpu.stat` (`usage_usec`) in this v2 directory.
-    V2(PathBuf),
-    /// `cpuacct.usage` (nanoseconds) in this v1 directory.
-    V1(PathBuf),
-}
-
-impl CpuUsage {
-    /// Where `dirs`' CPU use is read, or `None` where no file says it.
-    pub fn of(dirs: &Dirs) -> Option<CpuUsage> {
-        let stat = dirs.v2.join("cpu.stat");
-        if stat.exists() {
-            return Some(CpuUsage::V2(stat));
-        }
-        dirs.v1
-            .iter()
-            .map(|dir| dir.join("cpuacct.usage"))
-            .find(|file| file.exists())
-            .map(CpuUsage::V1)
-    }
-
-    /// The CPU time used so far, in microseconds; `None` when it cannot
-    /// be read (the cgroup is gone).
-    pub fn read_usec(&self) -> Option<u64> {
-        // One open and one read into the stack: no size lookup, no
-        // allocation (this runs for every watched runner at every tick).
-        let mut buffer = [0u8; 512];
-        let path = match self {
-            CpuUsage::V2(file) | CpuUsage::V1(file) => file,
-        };
-        let read = std::fs::File::open(path)
-            .and_then(|mut file| file.read(&mut buffer))
-            .ok()?;
-        let text = std::str::from_utf8(&buffer[..read]).ok()?;
-        match self {
-            CpuUsage::V2(_) => kill::event_value(text, "usage_usec"),
-            CpuUsage::V1(_) => text.trim().parse::<u64>().ok().map(|nanos| nanos / 1000),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::usage::CpuUsage;
     use super::*;
 
     /// A v2 cgroup of this test's own holding a busy shell; skipped when

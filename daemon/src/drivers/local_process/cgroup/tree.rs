@@ -317,6 +317,7 @@ impl CgroupTree {
         super::usage::FigureDirs {
             memory: place(self.memory),
             pids: place(self.pids),
+            cpu: super::usage::CpuUsage::of(&dirs),
             v2: dirs.v2,
         }
     }

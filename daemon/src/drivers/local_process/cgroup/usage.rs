@@ -8,23 +8,31 @@
 //! named differently (`memory.usage_in_bytes` for `memory.current`). CPU
 //! time comes from v2's `cpu.stat`, which every v2 cgroup has whether or
 //! not the cpu controller is enabled (the kernel's own accounting), so
-//! it is there on both kinds of host. A file that cannot be read leaves
+//! it is there on both kinds of host (else v1's `cpuacct.usage`, in
+//! nanoseconds, where the sandbox has a cpu,cpuacct directory: see
+//! [`CpuUsage`], which the idle watcher reads too, one small file per
+//! sandbox and sample). A file that cannot be read leaves
 //! its figure `None`: a kernel without `memory.peak` (before 5.19) shows
 //! no peak rather than a wrong one.
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use super::kill::event_value;
+use super::kill::Dirs;
 
 /// Where one sandbox's figures are (see [`super::CgroupTree::figure_dirs`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FigureDirs {
-    /// The v2 directory: every process, and `cpu.stat`.
+    /// The v2 directory: every process (its threads counted where no pids
+    /// controller is).
     pub v2: PathBuf,
     /// The memory controller's directory, and whether it is v2.
     pub memory: Option<(PathBuf, bool)>,
     /// The pids controller's directory, and whether it is v2.
     pub pids: Option<(PathBuf, bool)>,
+    /// Where its CPU time is read.
+    pub cpu: Option<CpuUsage>,
 }
 
 /// What the cgroup counted, read now.
@@ -54,7 +62,7 @@ impl FigureDirs {
             memory_bytes: in_memory("memory.current", "memory.usage_in_bytes"),
             memory_peak_bytes: in_memory("memory.peak", "memory.max_usage_in_bytes"),
             tasks,
-            cpu_usec: keyed(&self.v2.join("cpu.stat"), "usage_usec"),
+            cpu_usec: self.cpu.as_ref().and_then(CpuUsage::read_usec),
             forks_refused: pids.and_then(|(dir, _)| keyed(&dir.join("pids.events"), "max")),
             oom_kills: memory.and_then(|(dir, is_v2)| {
                 let file = if *is_v2 {
@@ -64,6 +72,49 @@ impl FigureDirs {
                 };
                 keyed(&dir.join(file), "oom_kill")
             }),
+        }
+    }
+}
+
+/// Where one sandbox's CPU use is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CpuUsage {
+    /// `cpu.stat` (`usage_usec`) in this v2 directory.
+    V2(PathBuf),
+    /// `cpuacct.usage` (nanoseconds) in this v1 directory.
+    V1(PathBuf),
+}
+
+impl CpuUsage {
+    /// Where `dirs`' CPU use is read, or `None` where no file says it.
+    pub fn of(dirs: &Dirs) -> Option<CpuUsage> {
+        let stat = dirs.v2.join("cpu.stat");
+        if stat.exists() {
+            return Some(CpuUsage::V2(stat));
+        }
+        dirs.v1
+            .iter()
+            .map(|dir| dir.join("cpuacct.usage"))
+            .find(|file| file.exists())
+            .map(CpuUsage::V1)
+    }
+
+    /// The CPU time used so far, in microseconds; `None` when it cannot
+    /// be read (the cgroup is gone).
+    pub fn read_usec(&self) -> Option<u64> {
+        // One open and one read into the stack: no size lookup, no
+        // allocation (this runs for every watched runner at every tick).
+        let mut buffer = [0u8; 512];
+        let path = match self {
+            CpuUsage::V2(file) | CpuUsage::V1(file) => file,
+        };
+        let read = std::fs::File::open(path)
+            .and_then(|mut file| file.read(&mut buffer))
+            .ok()?;
+        let text = std::str::from_utf8(&buffer[..read]).ok()?;
+        match self {
+            CpuUsage::V2(_) => event_value(text, "usage_usec"),
+            CpuUsage::V1(_) => text.trim().parse::<u64>().ok().map(|nanos| nanos / 1000),
         }
     }
 }
@@ -112,6 +163,7 @@ mod tests {
             v2: dir.clone(),
             memory: Some((dir.clone(), true)),
             pids: Some((dir.clone(), true)),
+            cpu: Some(CpuUsage::V2(dir.join("cpu.stat"))),
         }
         .read();
         assert_eq!(
@@ -145,6 +197,7 @@ mod tests {
             v2,
             memory: Some((memory, false)),
             pids: None,
+            cpu: None,
         }
         .read();
         assert_eq!(

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use sandboxd_protocol::{EventKind, ExitReason, PauseReport, SandboxError};
 
-use super::cgroup::freeze::{CpuUsage, Freezer, FREEZE_TIMEOUT};
+use super::cgroup::freeze::{Freezer, FREEZE_TIMEOUT};
+use super::cgroup::usage::CpuUsage;
 use super::{now_unix_ms, stop, Inner};
 use crate::provisioner::SandboxKey;
 

@@ -3,7 +3,7 @@
 //! Every [`tick`] it takes the running, unpaused runners of the scopes
 //! that have a limit from the table, reads one small file per runner on
 //! the blocking pool (its cgroup's CPU time, see
-//! [`CpuUsage`](super::super::cgroup::freeze::CpuUsage)), and compares it
+//! [`CpuUsage`](super::super::cgroup::usage::CpuUsage)), and compares it
 //! and its pump's output counter with the sample before. A sample saw
 //! work when the runner wrote any output, or used at least [`BUSY_SHARE`]
 //! of one core since the sample before; a runner none of whose samples saw

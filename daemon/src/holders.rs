@@ -157,6 +157,10 @@ pub enum Probe {
     NoFile,
     /// A live daemon holds it (what its file says of it).
     Held(String),
+    /// Held exclusively: another daemon's sweep is removing the object, or
+    /// the last daemon of a docker instance is removing it at its stop
+    /// (what the file says of the daemon that held it). Nothing to do here.
+    BeingRemoved(String),
     /// No daemon holds it: the one that did is gone. Held exclusively
     /// until dropped, so no daemon can take it up meanwhile.
     Free(Gone),
@@ -221,7 +225,13 @@ pub fn probe_in(dir: &Path, name: &str) -> Probe {
         }
         // Replaced meanwhile: a new holder may be taking it; leave it be.
         Ok(_stale) => Probe::Held(about),
-        Err(_) => Probe::Held(about),
+        // Someone holds it. Live daemons hold it shared, so a shared lock
+        // is granted beside them; only an exclusive holder (a removal under
+        // way) refuses that too.
+        Err((file, _)) => match Flock::lock(file, FlockArg::LockSharedNonblock) {
+            Ok(_shared) => Probe::Held(about),
+            Err(_) => Probe::BeingRemoved(about),
+        },
     }
 }
 
@@ -308,6 +318,20 @@ mod tests {
         let path = first.path().to_path_buf();
         first.release();
         assert!(!path.exists(), "the last holder's release removes the file");
+    }
+
+    #[test]
+    fn a_name_another_sweep_is_removing_is_told_from_a_live_holder() {
+        let dir = dir("removing");
+        drop(Held::take_in(dir.0.as_path(), "sandboxd_cd", "gone one").unwrap());
+        let Probe::Free(first_sweep) = probe_in(dir.0.as_path(), "sandboxd_cd") else {
+            panic!("not free")
+        };
+        match probe_in(dir.0.as_path(), "sandboxd_cd") {
+            Probe::BeingRemoved(about) => assert!(about.contains("gone one"), "{about}"),
+            other => panic!("a name under removal probed as {other:?}"),
+        }
+        first_sweep.forget();
     }
 
     #[test]

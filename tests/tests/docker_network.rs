@@ -286,6 +286,73 @@ async fn a_network_removed_or_replaced_under_the_daemon_is_made_again() {
     daemon.stop();
 }
 
+/// A stopped container was made on the network as it was; removed under
+/// the daemon (and made again by the next ensure, with a new id), that
+/// container can no longer start: the engine answers 404 for its old
+/// network. The ensure recreates it on the network as it is now, with the
+/// same incarnation (issue 17: a start failed with 404 eight times and the
+/// ensure gave up with "kept changing state").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_container_whose_network_was_removed_starts_on_the_new_one() {
+    let test = "a_stopped_container_whose_network_was_removed_starts_on_the_new_one";
+    if !engine_ready(test) {
+        return;
+    }
+    build_image_tagged(IMAGE).expect("build the network test image");
+    let instance = format!("netgone{}", std::process::id());
+    let network = format!("{instance}-sandboxd-egress");
+    let id = unique_id("netgone");
+    let container = format!("{instance}-{}", base_name(Scope::Session, &id));
+    /// Removes what the test made, passed or failed.
+    struct Made(String, String);
+    impl Drop for Made {
+        fn drop(&mut self) {
+            let _ = docker(&["rm", "-f", "-v", &self.1]);
+            let _ = docker(&["network", "rm", &self.0]);
+        }
+    }
+    let _made = Made(network.clone(), container.clone());
+    let mut daemon = TestDaemon::start(Options {
+        args: vec!["--driver".to_string(), "docker".to_string()],
+        extra_toml: format!("instance = \"{instance}\"\nrunner_image = \"{IMAGE}\"\n"),
+        egress: Some("none".to_string()),
+        ..Options::default()
+    });
+    let client = daemon.client().await;
+    let env = sandboxd_tests::sandbox_env(&format!("session:{id}"), "tok");
+    let first = client.ensure_session_sandbox(&id, &env).await.unwrap();
+    let old_network_id = docker_ok(&["network", "inspect", &network, "--format", "{{.Id}}"]);
+
+    docker_ok(&["stop", &container]);
+    docker_ok(&["network", "rm", &network]);
+    let again = client.ensure_session_sandbox(&id, &env).await.unwrap();
+    assert!(again.created, "{again:?}");
+    assert_eq!(again.uid, first.uid, "the same incarnation");
+    let running = docker_ok(&["inspect", &container, "--format", "{{.State.Running}}"]);
+    assert_eq!(running.trim(), "true");
+    let new_network_id = docker_ok(&["network", "inspect", &network, "--format", "{{.Id}}"]);
+    assert_ne!(new_network_id, old_network_id, "the network was made again");
+    let joined = docker_ok(&[
+        "inspect",
+        &container,
+        "--format",
+        &format!("{{{{(index .NetworkSettings.Networks \"{network}\").NetworkID}}}}"),
+    ]);
+    assert_eq!(joined.trim(), new_network_id.trim(), "on the new network");
+    assert!(
+        daemon
+            .log_text()
+            .contains("the stopped container's network is gone"),
+        "the daemon says why it recreated the container"
+    );
+    client
+        .deprovision(Scope::Session, &id, false)
+        .await
+        .unwrap();
+    drop(client);
+    daemon.stop();
+}
+
 /// Ensures `id` until it starts on `network` with ICC off, deprovisioning
 /// between tries; the failed tries. The daemon learns of a change to the
 /// network from the engine's events, or from a create that failed on it,

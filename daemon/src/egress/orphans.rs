@@ -100,6 +100,10 @@ fn sweep_one(nft: &Nft, name: &str) -> bool {
             tracing::debug!(table = %spec, "kept: a live sandboxd holds it ({about})");
             false
         }
+        Probe::BeingRemoved(about) => {
+            tracing::debug!(table = %spec, "left alone: another sandboxd is removing it (it was held by {about})");
+            false
+        }
         Probe::NoFile => {
             let Ok(listing) = nft.list_table(&spec) else {
                 return false;

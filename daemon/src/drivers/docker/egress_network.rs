@@ -248,6 +248,10 @@ async fn sweep_one(engine: &Engine, name: &str, gone: holders::Gone) {
             tracing::info!(network = %name, "kept a gone instance's network: a live sandboxd holds its egress table ({about})");
             return;
         }
+        Some(Probe::BeingRemoved(about)) => {
+            tracing::info!(network = %name, "left a gone instance's network alone: another sandboxd is removing its egress table (it was held by {about})");
+            return;
+        }
         Some(Probe::Free(table_gone)) => Some(table_gone),
         Some(Probe::NoFile) | None => None,
     };

@@ -174,7 +174,10 @@ async fn step(
             let generation = inner.next_generation(key, observed);
             match start(inner, key, &observed.id, observed.uid(), generation).await {
                 Ok(report) => Ok(Some(report)),
-                Err(error) if error.is_not_found() => Ok(None),
+                Err(error) if error.is_not_found() => {
+                    start_not_found(inner, key, observed, error).await?;
+                    Ok(None)
+                }
                 Err(error) => Err(failure(key, "start", error)),
             }
         }
@@ -199,6 +202,37 @@ async fn step(
             }
         }
     }
+}
+
+/// A start of a stopped container answered 404. Either the container went
+/// meanwhile (the next look sees that), or it is still there and what is
+/// gone is the network it was made on: removed, and perhaps made again
+/// under the same name with a new id, which a container made on the old
+/// one cannot join (the engine starts it by network id). Started again it
+/// would fail the same way every time, so it is recreated on the network
+/// as it is now, made again first when it is the daemon's own; the
+/// workspace volume is kept, as for any recreate. The generation handed
+/// out for the failed start stays unused.
+async fn start_not_found(
+    inner: &Inner,
+    key: &SandboxKey,
+    observed: &Observed,
+    error: CallError,
+) -> Result<(), SandboxError> {
+    let still_there = matches!(
+        inner.inspect(key).await?,
+        Lookup::Ours(now) if now.id == observed.id && now.phase == Phase::Stopped
+    );
+    if !still_there {
+        return Ok(());
+    }
+    tracing::warn!(scope = %key.scope, id = %key.shown_id(), container = %short(&observed.id), network = %inner.spec.network, %error, "the stopped container's network is gone: recreating the container on the network as it is now; the workspace is kept");
+    if inner.spec.network == super::egress_network::network() {
+        super::egress_network::ensure(&inner.engine).await?;
+    }
+    teardown::remove_container(inner, key, observed, "its network was gone")
+        .await
+        .map(drop)
 }
 
 /// Why a stopped container must not simply be started again, if it must not.
@@ -239,6 +273,14 @@ async fn create_and_start(
         Err(error) if error.is_conflict() => {
             tracing::info!(scope = %key.scope, id = %key.shown_id(), "another creator made this container first; using it");
             return Err(CreateError::NameTaken);
+        }
+        Err(CallError::Refused { status: 404, message }) if !message.contains("image") => {
+            // Not the image: the network (removed under the daemon) or a
+            // volume driver. The driver checks the network again next time.
+            return Err(CreateError::Final(SandboxError::Unavailable(format!(
+                "cannot create the container of {} '{}' on network {}: the engine answered 404: {message}",
+                key.scope, key.id, inner.spec.network
+            ))));
         }
         Err(error) if error.is_not_found() => {
             return Err(CreateError::Final(SandboxError::FailedPrecondition(format!(

@@ -40,14 +40,21 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 /// The first line of every claim file (a later format gets another).
 const HEADER: &str = "sandboxd uid claim v1";
 /// The lock file taken while a claim is created or taken over.
 const LOCK: &str = ".lock";
+/// How long a claim waits for that lock. Its holders only read and link a
+/// few small files, so a wait this long means the holder is stopped or
+/// hung (a SIGSTOPped daemon): the sandbox fails with that said, rather
+/// than every new sandbox of this daemon blocking a thread for ever.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// Who claims a uid: a daemon (its instance and state directory) for one
 /// of its sandboxes.
@@ -129,6 +136,8 @@ pub struct UidClaims {
     instance: String,
     /// Canonical: a claim is this daemon's when it names this directory.
     state_dir: PathBuf,
+    /// [`LOCK_WAIT`], shorter in tests.
+    lock_wait: Duration,
 }
 
 impl fmt::Debug for UidClaims {
@@ -163,6 +172,7 @@ impl UidClaims {
             dir: dir.to_path_buf(),
             instance: instance.to_string(),
             state_dir,
+            lock_wait: LOCK_WAIT,
         };
         claims
             .open_lock()
@@ -295,8 +305,25 @@ impl UidClaims {
             path: self.dir.join(LOCK),
             source,
         };
-        let file = self.open_lock().map_err(io)?;
-        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| io(errno.into()))
+        let deadline = Instant::now() + self.lock_wait;
+        let mut file = self.open_lock().map_err(io)?;
+        loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(locked) => return Ok(locked),
+                Err((back, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                    file = back;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err((_, Errno::EWOULDBLOCK)) => {
+                    return Err(io(std::io::Error::other(format!(
+                        "another process held the claims lock for more than {:?} (a stopped or hung sandboxd? `fuser -v {}` names it)",
+                        self.lock_wait,
+                        self.dir.join(LOCK).display()
+                    ))))
+                }
+                Err((_, errno)) => return Err(io(errno.into())),
+            }
+        }
     }
 
     /// A finished claim file beside the final one, for `link` or `rename`.
@@ -373,7 +400,7 @@ fn state_dir_locked(state_dir: &Path) -> bool {
     };
     match Flock::lock(file, FlockArg::LockSharedNonblock) {
         Ok(_probe) => false,
-        Err((_, errno)) => errno == nix::errno::Errno::EWOULDBLOCK,
+        Err((_, errno)) => errno == Errno::EWOULDBLOCK,
     }
 }
 
@@ -415,6 +442,34 @@ mod tests {
         assert_eq!(Claimant::parse(&claim.to_bytes()), Some(claim));
         assert_eq!(Claimant::parse(b""), None);
         assert_eq!(Claimant::parse(b"sandboxd uid claim v1\ninstance \n"), None);
+    }
+
+    #[test]
+    fn a_claim_waits_out_a_short_lock_and_names_one_held_too_long() {
+        let dir = TestDir::new("claims-lock");
+        let claims = dir.0.join("claims");
+        let mut a = UidClaims::open(&claims, "default", &dir.0.join("a")).unwrap();
+        a.lock_wait = Duration::from_millis(300);
+        // Another daemon in its critical section, for ever (stopped).
+        let other = a.lock_dir(0).unwrap();
+        let error = a.hold(9, "sbx-ses-aaaaaaaaaaaa").unwrap_err();
+        assert!(
+            !error.is_held(),
+            "a lock held too long is no claim: {error}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("held the claims lock for more than") && message.contains(".lock"),
+            "{message}"
+        );
+        // Released a moment later: the claim goes through.
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(other);
+        });
+        a.lock_wait = LOCK_WAIT;
+        a.hold(9, "sbx-ses-aaaaaaaaaaaa").unwrap();
+        releaser.join().unwrap();
     }
 
     #[test]

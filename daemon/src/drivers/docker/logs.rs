@@ -309,20 +309,23 @@ impl Log<'_> {
     }
 
     /// A follower's read: what comes after `from` in its generation, and
-    /// how that generation ended once the chunk reaches its last byte. The
-    /// container's current run started at `observed`'s start: entries
-    /// stamped from then on are the next generation's, unless the cursor
-    /// has read some of them already.
+    /// how that generation ended once the chunk reaches its last byte.
+    /// Entries stamped from the container's current run on (see
+    /// [`run_cut_ns`]) are the next generation's, unless the cursor has
+    /// read some of them already.
     async fn follow(
         &self,
         from: Position,
         budget: usize,
         observed: &Observed,
     ) -> Result<LogChunk, SandboxError> {
-        let run_start = observed
-            .started_at_unix_ms
-            .map(|ms| ms.saturating_mul(NS_PER_MS));
-        let (mut chunk, cut) = self.forward_until(from, budget, run_start).await?;
+        let (mut chunk, cut) = self
+            .forward_until(
+                from,
+                budget,
+                run_cut_ns(observed.started_at_unix_ms, observed.finished_at_unix_ms),
+            )
+            .await?;
         let generation = self.inner.generation(self.key, Some(observed));
         let recorded = self
             .inner
@@ -514,6 +517,24 @@ impl Position {
     fn since_secs(self) -> i32 {
         i32::try_from(self.anchor_ns().saturating_sub(DISORDER) / 1_000_000_000).unwrap_or(0)
     }
+}
+
+/// Where the container's current run begins among the log's stamps. The
+/// engine's `StartedAt` is set once the run's process is already going, so
+/// its first lines may be stamped a little before it (seen under load:
+/// a restarted runner's start line read as the run before's). While a run
+/// goes, `FinishedAt` still holds the run before's end, and the engine
+/// sets it only after that run's output copiers are done, while the next
+/// run's process cannot start before it: the millisecond after it is the
+/// clean cut. Without it (a first run, or a stopped container whose
+/// `FinishedAt` is its current run's), `StartedAt`.
+fn run_cut_ns(started_at_ms: Option<u64>, finished_at_ms: Option<u64>) -> Option<u64> {
+    let started = started_at_ms?;
+    let cut_ms = match finished_at_ms {
+        Some(finished) if finished < started => finished + 1,
+        _ => started,
+    };
+    Some(cut_ms.saturating_mul(NS_PER_MS))
 }
 
 /// A container's identity in a cursor: 32-bit FNV-1a of its id, folded to 24.
@@ -890,6 +911,27 @@ fn last_within(lines: &[u8], whole: bool, budget: usize) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_is_cut_just_after_the_run_before_ended_else_at_its_start() {
+        // Running, the run before ended at 1_000 ms: its output copiers were
+        // done by then, and the next run's first line may precede StartedAt.
+        assert_eq!(
+            run_cut_ns(Some(1_050), Some(1_000)),
+            Some(1_001 * NS_PER_MS)
+        );
+        // A first run, or a stopped container (FinishedAt is its own end).
+        assert_eq!(run_cut_ns(Some(1_050), None), Some(1_050 * NS_PER_MS));
+        assert_eq!(
+            run_cut_ns(Some(1_050), Some(2_000)),
+            Some(1_050 * NS_PER_MS)
+        );
+        assert_eq!(
+            run_cut_ns(Some(1_050), Some(1_050)),
+            Some(1_050 * NS_PER_MS)
+        );
+        assert_eq!(run_cut_ns(None, Some(1_000)), None);
+    }
 
     const SECOND: u64 = 1_700_000_000_000_000_000;
     const MS: u64 = NS_PER_MS;

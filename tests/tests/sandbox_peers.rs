@@ -119,3 +119,62 @@ async fn a_runner_calling_the_daemon_is_refused_under_a_non_root_daemon() {
     // uid, which the allow-lists let do everything.
     a_runner_calling_the_daemon_is_refused(Some(NOBODY)).await;
 }
+
+/// A runner is cloned into its sandbox's cgroup and may call before the
+/// daemon has recorded its start (seen under load: the call went through).
+/// So a process in any cgroup of the daemon's sandboxes directory is
+/// refused, recorded or not: here one the test puts in a sandbox cgroup
+/// that no record names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_in_a_sandbox_cgroup_not_yet_recorded_is_refused() {
+    let daemon = TestDaemon::start(Options {
+        extra_toml: "isolation = \"uid-cgroup\"\n".into(),
+        egress: Some("none".to_string()),
+        ..Options::default()
+    });
+    let log = daemon.log_text();
+    let Some(sandboxes) = log
+        .split("containment=cgroup v2 ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+    else {
+        eprintln!("skipped: the daemon runs without cgroups here; log:\n{log}");
+        return;
+    };
+    let base = "sbx-ses-notrecorded00";
+    let cgroup = Path::new(sandboxes).join(base);
+    /// Removes the test's cgroup, passed or failed (its one process is gone by then).
+    struct Made(std::path::PathBuf);
+    impl Drop for Made {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir(&self.0);
+        }
+    }
+    fs::create_dir(&cgroup).unwrap();
+    let _made = Made(cgroup.clone());
+    let output = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "echo $$ > \"$1/cgroup.procs\" && exec \"$2\" --socket \"$3\" list",
+            "sh",
+        ])
+        .arg(&cgroup)
+        .arg(binaries::sandboxctl())
+        .arg(daemon.socket())
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "a process in a sandbox cgroup was served: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || daemon.log_text().lines().any(
+            |line| line.contains("a sandbox may never call the daemon") && line.contains(base)
+        )),
+        "the daemon must log the refusal, naming the cgroup's sandbox; log:\n{}",
+        daemon.log_text()
+    );
+    // Root outside any sandbox is still served.
+    assert!(daemon.sandboxctl(&["list"]).status.success());
+}

@@ -19,6 +19,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
@@ -223,7 +224,7 @@ fn clear_stale(path: &Path) -> Result<(), SocketError> {
     if !metadata.file_type().is_socket() {
         return Err(SocketError::NotASocket(path.to_path_buf()));
     }
-    match probe_socket(path) {
+    match probe_while_live(path) {
         Ok(()) | Err(Errno::EAGAIN) => Err(SocketError::AlreadyServing(path.to_path_buf())),
         Err(Errno::ECONNREFUSED) => {
             match fs::remove_file(path) {
@@ -240,6 +241,29 @@ fn clear_stale(path: &Path) -> Result<(), SocketError> {
             path: path.to_path_buf(),
             source,
         }),
+    }
+}
+
+/// How long a listener must keep answering before it counts as a live
+/// daemon's. A daemon SIGKILLed while it was cloning a process leaves that
+/// child holding every descriptor, its listener too, until the child execs
+/// (its close-on-exec descriptors close then) or dies: for a moment the
+/// dead daemon's socket still takes connections (seen under load: a
+/// restart 20 ms after a SIGKILL refused to start). A live daemon's socket
+/// answers throughout; only its second's start pays the wait.
+const LIVE_FOR: Duration = Duration::from_secs(3);
+const LIVE_POLL: Duration = Duration::from_millis(50);
+
+/// [`probe_socket`], again until it is refused or [`LIVE_FOR`] has passed:
+/// the last answer.
+fn probe_while_live(path: &Path) -> Result<(), Errno> {
+    let deadline = Instant::now() + LIVE_FOR;
+    loop {
+        let probed = probe_socket(path);
+        if !matches!(probed, Ok(()) | Err(Errno::EAGAIN)) || Instant::now() >= deadline {
+            return probed;
+        }
+        std::thread::sleep(LIVE_POLL);
     }
 }
 

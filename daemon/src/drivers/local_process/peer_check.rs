@@ -2,6 +2,13 @@
 //! sandboxes?" (see [`crate::peer_origin`]): by its cgroup, else by its
 //! session or process group against the running runners, which are
 //! session leaders.
+//!
+//! A runner is cloned into its cgroup and may connect before its start is
+//! recorded (seen under load: its connection accepted 3 ms before "runner
+//! started", and its deprovision of its own sandbox went through). So a
+//! cgroup counts as a sandbox's when it is one of this daemon's sandboxes'
+//! directories, recorded or not. Without cgroups (the process-group
+//! fallback) only recorded runners are known, and that window stays.
 
 use std::collections::{HashMap, HashSet};
 
@@ -24,6 +31,10 @@ impl Inner {
             }
             (names, runners)
         };
-        peer_origin::origin_of(pid, |name| names.contains(name), &runners)
+        let sandboxes_dir = self.containment.tree().map(|tree| &tree.sandboxes().v2);
+        let is_sandbox = |name: &str| {
+            names.contains(name) || sandboxes_dir.is_some_and(|dir| dir.join(name).is_dir())
+        };
+        peer_origin::origin_of(pid, is_sandbox, &runners)
     }
 }

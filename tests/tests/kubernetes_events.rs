@@ -86,7 +86,7 @@ async fn a_sandboxs_creation_start_oom_kill_and_deprovision_are_events() {
     let cluster = TestCluster::start("events-life").await;
     let daemon = TestDaemon::start(cluster.daemon_options(""));
     let client = daemon.client().await;
-    cluster.wait_for_watches().await;
+    cluster.wait_for_watches(&daemon).await;
     let since = events_now(&client).await;
     let id = "ses-life";
     let ensured = client
@@ -185,7 +185,7 @@ async fn a_restarted_daemon_adopts_what_the_cluster_holds_and_sees_what_changed_
         (adopted.uid.as_str(), adopted.generation),
         (kept.uid.as_str(), 1)
     );
-    cluster.wait_for_watches().await;
+    cluster.wait_for_watches(&daemon).await;
     // The adopted sandbox's runner starting is announced with the uid it kept.
     let pod = the_pod(&cluster, "session", "ses-kept").await;
     let since = events_now(&client).await;
@@ -212,7 +212,7 @@ async fn a_watch_the_api_server_expires_is_relisted_and_misses_nothing() {
     let cluster = TestCluster::start("events-expired").await;
     let daemon = TestDaemon::start(cluster.daemon_options(""));
     let client = daemon.client().await;
-    cluster.wait_for_watches().await;
+    cluster.wait_for_watches(&daemon).await;
     let Some(standin) = cluster.standin("expiring a watch (etcd's compaction)") else {
         return;
     };
@@ -360,7 +360,7 @@ async fn a_queue_changed_within_a_generation_is_a_changed_event() {
     let cluster = TestCluster::start("events-changed").await;
     let daemon = TestDaemon::start(cluster.daemon_options(""));
     let client = daemon.client().await;
-    cluster.wait_for_watches().await;
+    cluster.wait_for_watches(&daemon).await;
     let id = "ses-changed";
     let made = client
         .ensure_session_sandbox(id, &sandbox_env("session:one", ""))

@@ -454,6 +454,70 @@ async fn a_deployment_deleted_behind_the_daemons_back_is_absent_then_recreated_k
     );
 }
 
+/// A Deployment someone deletes while a finalizer holds it (on a real
+/// cluster `foregroundDeletion`, until the garbage collector has removed
+/// its pods; here the test's own, so it lasts): stopped, and ensure waits
+/// for it to go rather than answer for a sandbox about to vanish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_being_deleted_is_stopped_and_ensure_says_so_until_it_is_gone() {
+    let setup = setup("deployment-terminating", "").await;
+    let id = "ses-going";
+    let env = sandbox_env("session:going", TOKEN);
+    let made = setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    let name = base_name(Scope::Session, id);
+    let api: Api<Deployment> = setup.cluster.api();
+    let hold = PatchParams {
+        field_manager: Some("test-hold".to_string()),
+        ..PatchParams::default()
+    };
+    api.patch(
+        &name,
+        &hold,
+        &Patch::Merge(json!({"metadata": {"finalizers": ["test.sandboxd/hold"]}})),
+    )
+    .await
+    .unwrap();
+    api.delete(&name, &DeleteParams::default())
+        .await
+        .expect("kubectl delete deployment");
+    let held = setup.deployment(Scope::Session, id).await.expect("held");
+    assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
+    assert_eq!(
+        setup.client.probe(Scope::Session, id).await.unwrap(),
+        ProbeState::Stopped
+    );
+    let refused = setup.client.ensure_session_sandbox(id, &env).await;
+    match &refused {
+        Err(ClientError::Sandbox(SandboxError::Unavailable(message))) => assert!(
+            message.contains("still being deleted") && message.contains(&name),
+            "{message}"
+        ),
+        other => panic!("ensure beside a Deployment being deleted: {other:?}"),
+    }
+    assert_eq!(
+        written_by_sandboxd(&held),
+        written_by_sandboxd(&setup.deployment(Scope::Session, id).await.unwrap()),
+        "nothing written"
+    );
+    api.patch(
+        &name,
+        &hold,
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            setup.client.probe(Scope::Session, id).await.ok() == Some(ProbeState::Absent)
+        })
+        .await,
+        "the Deployment goes once its finalizer does"
+    );
+    let again = setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    assert!(again.created, "{again:?}");
+    assert_ne!(again.uid, made.uid, "a new incarnation");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tokenless_sandbox_has_an_empty_secret_and_no_token_variable() {
     let setup = setup("tokenless", "").await;

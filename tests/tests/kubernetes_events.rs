@@ -1,13 +1,17 @@
 //! The kubernetes tier's event stream, from the daemon's watches on its
 //! Deployments and pods: a sandbox's creation, its runner's start, an
-//! OOM kill (the pod's `lastState.terminated.reason: OOMKilled`), its
-//! deprovision, adoption by a restarted daemon, and a watch that the API
-//! server expires (410) relisting without a gap. Against the stand-in API
-//! server, or a real cluster with `SANDBOXD_TEST_KUBECONFIG` (as
-//! kubernetes.rs). No kubelet runs pods here: the test writes the pod's
-//! status through the `status` subresource as the kubelet would, on the
-//! stand-in onto a pod it inserts, on a real cluster onto the pod the
-//! ReplicaSet controller made.
+//! OOM kill (the pod's `lastState.terminated.reason: OOMKilled`), an exit
+//! with code 3, its deprovision, adoption by a restarted daemon, and a
+//! watch that the API server expires (410) relisting without a gap.
+//! Against the stand-in API server, or a real cluster with
+//! `SANDBOXD_TEST_KUBECONFIG` (as kubernetes.rs; it needs a controller
+//! manager). No kubelet runs pods here: the test writes the pod's status
+//! through the `status` subresource as the kubelet would, on the stand-in
+//! onto a pod it inserts, on a real cluster onto the pod the ReplicaSet
+//! controller made (so a real OOM kill, which needs a kubelet and a
+//! runtime, is not shown: what the daemon makes of the kubelet's report
+//! of one is). Output to read needs a kubelet too: those checks run on
+//! the stand-in only.
 
 use std::time::Duration;
 
@@ -144,7 +148,7 @@ async fn a_sandboxs_creation_start_oom_kill_and_deprovision_are_events() {
     assert!(exit.oom_killed);
     assert_eq!(exit.code, Some(137));
     // Started again after the kill: a second started, after the exit.
-    let (_, between) =
+    let (restarted, between) =
         wait_for_event(&client, Some(exited.cursor.clone()), is(EventKind::Started)).await;
     assert!(
         between.iter().all(|event| event.kind != EventKind::Exited),
@@ -157,6 +161,32 @@ async fn a_sandboxs_creation_start_oom_kill_and_deprovision_are_events() {
             .count(),
         1,
         "{before:?}"
+    );
+
+    // The runner then exits 3 by itself (the kubelet's `Error`): an exit with its code.
+    write_status(
+        &cluster,
+        &pod,
+        runner_status(
+            1,
+            json!({"terminated": {"exitCode": 3, "reason": "Error",
+                   "startedAt": "2026-01-01T00:02:01Z", "finishedAt": "2026-01-01T00:03:00Z",
+                   "containerID": "containerd://4567cdef"}}),
+            json!({"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                   "startedAt": "2026-01-01T00:01:00Z", "finishedAt": "2026-01-01T00:02:00Z",
+                   "containerID": "containerd://0123abcd"}}),
+        ),
+    )
+    .await;
+    let (exited_3, between) =
+        wait_for_event(&client, Some(restarted.cursor), is(EventKind::Exited)).await;
+    let exit = exited_3.exit.expect("an exited event carries its exit");
+    assert_eq!(exit.reason, ExitReason::Exited { code: 3 }, "{exited_3:?}");
+    assert_eq!(exit.code, Some(3));
+    assert!(!exit.oom_killed);
+    assert!(
+        between.iter().all(|event| event.id != id),
+        "the OOM kill is not announced twice: {between:?}"
     );
 
     client.deprovision_session_sandbox(id).await.unwrap();

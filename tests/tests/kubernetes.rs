@@ -513,6 +513,18 @@ async fn a_deployment_being_deleted_is_stopped_and_ensure_says_so_until_it_is_go
         .await,
         "the Deployment goes once its finalizer does"
     );
+    // Gone, by someone else's delete: the event stream says so, once.
+    let (gone, before) = sandboxd_tests::events::wait_for_event(&setup.client, None, |event| {
+        event.kind == sandboxd_client::EventKind::Deprovisioned && event.id == id
+    })
+    .await;
+    assert_eq!((gone.uid.as_str(), gone.generation), (made.uid.as_str(), 1));
+    assert!(
+        before
+            .iter()
+            .all(|event| event.id != id || event.kind == sandboxd_client::EventKind::Created),
+        "the held delete is no event of its own: {before:?}"
+    );
     let again = setup.client.ensure_session_sandbox(id, &env).await.unwrap();
     assert!(again.created, "{again:?}");
     assert_ne!(again.uid, made.uid, "a new incarnation");

@@ -138,6 +138,8 @@ pub struct TestDaemon {
     fixture: PathBuf,
     options: Options,
     child: Option<Child>,
+    /// The log's length when the running daemon was launched.
+    log_at_launch: u64,
 }
 
 impl TestDaemon {
@@ -186,6 +188,7 @@ impl TestDaemon {
             fixture,
             options,
             child: None,
+            log_at_launch: 0,
         };
         fs::write(&daemon.config, daemon.config_text()).expect("write config");
         daemon
@@ -261,6 +264,7 @@ impl TestDaemon {
             .append(true)
             .open(&self.log)
             .expect("open daemon log");
+        self.log_at_launch = log.metadata().map_or(0, |meta| meta.len());
         let mut command = Command::new(binaries::sandboxd());
         command
             .arg("--config")
@@ -460,6 +464,16 @@ impl TestDaemon {
     /// Everything the daemon has written to stdout and stderr so far.
     pub fn log_text(&self) -> String {
         String::from_utf8_lossy(&fs::read(&self.log).unwrap_or_default()).into_owned()
+    }
+
+    /// What the daemon now running logged (a restarted daemon's log
+    /// without what its predecessors wrote).
+    pub fn log_since_launch(&self) -> String {
+        let text = fs::read(&self.log).unwrap_or_default();
+        let from = usize::try_from(self.log_at_launch)
+            .unwrap_or(usize::MAX)
+            .min(text.len());
+        String::from_utf8_lossy(&text[from..]).into_owned()
     }
 
     /// The test's own directory (0755).

@@ -273,32 +273,42 @@ impl TestCluster {
         self.standin.as_ref()
     }
 
-    /// On the stand-in, waits until the daemon's watches on its
-    /// Deployments and pods are open (the event stream's source), so what a
-    /// test does next is seen by them and a request count taken now holds
-    /// none of their start-up requests. On a real cluster the requests
-    /// cannot be seen: a test waits for the events themselves.
-    pub async fn wait_for_watches(&self) {
-        let Some(standin) = &self.standin else {
-            return;
-        };
+    /// Waits until `daemon`'s watches on its Deployments and pods have made
+    /// their first list (the event stream's source is up), so what a test
+    /// does next is announced as new, never taken in as already there. On
+    /// the stand-in, by its requests (a watch follows the list), so a
+    /// request count taken now also holds none of their start-up requests;
+    /// on a real cluster, whose requests cannot be seen, by the line the
+    /// daemon logs after each first list.
+    pub async fn wait_for_watches(&self, daemon: &crate::TestDaemon) {
         let open = crate::eventually(std::time::Duration::from_secs(60), || {
-            let seen = standin.seen();
-            let watching = |resource: &str| {
-                seen.iter().any(|seen| {
-                    seen.user.contains("sandboxd")
-                        && seen.verb == "watch"
-                        && seen.resource == resource
-                })
+            let done = match &self.standin {
+                Some(standin) => {
+                    let seen = standin.seen();
+                    let watching = |resource: &str| {
+                        seen.iter().any(|seen| {
+                            seen.user.contains("sandboxd")
+                                && seen.verb == "watch"
+                                && seen.resource == resource
+                        })
+                    };
+                    watching("deployments") && watching("pods")
+                }
+                None => {
+                    let log = daemon.log_since_launch();
+                    ["deployments", "pods"].iter().all(|what| {
+                        log.contains(&format!("listed the cluster's {what}; following them"))
+                    })
+                }
             };
-            let done = watching("deployments") && watching("pods");
             async move { done }
         })
         .await;
+        let seen = self.standin.as_ref().map(|standin| standin.seen());
         assert!(
             open,
-            "the daemon opened no watch on deployments and pods: {:?}",
-            standin.seen()
+            "the daemon's watches on deployments and pods did not start: {seen:?}\n{}",
+            daemon.log_since_launch()
         );
     }
 

@@ -34,7 +34,7 @@ async fn setup(test: &str, kubernetes_toml: &str) -> Setup {
     let cluster = TestCluster::start(test).await;
     let daemon = TestDaemon::start(cluster.daemon_options(kubernetes_toml));
     let client = daemon.client().await;
-    cluster.wait_for_watches().await;
+    cluster.wait_for_watches(&daemon).await;
     Setup {
         cluster,
         daemon,
@@ -454,6 +454,82 @@ async fn a_deployment_deleted_behind_the_daemons_back_is_absent_then_recreated_k
     );
 }
 
+/// A Deployment someone deletes while a finalizer holds it (on a real
+/// cluster `foregroundDeletion`, until the garbage collector has removed
+/// its pods; here the test's own, so it lasts): stopped, and ensure waits
+/// for it to go rather than answer for a sandbox about to vanish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_being_deleted_is_stopped_and_ensure_says_so_until_it_is_gone() {
+    let setup = setup("deployment-terminating", "").await;
+    let id = "ses-going";
+    let env = sandbox_env("session:going", TOKEN);
+    let made = setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    let name = base_name(Scope::Session, id);
+    let api: Api<Deployment> = setup.cluster.api();
+    let hold = PatchParams {
+        field_manager: Some("test-hold".to_string()),
+        ..PatchParams::default()
+    };
+    api.patch(
+        &name,
+        &hold,
+        &Patch::Merge(json!({"metadata": {"finalizers": ["test.sandboxd/hold"]}})),
+    )
+    .await
+    .unwrap();
+    api.delete(&name, &DeleteParams::default())
+        .await
+        .expect("kubectl delete deployment");
+    let held = setup.deployment(Scope::Session, id).await.expect("held");
+    assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
+    assert_eq!(
+        setup.client.probe(Scope::Session, id).await.unwrap(),
+        ProbeState::Stopped
+    );
+    let refused = setup.client.ensure_session_sandbox(id, &env).await;
+    match &refused {
+        Err(ClientError::Sandbox(SandboxError::Unavailable(message))) => assert!(
+            message.contains("still being deleted") && message.contains(&name),
+            "{message}"
+        ),
+        other => panic!("ensure beside a Deployment being deleted: {other:?}"),
+    }
+    assert_eq!(
+        written_by_sandboxd(&held),
+        written_by_sandboxd(&setup.deployment(Scope::Session, id).await.unwrap()),
+        "nothing written"
+    );
+    api.patch(
+        &name,
+        &hold,
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            setup.client.probe(Scope::Session, id).await.ok() == Some(ProbeState::Absent)
+        })
+        .await,
+        "the Deployment goes once its finalizer does"
+    );
+    // Gone, by someone else's delete: the event stream says so, once.
+    let (gone, before) = sandboxd_tests::events::wait_for_event(&setup.client, None, |event| {
+        event.kind == sandboxd_client::EventKind::Deprovisioned && event.id == id
+    })
+    .await;
+    assert_eq!((gone.uid.as_str(), gone.generation), (made.uid.as_str(), 1));
+    assert!(
+        before
+            .iter()
+            .all(|event| event.id != id || event.kind == sandboxd_client::EventKind::Created),
+        "the held delete is no event of its own: {before:?}"
+    );
+    let again = setup.client.ensure_session_sandbox(id, &env).await.unwrap();
+    assert!(again.created, "{again:?}");
+    assert_ne!(again.uid, made.uid, "a new incarnation");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tokenless_sandbox_has_an_empty_secret_and_no_token_variable() {
     let setup = setup("tokenless", "").await;
@@ -557,13 +633,23 @@ async fn deprovision_deletes_deployment_secret_claim_in_order_and_again_is_succe
     assert!(setup.policy(Scope::Session, id).await.is_none());
     assert!(setup.secret(Scope::Session, id).await.is_none());
     // On a real cluster pvc-protection holds the claim until its controller
-    // sees no pod using it: gone, or on its way out.
+    // (the controller manager's) sees no scheduled pod using it: gone, or
+    // on its way out, and gone within a deadline.
     let claim = setup.claim(Scope::Session, id).await;
     assert!(
         claim
             .as_ref()
             .is_none_or(|claim| claim["metadata"]["deletionTimestamp"].is_string()),
         "{claim:?}"
+    );
+    let finished = eventually(Duration::from_secs(60), || async {
+        setup.claim(Scope::Session, id).await.is_none()
+    })
+    .await;
+    assert!(
+        finished,
+        "the claim's deletion never finished: {:?}",
+        setup.claim(Scope::Session, id).await
     );
     if let Some(standin) = setup.cluster.standin("the order of the deletes") {
         let deletes: Vec<String> = standin
@@ -583,9 +669,7 @@ async fn deprovision_deletes_deployment_secret_claim_in_order_and_again_is_succe
         );
     }
     let again = setup.client.deprovision_session_sandbox(id).await.unwrap();
-    // Only a claim still held by pvc-protection (a real cluster) is left to delete.
-    let terminating = setup.claim(Scope::Session, id).await.is_some();
-    assert!(!again.was_present || terminating, "{again:?}");
+    assert!(!again.was_present, "{again:?}");
     assert_eq!(
         setup.client.probe(Scope::Session, id).await.unwrap(),
         ProbeState::Absent
@@ -661,11 +745,15 @@ async fn describe_and_logs_read_the_pod_and_never_show_the_token() {
         .await
         .unwrap();
     // A real cluster's controller manager makes the pod at once, so "no
-    // pod yet" is only certain on the stand-in (which runs no controllers);
-    // there, what a cluster says is never allowed to show the token either.
-    let Some(standin) = setup.cluster.standin("a pod with output (no kubelet)") else {
-        let info = setup.client.describe(Scope::Session, id).await.unwrap();
-        assert!(!format!("{info:?}").contains(TOKEN), "{info:?}");
+    // pod yet" is only certain on the stand-in (which runs no controllers),
+    // and a pod with output needs a kubelet: on a real cluster without one
+    // the ReplicaSet controller's pod stays Pending, and describe and logs
+    // say so, never showing the token either.
+    let Some(standin) = setup
+        .cluster
+        .standin("a pod with output (no kubelet; its Pending pod is checked instead)")
+    else {
+        describe_and_logs_of_the_controllers_pending_pod(&setup, id).await;
         return;
     };
     let no_pod = setup
@@ -779,6 +867,67 @@ async fn describe_and_logs_read_the_pod_and_never_show_the_token() {
     let listed = format!("{:?}", setup.client.list(None).await.unwrap());
     assert!(!listed.contains(TOKEN) && listed.contains(id));
     assert!(!format!("{info:?}").contains(TOKEN));
+    for args in [
+        ["describe", "session", id].as_slice(),
+        ["list"].as_slice(),
+        ["logs", "session", id].as_slice(),
+    ] {
+        let output = setup.daemon.sandboxctl(args);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(!text.contains(TOKEN), "sandboxctl {args:?}: {text}");
+    }
+    assert!(!setup.daemon.log_text().contains(TOKEN));
+}
+
+/// On a real cluster with a controller manager and no kubelet: the
+/// ReplicaSet controller's pod, waited for, is what describe names, and
+/// it is Pending; `logs` says why instead of printing nothing (exit 1).
+async fn describe_and_logs_of_the_controllers_pending_pod(setup: &Setup, id: &str) {
+    let made = eventually(Duration::from_secs(60), || async {
+        let info = setup.client.describe(Scope::Session, id).await.unwrap();
+        info.container_id.is_some()
+    })
+    .await;
+    assert!(made, "the ReplicaSet controller made no pod for {id}");
+    let info = setup.client.describe(Scope::Session, id).await.unwrap();
+    let pod = info.container_id.clone().expect("the pod's name");
+    assert!(
+        pod.starts_with(&format!("{}-", base_name(Scope::Session, id))),
+        "{pod}"
+    );
+    let cluster = info.cluster.clone().expect("the cluster's facts");
+    assert_eq!(cluster.desired_replicas, 1, "{cluster:?}");
+    assert_eq!(cluster.ready_replicas, 0, "{cluster:?}");
+    assert_eq!(cluster.pod_phase.as_deref(), Some("Pending"), "{cluster:?}");
+    assert!(
+        cluster
+            .pending_reason
+            .as_ref()
+            .is_some_and(|why| !why.is_empty()),
+        "{cluster:?}"
+    );
+    match setup
+        .client
+        .logs(Scope::Session, id, LogStart::Beginning, 1024)
+        .await
+    {
+        Err(ClientError::Sandbox(SandboxError::FailedPrecondition(message))) => assert!(
+            message.contains(&format!("pod {pod} is Pending: ")),
+            "{message}"
+        ),
+        other => panic!("logs of a Pending pod: {other:?}"),
+    }
+    let output = setup.daemon.sandboxctl(&["logs", "session", id]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(&format!("pod {pod} is Pending: ")),
+        "{output:?}"
+    );
+    assert!(!format!("{info:?}").contains(TOKEN), "{info:?}");
     for args in [
         ["describe", "session", id].as_slice(),
         ["list"].as_slice(),

@@ -1,13 +1,17 @@
 //! The kubernetes tier's event stream, from the daemon's watches on its
 //! Deployments and pods: a sandbox's creation, its runner's start, an
-//! OOM kill (the pod's `lastState.terminated.reason: OOMKilled`), its
-//! deprovision, adoption by a restarted daemon, and a watch that the API
-//! server expires (410) relisting without a gap. Against the stand-in API
-//! server, or a real cluster with `SANDBOXD_TEST_KUBECONFIG` (as
-//! kubernetes.rs). No kubelet runs pods here: the test writes the pod's
-//! status through the `status` subresource as the kubelet would, on the
-//! stand-in onto a pod it inserts, on a real cluster onto the pod the
-//! ReplicaSet controller made.
+//! OOM kill (the pod's `lastState.terminated.reason: OOMKilled`), an exit
+//! with code 3, its deprovision, adoption by a restarted daemon, and a
+//! watch that the API server expires (410) relisting without a gap.
+//! Against the stand-in API server, or a real cluster with
+//! `SANDBOXD_TEST_KUBECONFIG` (as kubernetes.rs; it needs a controller
+//! manager). No kubelet runs pods here: the test writes the pod's status
+//! through the `status` subresource as the kubelet would, on the stand-in
+//! onto a pod it inserts, on a real cluster onto the pod the ReplicaSet
+//! controller made (so a real OOM kill, which needs a kubelet and a
+//! runtime, is not shown: what the daemon makes of the kubelet's report
+//! of one is). Output to read needs a kubelet too: those checks run on
+//! the stand-in only.
 
 use std::time::Duration;
 
@@ -86,7 +90,7 @@ async fn a_sandboxs_creation_start_oom_kill_and_deprovision_are_events() {
     let cluster = TestCluster::start("events-life").await;
     let daemon = TestDaemon::start(cluster.daemon_options(""));
     let client = daemon.client().await;
-    cluster.wait_for_watches().await;
+    cluster.wait_for_watches(&daemon).await;
     let since = events_now(&client).await;
     let id = "ses-life";
     let ensured = client
@@ -144,7 +148,7 @@ async fn a_sandboxs_creation_start_oom_kill_and_deprovision_are_events() {
     assert!(exit.oom_killed);
     assert_eq!(exit.code, Some(137));
     // Started again after the kill: a second started, after the exit.
-    let (_, between) =
+    let (restarted, between) =
         wait_for_event(&client, Some(exited.cursor.clone()), is(EventKind::Started)).await;
     assert!(
         between.iter().all(|event| event.kind != EventKind::Exited),
@@ -157,6 +161,32 @@ async fn a_sandboxs_creation_start_oom_kill_and_deprovision_are_events() {
             .count(),
         1,
         "{before:?}"
+    );
+
+    // The runner then exits 3 by itself (the kubelet's `Error`): an exit with its code.
+    write_status(
+        &cluster,
+        &pod,
+        runner_status(
+            1,
+            json!({"terminated": {"exitCode": 3, "reason": "Error",
+                   "startedAt": "2026-01-01T00:02:01Z", "finishedAt": "2026-01-01T00:03:00Z",
+                   "containerID": "containerd://4567cdef"}}),
+            json!({"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                   "startedAt": "2026-01-01T00:01:00Z", "finishedAt": "2026-01-01T00:02:00Z",
+                   "containerID": "containerd://0123abcd"}}),
+        ),
+    )
+    .await;
+    let (exited_3, between) =
+        wait_for_event(&client, Some(restarted.cursor), is(EventKind::Exited)).await;
+    let exit = exited_3.exit.expect("an exited event carries its exit");
+    assert_eq!(exit.reason, ExitReason::Exited { code: 3 }, "{exited_3:?}");
+    assert_eq!(exit.code, Some(3));
+    assert!(!exit.oom_killed);
+    assert!(
+        between.iter().all(|event| event.id != id),
+        "the OOM kill is not announced twice: {between:?}"
     );
 
     client.deprovision_session_sandbox(id).await.unwrap();
@@ -185,7 +215,7 @@ async fn a_restarted_daemon_adopts_what_the_cluster_holds_and_sees_what_changed_
         (adopted.uid.as_str(), adopted.generation),
         (kept.uid.as_str(), 1)
     );
-    cluster.wait_for_watches().await;
+    cluster.wait_for_watches(&daemon).await;
     // The adopted sandbox's runner starting is announced with the uid it kept.
     let pod = the_pod(&cluster, "session", "ses-kept").await;
     let since = events_now(&client).await;
@@ -212,7 +242,7 @@ async fn a_watch_the_api_server_expires_is_relisted_and_misses_nothing() {
     let cluster = TestCluster::start("events-expired").await;
     let daemon = TestDaemon::start(cluster.daemon_options(""));
     let client = daemon.client().await;
-    cluster.wait_for_watches().await;
+    cluster.wait_for_watches(&daemon).await;
     let Some(standin) = cluster.standin("expiring a watch (etcd's compaction)") else {
         return;
     };
@@ -360,7 +390,7 @@ async fn a_queue_changed_within_a_generation_is_a_changed_event() {
     let cluster = TestCluster::start("events-changed").await;
     let daemon = TestDaemon::start(cluster.daemon_options(""));
     let client = daemon.client().await;
-    cluster.wait_for_watches().await;
+    cluster.wait_for_watches(&daemon).await;
     let id = "ses-changed";
     let made = client
         .ensure_session_sandbox(id, &sandbox_env("session:one", ""))

@@ -219,6 +219,23 @@ async fn existing(
     env: &SandboxEnv,
     deployment: &Deployment,
 ) -> Result<Step, SandboxError> {
+    if super::observe::is_being_deleted(deployment) {
+        // Scaling it up, or calling it running, would answer for a sandbox
+        // the cluster is about to remove; a new one needs the name free.
+        return Err(SandboxError::Unavailable(format!(
+            "the Deployment {} of {} '{}' is still being deleted (finalizers: {}); try again \
+             once it is gone",
+            super::shapes::object_name(key),
+            key.scope,
+            key.id,
+            deployment
+                .metadata
+                .finalizers
+                .as_deref()
+                .unwrap_or_default()
+                .join(", ")
+        )));
+    }
     let generation = generation_of(deployment);
     let state = state_of(deployment);
     // A connect sandbox is request-scoped: create_connect refuses one that

@@ -61,12 +61,20 @@ pub fn desired_replicas(deployment: &Deployment) -> i32 {
     deployment.spec.replicas.unwrap_or(1)
 }
 
+/// Running when it asks for a replica; a Deployment being deleted (held
+/// by a finalizer, e.g. `foregroundDeletion` while the garbage collector
+/// removes its pods) is stopped whatever it asks: its runner is going.
 pub fn state_of(deployment: &Deployment) -> ProbeState {
-    if desired_replicas(deployment) > 0 {
+    if desired_replicas(deployment) > 0 && !is_being_deleted(deployment) {
         ProbeState::Running
     } else {
         ProbeState::Stopped
     }
+}
+
+/// True once a delete was asked for and finalizers still hold the object.
+pub fn is_being_deleted(deployment: &Deployment) -> bool {
+    deployment.metadata.deletion_timestamp.is_some()
 }
 
 pub fn annotation<'a>(deployment: &'a Deployment, name: &str) -> Option<&'a str> {

@@ -93,10 +93,16 @@ pub async fn follow<K>(
             }
         };
         let mut version = list.metadata.resource_version.clone().unwrap_or_default();
+        let was_first = std::mem::take(&mut first);
         handle(Update::Listed {
             items: list.items,
-            first: std::mem::take(&mut first),
+            first: was_first,
         });
+        if was_first {
+            // From here on no change is missed (the watch resumes from this
+            // version): what happens now is announced, what was there is not.
+            tracing::info!(what, version, "listed the cluster's {what}; following them");
+        }
         loop {
             match watch_once(&watch_api, &selector, &mut version, &mut handle).await {
                 Ended::Closed => {

@@ -167,6 +167,96 @@ async fn top_once_json_lists_the_running_sandboxes_with_their_figures() {
     );
 }
 
+/// `top` without `--once` refreshes until stopped: through a pipe, one
+/// table (or JSON array) after another, no screen-clearing codes, and the
+/// figures of each refresh are new ones: a runner that allocates while it
+/// runs shows in a later refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_refreshes_until_stopped_and_shows_what_changed_meanwhile() {
+    let daemon = allocating_daemon();
+    let client = daemon.client().await;
+    let report = client
+        .ensure_session_sandbox("live", &sandbox_env("session:live", "tok"))
+        .await
+        .unwrap();
+    let workspace = daemon.workspace(Scope::Session, "live");
+    wait_for_runner(&workspace, report.pid.unwrap());
+
+    /// Kills the `top` it holds, passed or failed.
+    struct Top(std::process::Child);
+    impl Drop for Top {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut top = Top(daemon.spawn_sandboxctl(&["top", "--json", "--delay", "0.2"]));
+    let frames = serde_json::Deserializer::from_reader(top.0.stdout.take().unwrap())
+        .into_iter::<serde_json::Value>();
+    let (sender, refreshes) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for frame in frames {
+            if sender.send(frame).is_err() {
+                break;
+            }
+        }
+    });
+    let memory_of = |frame: &serde_json::Value| {
+        frame.as_array().and_then(|rows| rows.first()).map(|row| {
+            assert_eq!(row["id"], "live", "{row}");
+            row["usage"]["memory_bytes"].as_u64().unwrap_or(0)
+        })
+    };
+    let next = || {
+        refreshes
+            .recv_timeout(RUNNER_TIMEOUT)
+            .expect("top stopped refreshing")
+            .expect("top printed something that is not JSON")
+    };
+    let first = next();
+    let before = memory_of(&first).unwrap_or_else(|| panic!("no row: {first}"));
+    assert!(before < 90 * MIB, "{first}");
+    std::fs::write(workspace.join("allocate-now"), "").unwrap();
+    let deadline = std::time::Instant::now() + RUNNER_TIMEOUT;
+    let mut seen = 1;
+    loop {
+        let frame = next();
+        seen += 1;
+        if memory_of(&frame).is_some_and(|bytes| bytes >= 90 * MIB) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{seen} refreshes, none showed the 96 MiB; the last: {frame}"
+        );
+    }
+    assert!(
+        top.0.try_wait().unwrap().is_none(),
+        "top ended by itself after {seen} refreshes"
+    );
+    drop(top);
+
+    // The table through a pipe: refreshes one after another, no screen codes.
+    let mut table = Top(daemon.spawn_sandboxctl(&["top", "--delay", "0.2"]));
+    let mut lines =
+        std::io::BufRead::lines(std::io::BufReader::new(table.0.stdout.take().unwrap()));
+    let mut headers = 0;
+    while headers < 2 {
+        let line = lines
+            .next()
+            .expect("top stopped refreshing")
+            .expect("read top's output");
+        assert!(
+            !line.contains('\x1b'),
+            "a screen code through a pipe: {line:?}"
+        );
+        if line.starts_with("1 running, by CPU") {
+            headers += 1;
+        }
+    }
+    drop(table);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_describe_has_the_engines_figures() {
     if !engine_ready("docker_describe_figures") {

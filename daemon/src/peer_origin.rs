@@ -116,13 +116,68 @@ pub fn origin_of(
                 };
             }
         }
+        // A runner is a session leader and the daemon's child from its
+        // clone on, but is recorded only once its start returns, and it may
+        // call before that (seen under load). No other child of the daemon
+        // leads a session of its own (a daemon that systemd starts leads
+        // its own, whose members are its helpers, never its clients).
+        if ids.session != pid_of_this_daemon()
+            && parent_of(ids.session) == Some(pid_of_this_daemon())
+        {
+            return PeerOrigin::Sandbox {
+                base_name: format!("(a runner being started, pid {})", ids.session),
+                how: "its session, led by a child of the daemon",
+            };
+        }
     }
     PeerOrigin::Outside
+}
+
+fn pid_of_this_daemon() -> i32 {
+    std::process::id() as i32
+}
+
+/// A process's parent, from `/proc/<pid>/stat`; `None` when it is gone.
+fn parent_of(pid: i32) -> Option<i32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text[text.rfind(')')? + 1..]
+        .split_ascii_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_in_a_session_led_by_a_child_of_the_daemon_is_a_sandboxs() {
+        use std::os::unix::process::CommandExt as _;
+        let mut command = std::process::Command::new("sleep");
+        command.arg("30");
+        // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                nix::unistd::setsid()
+                    .map(drop)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let mut child = command.spawn().unwrap();
+        let origin = origin_of(child.id() as i32, |_| false, &HashMap::new());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            matches!(origin, PeerOrigin::Sandbox { how, .. } if how.contains("led by a child")),
+            "{origin:?}"
+        );
+        // This process is in no such session.
+        assert_eq!(
+            origin_of(std::process::id() as i32, |_| false, &HashMap::new()),
+            PeerOrigin::Outside
+        );
+    }
 
     #[test]
     fn reads_the_session_and_group_past_a_hostile_command_name() {

@@ -166,13 +166,17 @@ async fn two_daemons_with_the_default_range_and_claims_dir_share_no_uid() {
     for n in 0..5 {
         remove(&b, &format!("b{n}")).await;
     }
-    let left: Vec<u32> = of_a
-        .iter()
-        .chain(&of_b)
-        .chain([&b_while_a_is_stopped, &b_after_restart])
-        .copied()
-        .filter(|uid| claims.join(uid.to_string()).exists())
-        .collect();
+    // Each claim goes right behind its workspace, in the same teardown.
+    let left = || -> Vec<u32> {
+        of_a.iter()
+            .chain(&of_b)
+            .chain([&b_while_a_is_stopped, &b_after_restart])
+            .copied()
+            .filter(|uid| claims.join(uid.to_string()).exists())
+            .collect()
+    };
+    sandboxd_tests::wait_until(std::time::Duration::from_secs(30), || left().is_empty());
+    let left = left();
     assert_eq!(
         left,
         Vec::<u32>::new(),

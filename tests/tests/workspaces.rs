@@ -125,8 +125,11 @@ async fn workspace_ttl_removes_kept_and_nameless_workspaces_but_not_a_running_on
         assert_eq!(entry["scope"], "workflow");
     }
 
+    // The runner's log goes right behind its workspace, in the same removal.
     let both_gone = wait_until(Duration::from_secs(60), || {
-        !kept_workspace.exists() && !nameless.exists()
+        !kept_workspace.exists()
+            && !nameless.exists()
+            && !daemon.runner_log(Scope::Session, "kept").exists()
     });
     assert!(
         both_gone,

@@ -1,29 +1,41 @@
 //! The process tier's answer to "is this connecting process one of my
 //! sandboxes?" (see [`crate::peer_origin`]): by its cgroup, else by its
 //! session or process group against the running runners, which are
-//! session leaders.
+//! session leaders. A sandbox that took a prepared one has that one's
+//! cgroup name (see `CgroupTree::adopt`): the name found is mapped back.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::Inner;
 use crate::peer_origin::{self, PeerOrigin};
 
 impl Inner {
     pub(super) fn origin_of_peer(&self, pid: i32) -> PeerOrigin {
-        let (names, runners): (HashSet<String>, HashMap<i32, String>) = {
+        let (names, runners): (HashMap<String, String>, HashMap<i32, String>) = {
             let records = self.records();
             let running = records
                 .iter()
                 .filter_map(|(key, record)| Some((key, record.running.as_ref()?)));
-            let mut names = HashSet::new();
+            let mut names = HashMap::new();
+            let tree = self.containment.tree();
             let mut runners = HashMap::new();
             for (key, runner) in running {
-                names.insert(key.base_name.clone());
+                let cgroup = tree.map_or_else(
+                    || key.base_name.clone(),
+                    |tree| tree.cgroup_name(&key.base_name),
+                );
+                names.insert(cgroup, key.base_name.clone());
                 runners.insert(runner.pid as i32, key.base_name.clone());
                 runners.insert(runner.leader as i32, key.base_name.clone());
             }
             (names, runners)
         };
-        peer_origin::origin_of(pid, |name| names.contains(name), &runners)
+        match peer_origin::origin_of(pid, |name| names.contains_key(name), &runners) {
+            PeerOrigin::Sandbox { base_name, how } => PeerOrigin::Sandbox {
+                base_name: names.get(&base_name).cloned().unwrap_or(base_name),
+                how,
+            },
+            other => other,
+        }
     }
 }

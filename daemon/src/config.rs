@@ -198,10 +198,12 @@ impl Default for LimitsConfig {
     }
 }
 
-/// `[pool]`: how many views the process tier keeps prepared per scope
-/// under `isolation = "full"` (see `drivers/local_process/prepared/`):
-/// namespaces made and the view built ahead of demand, so a new sandbox
-/// only adds its workspace and its runner. 0 turns a scope's pool off.
+/// `[pool]`: how many sandboxes the process tier keeps prepared per scope
+/// (see `drivers/local_process/prepared/`): cgroups made with their
+/// limits, a uid claimed, a workspace owned by it, and under
+/// `isolation = "full"` the namespaces made and the view built, ahead of
+/// demand, so a new sandbox only renames its workspace into place and
+/// starts its runner. 0 turns a scope's pool off.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PoolConfig {

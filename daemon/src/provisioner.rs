@@ -65,6 +65,12 @@ pub trait Driver: Send + Sync + 'static {
         "the runtime's own (containers)".to_string()
     }
 
+    /// Each scope's pool of sandboxes prepared ahead, for `status`: none
+    /// unless the driver keeps one.
+    fn pools(&self) -> Vec<sandboxd_protocol::PoolStatus> {
+        Vec::new()
+    }
+
     /// The isolation setting and each mechanism that keeps this tier's
     /// sandboxes apart, in force or not (with why), for `status`. The
     /// default is a container tier's: the runtime isolates.

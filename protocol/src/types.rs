@@ -466,6 +466,24 @@ pub struct DaemonStatus {
     /// `None` when `metrics_listen` is not set. Added in protocol 8.
     #[serde(default)]
     pub metrics: Option<String>,
+    /// Each scope's pool of sandboxes prepared ahead (`[pool]`, process
+    /// tier): empty where the driver keeps none. Added after protocol 8.
+    #[serde(default)]
+    pub pools: Vec<PoolStatus>,
+}
+
+/// One scope's pool of sandboxes prepared ahead of demand.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolStatus {
+    pub scope: Scope,
+    /// `[pool]`'s size for the scope (0: off).
+    pub size: u32,
+    /// Prepared and not yet taken, now.
+    pub ready: u32,
+    /// New sandboxes that took a prepared one, since the daemon started.
+    pub hits: u64,
+    /// New sandboxes that started cold because none was ready.
+    pub misses: u64,
 }
 
 /// The endpoints the daemon hands its runners (addresses, never secrets).

@@ -511,10 +511,11 @@ impl TestDaemon {
     }
 
     /// The workspace directories under `<state_dir>/sandboxes`, sorted (the
-    /// daemon's `.trash` is not one).
+    /// daemon's `.trash`, and `.prepared` where prepared workspaces wait,
+    /// are not ones).
     pub fn workspaces(&self) -> Vec<String> {
         let mut names = crate::dir_entries(&self.state_dir.join("sandboxes"));
-        names.retain(|name| name != ".trash");
+        names.retain(|name| name != ".trash" && name != ".prepared");
         names
     }
 

@@ -244,8 +244,9 @@ async fn runners_live_in_their_sandbox_cgroup_in_v2_and_in_each_v1_controller_wi
         .pid
         .unwrap();
     let base = naming::base_name(Scope::Session, id);
-    let suffix = format!("/sandboxes/{base}");
     let v2 = cgroup_of(pid).unwrap();
+    // Its own, or the prepared one it took (see prepared_sandboxes.rs).
+    let suffix = own_cgroup_suffix(&v2, &base);
     assert!(v2.ends_with(&suffix), "v2 cgroup {v2}");
     let v2_dir = v2_mount().join(v2.trim_start_matches('/'));
     assert!(v2_dir.join("cgroup.kill").exists() || !v2_dir.join("cgroup.freeze").exists());
@@ -551,9 +552,11 @@ async fn a_daemon_in_a_delegated_cgroup_moves_into_a_leaf_and_puts_sandboxes_bes
         .pid
         .unwrap();
     let base = naming::base_name(Scope::Session, "delegated");
+    let v2 = cgroup_of(pid).unwrap();
     assert_eq!(
-        cgroup_of(pid),
-        Some(format!("/{relative}/sandboxes/{base}"))
+        v2,
+        format!("/{relative}{}", own_cgroup_suffix(&v2, &base)),
+        "not beside the daemon's leaf"
     );
     assert!(daemon.stop().success());
     // A clean stop leaves the delegated cgroup as it was given, but for the
@@ -583,6 +586,19 @@ impl Drop for RemoveTree {
         for dir in dirs.iter().rev() {
             let _ = std::fs::remove_dir(dir);
         }
+    }
+}
+
+/// `/sandboxes/<base>`, or `/sandboxes/prepared-<n>` when `v2` (a
+/// runner's cgroup) is one prepared ahead that its sandbox took.
+fn own_cgroup_suffix(v2: &str, base: &str) -> String {
+    let prepared = v2.rsplit('/').next().filter(|name| {
+        name.strip_prefix("prepared-")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    match prepared {
+        Some(name) => format!("/sandboxes/{name}"),
+        None => format!("/sandboxes/{base}"),
     }
 }
 

@@ -120,6 +120,14 @@ async fn socket_activation_serves_the_passed_socket_and_leaves_it_to_systemd() {
         !socket_inodes(runner).contains(&passed),
         "the runner holds the socket"
     );
+    // The pool's refill after that start is over first: a child cloned
+    // for it holds a copy of the daemon's descriptors until its exec.
+    let refilled = sandboxd_tests::eventually(Duration::from_secs(60), || async {
+        let status = client.status().await.unwrap();
+        status.pools.iter().all(|pool| pool.ready == pool.size)
+    })
+    .await;
+    assert!(refilled, "the pool never refilled");
     let children = children_of(first.pid());
     assert!(
         children.len() >= 2,

@@ -189,9 +189,12 @@ async fn a_clash_is_refused_for_that_sandbox_only_naming_the_other_daemon() {
     // One claims directory for both: a's own, which b shares.
     let mut a = TestDaemon::start(Options::default());
     let claims = a.dir().join("uid-claims");
+    // b keeps no sandboxes prepared: its next one is started cold, with
+    // the lowest uid free at that moment (a prepared one holds the uid it
+    // claimed when it was made).
     let b = TestDaemon::start(Options {
         uid_claims: UidClaims::Shared(claims.clone()),
-        extra_toml: "instance = \"blue\"".to_string(),
+        extra_toml: "instance = \"blue\"\n[pool]\nsession = 0\nworkflow = 0\n".to_string(),
         ..Options::default()
     });
     let uid = start(&a, "kept").await;

@@ -184,6 +184,7 @@ impl Sandboxd for FakeDaemon {
             runner_endpoints: Default::default(),
             metrics: None,
             isolation: Vec::new(),
+            pools: Vec::new(),
         })
     }
 

@@ -437,6 +437,7 @@ impl Sandboxd for ConnectionService {
             metrics: daemon
                 .metrics_address
                 .map(|address| format!("http://{address}/metrics")),
+            pools: daemon.driver.pools(),
         })
     }
 

@@ -65,6 +65,10 @@
 //! run in Node (`bench/peer.mjs`), when `node` is on PATH; `--only-spawns`
 //! runs only rows (c), (d), (e) with their raw baselines, the peer row and,
 //! with `--compare`, row (c)/(e) in turn with the other daemon;
+//! `--only-prepared` runs only the prepared-sandbox rows (issue 20: row
+//! (c) warm and cold under both isolation settings in turn, (e), (d) with
+//! a pool of 64 and with none, the idle cost of a pool of 64, the peer
+//! row; see `bench/prepared.rs`);
 //! `--only-docker` runs only the docker row; `--scale-count N` holds N
 //! sandboxes in row (s) instead of 10,000.
 //! The kubernetes row runs against
@@ -98,6 +102,8 @@ mod node;
 mod output;
 #[path = "bench/peer.rs"]
 mod peer;
+#[path = "bench/prepared.rs"]
+mod prepared;
 #[path = "bench/raw.rs"]
 mod raw;
 #[path = "bench/report.rs"]
@@ -243,6 +249,8 @@ struct Options {
     only_spawns: bool,
     /// Run only the docker row.
     only_docker: bool,
+    /// Run only the prepared-sandbox rows (issue 20, item 1).
+    only_prepared: bool,
     /// Row (s)'s count instead of the mode's.
     scale_count: Option<usize>,
     lifecycle_count: Option<usize>,
@@ -277,6 +285,7 @@ fn parse_args() -> Result<Options, String> {
         only_node: false,
         only_spawns: false,
         only_docker: false,
+        only_prepared: false,
         scale_count: None,
         lifecycle_count: None,
     };
@@ -296,6 +305,7 @@ fn parse_args() -> Result<Options, String> {
             "--only-node" => options.only_node = true,
             "--only-spawns" => options.only_spawns = true,
             "--only-docker" => options.only_docker = true,
+            "--only-prepared" => options.only_prepared = true,
             "--lifecycle-count" => {
                 let value = args.next().ok_or("--lifecycle-count needs a count")?;
                 options.lifecycle_count =
@@ -349,7 +359,7 @@ fn parse_args() -> Result<Options, String> {
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
-                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-metrics] [--only-calls probe|ensure N] [--scale-only] [--only-node] [--only-spawns] [--only-docker] [--scale-count N] [--no-kubernetes] [--only-kubernetes]\n\n\
+                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-metrics] [--only-calls probe|ensure N] [--scale-only] [--only-node] [--only-spawns] [--only-prepared] [--only-docker] [--scale-count N] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -708,6 +718,15 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         });
         println!("{line}");
         return Ok(());
+    }
+    if options.only_prepared {
+        let setting = Spawns {
+            binaries: &binaries,
+            dir: dir.path(),
+            spawner: &spawner,
+            runner: &runner,
+        };
+        return run_prepared_only(options, counts, setting, started).await;
     }
     if options.only_spawns {
         let setting = Spawns {
@@ -1544,6 +1563,85 @@ async fn run_spawns_only(
         "only": "spawns",
         "load_start": load_start[0],
         "load_end": load_end[0],
+        "peer": peer_note,
+        "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+    });
+    println!("{line}");
+    Ok(())
+}
+
+/// `--only-prepared`: the prepared-sandbox rows (see `bench/prepared.rs`)
+/// with their raw baselines and the peer row, in one run.
+async fn run_prepared_only(
+    options: &Options,
+    counts: Counts,
+    setting: Spawns<'_>,
+    started: Instant,
+) -> anyhow::Result<()> {
+    let Spawns {
+        binaries,
+        dir,
+        spawner,
+        runner,
+    } = setting;
+    let date = machine::utc_now();
+    let load_start = machine::load_average();
+    step(started, "(d) raw spawn throughput baseline (2 threads)");
+    let raw_burst = {
+        let (spawner, count) = (spawner.clone(), counts.burst);
+        tokio::task::spawn_blocking(move || -> anyhow::Result<Duration> {
+            let (elapsed, children) = raw::spawn_parallel(&spawner, count, 2)?;
+            raw::stop_all(children)?;
+            spawner.clean();
+            Ok(elapsed)
+        })
+        .await??
+    };
+    let load_raw = machine::load_average();
+    step(
+        started,
+        "(c)/(e) warm and cold, full and uid-cgroup, in turn; (d) bursts; idle pool",
+    );
+    let figures = prepared::measure(
+        dir,
+        binaries,
+        spawner,
+        counts.serial,
+        counts.burst,
+        counts.tasks,
+    )
+    .await?;
+    let load_daemons = machine::load_average();
+    let peer_figures = measure_peer(started, runner, dir, counts)?;
+    let load_end = machine::load_average();
+    let raw_rate = counts.burst as f64 / raw_burst.as_secs_f64();
+    let mut rows = prepared::rows(&figures, raw_rate, counts.burst, counts.tasks);
+    let peer_note = match &peer_figures {
+        Ok(peer) => {
+            rows.extend(peer::rows(
+                peer,
+                prepared::full_warm(&figures),
+                prepared::warm_rate(&figures, counts.burst),
+            ));
+            "measured (sandboxd: full, warm)".to_string()
+        }
+        Err(reason) => format!("not measured: {reason}"),
+    };
+    println!(
+        "sandboxd bench, prepared sandboxes ({} mode) — {date}; load average {:.2} at start, {:.2} after the raw baselines, {:.2} after the daemons, {:.2} at end; peer {peer_note}\n",
+        if options.quick { "quick" } else { "full" },
+        load_start[0],
+        load_raw[0],
+        load_daemons[0],
+        load_end[0],
+    );
+    print!("{}", report::table(&rows));
+    let line = json!({
+        "bench": "sandboxd",
+        "mode": if options.quick { "quick" } else { "full" },
+        "date": date,
+        "only": "prepared",
+        "load": [load_start[0], load_raw[0], load_daemons[0], load_end[0]],
         "peer": peer_note,
         "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
     });

@@ -999,6 +999,7 @@ mod tests {
             isolation_mode: "full".into(),
             runner_endpoints: Default::default(),
             metrics: None,
+            pools: Vec::new(),
             isolation: vec![
                 IsolationFeature::in_force("pid-namespace", "its own"),
                 IsolationFeature::not_in_force(

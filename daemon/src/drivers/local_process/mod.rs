@@ -128,7 +128,12 @@ struct Inner {
     /// `workspace_ttl`: unused workspaces are removed after it.
     workspace_ttl: Option<Duration>,
     /// Each sandbox's uid, when each has its own (a root daemon without `run_as`).
-    uids: Option<SandboxUids>,
+    uids: Option<Arc<SandboxUids>>,
+    /// The sandboxes prepared ahead of demand (see [`prepared`]), once
+    /// their pool has started.
+    prepared: std::sync::OnceLock<Arc<prepared::PreparedSandboxes>>,
+    /// `<sandboxes>/.prepared`, where prepared workspaces wait.
+    staging: std::path::PathBuf,
     /// `[limits] disk` and how it is held (see [`disk_limit`]).
     disk_limit: disk_limit::DiskLimit,
     /// The egress posture's rules; an ensure is refused while not in force.
@@ -208,7 +213,9 @@ impl LocalProcessDriver {
                     config.instance.display_name(),
                     &config.state_dir,
                 )?;
-                Some(tokio::task::spawn_blocking(move || SandboxUids::new(pool, claims)).await?)
+                Some(Arc::new(
+                    tokio::task::spawn_blocking(move || SandboxUids::new(pool, claims)).await?,
+                ))
             }
             None => None,
         };
@@ -242,6 +249,19 @@ impl LocalProcessDriver {
         let deferred = Arc::new(deferred::Deferred::start());
         let trash = Trash::new(dirs.trash.clone(), deferred.clone());
         trash.empty_leftovers();
+        // What a daemon that did not stop cleanly left prepared: its
+        // cgroups went with the sweep above, its uids' claims with the
+        // pool's restore (no ledger line names them).
+        let staging = dirs.prepared.clone();
+        let leftovers =
+            tokio::task::spawn_blocking(move || prepared::host_parts::remove_leftovers(&staging))
+                .await?;
+        if leftovers > 0 {
+            tracing::info!(
+                leftovers,
+                "removed the prepared workspaces an earlier sandboxd left"
+            );
+        }
         let reaper = GroupReaper::start(
             &state_lock,
             &dirs.sandboxes,
@@ -302,7 +322,7 @@ impl LocalProcessDriver {
                 identity: &settings.identity,
                 containment: &containment,
                 egress: &egress,
-                uid_claims: uids.as_ref().map(SandboxUids::claims_dir),
+                uid_claims: uids.as_ref().map(|uids| uids.claims_dir()),
                 disk_limit: &disk_limit,
                 filters: &settings.filters,
                 mode: config.isolation,
@@ -325,6 +345,8 @@ impl LocalProcessDriver {
             catalog,
             workspace_ttl: config.workspace_ttl,
             uids,
+            prepared: std::sync::OnceLock::new(),
+            staging: dirs.prepared.clone(),
             disk_limit,
             egress,
             stopping: AtomicBool::new(false),
@@ -335,7 +357,7 @@ impl LocalProcessDriver {
             events,
             _state_lock: state_lock,
         });
-        inner.start_prepared_views(&config.pool);
+        inner.start_prepared(&config.pool);
         if let Some(ttl) = config.workspace_ttl {
             tokio::spawn(workspaces::keep_expiring(Arc::downgrade(&inner), ttl));
         }
@@ -359,17 +381,14 @@ impl LocalProcessDriver {
 }
 
 impl Inner {
-    /// Starts the pool of prepared views (see [`prepared`]) under
-    /// `isolation = "full"`, where sandboxes have cgroups (a taken view's
-    /// holder ends with its sandbox's) and the runner command is found.
-    fn start_prepared_views(&self, sizes: &crate::config::PoolConfig) {
-        let Some(view) = &self.settings.view else {
+    /// Starts the pool of sandboxes prepared ahead (see [`prepared`])
+    /// where sandboxes have cgroups and the runner command is found: host
+    /// parts under either isolation, views too under `isolation = "full"`.
+    fn start_prepared(&self, sizes: &crate::config::PoolConfig) {
+        let Some(tree) = self.containment.tree() else {
+            tracing::info!("no cgroups for the sandboxes: no sandboxes are prepared ahead");
             return;
         };
-        if self.containment.tree().is_none() {
-            tracing::info!("no cgroups for the sandboxes: no views are prepared ahead");
-            return;
-        }
         let Ok(program) = self.settings.resolve_command() else {
             return;
         };
@@ -379,11 +398,40 @@ impl Inner {
             .privileges(None)
             .bounding_set_up_to
             .is_some();
-        if let Err(error) =
-            view.start_pool(self.spawner.background(), program, sizes, drop_bounding_set)
-        {
-            tracing::warn!(%error, "cannot start the pool of prepared views: sandboxes start cold");
-        }
+        let view = match &self.settings.view {
+            Some(view) => match view.view_maker(program, drop_bounding_set) {
+                Ok(maker) => Some(maker),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot start the pool of prepared sandboxes: sandboxes start cold");
+                    return;
+                }
+            },
+            None => None,
+        };
+        let total = (sizes.session + sizes.workflow + sizes.connect) as u64;
+        let host = prepared::host_parts::HostMaker {
+            tree: tree.clone(),
+            uids: self.uids.clone(),
+            identity: self.settings.identity.clone(),
+            // A project quota is set on a workspace at its start.
+            staging: self
+                .settings
+                .disk_quota
+                .is_none()
+                .then(|| self.staging.clone()),
+            // As many again as the pools hold are left to cold starts.
+            uids_kept: total * 2,
+            next: Default::default(),
+        };
+        let maker = prepared::SandboxMaker {
+            host: Arc::new(host),
+            view,
+        };
+        let _ = self.prepared.set(prepared::PreparedSandboxes::start(
+            maker,
+            self.spawner.background(),
+            sizes,
+        ));
     }
 
     fn stop_remover(&self) -> MutexGuard<'_, Option<cgroup::setup::StopRemover>> {
@@ -570,8 +618,31 @@ impl Inner {
         })
     }
 
-    /// Starts the runner, as its sandbox's own uid when each has one.
+    /// Starts the runner, as its sandbox's own uid when each has one, from
+    /// a prepared sandbox when one is ready; the pool refills once the
+    /// start is over.
     fn spawn_as_its_uid(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+    ) -> Result<launch::child_exits::RunnerProcess, SandboxError> {
+        let pool = self.prepared.get();
+        let taken = match (pool, self.settings.resolve_command()) {
+            (Some(pool), Ok(program)) => pool.take(key.scope, &program),
+            _ => None,
+        };
+        let spawned = match (pool, taken) {
+            (Some(pool), Some(taken)) => self.spawn_prepared(key, env, pool, taken),
+            _ => self.spawn_cold(key, env),
+        };
+        if let Some(pool) = pool {
+            pool.refill();
+        }
+        spawned
+    }
+
+    /// The cold start: everything made on the caller's time.
+    fn spawn_cold(
         &self,
         key: &SandboxKey,
         env: &SandboxEnv,
@@ -579,7 +650,7 @@ impl Inner {
         let Some(uids) = &self.uids else {
             return self
                 .settings
-                .spawn(key, env, &self.logs, self.spawner.exits(), None);
+                .spawn(key, env, &self.logs, self.spawner.exits(), None, None);
         };
         let assignment = uids.assign(key)?;
         let spawned = self.settings.spawn(
@@ -588,6 +659,7 @@ impl Inner {
             &self.logs,
             self.spawner.exits(),
             Some(assignment.uid()),
+            None,
         );
         if let users::uid_pool::Assignment::New(uid) = assignment {
             let workspace = self.settings.workspace(key);
@@ -596,13 +668,69 @@ impl Inner {
         spawned
     }
 
+    /// The warm start, from `taken`: its cgroups are the sandbox's, and
+    /// for a sandbox new to the daemon its uid and workspace too.
+    fn spawn_prepared(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+        pool: &prepared::PreparedSandboxes,
+        taken: prepared::Prepared,
+    ) -> Result<launch::child_exits::RunnerProcess, SandboxError> {
+        let workspace = self.settings.workspace(key);
+        let adopted = taken.host.adopt(key, &workspace);
+        let parts = launch::spawn::Taken {
+            placement: adopted.placement,
+            workspace_made: adopted.workspace_made,
+            view: taken.view,
+            pool,
+        };
+        let assignment = match (&self.uids, adopted.uid) {
+            (Some(_), Some(uid)) => Some(users::uid_pool::Assignment::New(uid)),
+            (Some(uids), None) => match uids.assign(key) {
+                Ok(assignment) => Some(assignment),
+                Err(error) => {
+                    self.forget_adopted_cgroup(key);
+                    return Err(error);
+                }
+            },
+            (None, _) => None,
+        };
+        let spawned = self.settings.spawn(
+            key,
+            env,
+            &self.logs,
+            self.spawner.exits(),
+            assignment.map(users::uid_pool::Assignment::uid),
+            Some(parts),
+        );
+        if spawned.is_err() {
+            self.forget_adopted_cgroup(key);
+        }
+        if let (Some(uids), Some(users::uid_pool::Assignment::New(uid))) = (&self.uids, assignment)
+        {
+            uids.settle_new(key, uid, spawned.is_ok(), &workspace, &self.ledger);
+        }
+        spawned
+    }
+
+    /// Removes the prepared cgroup `key` adopted for a start that failed
+    /// (gone already when the spawn itself removed it).
+    fn forget_adopted_cgroup(&self, key: &SandboxKey) {
+        if let Some(tree) = self.containment.tree() {
+            if let Err(error) = tree.remove_sandbox(&key.base_name) {
+                tracing::warn!(%error, "cannot remove the prepared cgroup of a failed start");
+            }
+        }
+    }
+
     /// What keeps every sandbox started now apart (the same for each).
     fn isolation_features(&self) -> Vec<sandboxd_protocol::IsolationFeature> {
         isolation::features(&isolation::Facts {
             identity: &self.settings.identity,
             containment: &self.containment,
             egress: &self.egress,
-            uid_claims: self.uids.as_ref().map(SandboxUids::claims_dir),
+            uid_claims: self.uids.as_ref().map(|uids| uids.claims_dir()),
             disk_limit: &self.disk_limit,
             filters: &self.settings.filters,
             mode: self.isolation_mode,
@@ -945,17 +1073,18 @@ impl Driver for LocalProcessDriver {
         let mode = self.inner.isolation_mode.as_str().to_string();
         let mut features = self.inner.isolation_features();
         // Live, so only in `status`: what the pool holds now.
-        if let Some(pool) = self
-            .inner
-            .settings
-            .view
-            .as_ref()
-            .and_then(|view| view.prepared())
-        {
+        if let Some(pool) = self.inner.prepared.get() {
             features.push(pool.feature());
             features.sort_by(|a, b| a.name.cmp(&b.name));
         }
         (mode, features)
+    }
+
+    fn pools(&self) -> Vec<sandboxd_protocol::PoolStatus> {
+        self.inner
+            .prepared
+            .get()
+            .map_or_else(Vec::new, |pool| pool.pools())
     }
 
     async fn ensure(
@@ -1084,8 +1213,10 @@ impl Driver for LocalProcessDriver {
             }
         }
         self.inner.stopping.store(true, Ordering::Release);
-        if let Some(view) = &self.inner.settings.view {
-            view.stop_pool();
+        if let Some(pool) = self.inner.prepared.get() {
+            // Undone on a blocking thread: a few removals each.
+            let pool = pool.clone();
+            let _ = tokio::task::spawn_blocking(move || pool.stop()).await;
         }
         let keys: Vec<SandboxKey> = self.inner.records().keys().cloned().collect();
         tracing::info!(sandboxes = keys.len(), "stopping every process-tier runner");

@@ -1,31 +1,38 @@
 //! The process tier's answer to "is this connecting process one of my
 //! sandboxes?" (see [`crate::peer_origin`]): by its cgroup, else by its
 //! session or process group against the running runners, which are
-//! session leaders.
+//! session leaders. A sandbox that took a prepared one has that one's
+//! cgroup name (see `CgroupTree::adopt`): the name found is mapped back.
 //!
 //! A runner is cloned into its cgroup and may connect before its start is
 //! recorded (seen under load: its connection accepted 3 ms before "runner
 //! started", and its deprovision of its own sandbox went through). So a
 //! cgroup counts as a sandbox's when it is one of this daemon's sandboxes'
 //! directories, recorded or not. Without cgroups (the process-group
-//! fallback) only recorded runners are known, and that window stays.
+//! fallback), a peer whose session a child of the daemon leads is taken
+//! for a runner being started (see [`crate::peer_origin`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::Inner;
 use crate::peer_origin::{self, PeerOrigin};
 
 impl Inner {
     pub(super) fn origin_of_peer(&self, pid: i32) -> PeerOrigin {
-        let (names, runners): (HashSet<String>, HashMap<i32, String>) = {
+        let (names, runners): (HashMap<String, String>, HashMap<i32, String>) = {
             let records = self.records();
             let running = records
                 .iter()
                 .filter_map(|(key, record)| Some((key, record.running.as_ref()?)));
-            let mut names = HashSet::new();
+            let mut names = HashMap::new();
+            let tree = self.containment.tree();
             let mut runners = HashMap::new();
             for (key, runner) in running {
-                names.insert(key.base_name.clone());
+                let cgroup = tree.map_or_else(
+                    || key.base_name.clone(),
+                    |tree| tree.cgroup_name(&key.base_name),
+                );
+                names.insert(cgroup, key.base_name.clone());
                 runners.insert(runner.pid as i32, key.base_name.clone());
                 runners.insert(runner.leader as i32, key.base_name.clone());
             }
@@ -33,8 +40,14 @@ impl Inner {
         };
         let sandboxes_dir = self.containment.tree().map(|tree| &tree.sandboxes().v2);
         let is_sandbox = |name: &str| {
-            names.contains(name) || sandboxes_dir.is_some_and(|dir| dir.join(name).is_dir())
+            names.contains_key(name) || sandboxes_dir.is_some_and(|dir| dir.join(name).is_dir())
         };
-        peer_origin::origin_of(pid, is_sandbox, &runners)
+        match peer_origin::origin_of(pid, is_sandbox, &runners) {
+            PeerOrigin::Sandbox { base_name, how } => PeerOrigin::Sandbox {
+                base_name: names.get(&base_name).cloned().unwrap_or(base_name),
+                how,
+            },
+            other => other,
+        }
     }
 }

@@ -5,6 +5,7 @@
 //!   sandboxd.lock               flock: one daemon per state dir
 //!   sandboxes/<base>/     0711 / 0700 owned by its sandbox's uid (uid_pool.rs)
 //!   sandboxes/.trash/     0700        deprovisioned files being deleted (trash.rs)
+//!   sandboxes/.prepared/  0700        workspaces prepared ahead (prepared/host_parts.rs)
 //!   logs/<base>.log       0700 / 0640 runner stdout+stderr, written by the daemon
 //!   logs/.spare/          0700        emptied output files for reuse (logs/spare.rs)
 //!   ledger/journal        0700 / 0600 what this daemon spawned (see ledger.rs)
@@ -25,6 +26,9 @@ pub struct StateDirs {
     /// Inside `sandboxes`, so moving a workspace there never crosses a
     /// file system (base names never start with a dot).
     pub trash: PathBuf,
+    /// Inside `sandboxes` too: prepared workspaces, renamed into place at
+    /// their take (see `prepared::host_parts`).
+    pub prepared: PathBuf,
     pub logs: PathBuf,
     /// Inside `logs`, for the same reason.
     pub spares: PathBuf,
@@ -39,6 +43,9 @@ impl StateDirs {
         let dirs = StateDirs {
             sandboxes: root.join("sandboxes"),
             trash: root.join("sandboxes").join(".trash"),
+            prepared: root
+                .join("sandboxes")
+                .join(super::prepared::host_parts::STAGING),
             logs: root.join("logs"),
             spares: root.join("logs").join(".spare"),
             ledger: root.join("ledger"),
@@ -46,6 +53,7 @@ impl StateDirs {
         };
         make_dir(&dirs.sandboxes, 0o711)?;
         make_dir(&dirs.trash, 0o700)?;
+        make_dir(&dirs.prepared, 0o700)?;
         make_dir(&dirs.logs, 0o700)?;
         make_dir(&dirs.spares, 0o700)?;
         make_dir(&dirs.ledger, 0o700)?;

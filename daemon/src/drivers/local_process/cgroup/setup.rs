@@ -148,7 +148,7 @@ pub async fn end_of_run(tree: &Arc<CgroupTree>, key: &SandboxKey, exit: &mut Exi
     if facts.pids_refused > 0 {
         exit.pids_limit = tree.pids_limit();
     }
-    if let Err(error) = kill::remove(&dirs) {
+    if let Err(error) = tree.remove_sandbox(&key.base_name) {
         tracing::warn!(scope = %key.scope, id = %key.id, %error, "cannot remove an ended runner's cgroup");
     }
 }

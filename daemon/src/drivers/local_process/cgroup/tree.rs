@@ -60,6 +60,14 @@ enum Where {
 #[derive(Debug)]
 pub struct CgroupTree {
     sandboxes: Dirs,
+    /// Sandboxes whose cgroup was made ahead under another name (a
+    /// prepared sandbox's, see `prepared::host_parts`): base name → the
+    /// cgroup's name under `sandboxes/`. A cgroup v2 directory cannot be
+    /// renamed (`rename` is refused with EPERM), so the sandbox keeps the
+    /// name it was made with, and every lookup by base name goes through
+    /// [`CgroupTree::dirs`]. An entry lives from the take to the cgroup's
+    /// removal.
+    adopted: std::sync::Mutex<std::collections::HashMap<String, String>>,
     limits: Limits,
     limit_files: Vec<(Where, LimitFile)>,
     memory: Option<Where>,
@@ -194,6 +202,7 @@ impl CgroupTree {
                 v2: sandboxes_v2,
                 v1: v1_dirs,
             },
+            adopted: Default::default(),
             limits: settings.limits,
             limit_files,
             memory: at(Controller::Memory),
@@ -212,9 +221,43 @@ impl CgroupTree {
         &self.sandboxes
     }
 
-    /// The sandbox's cgroup in every hierarchy.
+    /// The sandbox's cgroup in every hierarchy: `sandboxes/<base_name>`,
+    /// or the prepared cgroup it adopted.
     pub fn dirs(&self, base_name: &str) -> Dirs {
-        self.sandboxes.child(base_name)
+        match self.adopted().get(base_name) {
+            Some(name) => self.sandboxes.child(name),
+            None => self.sandboxes.child(base_name),
+        }
+    }
+
+    /// The name of the sandbox's cgroup under `sandboxes/` (what
+    /// `/proc/<pid>/cgroup` shows of its processes).
+    pub fn cgroup_name(&self, base_name: &str) -> String {
+        self.adopted()
+            .get(base_name)
+            .cloned()
+            .unwrap_or_else(|| base_name.to_string())
+    }
+
+    /// `base_name`'s cgroup is from now on the prepared `name` (made by
+    /// [`CgroupTree::create`] under that name, with the same limits).
+    pub fn adopt(&self, base_name: &str, name: &str) {
+        self.adopted()
+            .insert(base_name.to_string(), name.to_string());
+    }
+
+    /// Removes the sandbox's cgroup (see [`kill::remove`]) and forgets
+    /// which one it was: its next run gets its own again.
+    pub fn remove_sandbox(&self, base_name: &str) -> io::Result<()> {
+        let removed = kill::remove(&self.dirs(base_name));
+        self.adopted().remove(base_name);
+        removed
+    }
+
+    fn adopted(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, String>> {
+        self.adopted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The memory limit in force, in bytes (`None`: unlimited or unenforced).
@@ -233,7 +276,8 @@ impl CgroupTree {
     /// clone needs to start a runner in it. A leftover of the same name (a
     /// crash between a runner's end and its removal) is emptied and reused.
     pub fn create(&self, base_name: &str) -> io::Result<CgroupPlacement> {
-        let dirs = self.dirs(base_name);
+        self.adopted().remove(base_name);
+        let dirs = self.sandboxes.child(base_name);
         let created = self.make(&dirs);
         let placement = created.and_then(|()| self.limit_and_open(&dirs));
         if placement.is_err() {

@@ -15,21 +15,16 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
-
-use sandboxd_protocol::Scope;
+use std::sync::Arc;
 
 use super::super::launch::clone_exec::{
     CgroupPlacement, Cloned, ExecPlan, Privileges, RUNNER_PID_ARG,
 };
 use super::super::launch::runner_plan::RunnerLaunch;
-use super::super::launch::spawner::Background;
 use super::super::prepared::parked::{Holder, Lifeline, ParkedView, ViewMaker};
-use super::super::prepared::PreparedViews;
 use super::init::{ARG, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
 use super::kernel_filters::KernelFilters;
 use super::mounts::ViewSettings;
-use crate::config::PoolConfig;
 
 /// The namespaces every sandbox's init is cloned into.
 pub const NAMESPACES: libc::c_int = libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
@@ -74,8 +69,6 @@ pub struct View {
     exe: OwnedFd,
     /// Where each sandbox's init writes its runner's wait status.
     exits_dir: PathBuf,
-    /// The views prepared ahead of demand, once the pool has started.
-    prepared: OnceLock<Arc<PreparedViews>>,
 }
 
 /// A sandbox started in its view, not yet reaped.
@@ -115,84 +108,51 @@ impl View {
             settings,
             exe: OwnedFd::from(exe),
             exits_dir,
-            prepared: OnceLock::new(),
         })
     }
 
-    /// Starts keeping `sizes` views prepared per scope for runners of
-    /// `program` (see `prepared`), made on `background`. Once only.
-    pub fn start_pool(
-        &self,
-        background: Background,
-        program: PathBuf,
-        sizes: &PoolConfig,
-        drop_bounding_set: bool,
-    ) -> io::Result<()> {
-        let maker = ViewMaker {
+    /// What the pool's views (see `prepared`) are made from: views for
+    /// runners of `program`.
+    pub fn view_maker(&self, program: PathBuf, drop_bounding_set: bool) -> io::Result<ViewMaker> {
+        Ok(ViewMaker {
             settings: self.settings.clone(),
             exe: self.exe.try_clone()?,
             program,
             drop_bounding_set,
             lifeline: Lifeline::new()?,
-        };
-        let _ = self
-            .prepared
-            .set(PreparedViews::start(maker, background, sizes));
-        Ok(())
-    }
-
-    /// The pool, once started.
-    pub fn prepared(&self) -> Option<&Arc<PreparedViews>> {
-        self.prepared.get()
-    }
-
-    /// Ends the views not taken (the daemon's stop).
-    pub fn stop_pool(&self) {
-        if let Some(pool) = self.prepared.get() {
-            pool.stop();
-        }
+        })
     }
 
     /// Starts `runner` (under `filters`, as the daemon starts any runner)
     /// as the child of a new init in its own namespaces (and `cgroup`), its
-    /// output on `output`, and returns once it runs. Call on a spawner
+    /// output on `output`, and returns once it runs: inside `prepared`, a
+    /// view made ahead, when one is given and can be joined (else cold;
+    /// `unusable` is told why, and whether for good). Call on a spawner
     /// thread (see `launch::spawner`); the caller watches `init` when this
     /// succeeds, and nothing is left when it fails.
+    #[allow(clippy::too_many_arguments)]
     pub fn spawn(
         &self,
-        scope: Scope,
         base_name: &str,
         runner: &RunnerLaunch,
         filters: &Arc<KernelFilters>,
         output: [OwnedFd; 2],
         cgroup: Option<CgroupPlacement>,
+        prepared: Option<ParkedView>,
+        unusable: &dyn Fn(String, bool),
     ) -> Result<ViewSpawn, StartError> {
-        // Warm where the pool has a view and the sandbox has its cgroups
-        // (as a cold start would, the runner is cloned into them).
-        let taken = match (&cgroup, self.prepared.get()) {
-            (Some(_), Some(pool)) => pool
-                .take(scope, &runner.program)
-                .map(|view| (pool.clone(), view)),
-            _ => None,
-        };
-        let (output, cgroup) = match taken {
-            Some((pool, view)) => {
-                let spawned = self.spawn_prepared(&pool, view, runner, filters, output, cgroup);
-                // The next view is made once this start is over (see
-                // `PreparedViews::take`).
-                pool.refill();
-                match spawned {
+        // Warm where a view was taken and the sandbox has its cgroups (as
+        // a cold start would, the runner is cloned into them).
+        let (output, cgroup) = match (prepared, cgroup.is_some()) {
+            (Some(view), true) => {
+                match self.spawn_prepared(unusable, view, runner, filters, output, cgroup) {
                     Ok(spawned) => return spawned,
                     Err(back) => back,
                 }
             }
-            None => (output, cgroup),
+            _ => (output, cgroup),
         };
-        let spawned = self.spawn_cold(base_name, runner, filters, output, cgroup);
-        if let Some(pool) = self.prepared.get() {
-            pool.refill();
-        }
-        spawned
+        self.spawn_cold(base_name, runner, filters, output, cgroup)
     }
 
     /// Starts `runner` inside a prepared `view`. `Ok` is the sandbox's
@@ -202,7 +162,7 @@ impl View {
     #[allow(clippy::type_complexity)]
     fn spawn_prepared(
         &self,
-        pool: &Arc<PreparedViews>,
+        unusable: &dyn Fn(String, bool),
         mut view: ParkedView,
         runner: &RunnerLaunch,
         filters: &Arc<KernelFilters>,
@@ -219,7 +179,7 @@ impl View {
             Ok(inside) => inside,
             Err(error) => {
                 let for_good = error.error.raw_os_error() == Some(libc::EPERM);
-                pool.failed(
+                unusable(
                     format!(
                         "{}: {}{}",
                         error.step,

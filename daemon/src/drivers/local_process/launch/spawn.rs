@@ -10,13 +10,15 @@ use std::sync::Arc;
 
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
-use super::super::cgroup::{kill, CgroupTree};
+use super::super::cgroup::CgroupTree;
 use super::super::isolation::kernel_filters::KernelFilters;
 use super::super::isolation::namespaces::View;
 use super::super::logs::RunnerLogs;
-use super::super::prepared::parked::Holder;
+use super::super::prepared::parked::{Holder, ParkedView};
+use super::super::prepared::PreparedSandboxes;
 use super::super::users::identity::RunnerIdentity;
 use super::child_exits::{ChildExits, RunnerProcess};
+use super::clone_exec::CgroupPlacement;
 use super::runner_plan::RunnerLaunch;
 use crate::fd_limit;
 use crate::provisioner::SandboxKey;
@@ -52,6 +54,18 @@ pub struct RunnerSettings {
     /// `Some` under `isolation = "full"` where namespaces can be made:
     /// each runner starts under its own init, in its own view.
     pub view: Option<Arc<View>>,
+}
+
+/// What a sandbox took from a prepared one (see `prepared`).
+pub struct Taken<'a> {
+    /// Its cgroups, made with their limits.
+    pub placement: CgroupPlacement,
+    /// True when its workspace is in place and owned already.
+    pub workspace_made: bool,
+    /// Its view, under `isolation = "full"`.
+    pub view: Option<ParkedView>,
+    /// Told when the view could not be joined.
+    pub pool: &'a PreparedSandboxes,
 }
 
 /// The variables a runner may inherit. Nothing else of the daemon's
@@ -110,7 +124,8 @@ impl RunnerSettings {
     /// it, as `sandbox_uid` when each sandbox has its own (see
     /// [`RunnerIdentity::privileges`]), its exit watched by `exits` (call
     /// on a spawner thread, see [`super::child_exits`]). No `.await`: the
-    /// caller records the child before anything can cancel it.
+    /// caller records the child before anything can cancel it. With
+    /// `taken`, what a prepared sandbox made is used instead of made here.
     pub fn spawn(
         &self,
         key: &SandboxKey,
@@ -118,6 +133,7 @@ impl RunnerSettings {
         logs: &Arc<RunnerLogs>,
         exits: &ChildExits,
         sandbox_uid: Option<u32>,
+        taken: Option<Taken<'_>>,
     ) -> Result<RunnerProcess, SandboxError> {
         let unavailable = |what: String| {
             SandboxError::Unavailable(format!(
@@ -131,10 +147,21 @@ impl RunnerSettings {
         // Every I/O error below names the open-file limit when it is the
         // reason (EMFILE): a daemon holding thousands of runners meets it.
         let io = fd_limit::describe;
-        self.prepare_workspace(&workspace, privileges.user)
-            .map_err(|error| {
-                unavailable(format!("workspace {}: {}", workspace.display(), io(&error)))
-            })?;
+        let (prepared_placement, workspace_made, prepared_view, pool) = match taken {
+            Some(taken) => (
+                Some(taken.placement),
+                taken.workspace_made,
+                taken.view,
+                Some(taken.pool),
+            ),
+            None => (None, false, None, None),
+        };
+        if !workspace_made {
+            self.prepare_workspace(&workspace, privileges.user)
+                .map_err(|error| {
+                    unavailable(format!("workspace {}: {}", workspace.display(), io(&error)))
+                })?;
+        }
         if let (Some(limit), Some(project)) = (self.disk_quota, sandbox_uid) {
             super::super::disk_limit::project_quota::apply(&workspace, project, limit).map_err(
                 |error| {
@@ -190,22 +217,29 @@ impl RunnerSettings {
             cwd: workspace.clone(),
             privileges,
         };
-        let placement = match &self.cgroups {
-            Some(tree) => Some(
+        let placement = match (prepared_placement, &self.cgroups) {
+            (Some(placement), _) => Some(placement),
+            (None, Some(tree)) => Some(
                 tree.create(&key.base_name)
                     .map_err(|error| unavailable(format!("cgroup: {}", io(&error))))?,
             ),
-            None => None,
+            (None, None) => None,
+        };
+        let unusable = |why: String, for_good: bool| {
+            if let Some(pool) = pool {
+                pool.failed(why, for_good);
+            }
         };
         let started = match &self.view {
             Some(view) => view
                 .spawn(
-                    key.scope,
                     &key.base_name,
                     &launch,
                     &self.filters,
                     [log, log_for_stderr],
                     placement,
+                    prepared_view,
+                    &unusable,
                 )
                 .map(|spawned| Started {
                     leader: spawned.init,
@@ -226,7 +260,7 @@ impl RunnerSettings {
         };
         let started = started.map_err(|(step, error)| {
             if let Some(tree) = &self.cgroups {
-                let _ = kill::remove(&tree.dirs(&key.base_name));
+                let _ = tree.remove_sandbox(&key.base_name);
             }
             let who = match privileges.user {
                 Some((uid, gid)) => format!("uid {uid} gid {gid}"),

@@ -1,24 +1,29 @@
-//! Views prepared ahead of demand (issue 20's warm pool, for the private
-//! view of issue 16): per scope, a few sets of new mount, PID and IPC
-//! namespaces with the host-wide part of the view already built (system
+//! Sandboxes prepared ahead of demand (issue 20's warm pool): per scope, a
+//! few sandboxes whose host parts are made ([`host_parts`]: cgroups with
+//! their limits, a uid claimed host-wide, a workspace directory owned by
+//! it) and, under `isolation = "full"`, whose view is built: new mount,
+//! PID and IPC namespaces with the host-wide part of the view (system
 //! read-only, homes and the daemon's directories hidden, private tmpfs,
-//! the runner program and `[view]` paths bound, `/proc` mounted), each held
-//! by a holder process ([`parked`]). A new sandbox takes one: it mounts its
-//! workspace in and starts its runner inside, which costs a few system
-//! calls instead of the namespaces' creation and the view's twenty-odd
-//! mounts; the pool refills on its own low-priority thread.
+//! the runner program and `[view]` paths bound, `/proc` mounted), held by
+//! a holder process ([`parked`]). A new sandbox takes one: it renames the
+//! workspace into place, mounts it into the view and starts its runner
+//! inside, cloned straight into the cgroups — a few system calls instead
+//! of the cgroups' creation and limit writes, the uid claim, the
+//! workspace's `mkdir` and `chown`, the namespaces' creation and the
+//! view's twenty-odd mounts. The pool refills on its own low-priority
+//! thread once the start is over.
 //!
-//! What is *not* prepared: the uid, the cgroups and the workspace, which
-//! are the sandbox's own and made on its ensure as before — so a view is
-//! nobody's until taken, is used once (its holder ends with the sandbox's
+//! A prepared sandbox is nobody's until taken, is used once (its cgroups
+//! and uid become the sandbox's; its holder ends with the sandbox's
 //! runner, see [`parked::Holder`]), and never weakens what a cold sandbox
-//! gets.
+//! gets: the same limits, the same view, the same runner start.
 //! A burst larger than the pool, a view that died, or a view built for
 //! another runner program falls back to the cold start. Nothing prepared
-//! survives a stop: the daemon's stop ends them, and a holder exits when its
+//! survives a stop: the daemon's stop undoes them, a holder exits when its
 //! lifeline from the daemon ends (see [`parked::Lifeline`]) if the daemon
-//! dies.
+//! dies, and the next start removes the rest (see [`host_parts`]).
 
+pub mod host_parts;
 pub mod parked;
 
 use std::collections::VecDeque;
@@ -26,11 +31,38 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use sandboxd_protocol::{IsolationFeature, Scope};
+use sandboxd_protocol::{IsolationFeature, PoolStatus, Scope};
 
+use super::launch::child_exits::ChildExits;
 use super::launch::spawner::Background;
 use crate::config::PoolConfig;
+use host_parts::{HostMaker, PreparedHost};
 use parked::{ParkedView, ViewMaker};
+
+/// One sandbox prepared ahead: its host parts, and its view under
+/// `isolation = "full"`.
+pub struct Prepared {
+    pub host: PreparedHost,
+    pub view: Option<ParkedView>,
+}
+
+/// What every prepared sandbox is made from.
+pub struct SandboxMaker {
+    pub host: Arc<HostMaker>,
+    pub view: Option<ViewMaker>,
+}
+
+impl SandboxMaker {
+    /// Makes one on the background thread, whose children `exits` reaps.
+    fn make(&self, exits: &ChildExits) -> Result<Prepared, String> {
+        let host = self.host.make()?;
+        let view = match &self.view {
+            Some(maker) => Some(maker.park(exits)?),
+            None => None,
+        };
+        Ok(Prepared { host, view })
+    }
+}
 
 const SCOPES: [Scope; 3] = [Scope::Session, Scope::Workflow, Scope::Connect];
 
@@ -42,12 +74,12 @@ fn slot(scope: Scope) -> usize {
     }
 }
 
-/// The pool: per scope, the views ready, and what the pool has done.
-pub struct PreparedViews {
-    maker: ViewMaker,
+/// The pool: per scope, the sandboxes ready, and what the pool has done.
+pub struct PreparedSandboxes {
+    maker: SandboxMaker,
     background: Background,
     targets: [usize; 3],
-    ready: [Mutex<VecDeque<ParkedView>>; 3],
+    ready: [Mutex<VecDeque<Prepared>>; 3],
     /// Views being made now, per scope (so a refill never overshoots).
     making: [AtomicUsize; 3],
     hits: [AtomicU64; 3],
@@ -60,11 +92,11 @@ pub struct PreparedViews {
     stopping: AtomicBool,
 }
 
-impl PreparedViews {
-    /// A pool of `sizes` views from `maker`, made on `background`; starts
-    /// filling at once.
-    pub fn start(maker: ViewMaker, background: Background, sizes: &PoolConfig) -> Arc<Self> {
-        let pool = Arc::new(PreparedViews {
+impl PreparedSandboxes {
+    /// A pool of `sizes` sandboxes from `maker`, made on `background`;
+    /// starts filling at once.
+    pub fn start(maker: SandboxMaker, background: Background, sizes: &PoolConfig) -> Arc<Self> {
+        let pool = Arc::new(PreparedSandboxes {
             maker,
             background,
             targets: [sizes.session, sizes.workflow, sizes.connect],
@@ -80,14 +112,15 @@ impl PreparedViews {
         pool
     }
 
-    /// A ready view of `scope` built for `program`, if there is one (a
-    /// hit); else `None`, and the sandbox starts cold (a miss). Either way
-    /// the caller calls [`PreparedViews::refill`] once its runner's start
+    /// A ready sandbox of `scope` (its view built for `program`), if there
+    /// is one (a hit); else `None`, and the sandbox starts cold (a miss).
+    /// Either way the caller calls [`PreparedSandboxes::refill`] once its
+    /// runner's start
     /// is over: a view made meanwhile would contend with that start for
     /// the kernel's mount lock (a new mount namespace copies the mount
     /// table under it; `setns`, `move_mount` and the remounts take it too)
     /// and, on a small host, for its CPUs.
-    pub fn take(self: &Arc<Self>, scope: Scope, program: &Path) -> Option<ParkedView> {
+    pub fn take(self: &Arc<Self>, scope: Scope, program: &Path) -> Option<Prepared> {
         let index = slot(scope);
         if self.targets[index] == 0 || self.disabled.load(Ordering::Acquire) {
             return None;
@@ -96,7 +129,12 @@ impl PreparedViews {
             let mut ready = self.ready(index);
             // Built for another program (the runner command resolved
             // elsewhere since): no use to anyone now.
-            ready.retain(|view| view.program() == program);
+            ready.retain(|prepared| {
+                prepared
+                    .view
+                    .as_ref()
+                    .is_none_or(|view| view.program() == program)
+            });
             ready.pop_front()
         };
         match &taken {
@@ -117,7 +155,7 @@ impl PreparedViews {
         *self.problem.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
     }
 
-    /// Ends every view not taken, and makes no more.
+    /// Undoes every sandbox not taken, and makes no more.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
         self.drain();
@@ -148,11 +186,11 @@ impl PreparedViews {
             }
             let pool = self.clone();
             let queued = self.background.run(move |exits| {
-                let made = pool.maker.park(exits);
+                let made = pool.maker.make(exits);
                 pool.making[index].fetch_sub(1, Ordering::AcqRel);
                 match made {
-                    Ok(view) if !pool.stopping.load(Ordering::Acquire) => {
-                        pool.ready(index).push_back(view);
+                    Ok(prepared) if !pool.stopping.load(Ordering::Acquire) => {
+                        pool.ready(index).push_back(prepared);
                         // The next one, if the scope still lacks any.
                         pool.refill();
                     }
@@ -160,7 +198,7 @@ impl PreparedViews {
                     Err(problem) => {
                         // Not retried until the next take: a view that
                         // cannot be made now will not be in a loop.
-                        tracing::warn!(%problem, "cannot prepare a view: sandboxes start cold");
+                        tracing::warn!(%problem, "cannot prepare a sandbox: sandboxes start cold");
                         *pool.problem.lock().unwrap_or_else(PoisonError::into_inner) =
                             Some(problem);
                     }
@@ -173,15 +211,36 @@ impl PreparedViews {
         }
     }
 
-    fn ready(&self, index: usize) -> MutexGuard<'_, VecDeque<ParkedView>> {
+    fn ready(&self, index: usize) -> MutexGuard<'_, VecDeque<Prepared>> {
         self.ready[index]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// `prepared-views` for `status`: the sizes, what is ready, hits and
-    /// misses per scope, and the last problem.
+    /// Each scope's pool for `status`: its size, what is ready, hits and
+    /// misses.
+    pub fn pools(&self) -> Vec<PoolStatus> {
+        SCOPES
+            .iter()
+            .enumerate()
+            .map(|(index, scope)| PoolStatus {
+                scope: *scope,
+                size: self.targets[index] as u32,
+                ready: self.ready(index).len() as u32,
+                hits: self.hits[index].load(Ordering::Relaxed),
+                misses: self.misses[index].load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// `prepared-views` (under `isolation = "full"`) or
+    /// `prepared-sandboxes` for `status`: the sizes, what is ready, hits
+    /// and misses per scope, and the last problem.
     pub fn feature(&self) -> IsolationFeature {
+        let name = match self.maker.view {
+            Some(_) => "prepared-views",
+            None => "prepared-sandboxes",
+        };
         let scopes: Vec<String> = SCOPES
             .iter()
             .enumerate()
@@ -205,16 +264,16 @@ impl PreparedViews {
             None => scopes.join("; "),
         };
         if self.disabled.load(Ordering::Acquire) {
-            IsolationFeature::not_in_force("prepared-views", format!("off: {text}"))
+            IsolationFeature::not_in_force(name, format!("off: {text}"))
         } else {
-            IsolationFeature::in_force("prepared-views", text)
+            IsolationFeature::in_force(name, text)
         }
     }
 }
 
-impl std::fmt::Debug for PreparedViews {
+impl std::fmt::Debug for PreparedSandboxes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PreparedViews")
+        f.debug_struct("PreparedSandboxes")
             .field("targets", &self.targets)
             .finish_non_exhaustive()
     }

@@ -245,6 +245,38 @@ impl UidPool {
         }
     }
 
+    /// A never-handed-out uid for `base`, when more than `keep` of them
+    /// are left (see [`SandboxUids::assign_prepared`]); `Ok(None)` else.
+    pub fn assign_fresh(
+        &mut self,
+        base: &str,
+        keep: u64,
+        mut claim: impl FnMut(u32) -> Result<bool, String>,
+    ) -> Result<Option<u32>, String> {
+        let left = (u64::from(self.range.last) + 1).saturating_sub(self.next_fresh);
+        if left <= keep || self.by_sandbox.contains_key(base) {
+            return Ok(None);
+        }
+        let Some(uid) = self.take_fresh(&mut claim)? else {
+            return Ok(None);
+        };
+        self.owners.insert(uid, base.to_owned());
+        self.by_sandbox.insert(base.to_owned(), uid);
+        Ok(Some(uid))
+    }
+
+    /// Hands the uid held under `from` (a prepared sandbox's name) to the
+    /// sandbox `to`, which has none.
+    pub fn rename(&mut self, from: &str, to: &str) -> Option<u32> {
+        if self.by_sandbox.contains_key(to) {
+            return None;
+        }
+        let uid = self.by_sandbox.remove(from)?;
+        self.by_sandbox.insert(to.to_owned(), uid);
+        self.owners.insert(uid, to.to_owned());
+        Some(uid)
+    }
+
     /// Releases the sandbox's uid (its workspace is gone); returns it.
     pub fn release(&mut self, base: &str) -> Option<u32> {
         let uid = self.by_sandbox.remove(base)?;
@@ -380,6 +412,44 @@ impl SandboxUids {
         }
     }
 
+    /// A new uid for a sandbox prepared ahead under `name` (see
+    /// `prepared::host_parts`), claimed host-wide for that name; nothing is
+    /// recorded in the ledger until a sandbox adopts it. Only a
+    /// never-handed-out uid, and only while more than `keep` of them are
+    /// left: a pool must never hold the uids a sandbox started cold needs
+    /// (`Ok(None)`: the prepared sandbox gets its uid at its take).
+    pub fn assign_prepared(&self, name: &str, keep: u64) -> Result<Option<u32>, String> {
+        let claims = &self.claims;
+        self.pool()
+            .assign_fresh(name, keep, |uid| match claims.hold(uid, name) {
+                Ok(()) => Ok(true),
+                Err(error) if error.is_held() => Ok(false),
+                Err(error) => Err(error.to_string()),
+            })
+    }
+
+    /// Gives the uid prepared under `name` to `key`'s new sandbox: the
+    /// pool's record and the host-wide claim name it from here on. The
+    /// caller then settles it as a new uid ([`SandboxUids::settle_new`]).
+    pub fn adopt_prepared(&self, name: &str, key: &SandboxKey) -> Option<u32> {
+        let uid = self.pool().rename(name, &key.base_name)?;
+        if let Err(error) = self.claims.hold(uid, &key.base_name) {
+            // Still this daemon's claim, under the prepared name: the next
+            // start claims it again for the sandbox (see `SandboxUids::new`).
+            tracing::warn!(uid, %error, "cannot rename the claim of a prepared uid to its sandbox");
+        }
+        Some(uid)
+    }
+
+    /// Gives back a prepared uid that no sandbox took.
+    pub fn release_prepared(&self, name: &str) {
+        let mut pool = self.pool();
+        if let Some(uid) = pool.uid_of(name) {
+            pool.take_back(name, uid);
+            self.claims.release(uid);
+        }
+    }
+
     /// The sandbox's uid, if it has one.
     pub fn uid_of(&self, key: &SandboxKey) -> Option<u32> {
         self.pool().uid_of(&key.base_name)
@@ -494,6 +564,42 @@ mod tests {
 
     fn empty_pool() -> UidPool {
         UidPool::new(RANGE, [], 0).0
+    }
+
+    #[test]
+    fn a_prepared_uid_is_fresh_leaves_enough_to_cold_starts_and_moves_to_its_sandbox() {
+        let mut pool = empty_pool();
+        // Four uids, two kept for cold starts: two may be prepared.
+        assert_eq!(
+            pool.assign_fresh("prepared-0", 2, claim_all),
+            Ok(Some(1000))
+        );
+        assert_eq!(
+            pool.assign_fresh("prepared-1", 2, claim_all),
+            Ok(Some(1001))
+        );
+        assert_eq!(pool.assign_fresh("prepared-2", 2, claim_all), Ok(None));
+        // A cold start still finds a fresh one.
+        assert_eq!(
+            pool.assign("cold", nothing_live, claim_all),
+            Ok(Assignment::New(1002))
+        );
+        assert_eq!(pool.rename("prepared-1", "taker"), Some(1001));
+        assert_eq!(pool.uid_of("taker"), Some(1001));
+        assert_eq!(pool.uid_of("prepared-1"), None);
+        // A sandbox that has a uid takes no other.
+        assert_eq!(pool.rename("prepared-0", "taker"), None);
+        assert_eq!(pool.uid_of("prepared-0"), Some(1000));
+        // Given back untaken: not lost.
+        pool.take_back("prepared-0", 1000);
+        assert_eq!(
+            pool.assign("next", nothing_live, claim_all),
+            Ok(Assignment::New(1003))
+        );
+        assert_eq!(
+            pool.assign("last", nothing_live, claim_all),
+            Ok(Assignment::New(1000))
+        );
     }
 
     #[test]

@@ -1,0 +1,213 @@
+//! The host's side of a sandbox, made ahead of demand (issue 20, item 1):
+//! its cgroups with the scope's limits written, a uid claimed host-wide,
+//! and a workspace directory owned by that uid — what a cold start makes
+//! on its caller's time ([`HostMaker::make`], on the pool's background
+//! thread). A sandbox that takes one ([`PreparedHost::adopt`]) renames the
+//! workspace into place (one `rename`), records the uid as its own, and
+//! has its runner cloned straight into the cgroups.
+//!
+//! Names: each prepared sandbox is `prepared-<n>` until taken. Its
+//! cgroups are `sandboxes/prepared-<n>` in every hierarchy and keep that
+//! name for the sandbox's life (a cgroup v2 directory cannot be renamed:
+//! see `CgroupTree::adopt`); its workspace waits in `<sandboxes>/.prepared/`
+//! (a dot-entry: no scan of the workspaces sees it, and a rename from there
+//! never crosses a file system); its uid's claim names it until the take.
+//!
+//! Nothing prepared survives the daemon: an untaken one is undone when
+//! dropped (its cgroups removed, its uid and claim given back, its
+//! directory removed) at the pool's stop; after a crash the start-up sweep
+//! removes every cgroup under `sandboxes/`, the start-up removes what is
+//! left in `.prepared/` ([`remove_leftovers`]), and the claims of uids no
+//! ledger line names are removed (`UidClaims::remove_stale_own`): a
+//! prepared uid is written to the ledger only when a sandbox takes it.
+//! Nothing runs as a prepared uid before its take, so no process of one
+//! can outlive it.
+
+use std::ffi::CString;
+use std::fs::DirBuilder;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::super::cgroup::{kill, CgroupTree};
+use super::super::launch::clone_exec::CgroupPlacement;
+use super::super::users::identity::RunnerIdentity;
+use super::super::users::uid_pool::SandboxUids;
+use crate::provisioner::SandboxKey;
+
+/// The directory under `<sandboxes>` where prepared workspaces wait.
+pub const STAGING: &str = ".prepared";
+
+/// What every prepared sandbox's host parts are made from.
+pub struct HostMaker {
+    pub tree: Arc<CgroupTree>,
+    /// Each sandbox's own uid, when each has one.
+    pub uids: Option<Arc<SandboxUids>>,
+    pub identity: RunnerIdentity,
+    /// `<sandboxes>/.prepared`; `None` when workspaces are not prepared
+    /// (a project quota is set on each at its start instead).
+    pub staging: Option<PathBuf>,
+    /// How many never-handed-out uids the pool leaves to cold starts (see
+    /// `SandboxUids::assign_prepared`).
+    pub uids_kept: u64,
+    pub next: AtomicU64,
+}
+
+/// One sandbox's host parts, made and not yet taken: undone when dropped.
+pub struct PreparedHost {
+    maker: Arc<HostMaker>,
+    name: String,
+    placement: Option<CgroupPlacement>,
+    uid: Option<u32>,
+    workspace: Option<PathBuf>,
+}
+
+/// What a sandbox got from a prepared one.
+pub struct Adopted {
+    /// Its cgroups, opened for the runner's clone.
+    pub placement: CgroupPlacement,
+    /// The uid it adopted, new to it (settled as a new uid by the caller).
+    pub uid: Option<u32>,
+    /// True when its workspace is the prepared one, in place and owned.
+    pub workspace_made: bool,
+}
+
+impl HostMaker {
+    /// Makes one sandbox's host parts. Blocking: a few `mkdir`s and limit
+    /// writes, a claim file, a `mkdir` and a `chown`.
+    pub fn make(self: &Arc<Self>) -> Result<PreparedHost, String> {
+        let name = format!("prepared-{}", self.next.fetch_add(1, Ordering::Relaxed));
+        let mut host = PreparedHost {
+            maker: self.clone(),
+            name,
+            placement: None,
+            uid: None,
+            workspace: None,
+        };
+        // Each step is undone by dropping `host` when a later one fails.
+        host.placement = Some(
+            self.tree
+                .create(&host.name)
+                .map_err(|error| format!("cgroup of a prepared sandbox: {error}"))?,
+        );
+        if let Some(uids) = &self.uids {
+            host.uid = uids
+                .assign_prepared(&host.name, self.uids_kept)
+                .map_err(|problem| format!("uid of a prepared sandbox: {problem}"))?;
+        }
+        let owner_known = self.uids.is_none() || host.uid.is_some();
+        if let (Some(staging), true) = (&self.staging, owner_known) {
+            let workspace = staging.join(&host.name);
+            DirBuilder::new()
+                .mode(0o700)
+                .create(&workspace)
+                .map_err(|error| format!("{}: {error}", workspace.display()))?;
+            host.workspace = Some(workspace.clone());
+            if let Some((uid, gid)) = self.identity.privileges(host.uid).user {
+                std::os::unix::fs::lchown(&workspace, Some(uid), Some(gid))
+                    .map_err(|error| format!("chown of {}: {error}", workspace.display()))?;
+            }
+        }
+        Ok(host)
+    }
+}
+
+impl PreparedHost {
+    /// Gives these parts to `key`'s sandbox, whose workspace is
+    /// `workspace`. A sandbox new to the daemon (no uid, no workspace yet)
+    /// takes all of them; one that has its uid and workspace already (a
+    /// respawn, a kept workspace) takes the cgroups only, and the rest is
+    /// given back.
+    pub fn adopt(mut self, key: &SandboxKey, workspace: &Path) -> Adopted {
+        let maker = self.maker.clone();
+        let has_uid = maker
+            .uids
+            .as_ref()
+            .is_some_and(|uids| uids.uid_of(key).is_some());
+        let mut adopted_uid = None;
+        let mut workspace_made = false;
+        if let (false, Some(staged)) = (has_uid, self.workspace.as_deref()) {
+            match rename_no_replace(staged, workspace) {
+                Ok(()) => {
+                    self.workspace = None;
+                    workspace_made = true;
+                    adopted_uid = match (&maker.uids, self.uid.take()) {
+                        (Some(uids), Some(_)) => uids.adopt_prepared(&self.name, key),
+                        _ => None,
+                    };
+                }
+                // A workspace is there already (kept without a uid of its
+                // own): it stays the sandbox's, this one goes.
+                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(error) => {
+                    tracing::warn!(%error, from = %staged.display(), to = %workspace.display(), "cannot move a prepared workspace into place: the sandbox makes its own");
+                }
+            }
+        }
+        maker.tree.adopt(&key.base_name, &self.name);
+        Adopted {
+            placement: self.placement.take().expect("made with its cgroups"),
+            uid: adopted_uid,
+            workspace_made,
+        }
+    }
+}
+
+impl Drop for PreparedHost {
+    /// Undoes what was made and not taken.
+    fn drop(&mut self) {
+        if let Some(workspace) = &self.workspace {
+            if let Err(error) = std::fs::remove_dir(workspace) {
+                tracing::warn!(%error, dir = %workspace.display(), "cannot remove an untaken prepared workspace");
+            }
+        }
+        if let (Some(uids), Some(_)) = (&self.maker.uids, self.uid) {
+            uids.release_prepared(&self.name);
+        }
+        if self.placement.take().is_some() {
+            let dirs = self.maker.tree.sandboxes().child(&self.name);
+            if let Err(error) = kill::remove(&dirs) {
+                tracing::warn!(%error, "cannot remove an untaken prepared cgroup");
+            }
+        }
+    }
+}
+
+/// Removes what a daemon that did not stop cleanly left prepared in
+/// `staging` (directories no sandbox took: empty, and nobody's). Blocking.
+pub fn remove_leftovers(staging: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(staging) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|entry| std::fs::remove_dir_all(entry.path()).is_ok())
+        .count()
+}
+
+/// `rename(from, to)` that fails with `AlreadyExists` rather than replace
+/// an empty directory at `to`.
+fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+    let c = |path: &Path| {
+        CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+    };
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: renameat2 with two C strings that live across the call.
+    let result = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if result < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -294,8 +294,8 @@ pub async fn select(
     config: &Config,
     events: Arc<EventHub>,
 ) -> Result<Arc<dyn Driver>, SelectError> {
-    if config.lifecycle.any() && config.driver != "local-process" {
-        tracing::warn!(driver = %config.driver, "[lifecycle] idle and max_lifetime are applied by the local-process tier only: this tier ignores them (pause and resume on request still work on docker)");
+    if config.lifecycle.any() && config.driver == "kubernetes" {
+        tracing::warn!(driver = %config.driver, "[lifecycle] idle and max_lifetime are applied by the local-process and docker tiers only: the kubernetes tier ignores them (pause, a scale to 0, still works on request)");
     }
     match config.driver.as_str() {
         "local-process" => {

@@ -8,6 +8,7 @@ use sandboxd_protocol::SandboxError;
 
 pub mod key_lock;
 pub mod kubernetes;
+pub mod lifecycle;
 pub mod local_process;
 
 /// Runs `work` in a task of its own and waits for it. The server drops a

@@ -316,6 +316,8 @@ async fn start(
     generation: u64,
 ) -> Result<EnsureReport, CallError> {
     containers::start(&inner.engine, container).await?;
+    // A new run: the idle and lifetime watcher takes it in from its start.
+    inner.watch.forget(container);
     inner
         .events
         .emit(EventKind::Started, key, uid, generation, None);

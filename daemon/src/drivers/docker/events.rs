@@ -44,8 +44,9 @@ pub struct Exits {
     table: Mutex<HashMap<String, RecordedExit>>,
     /// Containers whose `oom` event came and whose `die` has not yet.
     oom_pending: Mutex<HashSet<String>>,
-    /// Containers the daemon is stopping (a deprovision), until their `die`.
-    stopping: Mutex<HashSet<String>>,
+    /// Containers the daemon is stopping, until their `die`, and why (a
+    /// deprovision, or a `[lifecycle]` limit).
+    stopping: Mutex<HashMap<String, ExitReason>>,
 }
 
 /// A new exit, to announce: whose, which incarnation, and how it ended.
@@ -67,12 +68,18 @@ impl Exits {
         self.table().get(&key.base_name).copied()
     }
 
-    /// Notes that the daemon is about to stop `container`.
+    /// Notes that the daemon is about to stop `container` (a deprovision).
     pub fn stopping(&self, container: &str) {
+        self.stopping_for(container, ExitReason::Deprovisioned);
+    }
+
+    /// Notes that the daemon is about to stop `container` for `reason`:
+    /// its `die` is announced with it.
+    pub fn stopping_for(&self, container: &str, reason: ExitReason) {
         self.stopping
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
-            .insert(container.to_string());
+            .insert(container.to_string(), reason);
     }
 
     pub fn forget(&self, key: &SandboxKey) {
@@ -104,7 +111,11 @@ impl Exits {
                 None
             }
             Some("die") => {
-                let name = attributes.get("name")?;
+                // Kept by the sandbox's base name, which describe looks it
+                // up by (the container's name has the instance's prefix).
+                let scope = attributes.get(LABEL_SCOPE)?.parse().ok()?;
+                let key = SandboxKey::new(scope, attributes.get(LABEL_SANDBOX_ID)?.clone());
+                let name = &key.base_name;
                 let time_nano = event
                     .time_nano
                     .unwrap_or_else(|| event.time.unwrap_or_default() * 1_000_000_000);
@@ -127,8 +138,8 @@ impl Exits {
                     u64::try_from(time_nano / 1_000_000).unwrap_or_default(),
                     oom_killed,
                 );
-                if ours && !oom_killed {
-                    exit.reason = ExitReason::Deprovisioned;
+                if let Some(reason) = ours.filter(|_| !oom_killed) {
+                    exit.reason = reason;
                 }
                 let recorded = RecordedExit {
                     exit,
@@ -152,9 +163,8 @@ impl Exits {
                     oom_killed,
                     "runner exited"
                 );
-                let scope = attributes.get(LABEL_SCOPE)?.parse().ok()?;
                 Some(NewExit {
-                    key: SandboxKey::new(scope, attributes.get(LABEL_SANDBOX_ID)?.clone()),
+                    key,
                     uid: attributes.get(LABEL_UID).cloned().unwrap_or_default(),
                     generation: attributes
                         .get(LABEL_GENERATION)
@@ -174,7 +184,16 @@ pub fn short(container: &str) -> &str {
 }
 
 /// Follows the engine's events for as long as the daemon runs.
-pub async fn watch(engine: Arc<Engine>, exits: Arc<Exits>, hub: Arc<EventHub>) {
+///
+/// An exit is announced with the sandbox's generation: the larger of the
+/// container's label (which generation created it) and what
+/// `generations` counted since (its starts after a stop).
+pub async fn watch(
+    engine: Arc<Engine>,
+    exits: Arc<Exits>,
+    hub: Arc<EventHub>,
+    generations: Arc<super::generation::Generations>,
+) {
     let mut reconnect = super::engine::Reconnect::new();
     // Where a resubscription resumes: the end of what the last stream covered.
     let mut since: Option<SystemTime> = None;
@@ -199,11 +218,12 @@ pub async fn watch(engine: Arc<Engine>, exits: Arc<Exits>, hub: Arc<EventHub>) {
             match stream.next().await {
                 Some(Ok(event)) => {
                     if let Some(new) = exits.record(&event) {
+                        let generation = new.generation.max(generations.read(&new.key));
                         hub.emit(
                             EventKind::Exited,
                             &new.key,
                             &new.uid,
-                            new.generation,
+                            generation,
                             Some(new.exit),
                         );
                     }
@@ -255,8 +275,7 @@ mod tests {
     #[test]
     fn die_events_record_the_last_exit_once_and_oom_marks_it() {
         let exits = Exits::default();
-        let mut key = crate::provisioner::SandboxKey::new(sandboxd_protocol::Scope::Session, "s1");
-        key.base_name = "sbx-ses-0123456789ab".to_string();
+        let key = crate::provisioner::SandboxKey::new(sandboxd_protocol::Scope::Session, "s1");
         let new = exits
             .record(&event("die", "c1", "3", 5_000_000_000))
             .unwrap();
@@ -287,12 +306,19 @@ mod tests {
         let last = exits.last(&key).unwrap();
         assert!(last.oom_killed);
         assert_eq!(last.exit.signal, Some(9));
-        // A container the daemon stops itself dies by deprovision.
+        // A container the daemon stops itself dies by deprovision, or by
+        // the limit it was stopped for.
         exits.stopping("c1");
         let new = exits
             .record(&event("die", "c1", "143", 6_000_000_002))
             .unwrap();
         assert_eq!(new.exit.reason, ExitReason::Deprovisioned);
+        exits.stopping_for("c1", ExitReason::Idle);
+        let new = exits
+            .record(&event("die", "c1", "143", 6_000_000_003))
+            .unwrap();
+        assert_eq!(new.exit.reason, ExitReason::Idle);
+        assert_eq!(exits.last(&key).unwrap().exit.reason, ExitReason::Idle);
         exits.forget(&key);
         assert_eq!(exits.last(&key), None);
     }

@@ -13,9 +13,11 @@
 //! `containers` (the engine calls), `ensure` (the state machine),
 //! `teardown` (stop and remove), `events` (exits and the reconnect loop),
 //! `reaper` (leaked connect sandboxes), `generation` (runner counts),
-//! `logs` (runner output, from the engine's log of the container).
+//! `logs` (runner output, from the engine's log of the container),
+//! `lifecycle` and `cpu_source` (idle and lifetime limits), `pause`.
 
 mod containers;
+mod cpu_source;
 mod departed;
 mod egress_network;
 mod engine;
@@ -23,6 +25,7 @@ mod ensure;
 mod events;
 mod generation;
 mod health;
+mod lifecycle;
 mod logs;
 mod network_watch;
 mod observed;
@@ -86,7 +89,7 @@ struct Inner {
     engine: Arc<Engine>,
     spec: RunnerSpec,
     stop_grace: std::time::Duration,
-    generations: Generations,
+    generations: Arc<Generations>,
     exits: Arc<Exits>,
     key_locks: KeyLocks<SandboxKey>,
     /// Where starts, exits, teardowns and adoptions are announced.
@@ -95,6 +98,8 @@ struct Inner {
     paused_since: pause::PausedSince,
     /// Removed containers' last output, for their followers.
     departed: departed::DepartedLogs,
+    /// The runs the idle and lifetime watcher follows (see [`lifecycle`]).
+    watch: lifecycle::Watch,
 }
 
 impl Inner {
@@ -133,13 +138,18 @@ impl Inner {
     }
 
     /// describe's answer from one inspect; the last exit falls back to the
-    /// event stream's when the engine no longer has it.
+    /// event stream's when the engine no longer has it, and is the event
+    /// stream's when both tell of the same exit (it knows why the daemon
+    /// stopped it: deprovision, idle, lifetime).
     fn info(&self, key: &SandboxKey, lookup: &Lookup) -> SandboxInfo {
         let recorded = self.exits.last(key).map(|recorded| recorded.exit);
         match lookup {
             Lookup::Ours(observed) => {
                 let mut info = observed.info(key, self.generation(key, Some(observed)));
-                info.last_exit = info.last_exit.or(recorded);
+                info.last_exit = match (info.last_exit, recorded) {
+                    (Some(seen), Some(recorded)) if same_exit(&seen, &recorded) => Some(recorded),
+                    (seen, recorded) => seen.or(recorded),
+                };
                 info.paused_since_unix_ms = self.paused_since.of(observed);
                 info
             }
@@ -149,6 +159,17 @@ impl Inner {
             }
         }
     }
+}
+
+/// How far apart the engine's `FinishedAt` and its `die` event's time
+/// may be for one exit.
+const SAME_EXIT_WITHIN_MS: u64 = 2000;
+
+/// True when `seen` (inspect's) and `recorded` (the `die` event's) tell
+/// of the same exit: the same code, at about the same time.
+fn same_exit(seen: &sandboxd_protocol::ExitInfo, recorded: &sandboxd_protocol::ExitInfo) -> bool {
+    seen.code == recorded.code
+        && seen.at_unix_ms.abs_diff(recorded.at_unix_ms) <= SAME_EXIT_WITHIN_MS
 }
 
 impl DockerDriver {
@@ -196,8 +217,10 @@ impl DockerDriver {
             .clone()
             .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string());
         let engine = Arc::new(Engine::new(&host).map_err(anyhow::Error::msg)?);
-        let generations = Generations::prepare(&config.state_dir)
-            .with_context(|| format!("cannot prepare {}/docker", config.state_dir.display()))?;
+        let generations =
+            Arc::new(Generations::prepare(&config.state_dir).with_context(|| {
+                format!("cannot prepare {}/docker", config.state_dir.display())
+            })?);
         let inner = Arc::new(Inner {
             engine,
             spec,
@@ -208,6 +231,7 @@ impl DockerDriver {
             events,
             paused_since: pause::PausedSince::default(),
             departed: departed::DepartedLogs::default(),
+            watch: lifecycle::Watch::default(),
         });
         first_contact(&inner).await;
         let reaper = ReaperSettings {
@@ -222,12 +246,19 @@ impl DockerDriver {
                 inner.engine.clone(),
                 inner.exits.clone(),
                 inner.events.clone(),
+                inner.generations.clone(),
             )),
             tokio::spawn(reaper::run(inner.clone(), reaper)),
         ];
         tasks.push(tokio::spawn(crate::egress::keep_verified(Arc::downgrade(
             &egress,
         ))));
+        if config.lifecycle.any() {
+            tasks.push(tokio::spawn(lifecycle::keep_watching(
+                Arc::downgrade(&inner),
+                config.lifecycle,
+            )));
+        }
         let network_checked = Arc::new(network_watch::Checked::default());
         if own_network {
             tasks.push(tokio::spawn(network_watch::watch(

@@ -100,6 +100,12 @@ pub struct Observed {
     /// only once the runner has started, so one killed in its first
     /// milliseconds is reported as a plain exit 137.
     pub oom_killed: bool,
+    /// The runner's init as the host sees it (`State.Pid`; 0 when not
+    /// running): its `/proc/PID/cgroup` says where its cgroup is.
+    pub pid: Option<u32>,
+    /// The engine's log file of the container (`LogPath`; the json-file
+    /// and local drivers have one, others none).
+    pub log_path: Option<String>,
 }
 
 /// True when `labels` mark a container of this sandbox.
@@ -151,6 +157,11 @@ impl Lookup {
             // The engine reports 0 for a container that never ran; only a finish gives a code meaning.
             exit_code: finished_at_unix_ms.and(state.exit_code),
             oom_killed: state.oom_killed.unwrap_or(false),
+            pid: state
+                .pid
+                .and_then(|pid| u32::try_from(pid).ok())
+                .filter(|&pid| pid > 0),
+            log_path: inspect.log_path.filter(|path| !path.is_empty()),
         })
     }
 

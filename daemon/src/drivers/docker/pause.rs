@@ -90,13 +90,25 @@ impl Inner {
             let since = self.paused_since.of(&observed);
             return Ok(self.report(key, &observed, false, since));
         }
+        self.pause_observed(key, &observed).await
+    }
+
+    /// Pauses `observed`, running, the caller holding the key lock: the
+    /// pause recorded (its lifetime clock stops) and announced.
+    pub(super) async fn pause_observed(
+        &self,
+        key: &SandboxKey,
+        observed: &Observed,
+    ) -> Result<PauseReport, SandboxError> {
         containers::pause(&self.engine, &observed.id)
             .await
             .map_err(|error| {
                 error.into_sandbox_error(&format!("cannot pause the container of {}", key.what()))
             })?;
         let since = self.paused_since.paused(&observed.id);
-        let report = self.report(key, &observed, true, Some(since));
+        self.watch.paused(&observed.id, since);
+        let report = self.report(key, observed, true, Some(since));
+        tracing::info!(scope = %key.scope, id = %key.shown_id(), generation = report.generation, "container paused");
         self.events.emit(
             EventKind::Paused,
             key,
@@ -128,6 +140,7 @@ impl Inner {
     /// announced.
     pub(super) fn resumed(&self, key: &SandboxKey, observed: &Observed, generation: u64) {
         self.paused_since.resumed(&observed.id);
+        self.watch.resumed(&observed.id);
         self.events
             .emit(EventKind::Resumed, key, observed.uid(), generation, None);
     }

@@ -26,6 +26,7 @@ use sandboxd_protocol::{EventKind, ExitReason, PauseReport, SandboxError};
 use super::cgroup::freeze::{Freezer, FREEZE_TIMEOUT};
 use super::cgroup::usage::CpuUsage;
 use super::{now_unix_ms, stop, Inner};
+use crate::drivers::lifecycle::{IdleWindow, LifeClock};
 use crate::provisioner::SandboxKey;
 
 /// How often the stop of an idle or too old runner looks whether it is
@@ -37,31 +38,18 @@ const GONE_WAIT: Duration = Duration::from_secs(60);
 
 /// A running runner's lifecycle facts.
 pub struct RunState {
-    started: Instant,
-    /// Since when it is paused: the instant, and the wall clock for
-    /// `describe`.
-    paused_since: Option<(Instant, u64)>,
-    /// The pauses before the current one, in total.
-    paused_total: Duration,
+    /// How long it has run, and its pauses.
+    clock: LifeClock,
     /// Set when the daemon is stopping it for a limit: its exit's reason.
     stopping: Option<ExitReason>,
     /// Where its CPU time is read (found once, at its start: the watcher's
     /// tick then costs one open and read per runner, no lookup).
     cpu: Option<Arc<CpuUsage>>,
-    /// What the idle watcher last saw.
-    seen: Seen,
-}
-
-/// The idle watcher's last sample of one runner.
-struct Seen {
     /// Bytes its pump had taken from its pipe (see
     /// `RunnerLogs::output_counter`); `None`: no counter to read.
     output: Option<Arc<AtomicU64>>,
-    output_bytes: u64,
-    cpu_usec: u64,
-    at: Instant,
-    /// The last sample that saw work (or the start, or the last resume).
-    busy_at: Instant,
+    /// What the idle watcher saw.
+    window: IdleWindow,
 }
 
 impl RunState {
@@ -69,31 +57,25 @@ impl RunState {
     /// new) and its output from `output`.
     pub fn new(output: Option<Arc<AtomicU64>>, cpu: Option<CpuUsage>) -> RunState {
         let now = Instant::now();
+        let output_bytes = output
+            .as_ref()
+            .map_or(0, |counter| counter.load(Ordering::Relaxed));
         RunState {
             cpu: cpu.map(Arc::new),
-            started: now,
-            paused_since: None,
-            paused_total: Duration::ZERO,
+            clock: LifeClock::started_at(now),
             stopping: None,
-            seen: Seen {
-                output_bytes: output
-                    .as_ref()
-                    .map_or(0, |counter| counter.load(Ordering::Relaxed)),
-                output,
-                cpu_usec: 0,
-                at: now,
-                busy_at: now,
-            },
+            output,
+            window: IdleWindow::starting(now, Some(0), Some(output_bytes)),
         }
     }
 
     /// Since when it is paused, in milliseconds since the Unix epoch.
     pub fn paused_since_unix_ms(&self) -> Option<u64> {
-        self.paused_since.map(|(_, unix_ms)| unix_ms)
+        self.clock.paused_since_unix_ms()
     }
 
     pub fn is_paused(&self) -> bool {
-        self.paused_since.is_some()
+        self.clock.is_paused()
     }
 
     /// Why the daemon is stopping it, when it is.
@@ -103,26 +85,27 @@ impl RunState {
 
     /// How long it has run, paused time not counted.
     fn lifetime(&self, now: Instant) -> Duration {
-        let paused_now = self.paused_since.map_or(Duration::ZERO, |(since, _)| {
-            now.saturating_duration_since(since)
-        });
-        now.saturating_duration_since(self.started)
-            .saturating_sub(self.paused_total + paused_now)
+        self.clock.lifetime(now)
+    }
+
+    /// The output its pump has taken so far (a runner without a counter
+    /// keeps the count it started with: its output is not seen).
+    fn output_bytes(&self) -> Option<u64> {
+        self.output
+            .as_ref()
+            .map(|counter| counter.load(Ordering::Relaxed))
+            .or(Some(0))
     }
 
     fn mark_paused(&mut self) {
-        self.paused_since = Some((Instant::now(), now_unix_ms()));
+        self.clock.mark_paused(now_unix_ms());
     }
 
     /// Resumed now: the pause is added to the total, and the idle window
     /// starts again (a runner just resumed has had no chance to work).
     fn mark_resumed(&mut self) {
-        let now = Instant::now();
-        if let Some((since, _)) = self.paused_since.take() {
-            self.paused_total += now.saturating_duration_since(since);
-        }
-        self.seen.busy_at = now;
-        self.seen.at = now;
+        self.clock.mark_resumed();
+        self.window.restart(Instant::now());
     }
 }
 

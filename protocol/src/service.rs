@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// Bump on any change to the service or the types it carries.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 #[tarpc::service]
 pub trait Sandboxd {

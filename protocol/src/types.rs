@@ -467,7 +467,7 @@ pub struct DaemonStatus {
     #[serde(default)]
     pub metrics: Option<String>,
     /// Each scope's pool of sandboxes prepared ahead (`[pool]`, process
-    /// tier): empty where the driver keeps none. Added after protocol 8.
+    /// tier): empty where the driver keeps none. Added in protocol 9.
     #[serde(default)]
     pub pools: Vec<PoolStatus>,
 }

@@ -209,29 +209,8 @@ async fn a_network_removed_or_replaced_under_the_daemon_is_made_again() {
     let instance = format!("netwatch{}", std::process::id());
     let network = format!("{instance}-sandboxd-egress");
     let bridge = format!("sbxd-{}", &sha256_hex(&instance)[..10]);
-    /// Removes what the test made, passed or failed.
-    struct Made(String, Vec<String>);
-    impl Drop for Made {
-        fn drop(&mut self) {
-            for container in &self.1 {
-                let _ = docker(&["rm", "-f", "-v", container]);
-            }
-            let _ = docker(&["network", "rm", &self.0]);
-        }
-    }
     let ids: Vec<String> = (0..3).map(|n| unique_id(&format!("watch-{n}"))).collect();
-    let _made = Made(
-        network.clone(),
-        ids.iter()
-            .map(|id| format!("{instance}-{}", base_name(Scope::Session, id)))
-            .collect(),
-    );
-    let mut daemon = TestDaemon::start(Options {
-        args: vec!["--driver".to_string(), "docker".to_string()],
-        extra_toml: format!("instance = \"{instance}\"\nrunner_image = \"{IMAGE}\"\n"),
-        egress: Some("none".to_string()),
-        ..Options::default()
-    });
+    let (_made, mut daemon) = daemon_of_its_own_instance(&instance, &ids);
     let client = daemon.client().await;
     let icc = || {
         docker_ok(&[
@@ -303,21 +282,7 @@ async fn a_stopped_container_whose_network_was_removed_starts_on_the_new_one() {
     let network = format!("{instance}-sandboxd-egress");
     let id = unique_id("netgone");
     let container = format!("{instance}-{}", base_name(Scope::Session, &id));
-    /// Removes what the test made, passed or failed.
-    struct Made(String, String);
-    impl Drop for Made {
-        fn drop(&mut self) {
-            let _ = docker(&["rm", "-f", "-v", &self.1]);
-            let _ = docker(&["network", "rm", &self.0]);
-        }
-    }
-    let _made = Made(network.clone(), container.clone());
-    let mut daemon = TestDaemon::start(Options {
-        args: vec!["--driver".to_string(), "docker".to_string()],
-        extra_toml: format!("instance = \"{instance}\"\nrunner_image = \"{IMAGE}\"\n"),
-        egress: Some("none".to_string()),
-        ..Options::default()
-    });
+    let (_made, mut daemon) = daemon_of_its_own_instance(&instance, std::slice::from_ref(&id));
     let client = daemon.client().await;
     let env = sandboxd_tests::sandbox_env(&format!("session:{id}"), "tok");
     let first = client.ensure_session_sandbox(&id, &env).await.unwrap();
@@ -351,6 +316,38 @@ async fn a_stopped_container_whose_network_was_removed_starts_on_the_new_one() {
         .unwrap();
     drop(client);
     daemon.stop();
+}
+
+/// Removes what a test of its own instance made, passed or failed: the
+/// sandboxes' containers (with their volumes) and the instance's network.
+struct Made(String, Vec<String>);
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        for container in &self.1 {
+            let _ = docker(&["rm", "-f", "-v", container]);
+        }
+        let _ = docker(&["network", "rm", &self.0]);
+    }
+}
+
+/// A docker daemon of `instance` (so its network is the test's alone, to
+/// remove under it), with egress off, and what to remove after the test:
+/// the containers of `ids` and the network.
+fn daemon_of_its_own_instance(instance: &str, ids: &[String]) -> (Made, TestDaemon) {
+    let made = Made(
+        format!("{instance}-sandboxd-egress"),
+        ids.iter()
+            .map(|id| format!("{instance}-{}", base_name(Scope::Session, id)))
+            .collect(),
+    );
+    let daemon = TestDaemon::start(Options {
+        args: vec!["--driver".to_string(), "docker".to_string()],
+        extra_toml: format!("instance = \"{instance}\"\nrunner_image = \"{IMAGE}\"\n"),
+        egress: Some("none".to_string()),
+        ..Options::default()
+    });
+    (made, daemon)
 }
 
 /// Ensures `id` until it starts on `network` with ICC off, deprovisioning

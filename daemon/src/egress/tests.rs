@@ -477,20 +477,7 @@ fn a_gone_daemons_table_is_swept_and_a_live_ones_stays_even_with_its_cgroup_empt
     let (_, kept) = table_of(&in_force);
     // The crashed daemon never removes its table; its lock goes with it.
     drop(crashed);
-    // Another test's sweep (they run side by side in this binary) may hold
-    // the orphan's lock to remove it at the moment this one looks, and a
-    // process another test forks holds every descriptor until it execs:
-    // this sweep then leaves the table, rightly. So sweep until it is gone.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut sweeps = Vec::new();
-    while nft.list_table(&orphan).is_ok() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{orphan} outlived its daemon: {sweeps:?}"
-        );
-        sweeps.push(orphans::sweep(in_force.table.as_deref()));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    sweep_until_gone(&nft, &orphan, in_force.table.as_deref());
     assert!(
         nft.list_table(&kept).is_ok(),
         "{kept} was removed while in force"
@@ -538,15 +525,23 @@ fn a_gone_daemons_table_stays_while_its_cgroup_holds_processes() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // As above: one sweep may find another test's sweep holding the lock.
+    sweep_until_gone(&nft, &table, None);
+}
+
+/// Sweeps (keeping `own`) until `table` is gone, failing after a minute.
+/// Another test's sweep (they run side by side in this binary) may hold
+/// the table's lock to remove it at the moment one sweep looks, and a
+/// process another test forks holds every descriptor until it execs: that
+/// sweep then leaves the table, rightly. So one sweep is not the proof.
+fn sweep_until_gone(nft: &Nft, table: &str, own: Option<&str>) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut sweeps = Vec::new();
-    while nft.list_table(&table).is_ok() {
+    while nft.list_table(table).is_ok() {
         assert!(
             std::time::Instant::now() < deadline,
-            "{table} outlived its runner: {sweeps:?}"
+            "{table} outlived its daemon: {sweeps:?}"
         );
-        sweeps.push(orphans::sweep(None));
+        sweeps.push(orphans::sweep(own));
         std::thread::sleep(Duration::from_millis(20));
     }
 }

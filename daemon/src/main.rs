@@ -22,6 +22,7 @@ mod slice;
 mod systemd;
 #[cfg(test)]
 mod test_dir;
+mod unix_time;
 
 use std::process::ExitCode;
 

@@ -9,12 +9,13 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use sandboxd_protocol::{Event, EventCursor, EventKind, EventsReply, ExitInfo};
 use tokio::sync::Notify;
 
 use crate::provisioner::SandboxKey;
+use crate::unix_time::now_unix_ms;
 
 /// The daemon's events: the latest `capacity`, and the callers waiting for more.
 pub struct EventHub {
@@ -32,12 +33,6 @@ struct Ring {
     next_seq: u64,
     /// The newest sequence number dropped from the ring (0: none yet).
     dropped_through: u64,
-}
-
-fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |since| since.as_millis() as u64)
 }
 
 impl EventHub {

@@ -40,6 +40,7 @@ use crate::config::{LifecycleConfig, OnIdle};
 use crate::drivers::lifecycle::{tick, IdleWindow, LifeClock};
 use crate::drivers::local_process::cgroup::usage::CpuUsage;
 use crate::provisioner::SandboxKey;
+use crate::unix_time::now_unix_ms;
 
 /// How many engine calls (inspects of new runs, fallback reads) one tick
 /// makes at once.
@@ -487,10 +488,4 @@ impl Inner {
         }
         Ok(())
     }
-}
-
-fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_millis() as u64)
 }

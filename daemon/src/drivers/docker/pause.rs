@@ -15,6 +15,7 @@ use super::containers;
 use super::observed::{Lookup, Observed, Phase};
 use super::Inner;
 use crate::provisioner::SandboxKey;
+use crate::unix_time::now_unix_ms;
 
 /// When each paused container was paused, in milliseconds since the Unix
 /// epoch, by its container id.
@@ -45,12 +46,6 @@ impl PausedSince {
     fn resumed(&self, container: &str) {
         self.map().remove(container);
     }
-}
-
-fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_millis() as u64)
 }
 
 impl Inner {

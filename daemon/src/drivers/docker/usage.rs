@@ -13,6 +13,7 @@ use futures::StreamExt;
 use sandboxd_protocol::Usage;
 
 use super::engine::{CallError, Engine, READ_TIMEOUT};
+use crate::unix_time::now_unix_ms;
 
 /// The container's figures now; `None` when the engine gave no sample.
 pub async fn read(
@@ -41,12 +42,6 @@ pub async fn read(
         usage.cgroup = stats.id.clone().map(|id| format!("container {id}"));
         usage
     }))
-}
-
-fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::SystemTime::UNIX_EPOCH)
-        .map_or(0, |since| since.as_millis() as u64)
 }
 
 /// The figures one stats sample holds.

@@ -37,7 +37,7 @@ mod workspaces;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use async_trait::async_trait;
@@ -54,6 +54,7 @@ use crate::drivers::key_lock::KeyLocks;
 use crate::egress::{self, Egress};
 use crate::events::EventHub;
 use crate::provisioner::{Driver, SandboxKey};
+use crate::unix_time::now_unix_ms;
 use launch::spawn::RunnerSettings;
 use launch::spawner::Spawner;
 use ledger::{Ledger, LedgerRecord};
@@ -150,12 +151,6 @@ struct Inner {
     events: Arc<EventHub>,
     /// Held for the daemon's life: one daemon per state directory.
     _state_lock: nix::fcntl::Flock<std::fs::File>,
-}
-
-fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |since| since.as_millis() as u64)
 }
 
 impl LocalProcessDriver {

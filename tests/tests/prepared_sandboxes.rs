@@ -139,6 +139,23 @@ fn prepared_in(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The uid claims that a prepared sandbox (not yet taken) holds.
+fn prepared_claims(daemon: &TestDaemon) -> Vec<(u32, String)> {
+    claims(daemon)
+        .into_iter()
+        .filter(|(_, sandbox)| is_prepared_name(sandbox))
+        .collect()
+}
+
+/// The `sandboxes/` directories, one per hierarchy, holding the cgroups
+/// of the runner `pid`.
+fn sandboxes_dirs_of(pid: u32) -> Vec<PathBuf> {
+    cgroup_dirs(pid)
+        .iter()
+        .map(|dir| dir.parent().unwrap().to_path_buf())
+        .collect()
+}
+
 /// The sandbox each uid claim of this daemon names (`uid → sandbox`).
 fn claims(daemon: &TestDaemon) -> Vec<(u32, String)> {
     let dir = daemon.dir().join("uid-claims");
@@ -276,22 +293,13 @@ async fn a_stop_leaves_nothing_prepared() {
     wait_for_ready(&daemon, Scope::Session, 3).await;
     wait_for_ready(&daemon, Scope::Workflow, 1).await;
     let pid = sandboxd_tests::start_session(&daemon, "taken").await;
-    let parents: Vec<PathBuf> = cgroup_dirs(pid)
-        .iter()
-        .map(|dir| dir.parent().unwrap().to_path_buf())
-        .collect();
+    let parents = sandboxes_dirs_of(pid);
     wait_for_ready(&daemon, Scope::Session, 3).await;
     for parent in &parents {
         // The taken one and the four ready.
         assert_eq!(prepared_in(parent).len(), 5, "{}", parent.display());
     }
     assert_eq!(prepared_in(&staging(&daemon)).len(), 4);
-    let prepared_claims = |daemon: &TestDaemon| {
-        claims(daemon)
-            .into_iter()
-            .filter(|(_, sandbox)| is_prepared_name(sandbox))
-            .collect::<Vec<_>>()
-    };
     assert_eq!(prepared_claims(&daemon).len(), 4);
 
     assert!(daemon.stop().success(), "{}", daemon.log_text());
@@ -315,19 +323,12 @@ async fn what_a_killed_daemon_left_prepared_is_gone_before_the_next_one_serves()
     let mut daemon = daemon("uid-cgroup", 3, 0);
     wait_for_ready(&daemon, Scope::Session, 3).await;
     let pid = sandboxd_tests::start_session(&daemon, "a").await;
-    let parents: Vec<PathBuf> = cgroup_dirs(pid)
-        .iter()
-        .map(|dir| dir.parent().unwrap().to_path_buf())
-        .collect();
+    let parents = sandboxes_dirs_of(pid);
     wait_for_ready(&daemon, Scope::Session, 3).await;
     daemon.kill();
     // Left: the prepared workspaces and the claims on their uids.
     assert_eq!(prepared_in(&staging(&daemon)).len(), 3);
-    let left_claims = claims(&daemon)
-        .into_iter()
-        .filter(|(_, sandbox)| is_prepared_name(sandbox))
-        .count();
-    assert_eq!(left_claims, 3);
+    assert_eq!(prepared_claims(&daemon).len(), 3);
 
     // The next daemon of the same state dir keeps none prepared.
     let config = std::fs::read_to_string(daemon.config_path()).unwrap();
@@ -339,11 +340,7 @@ async fn what_a_killed_daemon_left_prepared_is_gone_before_the_next_one_serves()
     daemon.launch();
     daemon.wait_ready();
     assert_eq!(prepared_in(&staging(&daemon)), Vec::<String>::new());
-    let prepared_claims: Vec<_> = claims(&daemon)
-        .into_iter()
-        .filter(|(_, sandbox)| is_prepared_name(sandbox))
-        .collect();
-    assert_eq!(prepared_claims, Vec::new());
+    assert_eq!(prepared_claims(&daemon), Vec::new());
     for parent in &parents {
         assert_eq!(
             prepared_in(parent),

@@ -330,65 +330,58 @@ async fn take_in(inner: &Arc<Inner>, keys: Vec<SandboxKey>) {
     }
 }
 
-/// Reads each sample's CPU time and output count: the files in one go on
-/// the blocking pool, the Engine's answers a few at a time.
+impl ToSample {
+    /// What its files say, `None` for a count the Engine must give.
+    /// Blocking (a small read and a `stat`).
+    fn read_files(&self) -> (Option<u64>, Option<u64>) {
+        let cpu = match &self.cpu {
+            Cpu::File(file) => file.read_usec(),
+            Cpu::Engine => None,
+        };
+        let output = match &self.output {
+            Output::File(path) => std::fs::metadata(path.as_ref()).ok().map(|meta| meta.len()),
+            Output::Engine => None,
+        };
+        (cpu, output)
+    }
+}
+
+/// Reads each sample's CPU time and output count: every file in one go on
+/// the blocking pool, then what only the Engine can say, a few at a time.
 async fn read_samples(
     inner: &Arc<Inner>,
     samples: Vec<ToSample>,
 ) -> Vec<(String, Option<u64>, Option<u64>)> {
-    let (files, engine): (Vec<ToSample>, Vec<ToSample>) = samples.into_iter().partition(|sample| {
-        matches!(
-            (&sample.cpu, &sample.output),
-            (Cpu::File(_), Output::File(_))
-        )
-    });
-    let mut read = tokio::task::spawn_blocking(move || {
-        files
+    let from_files = tokio::task::spawn_blocking(move || {
+        samples
             .into_iter()
             .map(|sample| {
-                let cpu = match &sample.cpu {
-                    Cpu::File(file) => file.read_usec(),
-                    Cpu::Engine => None,
-                };
-                let output = match &sample.output {
-                    Output::File(path) => {
-                        std::fs::metadata(path.as_ref()).ok().map(|meta| meta.len())
-                    }
-                    Output::Engine => None,
-                };
-                (sample.container, cpu, output)
+                let counts = sample.read_files();
+                (sample, counts)
             })
             .collect::<Vec<_>>()
     })
     .await
     .unwrap_or_default();
-    let through_engine: Vec<_> = futures::stream::iter(engine)
-        .map(|sample| async move {
-            let cpu = match &sample.cpu {
-                Cpu::File(file) => {
-                    let file = file.clone();
-                    tokio::task::spawn_blocking(move || file.read_usec())
-                        .await
-                        .ok()
-                        .flatten()
-                }
+    futures::stream::iter(from_files)
+        .map(|(sample, (cpu, output))| async move {
+            let cpu = match sample.cpu {
+                Cpu::File(_) => cpu,
                 Cpu::Engine => usage::read(&inner.engine, &sample.container, 0, 0)
                     .await
                     .ok()
                     .flatten()
                     .and_then(|usage| usage.cpu_usec),
             };
-            let output = match &sample.output {
-                Output::File(path) => std::fs::metadata(path.as_ref()).ok().map(|meta| meta.len()),
+            let output = match sample.output {
+                Output::File(_) => output,
                 Output::Engine => newest_entry_stamp(inner, &sample.container).await,
             };
             (sample.container, cpu, output)
         })
         .buffer_unordered(ENGINE_CONCURRENCY)
         .collect()
-        .await;
-    read.extend(through_engine);
-    read
+        .await
 }
 
 /// The stamp (ms since the epoch) of the container's newest log entry,

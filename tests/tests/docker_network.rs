@@ -326,6 +326,8 @@ impl Drop for Made {
     fn drop(&mut self) {
         for container in &self.1 {
             let _ = docker(&["rm", "-f", "-v", container]);
+            // `-v` takes only anonymous volumes; the workspace is named.
+            let _ = docker(&["volume", "rm", &format!("{container}-workspace")]);
         }
         let _ = docker(&["network", "rm", &self.0]);
     }

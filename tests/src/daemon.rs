@@ -466,6 +466,30 @@ impl TestDaemon {
         String::from_utf8_lossy(&fs::read(&self.log).unwrap_or_default()).into_owned()
     }
 
+    /// The last lines of every runner log in the state directory, for a
+    /// failed test's report: a runner that exited at once says why only
+    /// there (CI once showed just "exited code 4").
+    fn runner_logs_tail(&self) -> String {
+        const LINES: usize = 20;
+        let mut logs: Vec<PathBuf> = fs::read_dir(self.state_dir.join("logs"))
+            .map(|entries| entries.flatten().map(|entry| entry.path()).collect())
+            .unwrap_or_default();
+        logs.sort();
+        let mut text = String::new();
+        for log in logs.iter().filter(|path| path.is_file()) {
+            let content = String::from_utf8_lossy(&fs::read(log).unwrap_or_default()).into_owned();
+            let lines: Vec<&str> = content.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LINES)..];
+            text.push_str(&format!(
+                "runner log {} (last {} lines):\n{}\n",
+                log.display(),
+                tail.len(),
+                tail.join("\n")
+            ));
+        }
+        text
+    }
+
     /// What the daemon now running logged (a restarted daemon's log
     /// without what its predecessors wrote).
     pub fn log_since_launch(&self) -> String {
@@ -701,6 +725,7 @@ impl Drop for TestDaemon {
         let panicking = std::thread::panicking();
         if panicking {
             eprintln!("test failed — daemon log:\n{}", self.log_text());
+            eprintln!("{}", self.runner_logs_tail());
         }
         // A daemon that stopped cleanly removes its table itself (issue 17:
         // runs left them); one killed leaves it, and the lines above remove it.

@@ -209,11 +209,15 @@ static HELD: std::sync::OnceLock<Held> = std::sync::OnceLock::new();
 /// keyring and the abstract socket it listens on.
 pub fn hold_kernel_objects(workspace: &Path, start_fds: Vec<(i32, String)>) -> Result<(), String> {
     use std::os::linux::net::SocketAddrExt;
-    // Named after the workspace (the sandbox's base name), not the pid:
-    // under a PID namespace of its own every runner is pid 2.
+    // Named after the workspace, not the pid: under a PID namespace of its
+    // own every runner is pid 2. The base name alone is not enough: two
+    // test daemons running side by side both have a session `a`, and the
+    // abstract namespace is the host's (the second bind failed with
+    // EADDRINUSE and its runner exited 4: CI), so a digest of the whole
+    // path tells them apart.
     let me = workspace.file_name().map_or_else(
         || std::process::id().to_string(),
-        |name| name.to_string_lossy().into_owned(),
+        |name| format!("{}-{:016x}", name.to_string_lossy(), path_digest(workspace)),
     );
     let description = format!("sandboxd-test-runner-key-{me}");
     let key = add_session_key(&description, b"runner-secret")?;
@@ -250,6 +254,18 @@ pub fn hold_kernel_objects(workspace: &Path, start_fds: Vec<(i32, String)>) -> R
     let text = serde_json::to_vec_pretty(&report).expect("json serializes");
     super::write_atomically(workspace, "kernel-start.json", &text)
         .map_err(|error| error.to_string())
+}
+
+/// A digest of `path` (FNV-1a: stable, and enough to tell test
+/// directories apart).
+fn path_digest(path: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+        })
 }
 
 /// The kernel attempts, each with its errno (0: it worked).

@@ -89,11 +89,14 @@ pub fn sandbox_of_cgroup(path: &str, is_sandbox: impl Fn(&str) -> bool) -> Optio
 }
 
 /// The whole check, for a driver that knows its running sandboxes' base
-/// names and their runners' pids (`runner pid → base name`).
+/// names and their runners' pids (`runner pid → base name`), and can name
+/// the sandbox of a runner it is still starting (`starting`, by the
+/// runner's pid; see [`workspace_of`]).
 pub fn origin_of(
     pid: i32,
     is_sandbox: impl Fn(&str) -> bool,
     runners: &HashMap<i32, String>,
+    starting: impl Fn(i32) -> Option<String>,
 ) -> PeerOrigin {
     for path in cgroup_paths(pid) {
         if let Some(base_name) = sandbox_of_cgroup(&path, &is_sandbox) {
@@ -124,13 +127,33 @@ pub fn origin_of(
         if ids.session != pid_of_this_daemon()
             && parent_of(ids.session) == Some(pid_of_this_daemon())
         {
-            return PeerOrigin::Sandbox {
-                base_name: format!("(a runner being started, pid {})", ids.session),
-                how: "its session, led by a child of the daemon",
+            return match starting(ids.session) {
+                Some(base_name) => PeerOrigin::Sandbox {
+                    base_name,
+                    how: "its session, led by a runner the daemon is starting in that workspace",
+                },
+                None => PeerOrigin::Sandbox {
+                    base_name: format!("(a runner being started, pid {})", ids.session),
+                    how: "its session, led by a child of the daemon",
+                },
             };
         }
     }
     PeerOrigin::Outside
+}
+
+/// The base name of the workspace `pid` works in, when it is a directory
+/// right under `sandboxes_dir`: how a runner that is still being started
+/// (not recorded yet) is named in the refusal's log line. The daemon
+/// starts every runner in its workspace; a runner may `chdir` away, so
+/// this names a sandbox for the log only, and the refusal never depends
+/// on it.
+pub fn workspace_of(pid: i32, sandboxes_dir: &std::path::Path) -> Option<String> {
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+    let sandboxes_dir = std::fs::canonicalize(sandboxes_dir).ok()?;
+    (cwd.parent()? == sandboxes_dir)
+        .then(|| cwd.file_name()?.to_str().map(str::to_string))
+        .flatten()
 }
 
 fn pid_of_this_daemon() -> i32 {
@@ -165,7 +188,7 @@ mod tests {
             });
         }
         let mut child = command.spawn().unwrap();
-        let origin = origin_of(child.id() as i32, |_| false, &HashMap::new());
+        let origin = origin_of(child.id() as i32, |_| false, &HashMap::new(), |_| None);
         let _ = child.kill();
         let _ = child.wait();
         assert!(
@@ -174,9 +197,34 @@ mod tests {
         );
         // This process is in no such session.
         assert_eq!(
-            origin_of(std::process::id() as i32, |_| false, &HashMap::new()),
+            origin_of(
+                std::process::id() as i32,
+                |_| false,
+                &HashMap::new(),
+                |_| None
+            ),
             PeerOrigin::Outside
         );
+    }
+
+    #[test]
+    fn a_runner_being_started_is_named_by_the_workspace_it_works_in() {
+        let dir = std::env::temp_dir().join(format!("sbxd-peer-{}", std::process::id()));
+        let workspace = dir.join("sandboxes").join("sbx-ses-0123456789ab");
+        std::fs::create_dir_all(&workspace).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .current_dir(&workspace)
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let named = workspace_of(pid, &dir.join("sandboxes"));
+        let elsewhere = workspace_of(pid, &dir);
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(named.as_deref(), Some("sbx-ses-0123456789ab"));
+        assert_eq!(elsewhere, None, "only a directory right under sandboxes/");
     }
 
     #[test]
@@ -215,11 +263,14 @@ mod tests {
     fn our_own_process_is_outside_unless_its_session_is_a_runner() {
         let me = std::process::id() as i32;
         let none = HashMap::new();
-        assert_eq!(origin_of(me, |_| false, &none), PeerOrigin::Outside);
+        assert_eq!(
+            origin_of(me, |_| false, &none, |_| None),
+            PeerOrigin::Outside
+        );
         let ids = session_and_group(me).unwrap();
         let runners = HashMap::from([(ids.session, "sbx-ses-000000000000".to_string())]);
         assert_eq!(
-            origin_of(me, |_| false, &runners),
+            origin_of(me, |_| false, &runners, |_| None),
             PeerOrigin::Sandbox {
                 base_name: "sbx-ses-000000000000".to_string(),
                 how: "its session"
@@ -256,7 +307,12 @@ mod tests {
             .unwrap();
         let pid = child.id() as i32;
         std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
-        let origin = origin_of(pid, |name| name == "sbx-ses-abcdefabcdef", &HashMap::new());
+        let origin = origin_of(
+            pid,
+            |name| name == "sbx-ses-abcdefabcdef",
+            &HashMap::new(),
+            |_| None,
+        );
         child.kill().unwrap();
         child.wait().unwrap();
         // The cgroup empties once the child is reaped; then it can go.

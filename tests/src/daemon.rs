@@ -825,9 +825,7 @@ fn set_mode(path: &Path, mode: u32) {
 }
 
 fn copy_executable(from: &Path, to: &Path) {
-    fs::copy(from, to)
-        .unwrap_or_else(|error| panic!("copy {} to {}: {error}", from.display(), to.display()));
-    set_mode(to, 0o755);
+    crate::executables::copy_executable(from, to, 0o755);
 }
 
 /// True when every directory from `/` down to `path` lets others traverse it.

@@ -7,6 +7,7 @@
 
 pub mod binaries;
 pub mod daemon;
+pub mod executables;
 pub mod procs;
 pub mod raw;
 pub mod runner;

@@ -481,8 +481,11 @@ async fn a_missing_runner_command_fails_ensure_clearly_and_the_daemon_keeps_serv
     std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
     std::fs::set_permissions(&not_executable, std::fs::Permissions::from_mode(0o644)).unwrap();
     let root_only = extra.join("stigmer-runner-rootonly");
-    std::fs::copy(sandboxd_tests::binaries::runner_fixture(), &root_only).unwrap();
-    std::fs::set_permissions(&root_only, std::fs::Permissions::from_mode(0o700)).unwrap();
+    sandboxd_tests::executables::copy_executable(
+        &sandboxd_tests::binaries::runner_fixture(),
+        &root_only,
+        0o700,
+    );
     let commands = [
         "/nonexistent/stigmer-runner-xyz".to_string(),
         "stigmer-runner-not-in-path-xyz".to_string(),

@@ -17,11 +17,11 @@ use sandboxd_tests::{binaries, make_test_dir, sandbox_env, Options, TestDaemon, 
 /// its workspace, then stays up until stopped.
 fn write_calling_runner(dir: &Path, socket: &Path) -> String {
     let ctl = dir.join("sandboxctl");
-    fs::copy(binaries::sandboxctl(), &ctl).unwrap();
+    sandboxd_tests::executables::copy_executable(&binaries::sandboxctl(), &ctl, 0o755);
     let script = dir.join("calling-runner");
-    fs::write(
+    sandboxd_tests::executables::write_executable(
         &script,
-        format!(
+        &format!(
             "#!/bin/sh\n\
              cd \"$WORKSPACE_ROOT_DIR\" || exit 99\n\
              SANDBOXD_SOCKET='{socket}' '{ctl}' deprovision session s1 > out 2>&1\n\
@@ -30,12 +30,8 @@ fn write_calling_runner(dir: &Path, socket: &Path) -> String {
             socket = socket.display(),
             ctl = ctl.display(),
         ),
-    )
-    .unwrap();
-    for path in [&ctl, &script] {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
-    }
+        0o755,
+    );
     script.display().to_string()
 }
 

@@ -10,7 +10,8 @@
 //! cgroup counts as a sandbox's when it is one of this daemon's sandboxes'
 //! directories, recorded or not. Without cgroups (the process-group
 //! fallback), a peer whose session a child of the daemon leads is taken
-//! for a runner being started (see [`crate::peer_origin`]).
+//! for a runner being started (see [`crate::peer_origin`]), named in the
+//! log by the workspace it was started in.
 
 use std::collections::HashMap;
 
@@ -42,9 +43,15 @@ impl Inner {
         let is_sandbox = |name: &str| {
             names.contains_key(name) || sandboxes_dir.is_some_and(|dir| dir.join(name).is_dir())
         };
-        match peer_origin::origin_of(pid, is_sandbox, &runners) {
+        let starting =
+            |leader: i32| peer_origin::workspace_of(leader, &self.settings.sandboxes_dir);
+        match peer_origin::origin_of(pid, is_sandbox, &runners, starting) {
             PeerOrigin::Sandbox { base_name, how } => PeerOrigin::Sandbox {
-                base_name: names.get(&base_name).cloned().unwrap_or(base_name),
+                base_name: names
+                    .get(&base_name)
+                    .cloned()
+                    .or_else(|| self.containment.tree()?.adopter_of(&base_name))
+                    .unwrap_or(base_name),
                 how,
             },
             other => other,

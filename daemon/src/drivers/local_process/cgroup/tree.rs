@@ -239,6 +239,16 @@ impl CgroupTree {
             .unwrap_or_else(|| base_name.to_string())
     }
 
+    /// The sandbox whose cgroup is the prepared `name`, when one adopted
+    /// it: a runner may call the daemon before its start is recorded, and
+    /// its refusal is logged with the sandbox's name, not `prepared-<n>`.
+    pub fn adopter_of(&self, name: &str) -> Option<String> {
+        self.adopted()
+            .iter()
+            .find(|(_, adopted)| adopted.as_str() == name)
+            .map(|(base_name, _)| base_name.clone())
+    }
+
     /// `base_name`'s cgroup is from now on the prepared `name` (made by
     /// [`CgroupTree::create`] under that name, with the same limits).
     pub fn adopt(&self, base_name: &str, name: &str) {

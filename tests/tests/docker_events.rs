@@ -260,3 +260,66 @@ async fn a_container_that_ended_while_the_daemon_was_down_is_adopted_then_exited
         .await
         .unwrap();
 }
+
+/// A stopped container started again with a new token is made anew for
+/// the same incarnation: one `changed` event (same uid, the next
+/// generation), and no `created`; started again with the same token it is
+/// only `started`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_refreshed_on_a_stopped_container_is_a_changed_event() {
+    let Some((id, _cleanup)) = fresh("docker_changed_event", "evchg") else {
+        return;
+    };
+    let daemon = TestDaemon::start(docker_options(""));
+    let client = daemon.client().await;
+    let queue = format!("session:{id}");
+    let first = client
+        .ensure(Scope::Session, &id, &sandbox_env(&queue, "tok-old"))
+        .await
+        .unwrap();
+    let name = base_name(Scope::Session, &id);
+    sandboxd_tests::docker_image::docker_ok(&["stop", &name]);
+    let since = events_now(&client).await;
+    let refreshed_env = sandbox_env(&queue, "tok-new");
+    let refreshed = client
+        .ensure(Scope::Session, &id, &refreshed_env)
+        .await
+        .unwrap();
+    assert_eq!(
+        (refreshed.uid.as_str(), refreshed.generation),
+        (first.uid.as_str(), 2),
+        "the same incarnation, its next generation"
+    );
+    let (changed, before) = wait_for_event(&client, Some(since.clone()), |event| {
+        event.kind == EventKind::Changed && event.id == id
+    })
+    .await;
+    assert_eq!(
+        (changed.uid.as_str(), changed.generation),
+        (first.uid.as_str(), 2)
+    );
+    assert!(
+        !before
+            .iter()
+            .any(|event| event.kind == EventKind::Created && event.id == id),
+        "a refresh is not a new sandbox: {before:#?}"
+    );
+
+    sandboxd_tests::docker_image::docker_ok(&["stop", &name]);
+    let since = events_now(&client).await;
+    let restarted = client
+        .ensure(Scope::Session, &id, &refreshed_env)
+        .await
+        .unwrap();
+    assert_eq!(restarted.generation, 3);
+    let (_, before) = wait_for_event(&client, Some(since), |event| {
+        event.kind == EventKind::Started && event.id == id && event.generation == 3
+    })
+    .await;
+    assert!(
+        !before
+            .iter()
+            .any(|event| event.kind == EventKind::Changed && event.id == id),
+        "the same token: a plain start, {before:#?}"
+    );
+}

@@ -57,6 +57,9 @@ pub async fn ensure(
     // The uid of the container this ensure saw, carried over when it is
     // recreated: the same incarnation.
     let mut uid: Option<String> = None;
+    // Why a stopped container of this incarnation was replaced, when it
+    // was: a new token or queue is announced as `changed`.
+    let mut replaced: Option<&'static str> = None;
     while steps < MAX_STEPS {
         steps += 1;
         let lookup = match seen.take() {
@@ -71,7 +74,7 @@ pub async fn ensure(
                     return Err(error);
                 }
                 let uid = uid.get_or_insert_with(crate::incarnation::new_uid).clone();
-                match create_and_start(inner, key, env, &uid).await {
+                match create_and_start(inner, key, env, &uid, replaced).await {
                     Ok(report) => return Ok(report),
                     // Someone else is creating it: look at what they made,
                     // as soon as the engine shows it. Waiting on them is
@@ -111,7 +114,7 @@ pub async fn ensure(
         if !observed.uid().is_empty() {
             uid = Some(observed.uid().to_string());
         }
-        if let Some(report) = step(inner, key, env, &observed).await? {
+        if let Some(report) = step(inner, key, env, &observed, &mut replaced).await? {
             return Ok(report);
         }
     }
@@ -122,11 +125,13 @@ pub async fn ensure(
 }
 
 /// One transition from an existing container; `None` means look again.
+/// A stopped container removed to be made anew sets `replaced` to why.
 async fn step(
     inner: &Inner,
     key: &SandboxKey,
     env: &SandboxEnv,
     observed: &Observed,
+    replaced: &mut Option<&'static str>,
 ) -> Result<Option<EnsureReport>, SandboxError> {
     let generation = inner.generation(key, Some(observed));
     // The container is kept as it is: say what it runs with that differs.
@@ -168,6 +173,7 @@ async fn step(
                 tracing::info!(scope = %key.scope, id = %key.shown_id(), container = %short(&observed.id), reason, "recreating the stopped container; the workspace is kept");
                 teardown::remove_container(inner, key, observed, "its container was replaced")
                     .await?;
+                *replaced = Some(reason);
                 return Ok(None);
             }
             log("start");
@@ -238,15 +244,18 @@ async fn start_not_found(
 /// Why a stopped container must not simply be started again, if it must not.
 fn stale(observed: &Observed, env: &SandboxEnv, spec: &RunnerSpec) -> Option<&'static str> {
     if observed.token_digest() != Some(token_digest(&env.stigmer_token).as_str()) {
-        Some("the token changed")
+        Some(TOKEN_CHANGED)
     } else if observed.task_queue() != env.task_queue {
-        Some("the task queue changed")
+        Some(QUEUE_CHANGED)
     } else if observed.image != spec.image {
         Some("the runner image changed")
     } else {
         None
     }
 }
+
+const TOKEN_CHANGED: &str = "the token changed";
+const QUEUE_CHANGED: &str = "the task queue changed";
 
 enum CreateError {
     /// 409: another creator holds the name.
@@ -258,11 +267,15 @@ enum CreateError {
     Final(SandboxError),
 }
 
+/// Creates and starts the container of incarnation `uid`: a new sandbox
+/// (`created`), or one whose stopped container was `replaced` (`changed`
+/// when that was for a new token or queue).
 async fn create_and_start(
     inner: &Inner,
     key: &SandboxKey,
     env: &SandboxEnv,
     uid: &str,
+    replaced: Option<&'static str>,
 ) -> Result<EnsureReport, CreateError> {
     // Recorded only once the container exists: until then its label is
     // the record, and a create lost to another creator takes no number.
@@ -300,6 +313,10 @@ async fn create_and_start(
         inner
             .events
             .emit(EventKind::Created, key, uid, generation, None);
+    } else if matches!(replaced, Some(TOKEN_CHANGED | QUEUE_CHANGED)) {
+        inner
+            .events
+            .emit(EventKind::Changed, key, uid, generation, None);
     }
     start(inner, key, &container, uid, generation)
         .await

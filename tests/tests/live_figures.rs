@@ -75,9 +75,22 @@ async fn describe_shows_the_cgroup_figures_and_they_move_when_the_runner_allocat
     assert_eq!(before.forks_refused, Some(0), "{before:?}");
     assert_eq!(before.oom_kills, Some(0), "{before:?}");
     assert!(before.workspace_bytes.is_some(), "{before:?}");
+    // The cgroup the runner is in: named after the sandbox, or the
+    // prepared one it took (`prepared-<n>`) when the pool had one ready.
     let cgroup = before.cgroup.clone().expect("the cgroup's path");
-    assert!(cgroup.ends_with(&base_name(Scope::Session, id)), "{cgroup}");
     assert!(std::path::Path::new(&cgroup).is_dir(), "{cgroup}");
+    let runner_cgroups = std::fs::read_to_string(format!("/proc/{}/cgroup", report.pid.unwrap()))
+        .expect("the runner's cgroups");
+    assert!(
+        runner_cgroups
+            .lines()
+            .any(|line| !line.is_empty() && cgroup.ends_with(line.splitn(3, ':').nth(2).unwrap())),
+        "describe's cgroup {cgroup} is not the runner's: {runner_cgroups}"
+    );
+    assert!(
+        cgroup.ends_with(&base_name(Scope::Session, id)) || cgroup.contains("/prepared-"),
+        "{cgroup}"
+    );
 
     std::fs::write(workspace.join("allocate-now"), "").unwrap();
     let (moved, after) = memory_reaching(&daemon, id, memory + 90 * MIB).await;

@@ -97,6 +97,12 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(drivers::local_process::INIT_ARG.as_ref()) {
         return drivers::local_process::run_sandbox_init();
     }
+    // And a runner parked ahead of its sandbox, until it execs the runner.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(drivers::local_process::PARKED_RUNNER_ARG.as_ref())
+    {
+        return drivers::local_process::run_parked_runner();
+    }
     // And the holder of a view prepared ahead of its sandbox.
     if std::env::args_os().nth(1).as_deref()
         == Some(drivers::local_process::VIEW_HOLDER_ARG.as_ref())

@@ -38,10 +38,18 @@ async fn remove(daemon: &TestDaemon, id: &str) {
 
 /// The state directory a claim file names.
 fn claimant(claims: &Path, uid: u32) -> Option<PathBuf> {
+    claim_of(claims, uid).map(|(state_dir, _)| state_dir)
+}
+
+/// The state directory and the sandbox a claim file names.
+fn claim_of(claims: &Path, uid: u32) -> Option<(PathBuf, String)> {
     let text = std::fs::read_to_string(claims.join(uid.to_string())).ok()?;
-    text.lines()
-        .find_map(|line| line.strip_prefix("state_dir "))
-        .map(PathBuf::from)
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(str::to_string)
+    };
+    Some((PathBuf::from(field("state_dir ")?), field("sandbox ")?))
 }
 
 fn state_dir_of(daemon: &TestDaemon) -> PathBuf {
@@ -167,12 +175,34 @@ async fn two_daemons_with_the_default_range_and_claims_dir_share_no_uid() {
         remove(&b, &format!("b{n}")).await;
     }
     // Each claim goes right behind its workspace, in the same teardown.
+    // (A uid given back may be claimed again at once, by either daemon's
+    // pool for a sandbox prepared ahead: only a claim naming the removed
+    // sandbox is one left.)
+    let removed: Vec<(u32, &TestDaemon, String)> = of_a
+        .iter()
+        .enumerate()
+        .map(|(n, uid)| (*uid, &a, format!("a{n}")))
+        .chain(
+            of_b.iter()
+                .enumerate()
+                .map(|(n, uid)| (*uid, &b, format!("b{n}"))),
+        )
+        .chain([
+            (b_while_a_is_stopped, &b, "b3".to_string()),
+            (b_after_restart, &b, "b4".to_string()),
+        ])
+        .collect();
     let left = || -> Vec<u32> {
-        of_a.iter()
-            .chain(&of_b)
-            .chain([&b_while_a_is_stopped, &b_after_restart])
-            .copied()
-            .filter(|uid| claims.join(uid.to_string()).exists())
+        removed
+            .iter()
+            .filter(|(uid, daemon, id)| {
+                claim_of(claims, *uid)
+                    == Some((
+                        state_dir_of(daemon),
+                        sandboxd_protocol::naming::base_name(Scope::Session, id),
+                    ))
+            })
+            .map(|(uid, _, _)| *uid)
             .collect()
     };
     sandboxd_tests::wait_until(std::time::Duration::from_secs(30), || left().is_empty());

@@ -26,6 +26,7 @@ mod prepared;
 pub mod reaper;
 pub use isolation::init::{run_init_process as run_sandbox_init, ARG as INIT_ARG};
 pub use isolation::view_holder::{run_view_holder, ARG as VIEW_HOLDER_ARG};
+pub use prepared::runner_stub::{run_parked_runner, ARG as PARKED_RUNNER_ARG};
 mod state_dir;
 mod stop;
 mod teardowns;
@@ -418,9 +419,18 @@ impl Inner {
             uids_kept: total * 2,
             next: Default::default(),
         };
+        let runner = sizes.park_runners.then(|| {
+            Arc::new(prepared::parked_runner::RunnerParker {
+                filters: self.settings.filters.clone(),
+                oom_score_adj: self.settings.oom_score_adj,
+            })
+        });
         let maker = prepared::SandboxMaker {
             host: Arc::new(host),
             view,
+            runner,
+            parking_failed: Default::default(),
+            parking_problem: Default::default(),
         };
         let _ = self.prepared.set(prepared::PreparedSandboxes::start(
             maker,
@@ -622,8 +632,13 @@ impl Inner {
         env: &SandboxEnv,
     ) -> Result<launch::child_exits::RunnerProcess, SandboxError> {
         let pool = self.prepared.get();
+        // New to the daemon: no uid of its own yet (a respawn has one).
+        let new = self
+            .uids
+            .as_ref()
+            .is_none_or(|uids| uids.uid_of(key).is_none());
         let taken = match (pool, self.settings.resolve_command()) {
-            (Some(pool), Ok(program)) => pool.take(key.scope, &program),
+            (Some(pool), Ok(program)) => pool.take(key.scope, &program, new),
             _ => None,
         };
         let spawned = match (pool, taken) {
@@ -673,11 +688,17 @@ impl Inner {
         taken: prepared::Prepared,
     ) -> Result<launch::child_exits::RunnerProcess, SandboxError> {
         let workspace = self.settings.workspace(key);
-        let adopted = taken.host.adopt(key, &workspace);
+        let prepared::Prepared {
+            mut runner,
+            host,
+            view,
+        } = taken;
+        let adopted = host.adopt(key, &workspace, &mut runner);
         let parts = launch::spawn::Taken {
             placement: adopted.placement,
             workspace_made: adopted.workspace_made,
-            view: taken.view,
+            view,
+            runner,
             pool,
         };
         let assignment = match (&self.uids, adopted.uid) {

@@ -123,6 +123,22 @@ impl View {
         })
     }
 
+    /// Mounts `workspace` into a taken `view` (for its parked runner, see
+    /// `prepared::parked_runner`), under the cover a cold view would give it.
+    pub fn mount_workspace(
+        &self,
+        view: &mut ParkedView,
+        workspace: &Path,
+    ) -> Result<(), StartError> {
+        let cover = self.settings.cover_of(workspace);
+        view.enter(workspace, cover.as_ref())
+            .map(drop)
+            .map_err(|error| StartError {
+                step: error.step,
+                error: error.error,
+            })
+    }
+
     /// Starts `runner` (under `filters`, as the daemon starts any runner)
     /// as the child of a new init in its own namespaces (and `cgroup`), its
     /// output on `output`, and returns once it runs: inside `prepared`, a

@@ -119,6 +119,20 @@ pub struct CgroupPlacement {
     pub v1_procs: Vec<OwnedFd>,
 }
 
+impl CgroupPlacement {
+    /// The same cgroups, opened again (duplicated descriptors).
+    pub fn try_clone(&self) -> io::Result<CgroupPlacement> {
+        Ok(CgroupPlacement {
+            v2_dir: self.v2_dir.try_clone()?,
+            v1_procs: self
+                .v1_procs
+                .iter()
+                .map(OwnedFd::try_clone)
+                .collect::<io::Result<_>>()?,
+        })
+    }
+}
+
 /// The most `cgroup.procs` the child writes itself into (v1 memory, pids,
 /// cpu and freezer, and v2's when `clone3` is refused).
 const MAX_PROCS_FDS: usize = 5;

@@ -15,6 +15,7 @@ use super::super::isolation::kernel_filters::KernelFilters;
 use super::super::isolation::namespaces::View;
 use super::super::logs::RunnerLogs;
 use super::super::prepared::parked::{Holder, ParkedView};
+use super::super::prepared::parked_runner::{self, ParkedRunner};
 use super::super::prepared::PreparedSandboxes;
 use super::super::users::identity::RunnerIdentity;
 use super::child_exits::{ChildExits, RunnerProcess};
@@ -64,6 +65,8 @@ pub struct Taken<'a> {
     pub workspace_made: bool,
     /// Its view, under `isolation = "full"`.
     pub view: Option<ParkedView>,
+    /// Its runner, parked as its own uid (see `prepared::parked_runner`).
+    pub runner: Option<ParkedRunner>,
     /// Told when the view could not be joined.
     pub pool: &'a PreparedSandboxes,
 }
@@ -147,14 +150,15 @@ impl RunnerSettings {
         // Every I/O error below names the open-file limit when it is the
         // reason (EMFILE): a daemon holding thousands of runners meets it.
         let io = fd_limit::describe;
-        let (prepared_placement, workspace_made, prepared_view, pool) = match taken {
+        let (prepared_placement, workspace_made, mut prepared_view, parked, pool) = match taken {
             Some(taken) => (
                 Some(taken.placement),
                 taken.workspace_made,
                 taken.view,
+                taken.runner,
                 Some(taken.pool),
             ),
-            None => (None, false, None, None),
+            None => (None, false, None, None, None),
         };
         if !workspace_made {
             self.prepare_workspace(&workspace, privileges.user)
@@ -217,6 +221,53 @@ impl RunnerSettings {
             cwd: workspace.clone(),
             privileges,
         };
+        let unusable = |why: String, for_good: bool| {
+            if let Some(pool) = pool {
+                pool.failed(why, for_good);
+            }
+        };
+        let mut output = [log, log_for_stderr];
+        if let Some(runner) = parked {
+            let failed = |step: String, error: std::io::Error| {
+                let who = match privileges.user {
+                    Some((uid, gid)) => format!("uid {uid} gid {gid}"),
+                    None => self.identity.display.clone(),
+                };
+                unavailable(format!(
+                    "'{}' as {who} in {}: {step}: {}",
+                    program.display(),
+                    workspace.display(),
+                    io(&error)
+                ))
+            };
+            match self.start_parked(runner, &launch, &output, &mut prepared_view) {
+                Ok(started) => return Ok(self.watched(started, exits)),
+                Err(parked_runner::StartError::Failed { step, error }) => {
+                    if let Some(tree) = &self.cgroups {
+                        let _ = tree.remove_sandbox(&key.base_name);
+                    }
+                    return Err(failed(step, error));
+                }
+                // Not used: the sandbox starts cold (its view may be gone
+                // with it).
+                Err(parked_runner::StartError::Unused { why, for_good }) => {
+                    unusable(
+                        format!("a parked runner could not be used: {why}"),
+                        for_good,
+                    );
+                    prepared_view = None;
+                    output = [
+                        output[0]
+                            .try_clone()
+                            .map_err(|error| unavailable(format!("output pipe: {}", io(&error))))?,
+                        output[1]
+                            .try_clone()
+                            .map_err(|error| unavailable(format!("output pipe: {}", io(&error))))?,
+                    ];
+                }
+            }
+        }
+        let [log, log_for_stderr] = output;
         let placement = match (prepared_placement, &self.cgroups) {
             (Some(placement), _) => Some(placement),
             (None, Some(tree)) => Some(
@@ -224,11 +275,6 @@ impl RunnerSettings {
                     .map_err(|error| unavailable(format!("cgroup: {}", io(&error))))?,
             ),
             (None, None) => None,
-        };
-        let unusable = |why: String, for_good: bool| {
-            if let Some(pool) = pool {
-                pool.failed(why, for_good);
-            }
         };
         let started = match &self.view {
             Some(view) => view
@@ -246,6 +292,7 @@ impl RunnerSettings {
                     runner_pid: spawned.runner_pid,
                     status_file: spawned.status_file,
                     holder: spawned.holder,
+                    process: None,
                 })
                 .map_err(|error| (error.step, error.error)),
             None => match File::open("/dev/null") {
@@ -273,19 +320,84 @@ impl RunnerSettings {
                 io(&error)
             ))
         })?;
-        let child = exits
-            .watch(started.leader.pid, started.leader.start_time)
+        Ok(self.watched(started, exits))
+    }
+
+    /// The started runner, its exit watched (by `exits`, this spawner
+    /// thread's, unless it was parked and is watched already).
+    fn watched(&self, started: Started, exits: &ChildExits) -> RunnerProcess {
+        let parked = started.process.is_some();
+        let child = started
+            .process
+            .unwrap_or_else(|| exits.watch(started.leader.pid, started.leader.start_time))
             .running(started.runner_pid, started.status_file, started.holder);
         // Set from outside: after setuid the runner could no longer write its
         // own. Raising the score needs no privilege. (Under an init both get
-        // it: the runner started before this write.)
-        let adj = self.oom_score_adj.to_string();
-        for pid in [child.id(), child.runner_pid()] {
-            if let Err(error) = std::fs::write(format!("/proc/{pid}/oom_score_adj"), &adj) {
-                tracing::warn!(pid, %error, "cannot set the runner's oom_score_adj");
+        // it: the runner started before this write. A parked runner got it
+        // when it was parked.)
+        if !parked {
+            let adj = self.oom_score_adj.to_string();
+            for pid in [child.id(), child.runner_pid()] {
+                if let Err(error) = std::fs::write(format!("/proc/{pid}/oom_score_adj"), &adj) {
+                    tracing::warn!(pid, %error, "cannot set the runner's oom_score_adj");
+                }
             }
         }
-        Ok(child)
+        child
+    }
+
+    /// Starts `launch` in its parked `runner`: under `isolation = "full"`
+    /// the workspace is mounted into the taken view first.
+    fn start_parked(
+        &self,
+        runner: ParkedRunner,
+        launch: &RunnerLaunch,
+        output: &[OwnedFd; 2],
+        view: &mut Option<ParkedView>,
+    ) -> Result<Started, parked_runner::StartError> {
+        if let (Some(settings), Some(parked_view)) = (&self.view, view.as_mut()) {
+            settings
+                .mount_workspace(parked_view, &launch.cwd)
+                .map_err(|error| parked_runner::StartError::Unused {
+                    for_good: error.error.raw_os_error() == Some(libc::EPERM),
+                    why: format!("{}: {}", error.step, error.error),
+                })?;
+        }
+        let failed = |step: &str| {
+            let step = step.to_string();
+            move |error| parked_runner::StartError::Failed { step, error }
+        };
+        let stdin = File::open("/dev/null").map_err(failed("open /dev/null"))?;
+        let duplicate = |fd: &OwnedFd| fd.try_clone().map_err(failed("dup of stdio"));
+        let stdio = [
+            OwnedFd::from(stdin),
+            duplicate(&output[0])?,
+            duplicate(&output[1])?,
+        ];
+        if runner.user() != launch.privileges.user {
+            // Parked as another user than the sandbox's (cannot happen:
+            // a sandbox with its own uid takes none, see `take`): unused.
+            return Err(parked_runner::StartError::Unused {
+                why: "it was parked as another user".to_string(),
+                for_good: false,
+            });
+        }
+        let pid = runner.pid();
+        let process = runner.start(launch, &stdio)?;
+        let holder = view.take().map(ParkedView::into_holder);
+        if holder.is_some() {
+            tracing::debug!(runner = pid, "a parked runner started in a prepared view");
+        }
+        Ok(Started {
+            leader: super::clone_exec::Cloned {
+                pid,
+                start_time: process.start_time(),
+            },
+            runner_pid: pid,
+            status_file: None,
+            holder,
+            process: Some(process),
+        })
     }
 
     /// `<sandboxes>/<base>`, 0700, owned by the runner's user (`user`, when
@@ -320,6 +432,8 @@ struct Started {
     runner_pid: libc::pid_t,
     status_file: Option<PathBuf>,
     holder: Option<Holder>,
+    /// A parked runner's exit, watched since it was parked.
+    process: Option<RunnerProcess>,
 }
 
 /// `isolation = "uid-cgroup"` (or no namespaces here): the daemon's clone
@@ -343,6 +457,7 @@ fn start_directly(
         runner_pid: child.pid,
         status_file: None,
         holder: None,
+        process: None,
     })
 }
 

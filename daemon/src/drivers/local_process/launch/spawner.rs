@@ -43,7 +43,8 @@ struct Thread {
 }
 
 pub struct Spawner {
-    /// The spawner threads, then the background thread (the last one).
+    /// The spawner threads, then the parking thread, then the background
+    /// thread (the last one).
     threads: Arc<Vec<Thread>>,
     exits: Arc<ChildExits>,
 }
@@ -52,6 +53,13 @@ pub struct Spawner {
 /// prepared views of `prepared`), at a lower priority than the spawner
 /// threads, and whose children are reaped like theirs. Like them it lives
 /// as long as the daemon, so what it starts may die with it.
+///
+/// Beside it, the parking thread, at the spawner threads' priority: the
+/// runners parked ahead (see `prepared::parked_runner`) are its children,
+/// and a child inherits its thread's `nice`, which an unprivileged runner
+/// could never lower again (a daemon without `CAP_SYS_NICE` could not
+/// either). It only clones them: its clone child's work is mostly the wait
+/// for the v1 cgroup moves (an RCU grace period, asleep), not CPU.
 #[derive(Clone)]
 pub struct Background {
     threads: Arc<Vec<Thread>>,
@@ -72,7 +80,31 @@ impl Background {
         };
         send(thread, Box::new(move || work(&exits))).is_ok()
     }
+
+    /// Runs `work` on the parking thread (given the exits its children are
+    /// reaped into) and waits for its result; `None` when the thread is
+    /// gone. For the background thread's jobs: a spawner thread's would
+    /// wait behind the parking.
+    pub fn on_parking_thread<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&ChildExits) -> T + Send + 'static,
+    ) -> Option<T> {
+        let exits = self.exits.clone();
+        let thread = &self.threads[self.threads.len() - 2];
+        let (done, result) = channel();
+        send(
+            thread,
+            Box::new(move || {
+                let _ = done.send(work(&exits));
+            }),
+        )
+        .ok()?;
+        result.recv().ok()
+    }
 }
+
+/// The threads besides the spawner threads: parking, then background.
+const OTHER_THREADS: usize = 2;
 
 impl Spawner {
     /// Starts the threads, and the task that has them reap their exited
@@ -83,15 +115,18 @@ impl Spawner {
         let count = cpus.saturating_sub(1).clamp(1, 8);
         let exits = Arc::new(ChildExits::default());
         let runtime = tokio::runtime::Handle::current();
-        let mut threads = Vec::with_capacity(count + 1);
-        for index in 0..=count {
-            let background = index == count;
+        let mut threads = Vec::with_capacity(count + OTHER_THREADS);
+        for index in 0..count + OTHER_THREADS {
+            let background = index == count + 1;
             let (jobs, queue) = channel::<Job>();
             let queued = Arc::new(AtomicUsize::new(0));
             let (runtime, left) = (runtime.clone(), queued.clone());
-            let name = match background {
-                true => "runner-prepare".to_string(),
-                false => format!("runner-spawn-{index}"),
+            let name = if index < count {
+                format!("runner-spawn-{index}")
+            } else if background {
+                "runner-prepare".to_string()
+            } else {
+                "runner-park".to_string()
             };
             std::thread::Builder::new().name(name).spawn(move || {
                 if background {
@@ -150,7 +185,7 @@ impl Spawner {
         let job: Job = Box::new(move || {
             let _ = done.send(work());
         });
-        let spawners = &self.threads[..self.threads.len() - 1];
+        let spawners = &self.threads[..self.threads.len() - OTHER_THREADS];
         let thread = spawners
             .iter()
             .min_by_key(|thread| thread.queued.load(Ordering::Relaxed))?;

@@ -20,8 +20,10 @@
 //! left in `.prepared/` ([`remove_leftovers`]), and the claims of uids no
 //! ledger line names are removed (`UidClaims::remove_stale_own`): a
 //! prepared uid is written to the ledger only when a sandbox takes it.
-//! Nothing runs as a prepared uid before its take, so no process of one
-//! can outlive it.
+//! Before its take, the one process that runs as a prepared uid is the
+//! runner parked in its cgroups (see [`super::parked_runner`]), killed
+//! with them (by the start-up sweep too) and waited for before the uid is
+//! given back, so no process of one can outlive it.
 
 use std::ffi::CString;
 use std::fs::DirBuilder;
@@ -33,9 +35,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::super::cgroup::{kill, CgroupTree};
-use super::super::launch::clone_exec::CgroupPlacement;
+use super::super::launch::clone_exec::{CgroupPlacement, Privileges};
 use super::super::users::identity::RunnerIdentity;
 use super::super::users::uid_pool::SandboxUids;
+use super::parked_runner::ParkedRunner;
 use crate::provisioner::SandboxKey;
 
 /// The directory under `<sandboxes>` where prepared workspaces wait.
@@ -117,35 +120,46 @@ impl HostMaker {
 
 impl PreparedHost {
     /// Gives these parts to `key`'s sandbox, whose workspace is
-    /// `workspace`. A sandbox new to the daemon (no uid, no workspace yet)
-    /// takes all of them; one that has its uid and workspace already (a
-    /// respawn, a kept workspace) takes the cgroups only, and the rest is
-    /// given back.
-    pub fn adopt(mut self, key: &SandboxKey, workspace: &Path) -> Adopted {
+    /// `workspace`. A sandbox new to the daemon (no uid yet) takes all of
+    /// them: the uid, and the workspace when none is there already (a kept
+    /// one stays the sandbox's, and is handed to the uid at the start, as a
+    /// cold start would). One that has its uid already (a respawn) takes
+    /// the cgroups only; `runner`, parked as the prepared uid, is then of
+    /// no use to it and is killed (and waited for) before that uid is given
+    /// back.
+    pub fn adopt(
+        mut self,
+        key: &SandboxKey,
+        workspace: &Path,
+        runner: &mut Option<ParkedRunner>,
+    ) -> Adopted {
         let maker = self.maker.clone();
         let has_uid = maker
             .uids
             .as_ref()
             .is_some_and(|uids| uids.uid_of(key).is_some());
-        let mut adopted_uid = None;
         let mut workspace_made = false;
         if let (false, Some(staged)) = (has_uid, self.workspace.as_deref()) {
             match rename_no_replace(staged, workspace) {
                 Ok(()) => {
                     self.workspace = None;
                     workspace_made = true;
-                    adopted_uid = match (&maker.uids, self.uid.take()) {
-                        (Some(uids), Some(_)) => uids.adopt_prepared(&self.name, key),
-                        _ => None,
-                    };
                 }
-                // A workspace is there already (kept without a uid of its
-                // own): it stays the sandbox's, this one goes.
                 Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(error) => {
                     tracing::warn!(%error, from = %staged.display(), to = %workspace.display(), "cannot move a prepared workspace into place: the sandbox makes its own");
                 }
             }
+        }
+        let adopted_uid = match (&maker.uids, has_uid) {
+            (Some(uids), false) => self
+                .uid
+                .take()
+                .and_then(|_| uids.adopt_prepared(&self.name, key)),
+            _ => None,
+        };
+        if maker.uids.is_some() && adopted_uid.is_none() {
+            drop(runner.take());
         }
         maker.tree.adopt(&key.base_name, &self.name);
         Adopted {
@@ -153,6 +167,19 @@ impl PreparedHost {
             uid: adopted_uid,
             workspace_made,
         }
+    }
+
+    /// A second opening of its cgroups, for the runner parked in them.
+    pub fn placement_copy(&self) -> io::Result<CgroupPlacement> {
+        self.placement
+            .as_ref()
+            .expect("made with its cgroups")
+            .try_clone()
+    }
+
+    /// What a runner of this sandbox gives up and becomes: its uid's.
+    pub fn privileges(&self) -> Privileges {
+        self.maker.identity.privileges(self.uid)
     }
 }
 

@@ -25,6 +25,8 @@
 
 pub mod host_parts;
 pub mod parked;
+pub mod parked_runner;
+pub mod runner_stub;
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -38,10 +40,13 @@ use super::launch::spawner::Background;
 use crate::config::PoolConfig;
 use host_parts::{HostMaker, PreparedHost};
 use parked::{ParkedView, ViewMaker};
+use parked_runner::{ParkedRunner, RunnerParker};
 
-/// One sandbox prepared ahead: its host parts, and its view under
-/// `isolation = "full"`.
+/// One sandbox prepared ahead: its runner parked in it (unless parking is
+/// off), its host parts, and its view under `isolation = "full"`. Dropped
+/// in that order: the runner is gone before its uid is given back.
 pub struct Prepared {
+    pub runner: Option<ParkedRunner>,
     pub host: PreparedHost,
     pub view: Option<ParkedView>,
 }
@@ -50,17 +55,67 @@ pub struct Prepared {
 pub struct SandboxMaker {
     pub host: Arc<HostMaker>,
     pub view: Option<ViewMaker>,
+    /// `None`: no runner is parked ahead (`[pool] park_runners = false`).
+    pub runner: Option<Arc<RunnerParker>>,
+    /// Set once parking failed: the sandboxes are prepared without.
+    pub parking_failed: AtomicBool,
+    /// Why, for `status`.
+    pub parking_problem: Mutex<Option<String>>,
 }
 
 impl SandboxMaker {
-    /// Makes one on the background thread, whose children `exits` reaps.
-    fn make(&self, exits: &ChildExits) -> Result<Prepared, String> {
+    /// Makes one on the background thread, whose children `exits` reaps
+    /// (a parked runner's are the parking thread's, see `background`).
+    fn make(&self, exits: &ChildExits, background: &Background) -> Result<Prepared, String> {
         let host = self.host.make()?;
-        let view = match &self.view {
+        let mut view = match &self.view {
             Some(maker) => Some(maker.park(exits)?),
             None => None,
         };
-        Ok(Prepared { host, view })
+        let runner = match &self.runner {
+            Some(parker) if !self.parking_failed.load(Ordering::Acquire) => {
+                let (parked, view_back) = Self::park(parker, &host, view, background)?;
+                view = view_back;
+                match parked {
+                    Ok(runner) => Some(runner),
+                    Err(problem) => {
+                        // Not tried again: what failed once (a kernel
+                        // refusing a step) fails every time.
+                        tracing::warn!(%problem, "cannot park a runner ahead: prepared sandboxes start their runners themselves");
+                        self.parking_failed.store(true, Ordering::Release);
+                        *self
+                            .parking_problem
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner) = Some(problem);
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        Ok(Prepared { runner, host, view })
+    }
+
+    /// Parks a runner in `host` (and `view`) on the parking thread; gives
+    /// the view back.
+    #[allow(clippy::type_complexity)]
+    fn park(
+        parker: &Arc<RunnerParker>,
+        host: &PreparedHost,
+        mut view: Option<ParkedView>,
+        background: &Background,
+    ) -> Result<(Result<ParkedRunner, String>, Option<ParkedView>), String> {
+        let placement = host
+            .placement_copy()
+            .map_err(|error| format!("dup of a prepared sandbox's cgroups: {error}"))?;
+        let privileges = host.privileges();
+        let parker = parker.clone();
+        background
+            .on_parking_thread(move |exits| {
+                let parked = parker.park(exits, placement, privileges, view.as_mut());
+                (parked, view)
+            })
+            .ok_or_else(|| "the parking thread is gone".to_string())
     }
 }
 
@@ -120,7 +175,10 @@ impl PreparedSandboxes {
     /// the kernel's mount lock (a new mount namespace copies the mount
     /// table under it; `setns`, `move_mount` and the remounts take it too)
     /// and, on a small host, for its CPUs.
-    pub fn take(self: &Arc<Self>, scope: Scope, program: &Path) -> Option<Prepared> {
+    ///
+    /// A sandbox that is not `new` (a respawn: it has its own uid already)
+    /// takes only one without a parked runner, which runs as another uid.
+    pub fn take(self: &Arc<Self>, scope: Scope, program: &Path, new: bool) -> Option<Prepared> {
         let index = slot(scope);
         if self.targets[index] == 0 || self.disabled.load(Ordering::Acquire) {
             return None;
@@ -135,7 +193,13 @@ impl PreparedSandboxes {
                     .as_ref()
                     .is_none_or(|view| view.program() == program)
             });
-            ready.pop_front()
+            match ready
+                .iter()
+                .position(|prepared| new || prepared.runner.is_none())
+            {
+                Some(position) => ready.remove(position),
+                None => None,
+            }
         };
         match &taken {
             Some(_) => self.hits[index].fetch_add(1, Ordering::Relaxed),
@@ -186,7 +250,7 @@ impl PreparedSandboxes {
             }
             let pool = self.clone();
             let queued = self.background.run(move |exits| {
-                let made = pool.maker.make(exits);
+                let made = pool.maker.make(exits, &pool.background);
                 pool.making[index].fetch_sub(1, Ordering::AcqRel);
                 match made {
                     Ok(prepared) if !pool.stopping.load(Ordering::Acquire) => {
@@ -259,10 +323,30 @@ impl PreparedSandboxes {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let text = match &problem {
-            Some(problem) => format!("{}; last problem: {problem}", scopes.join("; ")),
-            None => scopes.join("; "),
+        let parking = match (
+            &self.maker.runner,
+            self.maker.parking_failed.load(Ordering::Acquire),
+        ) {
+            (None, _) => "runners started at the take (park_runners = false)",
+            (Some(_), false) => {
+                "each with its runner parked (in its cgroups, under its uid, filters applied)"
+            }
+            (Some(_), true) => "runners started at the take (parking one failed)",
         };
+        let problem = problem.or_else(|| {
+            self.maker
+                .parking_problem
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        });
+        let mut text = scopes.join("; ");
+        if self.targets.iter().any(|target| *target > 0) {
+            text = format!("{text}; {parking}");
+        }
+        if let Some(problem) = &problem {
+            text = format!("{text}; last problem: {problem}");
+        }
         if self.disabled.load(Ordering::Acquire) {
             IsolationFeature::not_in_force(name, format!("off: {text}"))
         } else {

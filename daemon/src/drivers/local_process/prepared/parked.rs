@@ -203,23 +203,30 @@ impl ParkedView {
             "open_tree of the workspace {}",
             workspace.display()
         )))?;
+        let inside = self.enter_bare()?;
+        if let Some(cover) = cover {
+            make_mount_point(cover, workspace)?;
+        }
+        move_into(&tree, workspace).map_err(TakeError::at(format!(
+            "move_mount of the workspace onto {}",
+            workspace.display()
+        )))?;
+        Ok(inside)
+    }
+
+    /// Joins the view's namespaces on this thread, mounting nothing (to
+    /// park a runner inside, see `parked_runner`); back in the daemon's own
+    /// when the returned value is dropped.
+    pub fn enter_bare(&mut self) -> Result<InsideView, TakeError> {
         HOST.with(|host| -> Result<InsideView, TakeError> {
             let host = host
                 .as_ref()
                 .map_err(|error| TakeError::at("unshare(CLONE_FS)")(clone_error(error)))?;
             setns(self.holder.pidfd.as_raw_fd(), NAMESPACES)
                 .map_err(TakeError::at("setns into the prepared view"))?;
-            let inside = InsideView {
+            Ok(InsideView {
                 host: host.clone_fds(),
-            };
-            if let Some(cover) = cover {
-                make_mount_point(cover, workspace)?;
-            }
-            move_into(&tree, workspace).map_err(TakeError::at(format!(
-                "move_mount of the workspace onto {}",
-                workspace.display()
-            )))?;
-            Ok(inside)
+            })
         })
     }
 

@@ -1,0 +1,367 @@
+//! A runner parked ahead of its sandbox, from the daemon's side: made on
+//! the pool's parking thread ([`RunnerParker::park`]) in a prepared
+//! sandbox's cgroups (and view) under its uid, and started by the sandbox
+//! that takes it ([`ParkedRunner::start`]): one message with its launch
+//! and its three standard descriptors, and the runner runs once the stub
+//! (see [`super::runner_stub`]) has exec'd it.
+//!
+//! What the take no longer does on the caller's time: the clone, the v1
+//! `cgroup.procs` writes (an RCU grace period each on a hybrid host), the
+//! user switch, the keyring, Landlock, the clean start, the seccomp filter
+//! — all done when the runner was parked, by the same clone child every
+//! runner has ([`ExecPlan`]), so a parked runner gives up exactly what a
+//! cold one does. What is left: a `sendmsg`, the stub's `chdir`, three
+//! `dup2`s and the exec.
+//!
+//! The runner is a child of the parking thread (which lives as long as the
+//! daemon, so `PR_SET_PDEATHSIG` holds) and is reaped there, like any
+//! runner by its spawner thread. Its stub ends with its control socket (the
+//! daemon dropped it, or died), with the daemon's death, and with its
+//! prepared sandbox's cgroups or view: dropping a parked runner kills it and
+//! waits until it is gone, so its uid is never given back while a process
+//! of it lives.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::super::isolation::kernel_filters::KernelFilters;
+use super::super::launch::child_exits::{ChildExits, RunnerProcess};
+use super::super::launch::clone_exec::{CgroupPlacement, ExecPlan, Privileges};
+use super::super::launch::runner_plan::RunnerLaunch;
+use super::parked::ParkedView;
+use super::runner_stub::{self, Launch};
+
+/// How long a parked runner may take from its launch to its exec (a big
+/// runner binary on a loaded host), before it is killed and the start fails.
+const EXEC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a dropped parked runner is waited for after its SIGKILL.
+const GONE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What every parked runner is made with.
+pub struct RunnerParker {
+    /// Every runner's kernel filters, the daemon's.
+    pub filters: Arc<KernelFilters>,
+    /// Written to each parked runner's `oom_score_adj`, as to any runner's.
+    pub oom_score_adj: i32,
+}
+
+/// A runner parked and not yet started: dropped, it is killed.
+pub struct ParkedRunner {
+    pid: libc::pid_t,
+    /// Its user, for the taker to check against the sandbox's.
+    user: Option<(u32, u32)>,
+    control: OwnedFd,
+    pidfd: OwnedFd,
+    /// Its exit, reaped on the parking thread; `None` once started.
+    process: Option<RunnerProcess>,
+}
+
+/// Why a parked runner did not start its sandbox's runner.
+#[derive(Debug)]
+pub enum StartError {
+    /// It was not used (gone before it got the launch, or its view could
+    /// not take the workspace): nothing ran, and the sandbox may start
+    /// otherwise. `for_good`: nothing parked can be used on this daemon.
+    Unused { why: String, for_good: bool },
+    /// A step of the runner's start failed (or the stub died in it): the
+    /// sandbox's start failed, as it would have cold.
+    Failed { step: String, error: io::Error },
+}
+
+impl RunnerParker {
+    /// Parks a runner with `privileges` in `placement` (the prepared
+    /// sandbox's cgroups), inside `view` when given. Call on the parking
+    /// thread, whose children `exits` reaps.
+    pub fn park(
+        &self,
+        exits: &ChildExits,
+        placement: CgroupPlacement,
+        privileges: Privileges,
+        view: Option<&mut ParkedView>,
+    ) -> Result<ParkedRunner, String> {
+        let (control, stub_end) =
+            seqpacket_pair().map_err(|error| format!("socketpair for a parked runner: {error}"))?;
+        let null = |what: &str| {
+            File::options()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+                .map(OwnedFd::from)
+                .map_err(|error| format!("open /dev/null for {what}: {error}"))
+        };
+        // Through /proc/self/exe: the daemon's own binary, whatever is on
+        // disk by now, reached by the magic link inside a view too.
+        let plan = ExecPlan::new(
+            "/proc/self/exe".as_ref(),
+            [runner_stub::ARG],
+            [] as [(&str, &str); 0],
+            "/".as_ref(),
+            [stub_end, null("its output")?, null("its errors")?],
+            privileges,
+        )?
+        .with_filters(self.filters.clone())
+        .in_cgroup(placement);
+        let cloned = match view {
+            Some(view) => {
+                let inside = view.enter_bare().map_err(|error| {
+                    format!("{} (parking a runner): {}", error.step, error.error)
+                })?;
+                let cloned = plan.joining_pid_namespace().spawn();
+                drop(inside);
+                cloned
+            }
+            None => plan.spawn(),
+        }
+        .map_err(|error| format!("parking a runner: {error}"))?;
+        let process = exits.watch(cloned.pid, cloned.start_time);
+        let pidfd = match pidfd_open(cloned.pid) {
+            Ok(pidfd) => pidfd,
+            Err(error) => {
+                // SAFETY: our own child, not reaped (its watcher reaps it).
+                unsafe { libc::kill(cloned.pid, libc::SIGKILL) };
+                return Err(format!("pidfd_open of a parked runner: {error}"));
+            }
+        };
+        let adj = self.oom_score_adj.to_string();
+        if let Err(error) = std::fs::write(format!("/proc/{}/oom_score_adj", cloned.pid), adj) {
+            tracing::warn!(pid = cloned.pid, %error, "cannot set a parked runner's oom_score_adj");
+        }
+        Ok(ParkedRunner {
+            pid: cloned.pid,
+            user: privileges.user,
+            control,
+            pidfd,
+            process: Some(process),
+        })
+    }
+}
+
+impl ParkedRunner {
+    /// Its host pid: the runner's once started.
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// The user it runs as.
+    pub fn user(&self) -> Option<(u32, u32)> {
+        self.user
+    }
+
+    /// Starts `launch` (its program, arguments, environment and workspace;
+    /// its user and filters are the parked runner's already) with `stdio`
+    /// as descriptors 0, 1 and 2, and returns once the runner has exec'd.
+    pub fn start(
+        mut self,
+        launch: &RunnerLaunch,
+        stdio: &[OwnedFd; 3],
+    ) -> Result<RunnerProcess, StartError> {
+        let failed = |step: &str| {
+            let step = step.to_string();
+            move |error| StartError::Failed { step, error }
+        };
+        let message = Launch {
+            program: runner_stub::c_string("the program path", launch.program.as_os_str())
+                .map_err(|problem| invalid(&problem))?,
+            cwd: runner_stub::c_string("the working directory", launch.cwd.as_os_str())
+                .map_err(|problem| invalid(&problem))?,
+            args: std::iter::once(launch.program.as_os_str())
+                .chain(launch.args.iter().map(std::ffi::OsStr::new))
+                .map(|arg| runner_stub::c_string("an argument", arg))
+                .collect::<Result<_, _>>()
+                .map_err(|problem| invalid(&problem))?,
+            env: launch
+                .env
+                .iter()
+                .map(|(name, value)| {
+                    let mut entry = name.clone();
+                    entry.push("=");
+                    entry.push(value);
+                    runner_stub::c_string("an environment variable", &entry)
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|problem| invalid(&problem))?,
+        }
+        .encode();
+        if message.len() > runner_stub::MAX_MESSAGE {
+            return Err(invalid(&format!(
+                "the runner's arguments and environment take {} bytes, more than the {} a parked runner takes",
+                message.len(),
+                runner_stub::MAX_MESSAGE
+            )));
+        }
+        send_with_fds(self.control.as_raw_fd(), &message, stdio).map_err(|error| {
+            StartError::Unused {
+                why: format!("it was gone at its take: {error}"),
+                for_good: false,
+            }
+        })?;
+        let report = read_until_closed(self.control.as_raw_fd(), EXEC_TIMEOUT)
+            .map_err(failed("wait for the parked runner's exec"))?;
+        if let Some((step, errno)) = runner_stub::parse_report(&report) {
+            return Err(StartError::Failed {
+                step,
+                error: io::Error::from_raw_os_error(errno),
+            });
+        }
+        if !report.is_empty() || has_exited(&self.pidfd) {
+            return Err(StartError::Failed {
+                step: "the parked runner's exec".to_string(),
+                error: io::Error::other("it ended before its exec"),
+            });
+        }
+        Ok(self.process.take().expect("a parked runner starts once"))
+    }
+}
+
+impl Drop for ParkedRunner {
+    /// An unstarted runner is killed, and waited for until it is gone.
+    fn drop(&mut self) {
+        if self.process.is_none() {
+            return;
+        }
+        // SAFETY: a live pidfd and a plain signal number.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        let deadline = Instant::now() + GONE_TIMEOUT;
+        while !has_exited(&self.pidfd) && Instant::now() < deadline {
+            wait_readable(self.pidfd.as_raw_fd(), Duration::from_millis(100));
+        }
+    }
+}
+
+fn invalid(problem: &str) -> StartError {
+    StartError::Failed {
+        step: problem.to_string(),
+        error: io::Error::from_raw_os_error(libc::EINVAL),
+    }
+}
+
+/// A close-on-exec `SOCK_SEQPACKET` pair: (the daemon's end, the stub's).
+/// The stub's end loses close-on-exec as its standard input.
+fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two descriptors into the array.
+    let made = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if made < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptors socketpair just made, owned by no one else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sends `message` on `socket` with `fds` attached.
+fn send_with_fds(socket: RawFd, message: &[u8], fds: &[OwnedFd; 3]) -> io::Result<()> {
+    let raw: [RawFd; 3] = [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()];
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: message.as_ptr() as *mut libc::c_void,
+        iov_len: message.len(),
+    };
+    // SAFETY: msghdr is plain data; its pointers are set to live buffers of
+    // the lengths given; CMSG_* fill one SCM_RIGHTS message inside
+    // `control`, which is large enough for three descriptors.
+    let sent = unsafe {
+        let mut header: libc::msghdr = std::mem::zeroed();
+        header.msg_iov = &mut iov;
+        header.msg_iovlen = 1;
+        header.msg_control = control.as_mut_ptr().cast();
+        header.msg_controllen = libc::CMSG_SPACE(std::mem::size_of_val(&raw) as u32) as usize;
+        let cmsg = libc::CMSG_FIRSTHDR(&header);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(&raw) as u32) as usize;
+        std::ptr::copy_nonoverlapping(raw.as_ptr(), libc::CMSG_DATA(cmsg).cast(), raw.len());
+        libc::sendmsg(socket, &header, libc::MSG_NOSIGNAL)
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Everything read from `socket` until its other end is closed (the stub's
+/// exec, or its exit), within `timeout`.
+fn read_until_closed(socket: RawFd, timeout: Duration) -> io::Result<Vec<u8>> {
+    let deadline = Instant::now() + timeout;
+    let mut report = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no exec within {timeout:?}"),
+            ));
+        }
+        if !wait_readable(socket, left) {
+            continue;
+        }
+        let mut buffer = [0u8; 256];
+        // SAFETY: a read into a live buffer of its length.
+        let read = unsafe {
+            libc::recv(
+                socket,
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match read {
+            0 => return Ok(report),
+            read if read > 0 => report.extend_from_slice(&buffer[..read as usize]),
+            _ => {
+                let error = io::Error::last_os_error();
+                if !matches!(
+                    error.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) {
+                    return Err(error);
+                }
+            }
+        }
+    }
+}
+
+/// Whether `fd` became readable within `timeout`.
+fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let millis = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd and a timeout.
+    unsafe { libc::poll(&mut poll, 1, millis) > 0 }
+}
+
+/// Whether the process of `pidfd` has exited (a pidfd reads as readable then).
+fn has_exited(pidfd: &OwnedFd) -> bool {
+    wait_readable(pidfd.as_raw_fd(), Duration::ZERO)
+}
+
+fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open with a pid and no flags.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}

@@ -3,8 +3,10 @@
 //! under its uid, with every filter a runner gets, waiting for its launch.
 //! A new sandbox's runner *is* that process (same pid), with the
 //! sandbox's environment, workspace, output and nice value, under both
-//! isolation settings; a runner that cannot exec fails its ensure naming the
-//! step, with nothing left; a parked runner killed before its take is not
+//! isolation settings; a runner its uid may not execute fails its ensure
+//! naming the step, with nothing left; one whose exec fails past the
+//! daemon's answer (not a valid executable) exits 127 saying why in its
+//! log; a parked runner killed before its take is not
 //! used and the sandbox starts cold; a respawn never takes one; nothing
 //! parked outlives a stop or a SIGKILLed daemon; `park_runners = false`
 //! parks none.
@@ -172,7 +174,7 @@ async fn a_runner_that_cannot_exec_fails_its_ensure_naming_the_step_and_leaves_n
         .expect_err("the runner cannot exec");
     let text = error.to_string();
     assert!(
-        text.contains("execve") && text.contains("Permission denied"),
+        text.contains("access(X_OK) of the program") && text.contains("Permission denied"),
         "{text}"
     );
     assert!(
@@ -269,4 +271,38 @@ async fn park_runners_false_parks_none_and_the_pool_still_serves() {
         .iter()
         .any(|feature| feature.name == "prepared-sandboxes"
             && feature.detail.contains("park_runners = false")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_that_fails_past_the_answer_is_the_runners_exit_127_saying_why() {
+    let daemon = daemon("uid-cgroup", 1, "");
+    let waiting = wait_for_parked(&daemon, 1).await;
+    // Executable by everyone, and no executable at all.
+    let runner = daemon.dir().join("bin").join("runner-fixture");
+    sandboxd_tests::executables::write_executable(
+        &runner.with_extension("garbage"),
+        "not a program\n",
+        0o755,
+    );
+    std::fs::rename(runner.with_extension("garbage"), &runner).unwrap();
+    let client = daemon.client().await;
+    let since = sandboxd_tests::events::events_now(&client).await;
+    let report = client
+        .ensure_session_sandbox("garbage", &sandbox_env("session:garbage", "tok"))
+        .await
+        .expect("answered once only the exec was left");
+    assert!(waiting.contains(&report.pid.unwrap()));
+    let (exited, _) = sandboxd_tests::events::wait_for_event(&client, Some(since), |event| {
+        event.kind == sandboxd_client::EventKind::Exited && event.id == "garbage"
+    })
+    .await;
+    assert_eq!(
+        exited.exit.map(|exit| exit.reason),
+        Some(sandboxd_client::ExitReason::Exited { code: 127 })
+    );
+    let log = std::fs::read_to_string(daemon.runner_log(Scope::Session, "garbage")).unwrap();
+    assert!(
+        log.contains("sandboxd: cannot exec") && log.contains("Exec format error"),
+        "{log}"
+    );
 }

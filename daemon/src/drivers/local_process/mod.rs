@@ -694,11 +694,21 @@ impl Inner {
             view,
         } = taken;
         let adopted = host.adopt(key, &workspace, &mut runner);
+        // The adopted uid's claim is renamed to the sandbox while its
+        // parked runner starts (or, without one, before the spawn returns).
+        let claimed = std::cell::Cell::new(false);
+        let claim = || {
+            if let (Some(uids), Some(uid), false) = (&self.uids, adopted.uid, claimed.get()) {
+                uids.claim_adopted(uid, key);
+            }
+            claimed.set(true);
+        };
         let parts = launch::spawn::Taken {
             placement: adopted.placement,
             workspace_made: adopted.workspace_made,
             view,
             runner,
+            meanwhile: &claim,
             pool,
         };
         let assignment = match (&self.uids, adopted.uid) {
@@ -720,6 +730,7 @@ impl Inner {
             assignment.map(users::uid_pool::Assignment::uid),
             Some(parts),
         );
+        claim();
         if spawned.is_err() {
             self.forget_adopted_cgroup(key);
         }

@@ -36,8 +36,25 @@ pub async fn stop_runner(
     grace: Duration,
     cgroup: Option<Dirs>,
 ) -> bool {
+    // The leader's exit, seen directly: its pidfd is readable the moment
+    // it exits, before its spawner thread has reaped it and told its
+    // watcher (a SIGCHLD, a thread hop and two task wake-ups later).
+    let exit_seen = leader_exit(pid);
     kill_group(pid as i32, Signal::SIGTERM);
-    if tokio::time::timeout(grace, &mut exited).await.is_ok() {
+    let leader_gone = async {
+        match exit_seen {
+            Some(pidfd) => {
+                tokio::select! {
+                    _ = pidfd.readable() => {}
+                    _ = &mut exited => {}
+                }
+            }
+            None => {
+                let _ = (&mut exited).await;
+            }
+        }
+    };
+    if tokio::time::timeout(grace, leader_gone).await.is_ok() {
         return false;
     }
     match cgroup {
@@ -56,4 +73,27 @@ pub async fn stop_runner(
         }
     }
     true
+}
+
+/// A pidfd of the leader `pid`, watched by the runtime; `None` when it
+/// cannot be opened (gone already: its watcher says so).
+///
+/// The pid is the daemon's unreaped child while its record exists (the
+/// caller took the record, and its watcher reaps it only at its exit), so
+/// it names the leader and no other process.
+fn leader_exit(pid: u32) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open with a pid and no flags.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by no one else.
+    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    // SAFETY: an OwnedFd is a valid open descriptor, and it stays open and
+    // the same for the AsyncFd's whole life (it owns it).
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    }
+    .ok()
 }

@@ -67,6 +67,8 @@ pub struct Taken<'a> {
     pub view: Option<ParkedView>,
     /// Its runner, parked as its own uid (see `prepared::parked_runner`).
     pub runner: Option<ParkedRunner>,
+    /// Run while a parked runner starts (the uid claim's rename).
+    pub meanwhile: &'a dyn Fn(),
     /// Told when the view could not be joined.
     pub pool: &'a PreparedSandboxes,
 }
@@ -150,16 +152,19 @@ impl RunnerSettings {
         // Every I/O error below names the open-file limit when it is the
         // reason (EMFILE): a daemon holding thousands of runners meets it.
         let io = fd_limit::describe;
-        let (prepared_placement, workspace_made, mut prepared_view, parked, pool) = match taken {
-            Some(taken) => (
-                Some(taken.placement),
-                taken.workspace_made,
-                taken.view,
-                taken.runner,
-                Some(taken.pool),
-            ),
-            None => (None, false, None, None, None),
-        };
+        let nothing = || {};
+        let (prepared_placement, workspace_made, mut prepared_view, parked, meanwhile, pool) =
+            match taken {
+                Some(taken) => (
+                    Some(taken.placement),
+                    taken.workspace_made,
+                    taken.view,
+                    taken.runner,
+                    taken.meanwhile,
+                    Some(taken.pool),
+                ),
+                None => (None, false, None, None, &nothing as &dyn Fn(), None),
+            };
         if !workspace_made {
             self.prepare_workspace(&workspace, privileges.user)
                 .map_err(|error| {
@@ -240,7 +245,7 @@ impl RunnerSettings {
                     io(&error)
                 ))
             };
-            match self.start_parked(runner, &launch, &output, &mut prepared_view) {
+            match self.start_parked(runner, &launch, &output, &mut prepared_view, meanwhile) {
                 Ok(started) => return Ok(self.watched(started, exits)),
                 Err(parked_runner::StartError::Failed { step, error }) => {
                     if let Some(tree) = &self.cgroups {
@@ -354,6 +359,7 @@ impl RunnerSettings {
         launch: &RunnerLaunch,
         output: &[OwnedFd; 2],
         view: &mut Option<ParkedView>,
+        meanwhile: &dyn Fn(),
     ) -> Result<Started, parked_runner::StartError> {
         if let (Some(settings), Some(parked_view)) = (&self.view, view.as_mut()) {
             settings
@@ -383,7 +389,7 @@ impl RunnerSettings {
             });
         }
         let pid = runner.pid();
-        let process = runner.start(launch, &stdio)?;
+        let process = runner.start(launch, &stdio, meanwhile)?;
         let holder = view.take().map(ParkedView::into_holder);
         if holder.is_some() {
             tracing::debug!(runner = pid, "a parked runner started in a prepared view");

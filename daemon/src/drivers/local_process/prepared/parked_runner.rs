@@ -10,8 +10,9 @@
 //! user switch, the keyring, Landlock, the clean start, the seccomp filter
 //! — all done when the runner was parked, by the same clone child every
 //! runner has ([`ExecPlan`]), so a parked runner gives up exactly what a
-//! cold one does. What is left: a `sendmsg`, the stub's `chdir`, three
-//! `dup2`s and the exec.
+//! cold one does. What is left: a `sendmsg`, the stub's `chdir`, its
+//! `access` check, three `dup2`s — and the exec, which the caller no
+//! longer waits for (see `runner_stub`).
 //!
 //! The runner is a child of the parking thread (which lives as long as the
 //! daemon, so `PR_SET_PDEATHSIG` holds) and is reaped there, like any
@@ -34,9 +35,14 @@ use super::super::launch::runner_plan::RunnerLaunch;
 use super::parked::ParkedView;
 use super::runner_stub::{self, Launch};
 
-/// How long a parked runner may take from its launch to its exec (a big
-/// runner binary on a loaded host), before it is killed and the start fails.
-const EXEC_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a parked runner may take from its launch to its word that
+/// only the exec is left (a few system calls; a loaded host), before it
+/// is killed and the start fails.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a runner being parked may take to say it waits (its exec and
+/// start-up: milliseconds on an idle host, much more on a loaded one).
+const PARK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long a dropped parked runner is waited for after its SIGKILL.
 const GONE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -130,13 +136,23 @@ impl RunnerParker {
         if let Err(error) = std::fs::write(format!("/proc/{}/oom_score_adj", cloned.pid), adj) {
             tracing::warn!(pid = cloned.pid, %error, "cannot set a parked runner's oom_score_adj");
         }
-        Ok(ParkedRunner {
+        let parked = ParkedRunner {
             pid: cloned.pid,
             user: privileges.user,
             control,
             pidfd,
             process: Some(process),
-        })
+        };
+        // Dropped (killed) on an error.
+        match read_message(parked.control.as_raw_fd(), PARK_TIMEOUT) {
+            Ok(word) if word == runner_stub::PARKED => Ok(parked),
+            Ok(word) if word.is_empty() => Err("a parked runner ended during its start-up".into()),
+            Ok(word) => Err(format!(
+                "a parked runner said {:?} at its start-up",
+                String::from_utf8_lossy(&word)
+            )),
+            Err(error) => Err(format!("a parked runner's start-up: {error}")),
+        }
     }
 }
 
@@ -153,11 +169,14 @@ impl ParkedRunner {
 
     /// Starts `launch` (its program, arguments, environment and workspace;
     /// its user and filters are the parked runner's already) with `stdio`
-    /// as descriptors 0, 1 and 2, and returns once the runner has exec'd.
+    /// as descriptors 0, 1 and 2, and returns once only the runner's exec
+    /// is left (see `runner_stub`). `meanwhile` runs once the launch is
+    /// sent, while the stub works.
     pub fn start(
         mut self,
         launch: &RunnerLaunch,
         stdio: &[OwnedFd; 3],
+        meanwhile: impl FnOnce(),
     ) -> Result<RunnerProcess, StartError> {
         let failed = |step: &str| {
             let step = step.to_string();
@@ -199,21 +218,22 @@ impl ParkedRunner {
                 for_good: false,
             }
         })?;
-        let report = read_until_closed(self.control.as_raw_fd(), EXEC_TIMEOUT)
-            .map_err(failed("wait for the parked runner's exec"))?;
-        if let Some((step, errno)) = runner_stub::parse_report(&report) {
-            return Err(StartError::Failed {
+        meanwhile();
+        let report = read_message(self.control.as_raw_fd(), START_TIMEOUT)
+            .map_err(failed("wait for the parked runner"))?;
+        if report == runner_stub::EXECUTING {
+            return Ok(self.process.take().expect("a parked runner starts once"));
+        }
+        Err(match runner_stub::parse_report(&report) {
+            Some((step, errno)) => StartError::Failed {
                 step,
                 error: io::Error::from_raw_os_error(errno),
-            });
-        }
-        if !report.is_empty() || has_exited(&self.pidfd) {
-            return Err(StartError::Failed {
-                step: "the parked runner's exec".to_string(),
-                error: io::Error::other("it ended before its exec"),
-            });
-        }
-        Ok(self.process.take().expect("a parked runner starts once"))
+            },
+            None => StartError::Failed {
+                step: "the parked runner's start".to_string(),
+                error: io::Error::other("it ended before it could exec the runner"),
+            },
+        })
     }
 }
 
@@ -297,17 +317,16 @@ fn send_with_fds(socket: RawFd, message: &[u8], fds: &[OwnedFd; 3]) -> io::Resul
     Ok(())
 }
 
-/// Everything read from `socket` until its other end is closed (the stub's
-/// exec, or its exit), within `timeout`.
-fn read_until_closed(socket: RawFd, timeout: Duration) -> io::Result<Vec<u8>> {
+/// The next message on `socket` (empty: its other end was closed, the
+/// stub gone), within `timeout`.
+fn read_message(socket: RawFd, timeout: Duration) -> io::Result<Vec<u8>> {
     let deadline = Instant::now() + timeout;
-    let mut report = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("no exec within {timeout:?}"),
+                format!("no word within {timeout:?}"),
             ));
         }
         if !wait_readable(socket, left) {
@@ -323,18 +342,15 @@ fn read_until_closed(socket: RawFd, timeout: Duration) -> io::Result<Vec<u8>> {
                 libc::MSG_DONTWAIT,
             )
         };
-        match read {
-            0 => return Ok(report),
-            read if read > 0 => report.extend_from_slice(&buffer[..read as usize]),
-            _ => {
-                let error = io::Error::last_os_error();
-                if !matches!(
-                    error.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) {
-                    return Err(error);
-                }
-            }
+        if read >= 0 {
+            return Ok(buffer[..read as usize].to_vec());
+        }
+        let error = io::Error::last_os_error();
+        if !matches!(
+            error.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        ) {
+            return Err(error);
         }
     }
 }

@@ -8,12 +8,20 @@
 //! Its standard input is a `SOCK_SEQPACKET` socket whose other end only
 //! the daemon holds. One message arrives ([`Launch`], with the runner's
 //! standard input, output and error attached as `SCM_RIGHTS`); the stub
-//! changes into the workspace, puts the three descriptors in place and
-//! execs the runner: it *becomes* the runner, same pid, same cgroups.
-//! A close-on-exec copy of the socket tells the daemon how it went:
-//! end-of-file at the exec, or `<step> <errno>` and exit 127 when a step
-//! failed. End-of-file before any message (the daemon dropped it, or died)
-//! ends the stub.
+//! changes into the workspace, checks that its uid may execute the program
+//! (`access(X_OK)`: the kernel's own answer, ACLs and all), puts the three
+//! descriptors in place and execs the runner: it *becomes* the runner,
+//! same pid, same cgroups. A close-on-exec copy of the socket tells the
+//! daemon how it went: [`EXECUTING`] once everything but the exec itself is
+//! done, or `<step> <errno>` and exit 127 when a step failed. End-of-file
+//! before any message (the daemon dropped it, or died) ends the stub.
+//!
+//! The daemon answers its caller at [`EXECUTING`], as `runc start` answers
+//! once the container's init is told to exec: the exec itself (the loading
+//! of the program) is the runner's own time. An exec that still fails
+//! then (a program that is not a valid executable, a missing interpreter)
+//! is the runner's exit, code 127, with the reason written to its output
+//! as a shell would: `sandboxd: cannot exec <program>: <error>`.
 //!
 //! Why a process of its own rather than the daemon's clone child: a
 //! `CLONE_VM` child shares the daemon's memory and suspends its thread
@@ -87,8 +95,17 @@ impl Launch {
 /// The steps a stub reports a failure of, as `<step> <errno>`.
 pub const STEP_MESSAGE: &str = "message";
 pub const STEP_CHDIR: &str = "chdir";
+pub const STEP_ACCESS: &str = "access(X_OK) of the program";
 pub const STEP_DUP2: &str = "dup2 of stdio";
 pub const STEP_EXECVE: &str = "execve";
+
+/// What the stub says once only the exec is left.
+pub const EXECUTING: &[u8] = b"executing";
+
+/// What the stub says once it is set up and waits for its launch: only
+/// then is its prepared sandbox offered (its start-up, the daemon's binary
+/// loading, is over and takes no CPU from a take).
+pub const PARKED: &[u8] = b"parked";
 
 /// The stub's `main`: returns only when it did not exec (the daemon let
 /// it go, or a step failed, which it has reported).
@@ -96,6 +113,7 @@ pub fn run_parked_runner() -> ExitCode {
     // SAFETY: prctl with plain integer arguments and a constant C string.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"sandbox-parked".as_ptr(), 0, 0, 0) };
     let mut buffer = vec![0u8; MAX_MESSAGE];
+    say(0, PARKED);
     let Some((length, fds)) = receive(0, &mut buffer) else {
         // End-of-file (the daemon dropped this runner, or is gone) or a
         // broken socket: nothing to run.
@@ -123,6 +141,11 @@ fn exec(report: RawFd, launch: &Launch, stdio: [&OwnedFd; 3]) -> ! {
     if unsafe { libc::chdir(launch.cwd.as_ptr()) } < 0 {
         fail(report, STEP_CHDIR, errno());
     }
+    // SAFETY: access with a C string that lives across the call; as this
+    // process's real uid, the sandbox's.
+    if unsafe { libc::access(launch.program.as_ptr(), libc::X_OK) } < 0 {
+        fail(report, STEP_ACCESS, errno());
+    }
     for (target, fd) in stdio.into_iter().enumerate() {
         // SAFETY: dup2 of a descriptor we hold onto 0, 1 or 2 (which clears
         // close-on-exec on the copy).
@@ -133,23 +156,45 @@ fn exec(report: RawFd, launch: &Launch, stdio: [&OwnedFd; 3]) -> ! {
     let argv = pointers(&launch.args);
     let envp = pointers(&launch.env);
     // SAFETY: SIGPIPE back to its default (std ignores it at start, and an
-    // ignored signal stays ignored across exec); then execve with
-    // NUL-terminated arrays of C strings that live across the call.
-    unsafe {
+    // ignored signal stays ignored across exec); the daemon told; then
+    // execve with NUL-terminated arrays of C strings that live across the
+    // call.
+    let errno = unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        say(report, EXECUTING);
         libc::execve(launch.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
-    }
-    fail(report, STEP_EXECVE, errno())
+        errno()
+    };
+    // Past the daemon's answer: the runner's own output says why, and its
+    // exit code 127 says that it never ran.
+    let text = format!(
+        "sandboxd: cannot exec {}: {}\n",
+        launch.program.to_string_lossy(),
+        std::io::Error::from_raw_os_error(errno)
+    );
+    // SAFETY: a write of a live buffer to our standard error.
+    unsafe { libc::write(2, text.as_ptr().cast(), text.len()) };
+    fail(report, STEP_EXECVE, errno)
 }
 
 /// Reports `step` and `errno` on `report` and exits 127.
 fn fail(report: RawFd, step: &str, errno: i32) -> ! {
-    let text = format!("{step} {errno}");
-    // SAFETY: a write of a live buffer to a descriptor we hold, then exit.
+    say(report, format!("{step} {errno}").as_bytes());
+    // SAFETY: exit without running anything more of this process.
+    unsafe { libc::_exit(127) }
+}
+
+/// One message to the daemon (which may be gone: no SIGPIPE).
+fn say(report: RawFd, message: &[u8]) {
+    // SAFETY: a send of a live buffer on a socket we hold.
     unsafe {
-        libc::write(report, text.as_ptr().cast(), text.len());
-        libc::_exit(127)
-    }
+        libc::send(
+            report,
+            message.as_ptr().cast(),
+            message.len(),
+            libc::MSG_NOSIGNAL,
+        )
+    };
 }
 
 fn errno() -> i32 {

@@ -196,6 +196,16 @@ impl UidClaims {
         }
     }
 
+    /// Renames this daemon's own claim on `uid` (made for a sandbox
+    /// prepared ahead) to `sandbox`: a write and a rename under the lock,
+    /// without reading it first — no other daemon replaces the claim of a
+    /// daemon that runs (see [`UidClaims::hold`]). Blocking.
+    pub fn rename_own(&self, uid: u32, sandbox: &str) -> Result<(), ClaimError> {
+        let me = self.me(sandbox);
+        let _locked = self.lock_dir(uid)?;
+        self.replace(uid, &me)
+    }
+
     /// Makes sure `uid` is claimed by this daemon for `sandbox`: already
     /// so (one read, no lock), or claimed now, or taken over from a stale
     /// claim. Refused when another daemon's claim holds. Blocking.

@@ -429,16 +429,22 @@ impl SandboxUids {
     }
 
     /// Gives the uid prepared under `name` to `key`'s new sandbox: the
-    /// pool's record and the host-wide claim name it from here on. The
-    /// caller then settles it as a new uid ([`SandboxUids::settle_new`]).
+    /// pool's record names it from here on, and the host-wide claim once
+    /// the caller calls [`SandboxUids::claim_adopted`] (done while a parked
+    /// runner starts, off the caller's time). The caller then settles it as
+    /// a new uid ([`SandboxUids::settle_new`]).
     pub fn adopt_prepared(&self, name: &str, key: &SandboxKey) -> Option<u32> {
-        let uid = self.pool().rename(name, &key.base_name)?;
-        if let Err(error) = self.claims.hold(uid, &key.base_name) {
+        self.pool().rename(name, &key.base_name)
+    }
+
+    /// Renames the host-wide claim of `uid`, adopted from a prepared
+    /// sandbox, to `key`'s sandbox.
+    pub fn claim_adopted(&self, uid: u32, key: &SandboxKey) {
+        if let Err(error) = self.claims.rename_own(uid, &key.base_name) {
             // Still this daemon's claim, under the prepared name: the next
             // start claims it again for the sandbox (see `SandboxUids::new`).
             tracing::warn!(uid, %error, "cannot rename the claim of a prepared uid to its sandbox");
         }
-        Some(uid)
     }
 
     /// Gives back a prepared uid that no sandbox took.

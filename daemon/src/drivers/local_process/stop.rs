@@ -82,14 +82,7 @@ pub async fn stop_runner(
 /// caller took the record, and its watcher reaps it only at its exit), so
 /// it names the leader and no other process.
 fn leader_exit(pid: u32) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open with a pid and no flags.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: a descriptor the kernel just returned, owned by no one else.
-    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    let pidfd = super::launch::pidfd::open(pid as libc::pid_t).ok()?;
     // SAFETY: an OwnedFd is a valid open descriptor, and it stays open and
     // the same for the AsyncFd's whole life (it owns it).
     unsafe {

@@ -231,27 +231,29 @@ impl RunnerSettings {
                 pool.failed(why, for_good);
             }
         };
+        // A start that failed: its cgroup goes, and the error names the
+        // program, the user, the workspace and the step.
+        let start_failed = |step: String, error: std::io::Error| {
+            if let Some(tree) = &self.cgroups {
+                let _ = tree.remove_sandbox(&key.base_name);
+            }
+            let who = match privileges.user {
+                Some((uid, gid)) => format!("uid {uid} gid {gid}"),
+                None => self.identity.display.clone(),
+            };
+            unavailable(format!(
+                "'{}' as {who} in {}: {step}: {}",
+                program.display(),
+                workspace.display(),
+                io(&error)
+            ))
+        };
         let mut output = [log, log_for_stderr];
         if let Some(runner) = parked {
-            let failed = |step: String, error: std::io::Error| {
-                let who = match privileges.user {
-                    Some((uid, gid)) => format!("uid {uid} gid {gid}"),
-                    None => self.identity.display.clone(),
-                };
-                unavailable(format!(
-                    "'{}' as {who} in {}: {step}: {}",
-                    program.display(),
-                    workspace.display(),
-                    io(&error)
-                ))
-            };
             match self.start_parked(runner, &launch, &output, &mut prepared_view, meanwhile) {
                 Ok(started) => return Ok(self.watched(started, exits)),
                 Err(parked_runner::StartError::Failed { step, error }) => {
-                    if let Some(tree) = &self.cgroups {
-                        let _ = tree.remove_sandbox(&key.base_name);
-                    }
-                    return Err(failed(step, error));
+                    return Err(start_failed(step, error));
                 }
                 // Not used: the sandbox starts cold (its view may be gone
                 // with it).
@@ -310,21 +312,7 @@ impl RunnerSettings {
                 Err(error) => Err(("open /dev/null".to_string(), error)),
             },
         };
-        let started = started.map_err(|(step, error)| {
-            if let Some(tree) = &self.cgroups {
-                let _ = tree.remove_sandbox(&key.base_name);
-            }
-            let who = match privileges.user {
-                Some((uid, gid)) => format!("uid {uid} gid {gid}"),
-                None => self.identity.display.clone(),
-            };
-            unavailable(format!(
-                "'{}' as {who} in {}: {step}: {}",
-                program.display(),
-                workspace.display(),
-                io(&error)
-            ))
-        })?;
+        let started = started.map_err(|(step, error)| start_failed(step, error))?;
         Ok(self.watched(started, exits))
     }
 

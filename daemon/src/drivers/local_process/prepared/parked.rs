@@ -34,6 +34,7 @@ use super::super::isolation::namespaces::NAMESPACES;
 use super::super::isolation::view_holder;
 use super::super::launch::child_exits::{ChildExits, RunnerProcess};
 use super::super::launch::clone_exec::{ExecPlan, Privileges};
+use super::super::launch::pidfd;
 
 /// What every view of the pool is made from.
 pub struct ViewMaker {
@@ -118,14 +119,6 @@ impl ViewMaker {
             .plan_prepared(&self.program)
             .prepare()
             .map_err(|error| format!("{error}"))?;
-        let null = || {
-            File::options()
-                .read(true)
-                .write(true)
-                .open("/dev/null")
-                .map(OwnedFd::from)
-                .map_err(|error| format!("open /dev/null: {error}"))
-        };
         let bounding_set = if self.drop_bounding_set {
             super::super::isolation::init::DROP_BOUNDING_SET
         } else {
@@ -148,7 +141,7 @@ impl ViewMaker {
                     .try_clone()
                     .map_err(|error| format!("dup of the lifeline: {error}"))?,
                 ready_write,
-                null()?,
+                dev_null()?,
             ],
             Privileges::default(),
         )?
@@ -158,7 +151,7 @@ impl ViewMaker {
         // is the only writer, so its death reads as end-of-file.
         drop(plan);
         let exit = exits.watch(cloned.pid, cloned.start_time);
-        let view = match pidfd_open(cloned.pid) {
+        let view = match pidfd::open(cloned.pid) {
             Ok(pidfd) => ParkedView {
                 pid: cloned.pid,
                 holder: Holder { pidfd },
@@ -374,14 +367,15 @@ fn wait_for_ready_byte(ready: &OwnedFd) -> Result<(), String> {
     }
 }
 
-fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open with a pid and no flags.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor the kernel just returned, owned by no one else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+/// `/dev/null`, read and write: a standard descriptor of a process the
+/// pool starts.
+pub(super) fn dev_null() -> Result<OwnedFd, String> {
+    File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map(OwnedFd::from)
+        .map_err(|error| format!("open /dev/null: {error}"))
 }
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;

@@ -22,7 +22,6 @@
 //! waits until it is gone, so its uid is never given back while a process
 //! of it lives.
 
-use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
@@ -31,8 +30,9 @@ use std::time::{Duration, Instant};
 use super::super::isolation::kernel_filters::KernelFilters;
 use super::super::launch::child_exits::{ChildExits, RunnerProcess};
 use super::super::launch::clone_exec::{CgroupPlacement, ExecPlan, Privileges};
+use super::super::launch::pidfd::{self, has_exited, wait_readable};
 use super::super::launch::runner_plan::RunnerLaunch;
-use super::parked::ParkedView;
+use super::parked::{dev_null, ParkedView};
 use super::runner_stub::{self, Launch};
 
 /// How long a parked runner may take from its launch to its word that
@@ -91,14 +91,6 @@ impl RunnerParker {
     ) -> Result<ParkedRunner, String> {
         let (control, stub_end) =
             seqpacket_pair().map_err(|error| format!("socketpair for a parked runner: {error}"))?;
-        let null = |what: &str| {
-            File::options()
-                .read(true)
-                .write(true)
-                .open("/dev/null")
-                .map(OwnedFd::from)
-                .map_err(|error| format!("open /dev/null for {what}: {error}"))
-        };
         // Through /proc/self/exe: the daemon's own binary, whatever is on
         // disk by now, reached by the magic link inside a view too.
         let plan = ExecPlan::new(
@@ -106,7 +98,7 @@ impl RunnerParker {
             [runner_stub::ARG],
             [] as [(&str, &str); 0],
             "/".as_ref(),
-            [stub_end, null("its output")?, null("its errors")?],
+            [stub_end, dev_null()?, dev_null()?],
             privileges,
         )?
         .with_filters(self.filters.clone())
@@ -124,7 +116,7 @@ impl RunnerParker {
         }
         .map_err(|error| format!("parking a runner: {error}"))?;
         let process = exits.watch(cloned.pid, cloned.start_time);
-        let pidfd = match pidfd_open(cloned.pid) {
+        let pidfd = match pidfd::open(cloned.pid) {
             Ok(pidfd) => pidfd,
             Err(error) => {
                 // SAFETY: our own child, not reaped (its watcher reaps it).
@@ -353,31 +345,4 @@ fn read_message(socket: RawFd, timeout: Duration) -> io::Result<Vec<u8>> {
             return Err(error);
         }
     }
-}
-
-/// Whether `fd` became readable within `timeout`.
-fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
-    let mut poll = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let millis = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: one valid pollfd and a timeout.
-    unsafe { libc::poll(&mut poll, 1, millis) > 0 }
-}
-
-/// Whether the process of `pidfd` has exited (a pidfd reads as readable then).
-fn has_exited(pidfd: &OwnedFd) -> bool {
-    wait_readable(pidfd.as_raw_fd(), Duration::ZERO)
-}
-
-fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open with a pid and no flags.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor the kernel just returned, owned by no one else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }

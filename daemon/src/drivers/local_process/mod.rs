@@ -969,6 +969,20 @@ impl LocalProcessDriver {
                 "sandboxd is shutting down".into(),
             ));
         }
+        // Paused (the fast path passes a paused runner by): resumed here,
+        // under the key lock, without the slow path's task — a thaw is one
+        // write, and a caller that gives up before it leaves nothing half
+        // done.
+        if self.inner.is_paused(key) {
+            let _key_guard = self.inner.key_locks.lock(key).await;
+            if self.inner.is_paused(key) {
+                self.inner.check_expectation(key, expect.as_ref())?;
+                self.inner.resume_locked(key)?;
+            }
+            if let Some(report) = self.inner.fast_path(key, env, expect.as_ref()) {
+                return report;
+            }
+        }
         // Fail closed: no runner starts unless the egress rules are in force.
         self.inner.egress.check()?;
         // The slow path runs in a task of its own, and the spawn itself on a

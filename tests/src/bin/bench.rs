@@ -49,7 +49,10 @@
 //! runs only the lifecycle rows (issue 19: the idle watcher's daemon CPU
 //! with many quiet sandboxes, probe with it on and off, resume against the
 //! fast path; see `bench/lifecycle.rs`; `--lifecycle-count N` holds N
-//! sandboxes per daemon instead of 1,000); a full run measures neither.
+//! sandboxes per daemon instead of 1,000, `--lifecycle-isolation
+//! uid-cgroup` runs them without the private view, whose kernel memory,
+//! about 2 MiB a sandbox, keeps 10,000 from fitting a 24 GiB machine); a
+//! full run measures neither.
 //! `--compare PATH` measures row (c) once more,
 //! in turn with another `sandboxd` (the build before a change) and with
 //! this one with fewer limits, so the ratio of the two binaries is taken
@@ -254,6 +257,8 @@ struct Options {
     /// Row (s)'s count instead of the mode's.
     scale_count: Option<usize>,
     lifecycle_count: Option<usize>,
+    /// The lifecycle rows' daemons' `isolation` (default `full`).
+    lifecycle_isolation: String,
     /// Skip the kubernetes row.
     no_kubernetes: bool,
     /// Run the kubernetes row and nothing else.
@@ -288,6 +293,7 @@ fn parse_args() -> Result<Options, String> {
         only_prepared: false,
         scale_count: None,
         lifecycle_count: None,
+        lifecycle_isolation: "full".to_string(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -306,6 +312,17 @@ fn parse_args() -> Result<Options, String> {
             "--only-spawns" => options.only_spawns = true,
             "--only-docker" => options.only_docker = true,
             "--only-prepared" => options.only_prepared = true,
+            "--lifecycle-isolation" => {
+                let value = args
+                    .next()
+                    .ok_or("--lifecycle-isolation needs full or uid-cgroup")?;
+                if value != "full" && value != "uid-cgroup" {
+                    return Err(format!(
+                        "--lifecycle-isolation '{value}': full or uid-cgroup"
+                    ));
+                }
+                options.lifecycle_isolation = value;
+            }
             "--lifecycle-count" => {
                 let value = args.next().ok_or("--lifecycle-count needs a count")?;
                 options.lifecycle_count =
@@ -359,7 +376,7 @@ fn parse_args() -> Result<Options, String> {
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
-                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-metrics] [--only-calls probe|ensure N] [--scale-only] [--only-node] [--only-spawns] [--only-prepared] [--only-docker] [--scale-count N] [--no-kubernetes] [--only-kubernetes]\n\n\
+                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-metrics] [--only-lifecycle] [--lifecycle-count N] [--lifecycle-isolation full|uid-cgroup] [--only-calls probe|ensure N] [--scale-only] [--only-node] [--only-spawns] [--only-prepared] [--only-docker] [--scale-count N] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -586,7 +603,13 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             started,
             "lifecycle: the idle watcher's CPU, probe with it on and off, resume against the fast path",
         );
-        let (rows, info) = lifecycle::measure(dir.path(), &binaries, counts.lifecycle).await?;
+        let (rows, info) = lifecycle::measure(
+            dir.path(),
+            &binaries,
+            counts.lifecycle,
+            &options.lifecycle_isolation,
+        )
+        .await?;
         print!("{}", report::table(&rows));
         println!("\ninfo: {info}");
         let line = json!({

@@ -27,6 +27,12 @@ pub mod reaper;
 pub use isolation::init::{run_init_process as run_sandbox_init, ARG as INIT_ARG};
 pub use isolation::view_holder::{run_view_holder, ARG as VIEW_HOLDER_ARG};
 pub use prepared::runner_stub::{run_parked_runner, ARG as PARKED_RUNNER_ARG};
+
+/// Reserves the descriptor band runners' clones use (see
+/// [`launch::fd_band`]); the driver says at start what came of it.
+pub fn reserve_fd_band() {
+    let _ = launch::fd_band::reserve();
+}
 mod state_dir;
 mod stop;
 mod teardowns;
@@ -288,6 +294,15 @@ impl LocalProcessDriver {
             disk_quota: disk_limit.by_quota(),
             view,
         };
+        match launch::fd_band::state() {
+            Ok(slots) => tracing::debug!(
+                slots,
+                "runners' clones use a band of low descriptors, not the daemon's whole table"
+            ),
+            Err(why) => {
+                tracing::info!(%why, "runners' clones copy the daemon's descriptor table (each new sandbox costs more the more are running)")
+            }
+        }
         match settings.resolve_command() {
             Ok(program) => {
                 tracing::info!(runner = %program.display(), user = %settings.identity.display, containment = %containment.describe(), "local-process driver ready")

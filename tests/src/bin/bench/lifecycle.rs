@@ -67,17 +67,14 @@ async fn side(
     dir: &Path,
     binaries: &Binaries,
     prefix: &str,
+    top: &str,
     tables: &str,
     count: usize,
     resume: bool,
 ) -> anyhow::Result<Side> {
-    let mut daemon = Daemon::start_with_tables(
-        dir,
-        prefix,
-        binaries,
-        "driver = \"local-process\"\n",
-        tables,
-    )?;
+    // The daemon before this one may have left thousands of cgroups dying.
+    crate::machine::wait_for_dying_cgroups(50, Duration::from_secs(600));
+    let mut daemon = Daemon::start_with_tables(dir, prefix, binaries, top, tables)?;
     let result = side_on(&daemon, count, resume).await;
     daemon.stop()?;
     result
@@ -153,18 +150,21 @@ pub async fn measure(
     dir: &Path,
     binaries: &Binaries,
     count: usize,
+    isolation: &str,
 ) -> anyhow::Result<(Vec<Row>, String)> {
-    let off = side(dir, binaries, "lifecycle-off-", "", count, false).await?;
+    let top = format!("driver = \"local-process\"\nisolation = \"{isolation}\"\n");
+    let off = side(dir, binaries, "lifecycle-off-", &top, "", count, false).await?;
     let production = side(
         dir,
         binaries,
         "lifecycle-10s-",
+        &top,
         WATCHED_PRODUCTION,
         count,
         false,
     )
     .await?;
-    let on = side(dir, binaries, "lifecycle-on-", WATCHED, count, true).await?;
+    let on = side(dir, binaries, "lifecycle-on-", &top, WATCHED, count, true).await?;
     let watcher = (on.cpu_share - off.cpu_share).max(0.0);
     let watcher_production = (production.cpu_share - off.cpu_share).max(0.0);
     let extrapolated = watcher

@@ -127,3 +127,38 @@ mod tests {
         assert_eq!(civil_from_days(20_454), (2026, 1, 1));
     }
 }
+
+/// Waits (at most `timeout`) until the kernel has finished removing the
+/// cgroups a daemon that held thousands of sandboxes left dying (cgroup
+/// v2's `nr_dying_descendants` back at `at_most`): their teardown loads
+/// the machine for minutes, and a daemon measured meanwhile measures it.
+/// Says how long it waited.
+pub fn wait_for_dying_cgroups(at_most: u64, timeout: std::time::Duration) {
+    let started = std::time::Instant::now();
+    while dying_cgroups() > at_most && started.elapsed() < timeout {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    if started.elapsed() > std::time::Duration::from_secs(1) {
+        eprintln!(
+            "bench: waited {:.0} s for the kernel to finish removing dying cgroups ({} left)",
+            started.elapsed().as_secs_f64(),
+            dying_cgroups()
+        );
+    }
+}
+
+/// cgroup v2's `nr_dying_descendants` now (0 where it cannot be read).
+pub fn dying_cgroups() -> u64 {
+    [
+        "/sys/fs/cgroup/unified/cgroup.stat",
+        "/sys/fs/cgroup/cgroup.stat",
+    ]
+    .iter()
+    .find_map(|path| std::fs::read_to_string(path).ok())
+    .and_then(|stat| {
+        stat.lines()
+            .find_map(|line| line.strip_prefix("nr_dying_descendants "))
+            .and_then(|count| count.trim().parse().ok())
+    })
+    .unwrap_or(0)
+}

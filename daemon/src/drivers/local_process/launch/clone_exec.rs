@@ -68,6 +68,7 @@ use std::sync::Arc;
 use super::super::isolation::kernel_filters::{ChildFilters, KernelFilters};
 use super::super::isolation::mount_program::MountProgram;
 use super::super::isolation::{keyring, landlock, seccomp};
+use super::fd_band;
 
 #[path = "view_child.rs"]
 mod view_child;
@@ -186,7 +187,7 @@ impl std::fmt::Display for ExecError {
 }
 
 /// Steps of the child, in order; their index is what the child reports.
-const STEPS: [&str; 21] = [
+const STEPS: [&str; 22] = [
     "write to cgroup.procs",
     "dup2 of stdio",
     "prctl(PR_SET_NO_NEW_PRIVS)",
@@ -208,6 +209,7 @@ const STEPS: [&str; 21] = [
     "build the view",
     "clone of the runner",
     "start the runner",
+    "close_range(CLOSE_RANGE_UNSHARE)",
 ];
 const STEP_CGROUP: usize = 0;
 const STEP_DUP2: usize = 1;
@@ -230,6 +232,7 @@ const STEP_SECCOMP: usize = 17;
 const STEP_VIEW: usize = 18;
 const STEP_RUNNER_CLONE: usize = 19;
 const STEP_RUNNER: usize = 20;
+const STEP_UNSHARE_FILES: usize = 21;
 const NO_FAILURE: usize = usize::MAX;
 /// The argument of a sandbox's init that its first process replaces with
 /// the runner's pid (in the sandbox's namespace) before it execs init.
@@ -395,7 +398,7 @@ impl ExecPlan {
         // runner's pid is written into init's arguments.
         let runner_argv;
         let runner_envp;
-        let runner_child;
+        let mut runner_child;
         let mut pid_arg = [0u8; PID_ARG_CAPACITY];
         if let Some(sandbox) = &self.sandbox {
             let runner_plan = match &sandbox.runner {
@@ -404,9 +407,9 @@ impl ExecPlan {
                     runner_envp = null_terminated(&runner.env);
                     runner_child =
                         ChildPlan::new(runner, &runner_argv, &runner_envp, 1, std::ptr::null_mut());
-                    &runner_child as *const ChildPlan
+                    &mut runner_child as *mut ChildPlan
                 }
-                None => std::ptr::null(),
+                None => std::ptr::null_mut(),
             };
             if let Some(slot) = self
                 .args
@@ -424,7 +427,10 @@ impl ExecPlan {
             });
             child.argv = argv.as_ptr();
         }
-        let pid = self.clone_into_cgroup(&mut child, try_clone3)?;
+        let cloned = self.clone_into_cgroup(&mut child, try_clone3);
+        // The band's copies go: the daemon keeps none of the child's.
+        fd_band::with_band(|band| band.map(fd_band::ThreadBand::reset));
+        let pid = cloned?;
         let failed_step = child.failed_step.load(Ordering::Acquire);
         if failed_step != NO_FAILURE {
             // Exited (or about to): its failure is all there is to know.
@@ -476,12 +482,14 @@ impl ExecPlan {
         try_clone3: bool,
     ) -> Result<libc::pid_t, ExecError> {
         let Some(cgroup) = &self.cgroup else {
+            child.use_band();
             return CHILD_STACK.with(|stack| clone_vfork(stack, child, None, self.namespaces));
         };
         for procs in &cgroup.v1_procs {
             child.push_procs(procs.as_raw_fd());
         }
         if try_clone3 {
+            child.use_band();
             let dir = cgroup.v2_dir.as_raw_fd();
             match CHILD_STACK.with(|stack| clone_vfork(stack, child, Some(dir), self.namespaces)) {
                 // ENOSYS: no clone3 (or a seccomp filter); E2BIG: a kernel
@@ -499,6 +507,10 @@ impl ExecPlan {
             step: "open of the v2 cgroup.procs".to_string(),
             error,
         })?;
+        // Once only (the refusal is remembered): the child copies the
+        // table, its descriptors where the refused clone3 had them.
+        child.files_top = 0;
+        child.keep_len = 0;
         child.push_procs(procs.as_raw_fd());
         CHILD_STACK.with(|stack| clone_vfork(stack, child, None, self.namespaces))
     }
@@ -555,6 +567,12 @@ struct ChildPlan {
     procs_len: usize,
     /// Pointers into the plan's [`KernelFilters`].
     filters: Option<ChildFilters>,
+    /// Non-zero: the child shares the daemon's descriptor table
+    /// (`CLONE_FILES`) and first gives itself one of its own holding only
+    /// the numbers below this, keeping `keep` (see `fd_band`).
+    files_top: RawFd,
+    keep: [RawFd; fd_band::SLOTS],
+    keep_len: usize,
 }
 
 impl ChildPlan {
@@ -587,7 +605,61 @@ impl ChildPlan {
             procs: [-1; MAX_PROCS_FDS],
             procs_len: 0,
             filters: plan.filters.as_ref().map(|filters| filters.child_plan()),
+            files_top: 0,
+            keep: [-1; fd_band::SLOTS],
+            keep_len: 0,
         }
+    }
+
+    /// Every descriptor this child (and its runner, under an init) uses.
+    fn fds_mut(&mut self) -> Vec<*mut RawFd> {
+        let mut fds: Vec<*mut RawFd> = self.stdio.iter_mut().map(|fd| fd as *mut RawFd).collect();
+        fds.extend(
+            self.procs[..self.procs_len]
+                .iter_mut()
+                .map(|fd| fd as *mut RawFd),
+        );
+        if let Some(filters) = &mut self.filters {
+            fds.push(&mut filters.landlock_ruleset);
+        }
+        if let Some(view) = &mut self.view {
+            fds.push(&mut view.exe);
+            if !view.runner.is_null() {
+                // SAFETY: the runner's plan is the spawn's own, alive and
+                // not otherwise borrowed while the spawn prepares.
+                fds.extend(unsafe { (*view.runner).fds_mut() });
+            }
+        }
+        fds
+    }
+
+    /// Moves every descriptor the child uses onto this thread's band, so
+    /// it is cloned with `CLONE_FILES` and copies none of the daemon's
+    /// table (see `fd_band`). Nothing changes when the thread has no band
+    /// or too small a one: the child then copies the table.
+    fn use_band(&mut self) {
+        fd_band::with_band(|band| {
+            let Some(band) = band else {
+                return;
+            };
+            let fds = self.fds_mut();
+            // SAFETY: pointers into this plan (and its runner's), alive
+            // and unaliased for this call.
+            let placed: Option<Vec<RawFd>> =
+                fds.iter().map(|&fd| band.place(unsafe { *fd })).collect();
+            let Some(placed) = placed else {
+                band.reset();
+                return;
+            };
+            for (fd, slot) in fds.into_iter().zip(placed) {
+                // SAFETY: as above.
+                unsafe { *fd = slot };
+            }
+            let used = band.used();
+            self.keep[..used.len()].copy_from_slice(used);
+            self.keep_len = used.len();
+            self.files_top = band.top();
+        });
     }
 
     fn push_procs(&mut self, fd: RawFd) {
@@ -642,13 +714,20 @@ fn clone_vfork(
     // nothing else uses while this thread is suspended (CLONE_VFORK), and
     // `child` outlives it for the same reason. SIGCHLD as the exit signal
     // makes it an ordinary child for waitpid.
+    // Sharing the daemon's table rather than copying it, when the child
+    // has its descriptors on the band (see `fd_band`).
+    let files = if child.files_top > 0 {
+        libc::CLONE_FILES
+    } else {
+        0
+    };
     let pid = match cgroup {
-        Some(dir) => clone3_into(stack, child, dir, namespaces),
+        Some(dir) => clone3_into(stack, child, dir, namespaces | files),
         None => unsafe {
             libc::clone(
                 child_main,
                 stack.top(),
-                libc::CLONE_VM | libc::CLONE_VFORK | namespaces | libc::SIGCHLD,
+                libc::CLONE_VM | libc::CLONE_VFORK | namespaces | files | libc::SIGCHLD,
                 child as *const ChildPlan as *mut libc::c_void,
             )
         },
@@ -746,6 +825,11 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
     // SAFETY: each call below is a system call on values the parent
     // prepared; see the module comment for why these and no others.
     unsafe {
+        // Before anything touches a descriptor: a table of its own, not the
+        // daemon's (see `fd_band`).
+        if plan.files_top > 0 {
+            unshare_files(plan);
+        }
         // First of all, into the cgroups not joined at clone time: nothing
         // this process does may happen outside its sandbox's cgroup.
         for &procs in &plan.procs[..plan.procs_len] {
@@ -827,6 +911,36 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         }
         libc::execve(plan.program, plan.argv, plan.envp);
         fail(plan, STEP_EXECVE)
+    }
+}
+
+/// A descriptor table of the child's own, holding only the numbers below
+/// `files_top` (the daemon's few low ones and the band), then only its
+/// slots of the band besides 0 to 2.
+///
+/// # Safety
+/// Only for a clone child cloned with `CLONE_FILES`, first thing.
+unsafe fn unshare_files(plan: &ChildPlan) {
+    let top = plan.files_top as libc::c_uint;
+    if libc::syscall(
+        libc::SYS_close_range,
+        top,
+        libc::c_uint::MAX,
+        fd_band::CLOSE_RANGE_UNSHARE,
+    ) != 0
+    {
+        fail(plan, STEP_UNSHARE_FILES);
+    }
+    let mut from: libc::c_uint = 3;
+    for &keep in &plan.keep[..plan.keep_len] {
+        let keep = keep as libc::c_uint;
+        if keep > from {
+            libc::syscall(libc::SYS_close_range, from, keep - 1, 0);
+        }
+        from = keep + 1;
+    }
+    if from < top {
+        libc::syscall(libc::SYS_close_range, from, top - 1, 0);
     }
 }
 

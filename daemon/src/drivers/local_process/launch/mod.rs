@@ -6,6 +6,7 @@
 
 pub mod child_exits;
 pub mod clone_exec;
+pub mod fd_band;
 pub mod pidfd;
 pub mod proc_stat;
 pub mod runner_plan;

@@ -141,6 +141,7 @@ impl Spawner {
                 }
                 let _runtime = runtime.enter();
                 ChildExits::reap_children_of_this_thread();
+                super::fd_band::claim_for_this_thread();
                 while let Ok(job) = queue.recv() {
                     if std::panic::catch_unwind(AssertUnwindSafe(job)).is_err() {
                         tracing::error!("a runner spawn panicked");

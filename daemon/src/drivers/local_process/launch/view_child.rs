@@ -44,7 +44,7 @@ pub(super) struct ViewChild {
     pub exe: RawFd,
     pub mounts: *const MountProgram,
     /// Null for a prepared view: no runner yet (see `prepared`).
-    pub runner: *const ChildPlan,
+    pub runner: *mut ChildPlan,
     /// The top of the runner's stack.
     pub runner_stack: *mut libc::c_void,
     /// [`PID_ARG_CAPACITY`] bytes of init's arguments, for the runner's pid.

@@ -116,18 +116,6 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
-        assert_eq!(civil_from_days(20_454), (2026, 1, 1));
-    }
-}
-
 /// Waits (at most `timeout`) until the kernel has finished removing the
 /// cgroups a daemon that held thousands of sandboxes left dying (cgroup
 /// v2's `nr_dying_descendants` back at `at_most`): their teardown loads
@@ -161,4 +149,16 @@ pub fn dying_cgroups() -> u64 {
             .and_then(|count| count.trim().parse().ok())
     })
     .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+        assert_eq!(civil_from_days(20_454), (2026, 1, 1));
+    }
 }

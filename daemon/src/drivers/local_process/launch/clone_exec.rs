@@ -1313,6 +1313,54 @@ mod tests {
         (status, text)
     }
 
+    /// The descriptors `ls /proc/self/fd` lists in a child spawned on a
+    /// thread of its own, with the band claimed or not.
+    fn fds_seen_by_a_child(with_band: bool) -> Vec<RawFd> {
+        std::thread::spawn(move || {
+            if with_band {
+                fd_band::claim_for_this_thread();
+            }
+            let (plan, mut output) = plan(
+                "/bin/sh",
+                &["-c", "ls /proc/self/fd"],
+                "/",
+                Privileges::default(),
+            );
+            let runner = plan.spawn().unwrap();
+            drop(plan);
+            let _ = super::super::child_exits::wait_for(runner.pid);
+            let mut text = String::new();
+            output.read_to_string(&mut text).unwrap();
+            text.split_whitespace()
+                .filter_map(|fd| fd.parse().ok())
+                .collect()
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn a_clone_on_the_band_inherits_nothing_of_the_daemons_table() {
+        if let Err(why) = fd_band::reserve() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        // High up, inheritable: a copied table carries it across exec.
+        let null = File::open("/dev/null").unwrap();
+        // SAFETY: F_DUPFD (no close-on-exec) of a descriptor we hold.
+        let leaked = unsafe { libc::fcntl(null.as_raw_fd(), libc::F_DUPFD, 900) };
+        assert!(leaked >= 900);
+        let copied = fds_seen_by_a_child(false);
+        assert!(copied.contains(&leaked), "the copied table: {copied:?}");
+        let banded = fds_seen_by_a_child(true);
+        assert!(
+            !banded.contains(&leaked),
+            "a clone on the band saw the daemon's descriptor {leaked}: {banded:?}"
+        );
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(leaked) };
+    }
+
     #[tokio::test]
     async fn reports_exit_codes_and_signals() {
         assert_eq!(

@@ -117,13 +117,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // Still one thread, and few descriptors open: the low numbers runners'
-    // clones use instead of the daemon's whole table (see `fd_band`).
-    drivers::local_process::reserve_fd_band();
     let cli = Cli::parse();
     if let Some(code) = print_generated(&cli) {
         return code;
     }
+    // Still one thread, and few descriptors open: the low numbers runners'
+    // clones use instead of the daemon's whole table (see `fd_band`).
+    drivers::local_process::reserve_fd_band();
     let config = match config::Config::load(&cli.flags) {
         Ok(config) => config,
         Err(error) => {

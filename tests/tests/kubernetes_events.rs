@@ -2,7 +2,9 @@
 //! Deployments and pods: a sandbox's creation, its runner's start, an
 //! OOM kill (the pod's `lastState.terminated.reason: OOMKilled`), an exit
 //! with code 3, its deprovision, adoption by a restarted daemon, and a
-//! watch that the API server expires (410) relisting without a gap.
+//! watch that the API server expires (410) relisting without a gap, and
+//! a pod stopped at its scope's `max_lifetime` announced once, as
+//! `exited` with the reason `lifetime`.
 //! Against the stand-in API server, or a real cluster with
 //! `SANDBOXD_TEST_KUBECONFIG` (as kubernetes.rs; it needs a controller
 //! manager). No kubelet runs pods here: the test writes the pod's status
@@ -422,4 +424,172 @@ async fn a_queue_changed_within_a_generation_is_a_changed_event() {
         (made.uid.as_str(), 1)
     );
     assert!(between.iter().all(|event| event.id != id), "{between:?}");
+}
+
+/// Now, as the API server writes times (RFC 3339, whole seconds).
+fn now_as_kubernetes_time() -> serde_json::Value {
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    serde_json::to_value(now).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_lifetime_stops_a_pod_that_ran_too_long_once_with_the_reason_lifetime() {
+    let cluster = TestCluster::start("events-lifetime").await;
+    // Sessions may run 3 s; workflows have no limit.
+    let daemon =
+        TestDaemon::start(cluster.daemon_options("[lifecycle.session]\nmax_lifetime = \"3s\"\n"));
+    let client = daemon.client().await;
+    cluster.wait_for_watches(&daemon).await;
+    let since = events_now(&client).await;
+    let (id, unlimited) = ("ses-lifetime", "wfl-unlimited");
+    let ensured = client
+        .ensure_session_sandbox(id, &sandbox_env("session:lifetime", "tok-l"))
+        .await
+        .unwrap();
+    client
+        .ensure_workflow_sandbox(unlimited, &sandbox_env("workflow:unlimited", "tok-u"))
+        .await
+        .unwrap();
+    // The workflow's runner has run for most of a year: no limit, not stopped.
+    let old_pod = the_pod(&cluster, "workflow", unlimited).await;
+    let mut old_status = runner_status(
+        0,
+        json!({"running": {"startedAt": "2026-01-01T00:01:00Z"}}),
+        json!({}),
+    );
+    old_status["startTime"] = json!("2026-01-01T00:00:00Z");
+    write_status(&cluster, &old_pod, old_status).await;
+    // The session's starts now, and is stopped once it has run 3 s.
+    let pod = the_pod(&cluster, "session", id).await;
+    let started_at = now_as_kubernetes_time();
+    let mut status = runner_status(0, json!({"running": {"startedAt": started_at}}), json!({}));
+    status["startTime"] = started_at.clone();
+    write_status(&cluster, &pod, status).await;
+    let (exited, _) = wait_for_event(&client, Some(since.clone()), |event| {
+        event.kind == EventKind::Exited && event.id == id
+    })
+    .await;
+    let exit = exited.exit.expect("an exited event carries its exit");
+    assert_eq!(exit.reason, ExitReason::Lifetime, "{exited:?}");
+    assert_eq!(
+        (exited.uid.as_str(), exited.generation),
+        (ensured.uid.as_str(), 1)
+    );
+    assert_eq!(
+        client.probe(Scope::Session, id).await.unwrap(),
+        sandboxd_client::ProbeState::Stopped
+    );
+    let described = client.describe(Scope::Session, id).await.unwrap();
+    assert_eq!(
+        described.last_exit.map(|exit| exit.reason),
+        Some(ExitReason::Lifetime),
+        "{described:?}"
+    );
+    let text = String::from_utf8_lossy(&daemon.sandboxctl(&["describe", "session", id]).stdout)
+        .into_owned();
+    assert!(text.contains("stopped: lifetime"), "{text}");
+    assert!(
+        daemon
+            .log_text()
+            .contains("stopped the sandbox at its max_lifetime"),
+        "{}",
+        daemon.log_text()
+    );
+
+    // The pod's SIGTERM'd end that follows (the kubelet's report; no
+    // kubelet here, so the stand-in's test writes it, then removes the pod
+    // as the ReplicaSet controller would) is not a second exit.
+    if cluster.standin_quietly().is_some() {
+        write_status(
+            &cluster,
+            &pod,
+            runner_status(
+                0,
+                json!({"terminated": {"exitCode": 143, "reason": "Error",
+                       "startedAt": started_at, "finishedAt": now_as_kubernetes_time(),
+                       "containerID": "containerd://89abcdef"}}),
+                json!({}),
+            ),
+        )
+        .await;
+        let pods: Api<Pod> = cluster.api();
+        pods.delete(&pod, &Default::default())
+            .await
+            .expect("delete the stopped pod");
+    }
+    // The next ensure starts generation 2, a new pod; its start is the
+    // barrier after which nothing of generation 1 can still come.
+    let again = client
+        .ensure_session_sandbox(id, &sandbox_env("session:lifetime", "tok-l"))
+        .await
+        .unwrap();
+    assert!(again.created, "{again:?}");
+    assert_eq!(again.generation, 2);
+    let next_pod = the_next_pod(&cluster, "session", id, &pod).await;
+    let started_at = now_as_kubernetes_time();
+    let mut status = runner_status(0, json!({"running": {"startedAt": started_at}}), json!({}));
+    status["startTime"] = started_at;
+    write_status(&cluster, &next_pod, status).await;
+    let (_, between) = wait_for_event(&client, Some(exited.cursor.clone()), |event| {
+        event.kind == EventKind::Started && event.id == id
+    })
+    .await;
+    assert!(
+        between
+            .iter()
+            .all(|event| !(event.id == id && event.kind == EventKind::Exited)),
+        "generation 1's end is announced once: {between:?}"
+    );
+    // Every tick since saw the year-old workflow runner: it still runs.
+    assert_eq!(
+        client.probe(Scope::Workflow, unlimited).await.unwrap(),
+        sandboxd_client::ProbeState::Running
+    );
+    let (_, all) = wait_for_event(&client, Some(since), |event| {
+        event.kind == EventKind::Started && event.id == id && event.generation == 2
+    })
+    .await;
+    assert!(
+        all.iter()
+            .all(|event| !(event.id == unlimited && event.kind == EventKind::Exited)),
+        "{all:?}"
+    );
+}
+
+/// The sandbox's pod after `old`: inserted on the stand-in, the ReplicaSet
+/// controller's new one on a real cluster (the old one is deleted there).
+async fn the_next_pod(cluster: &TestCluster, scope: &str, id: &str, old: &str) -> String {
+    if let Some(standin) = cluster.standin_quietly() {
+        let name = format!("{}-pod-2", base_name(scope.parse().unwrap(), id));
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {
+                "stigmer.ai/managed-by": "stigmer-server",
+                "stigmer.ai/scope": scope,
+                "stigmer.ai/sandbox-id": id,
+            }},
+            "spec": {"containers": [{"name": "runner", "image": sandboxd_tests::k8s::TEST_IMAGE}]},
+            "status": {"phase": "Pending"},
+        });
+        standin.insert_pod(&cluster.namespace, pod, b"");
+        return name;
+    }
+    let pods: Api<Pod> = cluster.api();
+    let params = ListParams::default().labels(&format!("{LABEL_SANDBOX_ID}={id}"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = pods.list(&params).await.expect("list pods");
+        let next = list.items.iter().find(|pod| {
+            pod.metadata.name.as_deref() != Some(old) && pod.metadata.deletion_timestamp.is_none()
+        });
+        if let Some(name) = next.and_then(|pod| pod.metadata.name.clone()) {
+            return name;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ReplicaSet controller made no new pod for {id}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -538,7 +538,9 @@ impl Store {
         self.commit(kind, namespace, name, value, entries)
     }
 
-    /// An RFC 7386 merge patch (strategic merge patches are taken as merge patches).
+    /// An RFC 7386 merge patch (strategic merge patches are taken as merge
+    /// patches); a `resourceVersion` in the patch is a precondition, as
+    /// the real server makes it (409 when stale).
     pub fn merge(
         &mut self,
         kind: Kind,
@@ -549,6 +551,11 @@ impl Store {
     ) -> Outcome {
         self.require_namespace(namespace)?;
         let (old, mut entries) = self.stored(kind, namespace, name)?;
+        if let Some(rv) = patch["metadata"]["resourceVersion"].as_str() {
+            if Some(rv) != old["metadata"]["resourceVersion"].as_str() {
+                return Err(status::conflict(kind.resource, kind.group, name));
+            }
+        }
         let mut value = old.clone();
         fields::merge_patch(&mut value, patch);
         fields::update(

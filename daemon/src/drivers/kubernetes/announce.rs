@@ -12,6 +12,13 @@
 //! | a Deployment deleted (or gone from a relist)  | `deprovisioned`|
 //! | a runner container running since a new time   | `started`      |
 //! | a new `state`/`lastState.terminated`          | `exited`       |
+//! | the daemon's own stop (`stopped-for`)         | `exited`       |
+//!
+//! A generation the daemon stopped by itself (a `max_lifetime`: see
+//! `lifetime`) is announced once, as `exited` with that reason, from the
+//! Deployment's annotation written with the scale-down; the pod's
+//! SIGTERM'd end that follows (the scale-down causes it, so its watch
+//! event comes after) is not announced again.
 //!
 //! Pods in the first list are taken as they are (their runs were before
 //! this daemon looked: adopted, not new). What was announced is kept per
@@ -27,7 +34,7 @@ use sandboxd_protocol::naming::{
 };
 use sandboxd_protocol::{EventKind, ExitInfo, Scope};
 
-use super::observe::{annotation, exit_of, generation_of, key_of, uid_of};
+use super::observe::{annotation, exit_of, generation_of, key_of, stopped_for, uid_of};
 use super::shapes::{object_name, ANNOTATION_TASK_QUEUE, ANNOTATION_TOKEN_SHA256, CONTAINER};
 use super::watch::Update;
 use crate::events::EventHub;
@@ -42,6 +49,8 @@ struct Sandbox {
     generation: u64,
     task_queue: String,
     token_sha256: String,
+    /// The daemon stopped this generation by itself: the proof.
+    stopped: Option<ExitInfo>,
 }
 
 impl Sandbox {
@@ -53,6 +62,7 @@ impl Sandbox {
             generation: generation_of(deployment),
             task_queue: text(ANNOTATION_TASK_QUEUE),
             token_sha256: text(ANNOTATION_TOKEN_SHA256),
+            stopped: stopped_for(deployment),
         })
     }
 }
@@ -152,6 +162,17 @@ impl Tracker {
             }
             Some(_) => {}
         }
+        let old_stop = self
+            .sandboxes
+            .get(&name)
+            .and_then(|old| old.stopped.as_ref().map(|exit| exit.at_unix_ms));
+        if let Some(exit) = now
+            .stopped
+            .as_ref()
+            .filter(|exit| old_stop != Some(exit.at_unix_ms))
+        {
+            self.emit(EventKind::Exited, &now, Some(*exit));
+        }
         self.sandboxes.insert(name, now);
     }
 
@@ -217,7 +238,13 @@ impl Tracker {
             generation: runs.generation,
             task_queue: String::new(),
             token_sha256: String::new(),
+            stopped: None,
         };
+        // This generation's end was announced as the daemon's stop.
+        let stopped_by_us = self
+            .sandboxes
+            .get(&object_name(&runs.key))
+            .is_some_and(|known| known.stopped.is_some() && known.generation == runs.generation);
         let mut news = Vec::new();
         // The older end first: the last state, then the current one.
         let ends = [status.last_state.as_ref(), status.state.as_ref()];
@@ -235,7 +262,7 @@ impl Tracker {
                     .map(|time| time.0.to_string())
                     .unwrap_or_default()
             );
-            if runs.ended.insert(id) {
+            if runs.ended.insert(id) && !stopped_by_us {
                 news.push((EventKind::Exited, Some(exit_of(terminated))));
             }
         }
@@ -266,7 +293,7 @@ impl Tracker {
 }
 
 /// The sandbox a pod's labels name, when it is ours and this instance's.
-fn key_of_pod(pod: &Pod) -> Option<SandboxKey> {
+pub(super) fn key_of_pod(pod: &Pod) -> Option<SandboxKey> {
     let labels = pod.metadata.labels.as_ref()?;
     if labels.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_VALUE)
         || !Instance::current().owns_label(labels.get(LABEL_INSTANCE).map(String::as_str))

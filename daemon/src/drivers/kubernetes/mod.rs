@@ -11,7 +11,8 @@
 //! three objects), `network_policy` (the egress posture, one NetworkPolicy
 //! per sandbox), `ensure` (the state machine), `deprovision`, `observe`
 //! (probe, describe, list), `logs` (the pod's log), `reaper` (leaked
-//! connect sandboxes), `permissions` (the start-up access review),
+//! connect sandboxes), `lifetime` (`max_lifetime`: a pod that ran too
+//! long is scaled to 0), `permissions` (the start-up access review),
 //! `errors` (what a failed call means for the caller), `watch` (list and
 //! watch, resumed and relisted), `announce` (the event stream, from
 //! those watches) and `pending` (why a pod has not started).
@@ -21,6 +22,7 @@ mod config;
 mod deprovision;
 mod ensure;
 mod errors;
+mod lifetime;
 mod logs;
 mod network_policy;
 mod observe;
@@ -148,12 +150,15 @@ impl KubernetesDriver {
                     .unwrap_or_else(|poison| poison.into_inner())
                     .pods(update)
             });
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(permissions.clone().check(inner.cluster.clone())),
             tokio::spawn(reaper::run(inner.clone(), reaper)),
             tokio::spawn(follow_deployments),
             tokio::spawn(follow_pods),
         ];
+        if lifetime::wanted(&config.lifecycle) {
+            tasks.push(tokio::spawn(lifetime::run(inner.clone(), config.lifecycle)));
+        }
         let mechanism = match config.egress {
             EgressSetting::Enforced(posture) => network_policy::mechanism(posture),
             EgressSetting::Unrestricted => String::new(),

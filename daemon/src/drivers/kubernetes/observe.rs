@@ -14,14 +14,14 @@ use sandboxd_protocol::naming::{
     LABEL_MANAGED_BY, LABEL_SANDBOX_ID, LABEL_SCOPE, MANAGED_BY_VALUE,
 };
 use sandboxd_protocol::{
-    ClusterState, ExitInfo, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope,
+    ClusterState, ExitInfo, ExitReason, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope,
 };
 
 use super::errors::Action;
 use super::shapes::object_name;
 use super::shapes::{
-    ANNOTATION_CALLER_CLASS, ANNOTATION_GENERATION, ANNOTATION_TASK_QUEUE, ANNOTATION_TOKEN_SHA256,
-    CONTAINER,
+    ANNOTATION_CALLER_CLASS, ANNOTATION_GENERATION, ANNOTATION_STOPPED_FOR, ANNOTATION_TASK_QUEUE,
+    ANNOTATION_TOKEN_SHA256, CONTAINER,
 };
 use super::Inner;
 use crate::drivers::differs::{differing_fields, RunsWith};
@@ -109,6 +109,31 @@ pub fn uid_of(deployment: &Deployment) -> String {
         .as_deref()
         .unwrap_or_default()
         .replace('-', "")
+}
+
+/// The exit proof of a generation the daemon stopped by itself (see
+/// [`ANNOTATION_STOPPED_FOR`]): `Some` only while the Deployment is
+/// stopped at that same generation.
+pub fn stopped_for(deployment: &Deployment) -> Option<ExitInfo> {
+    let text = annotation(deployment, ANNOTATION_STOPPED_FOR)?;
+    let mut words = text.split(' ');
+    let reason = match words.next()? {
+        "lifetime" => ExitReason::Lifetime,
+        _ => return None,
+    };
+    let generation: u64 = words.next()?.parse().ok()?;
+    let at_unix_ms: u64 = words.next()?.parse().ok()?;
+    if generation != generation_of(deployment) || state_of(deployment) != ProbeState::Stopped {
+        return None;
+    }
+    let mut exit = ExitInfo::from_facts(None, None, at_unix_ms, false);
+    exit.reason = reason;
+    Some(exit)
+}
+
+/// The [`ANNOTATION_STOPPED_FOR`] value for `generation` stopped now.
+pub fn stopped_for_value(reason: ExitReason, generation: u64, at_unix_ms: u64) -> String {
+    format!("{} {generation} {at_unix_ms}", reason.as_str())
 }
 
 pub fn generation_of(deployment: &Deployment) -> u64 {
@@ -311,7 +336,9 @@ pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> San
         generation,
         started_at_unix_ms,
         restarts: generation.saturating_sub(1) + container_restarts,
-        last_exit: terminated.map(exit_of),
+        // A stop the daemon made (a lifetime) says so, not the pod's
+        // SIGTERM.
+        last_exit: stopped_for(deployment).or_else(|| terminated.map(exit_of)),
         task_queue: annotation(deployment, ANNOTATION_TASK_QUEUE)
             .unwrap_or_default()
             .to_string(),

@@ -47,6 +47,11 @@ pub const ANNOTATION_TASK_QUEUE: &str = "stigmer.ai/task-queue";
 pub const ANNOTATION_CALLER_CLASS: &str = "stigmer.ai/caller-class";
 /// How many runners the sandbox has had: 1 at creation, +1 per scale-up.
 pub const ANNOTATION_GENERATION: &str = "stigmer.ai/generation";
+/// Why the daemon stopped a generation (scaled it to 0) by itself:
+/// `lifetime <generation> <unix ms>` (see `lifetime`). Written with the
+/// scale-down, never removed: it names the generation it is about, so the
+/// next scale-up's generation is not taken for stopped.
+pub const ANNOTATION_STOPPED_FOR: &str = "stigmer.ai/stopped-for";
 
 /// The runner-shaping part of the configuration, resolved once.
 #[derive(Debug, Clone)]

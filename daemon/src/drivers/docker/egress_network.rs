@@ -87,15 +87,45 @@ enum Found {
     Present(Icc),
 }
 
+/// How many times [`ensure`] looks, creates and looks again before it
+/// gives up on a network that keeps appearing and going.
+const ENSURE_TRIES: u32 = 5;
+
 /// Creates the network unless it exists: an inspect, and a create when
 /// there is none. Engines before API 1.44 accept a second network of the
 /// same name, so the name is looked up rather than left to a conflict; a
 /// create that loses a race is settled by looking again. One with
 /// inter-container communication on and no container is removed first.
+///
+/// Other daemons of the instance make the network and, the last of them
+/// at its stop, remove it; so a create can fail on a network another
+/// daemon just made ("same bridge name") which is gone again by the next
+/// look. That is tried again, a few times, rather than failing the
+/// caller's ensure on someone else's churn (a suite run under load: three
+/// test daemons of one instance starting and stopping together).
 pub async fn ensure(engine: &Engine) -> Result<Icc, SandboxError> {
+    let mut tries = 1;
+    loop {
+        match create_unless_present(engine).await? {
+            Ok(icc) => return Ok(icc),
+            Err(error) if tries < ENSURE_TRIES => {
+                tracing::debug!(network = %network(), tries, %error, "the sandboxes' network came and went during its create: looking again");
+                // The other daemon's create or removal is a call or two away.
+                tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(tries))).await;
+                tries += 1;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// One look and, when there is nothing, one create: `Ok(Err(_))` when the
+/// create failed and a second look found nothing either (a race to try
+/// again); `Err` for what trying again cannot change.
+async fn create_unless_present(engine: &Engine) -> Result<Result<Icc, SandboxError>, SandboxError> {
     match inspect(engine).await? {
         Found::Present(Icc::OnInUse { containers: 0 }) => remove(engine).await?,
-        Found::Present(icc) => return Ok(icc),
+        Found::Present(icc) => return Ok(Ok(icc)),
         Found::Absent => {}
     }
     let request = NetworkCreateRequest {
@@ -116,7 +146,7 @@ pub async fn ensure(engine: &Engine) -> Result<Icc, SandboxError> {
             docker.create_network(request).await
         })
         .await;
-    match created {
+    Ok(match created {
         Ok(_) => Ok(Icc::Off),
         Err(error) => match inspect(engine).await? {
             Found::Present(icc) => Ok(icc),
@@ -125,7 +155,7 @@ pub async fn ensure(engine: &Engine) -> Result<Icc, SandboxError> {
                 network()
             ))),
         },
-    }
+    })
 }
 
 /// Removes the network (none of its containers is left); one already gone

@@ -294,10 +294,7 @@ pub async fn select(
     config: &Config,
     events: Arc<EventHub>,
 ) -> Result<Arc<dyn Driver>, SelectError> {
-    let idle_set = Scope::ALL
-        .into_iter()
-        .any(|scope| config.lifecycle.of(scope).idle.is_some());
-    if idle_set && config.driver == "kubernetes" {
+    if config.lifecycle.any_idle() && config.driver == "kubernetes" {
         tracing::warn!(driver = %config.driver, "[lifecycle] idle is applied by the local-process and docker tiers only: without a metrics API the kubernetes tier has no per-pod CPU figure, so it ignores idle (max_lifetime is applied; pause, a scale to 0, still works on request)");
     }
     match config.driver.as_str() {

@@ -29,8 +29,21 @@ use serde_json::json;
 /// The sandbox's pod: inserted on the stand-in (no controllers there), the
 /// ReplicaSet controller's on a real cluster (waited for).
 async fn the_pod(cluster: &TestCluster, scope: &str, id: &str) -> String {
+    the_pod_besides(cluster, scope, id, None).await
+}
+
+/// The sandbox's pod other than `old` (the one before a scale-up, which a
+/// real cluster's ReplicaSet controller deletes; pods being deleted are
+/// never the one).
+async fn the_pod_besides(
+    cluster: &TestCluster,
+    scope: &str,
+    id: &str,
+    old: Option<&str>,
+) -> String {
     if let Some(standin) = cluster.standin_quietly() {
-        let name = format!("{}-pod-1", base_name(scope.parse().unwrap(), id));
+        let number = if old.is_some() { 2 } else { 1 };
+        let name = format!("{}-pod-{number}", base_name(scope.parse().unwrap(), id));
         let pod = json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": {
@@ -49,12 +62,15 @@ async fn the_pod(cluster: &TestCluster, scope: &str, id: &str) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let list = pods.list(&params).await.expect("list pods");
-        if let Some(name) = list.items.first().and_then(|pod| pod.metadata.name.clone()) {
+        let current = list.items.iter().find(|pod| {
+            pod.metadata.name.as_deref() != old && pod.metadata.deletion_timestamp.is_none()
+        });
+        if let Some(name) = current.and_then(|pod| pod.metadata.name.clone()) {
             return name;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the ReplicaSet controller made no pod for {id}"
+            "the ReplicaSet controller made no pod for {id} (besides {old:?})"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -526,7 +542,7 @@ async fn max_lifetime_stops_a_pod_that_ran_too_long_once_with_the_reason_lifetim
         .unwrap();
     assert!(again.created, "{again:?}");
     assert_eq!(again.generation, 2);
-    let next_pod = the_next_pod(&cluster, "session", id, &pod).await;
+    let next_pod = the_pod_besides(&cluster, "session", id, Some(&pod)).await;
     let started_at = now_as_kubernetes_time();
     let mut status = runner_status(0, json!({"running": {"startedAt": started_at}}), json!({}));
     status["startTime"] = started_at;
@@ -555,41 +571,4 @@ async fn max_lifetime_stops_a_pod_that_ran_too_long_once_with_the_reason_lifetim
             .all(|event| !(event.id == unlimited && event.kind == EventKind::Exited)),
         "{all:?}"
     );
-}
-
-/// The sandbox's pod after `old`: inserted on the stand-in, the ReplicaSet
-/// controller's new one on a real cluster (the old one is deleted there).
-async fn the_next_pod(cluster: &TestCluster, scope: &str, id: &str, old: &str) -> String {
-    if let Some(standin) = cluster.standin_quietly() {
-        let name = format!("{}-pod-2", base_name(scope.parse().unwrap(), id));
-        let pod = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {
-                "stigmer.ai/managed-by": "stigmer-server",
-                "stigmer.ai/scope": scope,
-                "stigmer.ai/sandbox-id": id,
-            }},
-            "spec": {"containers": [{"name": "runner", "image": sandboxd_tests::k8s::TEST_IMAGE}]},
-            "status": {"phase": "Pending"},
-        });
-        standin.insert_pod(&cluster.namespace, pod, b"");
-        return name;
-    }
-    let pods: Api<Pod> = cluster.api();
-    let params = ListParams::default().labels(&format!("{LABEL_SANDBOX_ID}={id}"));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let list = pods.list(&params).await.expect("list pods");
-        let next = list.items.iter().find(|pod| {
-            pod.metadata.name.as_deref() != Some(old) && pod.metadata.deletion_timestamp.is_none()
-        });
-        if let Some(name) = next.and_then(|pod| pod.metadata.name.clone()) {
-            return name;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the ReplicaSet controller made no new pod for {id}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }

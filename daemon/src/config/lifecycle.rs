@@ -75,6 +75,20 @@ impl LifecycleConfig {
     pub fn any(&self) -> bool {
         Scope::ALL.into_iter().any(|scope| self.of(scope).any())
     }
+
+    /// True when any scope has an `idle` window.
+    pub fn any_idle(&self) -> bool {
+        Scope::ALL
+            .into_iter()
+            .any(|scope| self.of(scope).idle.is_some())
+    }
+
+    /// True when any scope has a `max_lifetime`.
+    pub fn any_max_lifetime(&self) -> bool {
+        Scope::ALL
+            .into_iter()
+            .any(|scope| self.of(scope).max_lifetime.is_some())
+    }
 }
 
 /// One scope's table as written.

@@ -107,25 +107,33 @@ pub async fn ensure(engine: &Engine) -> Result<Icc, SandboxError> {
     let mut tries = 1;
     loop {
         match create_unless_present(engine).await? {
-            Ok(icc) => return Ok(icc),
-            Err(error) if tries < ENSURE_TRIES => {
+            Attempt::Ready(icc) => return Ok(icc),
+            Attempt::Raced(error) if tries < ENSURE_TRIES => {
                 tracing::debug!(network = %network(), tries, %error, "the sandboxes' network came and went during its create: looking again");
                 // The other daemon's create or removal is a call or two away.
                 tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(tries))).await;
                 tries += 1;
             }
-            Err(error) => return Err(error),
+            Attempt::Raced(error) => return Err(error),
         }
     }
 }
 
-/// One look and, when there is nothing, one create: `Ok(Err(_))` when the
-/// create failed and a second look found nothing either (a race to try
-/// again); `Err` for what trying again cannot change.
-async fn create_unless_present(engine: &Engine) -> Result<Result<Icc, SandboxError>, SandboxError> {
+/// What one look, create and look again came to.
+enum Attempt {
+    Ready(Icc),
+    /// The create failed and the look after it found no network either:
+    /// it came and went meanwhile, so trying again may succeed.
+    Raced(SandboxError),
+}
+
+/// One look and, when there is nothing, one create; `Err` for what trying
+/// again cannot change (an inspect that fails, a network on another
+/// bridge).
+async fn create_unless_present(engine: &Engine) -> Result<Attempt, SandboxError> {
     match inspect(engine).await? {
         Found::Present(Icc::OnInUse { containers: 0 }) => remove(engine).await?,
-        Found::Present(icc) => return Ok(Ok(icc)),
+        Found::Present(icc) => return Ok(Attempt::Ready(icc)),
         Found::Absent => {}
     }
     let request = NetworkCreateRequest {
@@ -147,10 +155,10 @@ async fn create_unless_present(engine: &Engine) -> Result<Result<Icc, SandboxErr
         })
         .await;
     Ok(match created {
-        Ok(_) => Ok(Icc::Off),
+        Ok(_) => Attempt::Ready(Icc::Off),
         Err(error) => match inspect(engine).await? {
-            Found::Present(icc) => Ok(icc),
-            Found::Absent => Err(error.into_sandbox_error(&format!(
+            Found::Present(icc) => Attempt::Ready(icc),
+            Found::Absent => Attempt::Raced(error.into_sandbox_error(&format!(
                 "cannot create the sandboxes' network {}",
                 network()
             ))),

@@ -34,8 +34,10 @@ use sandboxd_protocol::naming::{
 };
 use sandboxd_protocol::{EventKind, ExitInfo, Scope};
 
-use super::observe::{annotation, exit_of, generation_of, key_of, stopped_for, uid_of};
-use super::shapes::{object_name, ANNOTATION_TASK_QUEUE, ANNOTATION_TOKEN_SHA256, CONTAINER};
+use super::observe::{
+    annotation, exit_of, generation_of, key_of, runner_status, stopped_for, uid_of,
+};
+use super::shapes::{object_name, ANNOTATION_TASK_QUEUE, ANNOTATION_TOKEN_SHA256};
 use super::watch::Update;
 use crate::events::EventHub;
 use crate::instance::{Instance, LABEL_INSTANCE};
@@ -203,12 +205,7 @@ impl Tracker {
         let (Some(uid), Some(key)) = (pod.metadata.uid.clone(), key_of_pod(pod)) else {
             return;
         };
-        let Some(status) = pod
-            .status
-            .as_ref()
-            .and_then(|status| status.container_statuses.as_ref())
-            .and_then(|statuses| statuses.iter().find(|status| status.name == CONTAINER))
-        else {
+        let Some(status) = runner_status(pod) else {
             return;
         };
         if !self.pods.contains_key(&uid) {

@@ -280,16 +280,12 @@ async fn existing(
     if or_look_again(inner, key, APPLY_DEPLOYMENT, result)?.is_none() {
         return Ok(Step::LookAgain);
     }
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..PatchParams::default()
-    };
     let scale = serde_json::json!({ "spec": { "replicas": 1 } });
     let result = inner
         .cluster
         .call(inner.deployments().patch_scale(
             &super::shapes::object_name(key),
-            &params,
+            &super::shapes::merge_params(),
             &Patch::Merge(&scale),
         ))
         .await;

@@ -28,26 +28,21 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch};
 use sandboxd_protocol::naming::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 use sandboxd_protocol::{ExitReason, ProbeState};
 
 use super::errors::Action;
-use super::observe::{generation_of, selector, state_of, stopped_for_value, Lookup};
-use super::shapes::{object_name, ANNOTATION_STOPPED_FOR, CONTAINER, FIELD_MANAGER};
+use super::observe::{
+    generation_of, runner_status, selector, state_of, stopped_for_value, unix_ms, Lookup,
+};
+use super::shapes::{merge_params, object_name, ANNOTATION_STOPPED_FOR};
 use super::Inner;
 use crate::config::LifecycleConfig;
 use crate::provisioner::SandboxKey;
 use crate::unix_time::now_unix_ms;
 
 const STOP: Action = Action::new("patch", "deployments");
-
-/// True when some scope has a `max_lifetime`: only then is the watcher run.
-pub fn wanted(limits: &LifecycleConfig) -> bool {
-    sandboxd_protocol::Scope::ALL
-        .into_iter()
-        .any(|scope| limits.of(scope).max_lifetime.is_some())
-}
 
 /// When `pod` started running, in ms since the Unix epoch: its
 /// `startTime`, else its runner's start. `None` for a pod being deleted
@@ -56,22 +51,22 @@ fn started_unix_ms(pod: &Pod) -> Option<u64> {
     if pod.metadata.deletion_timestamp.is_some() {
         return None;
     }
-    let status = pod.status.as_ref()?;
     let runner_started = || {
-        status
-            .container_statuses
-            .as_ref()?
-            .iter()
-            .find(|status| status.name == CONTAINER)?
+        runner_status(pod)?
             .state
             .as_ref()?
             .running
             .as_ref()?
             .started_at
-            .clone()
+            .as_ref()
     };
-    let time = status.start_time.clone().or_else(runner_started)?;
-    u64::try_from(time.0.as_millisecond()).ok()
+    let time = pod
+        .status
+        .as_ref()?
+        .start_time
+        .as_ref()
+        .or_else(runner_started)?;
+    Some(unix_ms(time))
 }
 
 /// The sandbox `pod` runs, and how long it has run at `now_unix_ms`.
@@ -154,16 +149,12 @@ async fn patch_stop(
         },
         "spec": { "replicas": 0 },
     });
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..PatchParams::default()
-    };
     inner
         .cluster
         .call(
             inner
                 .deployments()
-                .patch(&object_name(key), &params, &Patch::Merge(&patch)),
+                .patch(&object_name(key), &merge_params(), &Patch::Merge(&patch)),
         )
         .await
         .map(|_| ())

@@ -23,7 +23,7 @@ use sandboxd_protocol::{LogChunk, LogCursor, LogStart, SandboxError};
 use sha2::{Digest, Sha256};
 
 use super::errors::{Action, CallError};
-use super::observe::Lookup;
+use super::observe::{runner_status, Lookup};
 use super::shapes::CONTAINER;
 use super::Inner;
 use crate::provisioner::SandboxKey;
@@ -32,13 +32,10 @@ const GET_LOG: Action = Action::new("get", "pods/log");
 
 /// The epoch of one incarnation of the runner container.
 fn epoch_of(pod: &Pod) -> u64 {
-    let restarts = pod
-        .status
-        .as_ref()
-        .and_then(|status| status.container_statuses.as_ref())
-        .and_then(|statuses| statuses.iter().find(|status| status.name == CONTAINER))
-        .map_or(0, |status| status.restart_count);
-    epoch_for(pod, restarts)
+    epoch_for(
+        pod,
+        runner_status(pod).map_or(0, |status| status.restart_count),
+    )
 }
 
 /// The epoch of the pod's runner after `restarts` restarts.
@@ -218,13 +215,6 @@ pub async fn read(
         at_end,
         ended,
     })
-}
-
-fn runner_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus> {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.container_statuses.as_ref())
-        .and_then(|statuses| statuses.iter().find(|status| status.name == CONTAINER))
 }
 
 /// True when `cursor` was of an earlier restart of this very pod's runner.

@@ -156,7 +156,8 @@ impl KubernetesDriver {
             tokio::spawn(follow_deployments),
             tokio::spawn(follow_pods),
         ];
-        if lifetime::wanted(&config.lifecycle) {
+        // Only when some scope has a `max_lifetime`.
+        if config.lifecycle.any_max_lifetime() {
             tasks.push(tokio::spawn(lifetime::run(inner.clone(), config.lifecycle)));
         }
         let mechanism = match config.egress {

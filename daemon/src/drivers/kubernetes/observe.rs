@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ListParams;
 use sandboxd_protocol::naming::{
@@ -268,8 +268,18 @@ impl Inner {
     }
 }
 
-fn unix_ms(time: &Time) -> u64 {
+pub fn unix_ms(time: &Time) -> u64 {
     u64::try_from(time.0.as_millisecond()).unwrap_or_default()
+}
+
+/// The runner container's status in `pod`, once the kubelet wrote one.
+pub fn runner_status(pod: &Pod) -> Option<&ContainerStatus> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|status| status.name == CONTAINER)
 }
 
 /// How the runner container last ended, from a terminated state.
@@ -303,10 +313,7 @@ pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> San
         .as_ref()
         .and_then(|pod| pod.containers.first())
         .and_then(|container| container.image.clone());
-    let status = pod
-        .and_then(|pod| pod.status.as_ref())
-        .and_then(|status| status.container_statuses.as_ref())
-        .and_then(|statuses| statuses.iter().find(|status| status.name == CONTAINER));
+    let status = pod.and_then(runner_status);
     let started_at_unix_ms = status
         .and_then(|status| status.state.as_ref())
         .and_then(|state| state.running.as_ref())

@@ -6,12 +6,12 @@
 //! for any stopped sandbox. `resume` is refused with that explanation:
 //! without the caller's token the daemon must not start a runner.
 
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use sandboxd_protocol::{PauseReport, ProbeState, SandboxError};
 
 use super::errors::Action;
 use super::observe::{generation_of, state_of, Lookup};
-use super::shapes::{object_name, FIELD_MANAGER};
+use super::shapes::{merge_params, object_name};
 use super::Inner;
 use crate::provisioner::SandboxKey;
 
@@ -40,16 +40,13 @@ impl Inner {
         if state_of(&deployment) == ProbeState::Stopped {
             return Ok(report(false));
         }
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
-            ..PatchParams::default()
-        };
         let scale = serde_json::json!({ "spec": { "replicas": 0 } });
         self.cluster
-            .call(
-                self.deployments()
-                    .patch_scale(&object_name(key), &params, &Patch::Merge(&scale)),
-            )
+            .call(self.deployments().patch_scale(
+                &object_name(key),
+                &merge_params(),
+                &Patch::Merge(&scale),
+            ))
             .await
             .map_err(|error| {
                 let context = format!(

@@ -30,6 +30,15 @@ use crate::provisioner::SandboxKey;
 /// another manager's field, and sandboxd's own fields are restored by its
 /// next apply.
 pub const FIELD_MANAGER: &str = "sandboxd";
+
+/// A merge patch's parameters (the scale subresource's too), written in
+/// the daemon's name.
+pub fn merge_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..kube::api::PatchParams::default()
+    }
+}
 /// The Secret's one key, named after the variable it becomes.
 pub const TOKEN_KEY: &str = "STIGMER_TOKEN";
 /// Where the workspace is mounted in the runner container.

@@ -82,11 +82,5 @@ pub async fn stop_runner(
 /// caller took the record, and its watcher reaps it only at its exit), so
 /// it names the leader and no other process.
 fn leader_exit(pid: u32) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
-    let pidfd = super::launch::pidfd::open(pid as libc::pid_t).ok()?;
-    // SAFETY: an OwnedFd is a valid open descriptor, and it stays open and
-    // the same for the AsyncFd's whole life (it owns it).
-    unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
-    }
-    .ok()
+    super::launch::pidfd::open_watched(pid as libc::pid_t).ok()
 }

@@ -19,6 +19,18 @@ pub fn open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// A pidfd of `pid` watched by the tokio runtime: `readable()` once the
+/// process has exited. Call within the runtime.
+pub fn open_watched(pid: libc::pid_t) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    let pidfd = open(pid)?;
+    // SAFETY: an OwnedFd is a valid open descriptor, and it stays open and
+    // the same for the AsyncFd's whole life (it owns it).
+    let watched = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    };
+    watched.map_err(io::Error::from)
+}
+
 /// Whether the process of `pidfd` has exited.
 pub fn has_exited(pidfd: &OwnedFd) -> bool {
     wait_readable(pidfd.as_raw_fd(), Duration::ZERO)

@@ -223,6 +223,11 @@ async fn a_paused_runner_uses_no_cpu_keeps_its_memory_and_workspace() {
     let again = client.pause(Scope::Session, "busy-paused").await.unwrap();
     assert!(!again.changed, "idempotent: {again:?}");
     assert_eq!(probe(&daemon, "busy-paused").await, ProbeState::Stopped);
+    assert_eq!(
+        open_freezer_files(&daemon),
+        1,
+        "a paused sandbox keeps its freezer file open for the resume"
+    );
 
     // While the other runner computes for a while, the paused one does not.
     let frozen_at = cpu_ticks(pid).unwrap();
@@ -262,6 +267,7 @@ async fn a_paused_runner_uses_no_cpu_keeps_its_memory_and_workspace() {
         .exists());
     let resumed = client.resume(Scope::Session, "busy-paused").await.unwrap();
     assert!(!resumed.changed, "resume of a running one changes nothing");
+    assert_eq!(open_freezer_files(&daemon), 0, "closed once resumed");
 
     // Pausing needs a running runner; a paused one deprovisions cleanly.
     let error = client
@@ -278,6 +284,18 @@ async fn a_paused_runner_uses_no_cpu_keeps_its_memory_and_workspace() {
     assert!(sandboxd_tests::wait_until(TIMEOUT, || {
         sandboxd_tests::pid_is_gone(pid)
     }));
+    assert_eq!(open_freezer_files(&daemon), 0, "closed once deprovisioned");
+}
+
+/// How many `cgroup.freeze` (or v1 `freezer.state`) files the daemon has
+/// open.
+fn open_freezer_files(daemon: &TestDaemon) -> usize {
+    let pid = daemon.pid().expect("the daemon runs");
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.ends_with("cgroup.freeze") || target.ends_with("freezer.state"))
+        .count()
 }
 
 /// `VmRSS` of `pid`, in MiB (0 when unreadable).

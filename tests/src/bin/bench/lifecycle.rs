@@ -56,7 +56,8 @@ struct Side {
     cpu_share: f64,
     probes: Samples,
     fast: Samples,
-    resumes: Option<Samples>,
+    /// Each resume's pause before it, and the resume.
+    pauses_and_resumes: Option<(Samples, Samples)>,
 }
 
 fn cpu_us(pid: u32) -> anyhow::Result<f64> {
@@ -118,11 +119,14 @@ async fn side_on(daemon: &Daemon, count: usize, resume: bool) -> anyhow::Result<
         fast.p50(),
         crate::machine::load_average()[0]
     );
-    let resumes = if resume {
+    let pauses_and_resumes = if resume {
         let env = sandbox_env(hot);
         let mut samples = Samples::with_capacity(CALLS);
+        let mut pauses = Samples::with_capacity(CALLS);
         for i in 0..CALLS + CALLS / 10 {
+            let start = Instant::now();
             client.pause(Scope::Session, hot).await?;
+            let paused = start.elapsed();
             let start = Instant::now();
             let report = client.ensure_session_sandbox(hot, &env).await?;
             let took = start.elapsed();
@@ -131,9 +135,10 @@ async fn side_on(daemon: &Daemon, count: usize, resume: bool) -> anyhow::Result<
             }
             if i >= CALLS / 10 {
                 samples.push(took);
+                pauses.push(paused);
             }
         }
-        Some(samples)
+        Some((pauses, samples))
     } else {
         None
     };
@@ -141,7 +146,7 @@ async fn side_on(daemon: &Daemon, count: usize, resume: bool) -> anyhow::Result<
         cpu_share,
         probes,
         fast,
-        resumes,
+        pauses_and_resumes,
     })
 }
 
@@ -170,8 +175,9 @@ pub async fn measure(
     let extrapolated = watcher
         * (GOAL_COUNT / count as f64)
         * (TICK.as_secs_f64() / PRODUCTION_TICK.as_secs_f64());
-    let resumes = on
-        .resumes
+    let (pauses, resumes) = on
+        .pauses_and_resumes
+        .as_ref()
         .context("the watcher's daemon measured resumes")?;
     let what = |figure: &str| format!("{figure} with {count} quiet running");
     let rows = vec![
@@ -237,6 +243,15 @@ pub async fn measure(
             baseline_what: "fast-path ensure p50 (same daemon)".into(),
             baseline: Some(on.fast.p50()),
             goal: Goal::RatioAtMost(2.0),
+        },
+        Row {
+            row: "l",
+            what: "pause p50 (the freeze, until every task is frozen), just after a resume".into(),
+            unit: "µs",
+            value: pauses.p50(),
+            baseline_what: "fast-path ensure p50 (same daemon)".into(),
+            baseline: Some(on.fast.p50()),
+            goal: Goal::Info,
         },
     ];
     let info = format!(

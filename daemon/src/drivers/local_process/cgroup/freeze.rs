@@ -6,9 +6,18 @@
 //! also on a hybrid host whose v2 hierarchy holds no controller; the
 //! freeze is done once `cgroup.events` says `frozen 1`. Where it is
 //! missing, the v1 freezer's `freezer.state`, done once it reads `FROZEN`.
+//!
+//! A freeze hands back the file it wrote, open ([`Frozen`]): the paused
+//! sandbox keeps it, so its resume — an `ensure` on the fast path — is the
+//! one write that thaws, with no lookup, open or close on the caller's
+//! time. A paused sandbox holds one descriptor until it is resumed or
+//! stopped.
 
+use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::kill::{self, Dirs};
@@ -39,17 +48,22 @@ impl Freezer {
             .map(|dir| Freezer::V1(dir.clone()))
     }
 
-    /// Freezes the cgroup and returns once every process in it is frozen;
-    /// undone (thawed again) when that takes longer than `timeout`.
-    pub fn freeze(&self, timeout: Duration) -> io::Result<()> {
+    /// Freezes the cgroup and returns once every process in it is frozen,
+    /// with the file that thaws it; undone (thawed again) when that takes
+    /// longer than `timeout`.
+    pub fn freeze(&self, timeout: Duration) -> io::Result<Frozen> {
+        let control = Frozen {
+            file: Arc::new(File::options().write(true).open(self.control_file())?),
+            thawed: self.thawed_value(),
+        };
         let frozen = match self {
             Freezer::V2(dir) => {
-                kill::write_file(&dir.join("cgroup.freeze"), "1")?;
+                control.file.write_all_at(b"1", 0)?;
                 kill::wait_for_event(dir, "frozen", 1, timeout)?
             }
             Freezer::V1(dir) => {
                 let state = dir.join("freezer.state");
-                kill::write_file(&state, "FROZEN")?;
+                control.file.write_all_at(b"FROZEN", 0)?;
                 let deadline = Instant::now() + timeout;
                 loop {
                     if std::fs::read_to_string(&state)?.trim() == "FROZEN" {
@@ -64,9 +78,9 @@ impl Freezer {
             }
         };
         if frozen {
-            return Ok(());
+            return Ok(control);
         }
-        let _ = self.thaw();
+        let _ = control.thaw();
         Err(io::Error::new(
             io::ErrorKind::TimedOut,
             format!(
@@ -76,11 +90,24 @@ impl Freezer {
         ))
     }
 
-    /// Thaws the cgroup: one write, in force at once.
+    /// Thaws the cgroup (for a paused sandbox whose [`Frozen`] is gone).
     pub fn thaw(&self) -> io::Result<()> {
+        kill::write_file(&self.control_file(), self.thawed_value())
+    }
+
+    /// The file a freeze and a thaw write.
+    fn control_file(&self) -> PathBuf {
         match self {
-            Freezer::V2(dir) => kill::write_file(&dir.join("cgroup.freeze"), "0"),
-            Freezer::V1(dir) => kill::write_file(&dir.join("freezer.state"), "THAWED"),
+            Freezer::V2(dir) => dir.join("cgroup.freeze"),
+            Freezer::V1(dir) => dir.join("freezer.state"),
+        }
+    }
+
+    /// What [`Freezer::control_file`] is given to thaw.
+    fn thawed_value(&self) -> &'static str {
+        match self {
+            Freezer::V2(_) => "0",
+            Freezer::V1(_) => "THAWED",
         }
     }
 
@@ -88,6 +115,22 @@ impl Freezer {
         match self {
             Freezer::V2(dir) | Freezer::V1(dir) => dir,
         }
+    }
+}
+
+/// A frozen cgroup's freezer file, kept open: its thaw is one write.
+/// Cloned out of the sandbox's record, so that write is made outside the
+/// records' lock.
+#[derive(Debug, Clone)]
+pub struct Frozen {
+    file: Arc<File>,
+    thawed: &'static str,
+}
+
+impl Frozen {
+    /// Thaws the cgroup: one write, in force at once.
+    pub fn thaw(&self) -> io::Result<()> {
+        self.file.write_all_at(self.thawed.as_bytes(), 0)
     }
 }
 
@@ -129,10 +172,17 @@ mod tests {
             cpu.read_usec().unwrap() - before
         };
         assert!(busy(&cpu) > 10_000, "the loop runs");
-        freezer.freeze(FREEZE_TIMEOUT).unwrap();
+        let frozen = freezer.freeze(FREEZE_TIMEOUT).unwrap();
         assert_eq!(busy(&cpu), 0, "frozen: no CPU");
-        freezer.thaw().unwrap();
+        frozen.thaw().unwrap();
         assert!(busy(&cpu) > 10_000, "thawed: runs again");
+        // Again through the same open file, and by path.
+        let frozen = freezer.freeze(FREEZE_TIMEOUT).unwrap();
+        assert_eq!(busy(&cpu), 0, "frozen again: no CPU");
+        drop(frozen);
+        assert_eq!(busy(&cpu), 0, "closing the file thaws nothing");
+        freezer.thaw().unwrap();
+        assert!(busy(&cpu) > 10_000, "thawed by path: runs again");
         let _ = child.kill();
         let _ = child.wait();
         let _ = kill::remove(&dirs);

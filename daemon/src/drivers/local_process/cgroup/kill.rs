@@ -149,8 +149,19 @@ pub fn wait_empty(v2: &Path, timeout: Duration) -> io::Result<bool> {
     }
 }
 
+/// The first wait between two reads of `cgroup.events` when no change is
+/// flagged, doubled after each up to [`LONGEST_RECHECK`].
+const FIRST_RECHECK: Duration = Duration::from_micros(50);
+
+/// The kernel flags a change of `cgroup.events` at most once per 10 ms
+/// (`CGROUP_FILE_NOTIFY_MIN_INTV`, a jiffy or more): a freeze right after a
+/// thaw, or an exit right after a start, is flagged up to a timer tick
+/// late. So the file is read again at least this often, whatever poll says.
+const LONGEST_RECHECK: Duration = Duration::from_millis(10);
+
 /// Waits until `key` in `dir/cgroup.events` has `value`, reading it again
-/// each time the kernel flags a change.
+/// each time the kernel flags a change, and at growing intervals (50 µs up
+/// to 10 ms) besides, since the kernel's flag may come a tick late.
 pub(super) fn wait_for_event(
     dir: &Path,
     key: &str,
@@ -160,6 +171,7 @@ pub(super) fn wait_for_event(
     let mut events = File::open(dir.join("cgroup.events"))?;
     let deadline = Instant::now() + timeout;
     let mut text = String::new();
+    let mut recheck = FIRST_RECHECK;
     loop {
         text.clear();
         events.rewind()?;
@@ -171,14 +183,20 @@ pub(super) fn wait_for_event(
         if left.is_zero() {
             return Ok(false);
         }
+        let wait = left.min(recheck);
+        recheck = (recheck * 2).min(LONGEST_RECHECK);
         let mut changed = libc::pollfd {
             fd: events.as_raw_fd(),
             events: libc::POLLPRI,
             revents: 0,
         };
-        let millis = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-        // SAFETY: one valid pollfd for the open file.
-        unsafe { libc::poll(&mut changed, 1, millis) };
+        let wait = libc::timespec {
+            tv_sec: wait.as_secs() as libc::time_t,
+            tv_nsec: wait.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one valid pollfd for the open file, a valid timespec, no
+        // signal mask.
+        unsafe { libc::ppoll(&mut changed, 1, &wait, std::ptr::null()) };
     }
 }
 

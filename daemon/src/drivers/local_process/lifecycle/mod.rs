@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use sandboxd_protocol::{EventKind, ExitReason, PauseReport, SandboxError};
 
-use super::cgroup::freeze::{Freezer, FREEZE_TIMEOUT};
+use super::cgroup::freeze::{Freezer, Frozen, FREEZE_TIMEOUT};
 use super::cgroup::usage::CpuUsage;
 use super::{now_unix_ms, stop, Inner};
 use crate::drivers::lifecycle::{IdleWindow, LifeClock};
@@ -50,6 +50,8 @@ pub struct RunState {
     output: Option<Arc<AtomicU64>>,
     /// What the idle watcher saw.
     window: IdleWindow,
+    /// While paused: its cgroup's freezer file, open, for the resume.
+    frozen: Option<Frozen>,
 }
 
 impl RunState {
@@ -66,6 +68,7 @@ impl RunState {
             stopping: None,
             output,
             window: IdleWindow::starting(now, Some(0), Some(output_bytes)),
+            frozen: None,
         }
     }
 
@@ -97,8 +100,10 @@ impl RunState {
             .or(Some(0))
     }
 
-    fn mark_paused(&mut self) {
+    /// Paused now, by the freeze that gave `frozen`.
+    fn mark_paused(&mut self, frozen: Frozen) {
         self.clock.mark_paused(now_unix_ms());
+        self.frozen = Some(frozen);
     }
 
     /// Resumed now: the pause is added to the total, and the idle window
@@ -106,6 +111,7 @@ impl RunState {
     fn mark_resumed(&mut self) {
         self.clock.mark_resumed();
         self.window.restart(Instant::now());
+        self.frozen = None;
     }
 }
 
@@ -174,7 +180,7 @@ impl Inner {
         let frozen = tokio::task::spawn_blocking(move || freezer.freeze(FREEZE_TIMEOUT))
             .await
             .map_err(|error| SandboxError::Internal(format!("the freeze task failed: {error}")))?;
-        frozen.map_err(|error| {
+        let frozen = frozen.map_err(|error| {
             SandboxError::Internal(format!("cannot pause {}: {error}", key.what()))
         })?;
         let uid = {
@@ -186,7 +192,7 @@ impl Inner {
                 )));
             };
             if let Some(running) = record.running.as_mut() {
-                running.life.mark_paused();
+                running.life.mark_paused(frozen);
             }
             record.uid.clone()
         };
@@ -210,7 +216,7 @@ impl Inner {
         if report.paused_since_unix_ms.is_none() {
             return Ok(report);
         }
-        self.freezer(key)?.thaw().map_err(|error| {
+        self.thaw(key)?.map_err(|error| {
             SandboxError::Internal(format!("cannot resume {}: {error}", key.what()))
         })?;
         let uid = {
@@ -232,6 +238,21 @@ impl Inner {
         Ok(report)
     }
 
+    /// Thaws `key`'s paused runner through the freezer file its pause kept
+    /// (looked up again only where there is none), outside the records'
+    /// lock.
+    fn thaw(&self, key: &SandboxKey) -> Result<std::io::Result<()>, SandboxError> {
+        let frozen = self
+            .records()
+            .get(key)
+            .and_then(|record| record.running.as_ref())
+            .and_then(|running| running.life.frozen.clone());
+        Ok(match frozen {
+            Some(frozen) => frozen.thaw(),
+            None => self.freezer(key)?.thaw(),
+        })
+    }
+
     /// Thaws a paused runner that is about to be stopped (a frozen process
     /// takes no signal); the caller holds the key lock and has taken the
     /// record. Nothing to do for one not paused.
@@ -239,7 +260,11 @@ impl Inner {
         if !life.is_paused() {
             return;
         }
-        match self.freezer(key).map(|freezer| freezer.thaw()) {
+        let thawed = match &life.frozen {
+            Some(frozen) => Ok(frozen.thaw()),
+            None => self.freezer(key).map(|freezer| freezer.thaw()),
+        };
+        match thawed {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
                 tracing::warn!(scope = %key.scope, id = %key.shown_id(), %error, "cannot thaw a paused runner before its stop; the cgroup kill takes it")

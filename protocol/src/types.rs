@@ -558,8 +558,9 @@ pub struct EgressStatus {
 }
 
 /// The most bytes one `logs` call returns. A chunk travels in one frame,
-/// so it stays well below [`crate::wire::MAX_FRAME_LEN`] (1 MiB) whatever
-/// the encoding's overhead.
+/// so it stays well below 1 MiB whatever the encoding's overhead: the
+/// reply limit of clients built before replies could be
+/// [`crate::wire::MAX_REPLY_LEN`].
 pub const MAX_LOG_CHUNK: u32 = 256 * 1024;
 
 /// A position in a sandbox's output, handed back by every [`LogChunk`].

@@ -84,7 +84,7 @@ pub async fn read_response(stream: &mut UnixStream) -> Option<tarpc::Response<Sa
     stream.read_exact(&mut header).await.ok()?;
     let len = u32::from_be_bytes(header) as usize;
     assert!(
-        len <= wire::MAX_FRAME_LEN,
+        len <= wire::MAX_REPLY_LEN,
         "the daemon sent a {len}-byte frame"
     );
     let mut body = BytesMut::zeroed(len);

@@ -41,6 +41,16 @@ impl FakeDriver {
         }
     }
 
+    /// A driver already running `count` session sandboxes with long ids:
+    /// enough of them make a `list` reply larger than a request may be.
+    pub fn running_many(count: usize) -> Self {
+        let driver = FakeDriver::default();
+        driver.running.lock().unwrap().extend(
+            (0..count).map(|n| (SandboxKey::new(Scope::Session, format!("ses_{n:0>100}")), 1)),
+        );
+        driver
+    }
+
     /// Every driver call so far, as `verb scope id`.
     pub fn calls(&self) -> Vec<String> {
         self.calls.lock().unwrap().clone()

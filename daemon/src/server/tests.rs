@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandboxd_protocol::service::{SandboxdRequest, SandboxdResponse};
-use sandboxd_protocol::{wire, SandboxdClient, Scope, PROTOCOL_VERSION};
+use sandboxd_protocol::{wire, SandboxInfo, SandboxdClient, Scope, PROTOCOL_VERSION};
 use tarpc::{client, context, ClientMessage, Request, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -152,18 +152,42 @@ async fn garbage_closes_only_that_connection() {
     );
 }
 
+/// A `list` reply above the 1 MiB a request may be is sent whole: a daemon
+/// of a few thousand sandboxes used to close the connection of whoever
+/// listed them ("frame size too big" in its log).
+#[tokio::test]
+async fn a_list_larger_than_a_request_may_be_is_answered() {
+    let count = 8_000;
+    let daemon = TestDaemon::start(FakeDriver::running_many(count), limits(8, 8));
+    let client = connect(&daemon.path).await;
+    let all = client
+        .list(context::current(), None)
+        .await
+        .expect("answered, not disconnected")
+        .unwrap();
+    assert_eq!(all.len(), count);
+    let mut codec = wire::body_codec::<(), Vec<SandboxInfo>>();
+    let bytes = Pin::new(&mut codec).serialize(&all).unwrap().len();
+    assert!(
+        bytes > wire::MAX_REQUEST_LEN,
+        "the reply ({bytes} bytes) must be larger than a request may be"
+    );
+    assert_eq!(version(&client).await.unwrap(), PROTOCOL_VERSION);
+}
+
 #[tokio::test]
 async fn an_oversized_frame_closes_only_that_connection() {
     let daemon = TestDaemon::start(FakeDriver::default(), limits(8, 8));
     let good = connect(&daemon.path).await;
     assert_eq!(version(&good).await.unwrap(), PROTOCOL_VERSION);
 
-    let mut huge = UnixStream::connect(&daemon.path).await.unwrap();
-    huge.write_all(&(100u32 * 1024 * 1024).to_be_bytes())
-        .await
-        .unwrap();
-    huge.write_all(&[0u8; 1024]).await.unwrap();
-    closed_by_daemon(&mut huge).await;
+    // Over what a reply may be, and over what a request may be only.
+    for size in [100 * 1024 * 1024, wire::MAX_REQUEST_LEN as u32 + 1] {
+        let mut huge = UnixStream::connect(&daemon.path).await.unwrap();
+        huge.write_all(&size.to_be_bytes()).await.unwrap();
+        huge.write_all(&[0u8; 1024]).await.unwrap();
+        closed_by_daemon(&mut huge).await;
+    }
 
     assert_eq!(
         version(&good).await.unwrap(),

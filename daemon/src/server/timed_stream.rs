@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use sandboxd_protocol::wire;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::UnixStream;
 use tokio::time::{Instant, Sleep};
@@ -77,8 +78,10 @@ impl FrameCursor {
     }
 
     /// Follows `bytes` through the layout; true when at least one frame
-    /// was finished by them.
-    fn advance(&mut self, mut bytes: &[u8]) -> bool {
+    /// was finished by them. A header naming more than a request may be
+    /// (`wire::MAX_REQUEST_LEN`) is an error, seen before the codec
+    /// reserves room for its body.
+    fn advance(&mut self, mut bytes: &[u8]) -> io::Result<bool> {
         let mut finished = false;
         while !bytes.is_empty() {
             if self.body_left > 0 {
@@ -94,10 +97,20 @@ impl FrameCursor {
             if self.header_read == HEADER_LEN {
                 self.header_read = 0;
                 self.body_left = u32::from_be_bytes(self.header) as usize;
+                if self.body_left > wire::MAX_REQUEST_LEN {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "a request frame of {} bytes, over the {} a request may be",
+                            self.body_left,
+                            wire::MAX_REQUEST_LEN
+                        ),
+                    ));
+                }
                 finished |= self.body_left == 0;
             }
         }
-        finished
+        Ok(finished)
     }
 }
 
@@ -180,7 +193,10 @@ impl AsyncRead for TimedStream {
                 if !fresh.is_empty() {
                     let now = Instant::now();
                     this.last_activity = now;
-                    let finished = this.cursor.advance(fresh);
+                    let finished = match this.cursor.advance(fresh) {
+                        Ok(finished) => finished,
+                        Err(oversized) => return Poll::Ready(Err(oversized)),
+                    };
                     if !this.cursor.in_frame() {
                         this.frame_started = None;
                     } else if finished || this.frame_started.is_none() {
@@ -235,18 +251,28 @@ mod tests {
     #[test]
     fn the_cursor_follows_headers_and_bodies_split_anywhere() {
         let mut cursor = FrameCursor::default();
-        assert!(!cursor.advance(&[0, 0]));
+        assert!(!cursor.advance(&[0, 0]).unwrap());
         assert!(cursor.in_frame(), "half a header is a frame begun");
-        assert!(!cursor.advance(&[0, 3, b'a']));
+        assert!(!cursor.advance(&[0, 3, b'a']).unwrap());
         assert!(cursor.in_frame(), "header done, body short");
-        assert!(cursor.advance(b"bc"), "the frame is whole");
+        assert!(cursor.advance(b"bc").unwrap(), "the frame is whole");
         assert!(!cursor.in_frame());
-        assert!(cursor.advance(&[0, 0, 0, 1, b'x', 0, 0, 0, 0]));
+        assert!(cursor.advance(&[0, 0, 0, 1, b'x', 0, 0, 0, 0]).unwrap());
         assert!(
             !cursor.in_frame(),
             "two whole frames in one read, the second empty"
         );
-        assert!(!cursor.advance(&[0, 0, 0, 2, b'y']));
+        assert!(!cursor.advance(&[0, 0, 0, 2, b'y']).unwrap());
         assert!(cursor.in_frame());
+    }
+
+    #[test]
+    fn a_request_header_over_the_limit_is_refused_and_one_at_it_is_not() {
+        let at = (wire::MAX_REQUEST_LEN as u32).to_be_bytes();
+        assert!(!FrameCursor::default().advance(&at).unwrap());
+        let over = (wire::MAX_REQUEST_LEN as u32 + 1).to_be_bytes();
+        let error = FrameCursor::default().advance(&over).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        assert!(error.to_string().contains("1048577 bytes"), "{error}");
     }
 }

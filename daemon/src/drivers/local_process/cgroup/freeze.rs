@@ -52,9 +52,13 @@ impl Freezer {
     /// with the file that thaws it; undone (thawed again) when that takes
     /// longer than `timeout`.
     pub fn freeze(&self, timeout: Duration) -> io::Result<Frozen> {
+        let (file, thawed) = match self {
+            Freezer::V2(dir) => (dir.join("cgroup.freeze"), "0"),
+            Freezer::V1(dir) => (dir.join("freezer.state"), "THAWED"),
+        };
         let control = Frozen {
-            file: Arc::new(File::options().write(true).open(self.control_file())?),
-            thawed: self.thawed_value(),
+            file: Arc::new(File::options().write(true).open(file)?),
+            thawed,
         };
         let frozen = match self {
             Freezer::V2(dir) => {
@@ -88,27 +92,6 @@ impl Freezer {
                 self.path().display()
             ),
         ))
-    }
-
-    /// Thaws the cgroup (for a paused sandbox whose [`Frozen`] is gone).
-    pub fn thaw(&self) -> io::Result<()> {
-        kill::write_file(&self.control_file(), self.thawed_value())
-    }
-
-    /// The file a freeze and a thaw write.
-    fn control_file(&self) -> PathBuf {
-        match self {
-            Freezer::V2(dir) => dir.join("cgroup.freeze"),
-            Freezer::V1(dir) => dir.join("freezer.state"),
-        }
-    }
-
-    /// What [`Freezer::control_file`] is given to thaw.
-    fn thawed_value(&self) -> &'static str {
-        match self {
-            Freezer::V2(_) => "0",
-            Freezer::V1(_) => "THAWED",
-        }
     }
 
     fn path(&self) -> &Path {
@@ -176,13 +159,13 @@ mod tests {
         assert_eq!(busy(&cpu), 0, "frozen: no CPU");
         frozen.thaw().unwrap();
         assert!(busy(&cpu) > 10_000, "thawed: runs again");
-        // Again through the same open file, and by path.
+        // Closing the kept file thaws nothing; a later freeze's file thaws.
         let frozen = freezer.freeze(FREEZE_TIMEOUT).unwrap();
         assert_eq!(busy(&cpu), 0, "frozen again: no CPU");
         drop(frozen);
         assert_eq!(busy(&cpu), 0, "closing the file thaws nothing");
-        freezer.thaw().unwrap();
-        assert!(busy(&cpu) > 10_000, "thawed by path: runs again");
+        freezer.freeze(FREEZE_TIMEOUT).unwrap().thaw().unwrap();
+        assert!(busy(&cpu) > 10_000, "thawed again: runs again");
         let _ = child.kill();
         let _ = child.wait();
         let _ = kill::remove(&dirs);

@@ -213,10 +213,17 @@ impl Inner {
     /// caller holding the key lock.
     pub(super) fn resume_locked(&self, key: &SandboxKey) -> Result<PauseReport, SandboxError> {
         let report = self.running_report(key, false)?;
-        if report.paused_since_unix_ms.is_none() {
+        // Paused exactly while its pause's freezer file is kept; cloned out
+        // of the record, so the thaw's write is made outside the lock.
+        let Some(frozen) = self
+            .records()
+            .get(key)
+            .and_then(|record| record.running.as_ref())
+            .and_then(|running| running.life.frozen.clone())
+        else {
             return Ok(report);
-        }
-        self.thaw(key)?.map_err(|error| {
+        };
+        frozen.thaw().map_err(|error| {
             SandboxError::Internal(format!("cannot resume {}: {error}", key.what()))
         })?;
         let uid = {
@@ -238,40 +245,15 @@ impl Inner {
         Ok(report)
     }
 
-    /// Thaws `key`'s paused runner through the freezer file its pause kept
-    /// (looked up again only where there is none), outside the records'
-    /// lock.
-    fn thaw(&self, key: &SandboxKey) -> Result<std::io::Result<()>, SandboxError> {
-        let frozen = self
-            .records()
-            .get(key)
-            .and_then(|record| record.running.as_ref())
-            .and_then(|running| running.life.frozen.clone());
-        Ok(match frozen {
-            Some(frozen) => frozen.thaw(),
-            None => self.freezer(key)?.thaw(),
-        })
-    }
-
     /// Thaws a paused runner that is about to be stopped (a frozen process
     /// takes no signal); the caller holds the key lock and has taken the
     /// record. Nothing to do for one not paused.
     pub(super) fn thaw_for_stop(&self, key: &SandboxKey, life: &RunState) {
-        if !life.is_paused() {
+        let Some(frozen) = &life.frozen else {
             return;
-        }
-        let thawed = match &life.frozen {
-            Some(frozen) => Ok(frozen.thaw()),
-            None => self.freezer(key).map(|freezer| freezer.thaw()),
         };
-        match thawed {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(scope = %key.scope, id = %key.shown_id(), %error, "cannot thaw a paused runner before its stop; the cgroup kill takes it")
-            }
-            Err(error) => {
-                tracing::warn!(scope = %key.scope, id = %key.shown_id(), %error, "cannot thaw a paused runner before its stop")
-            }
+        if let Err(error) = frozen.thaw() {
+            tracing::warn!(scope = %key.scope, id = %key.shown_id(), %error, "cannot thaw a paused runner before its stop; the cgroup kill takes it");
         }
     }
 

@@ -216,6 +216,17 @@ impl ParkedRunner {
         if report == runner_stub::EXECUTING {
             return Ok(self.process.take().expect("a parked runner starts once"));
         }
+        // Ended with no word at all: killed while parked, the kill still
+        // under way at its take (a liveness look cannot close that race).
+        // None of the runner ran, so the sandbox starts cold, as for one
+        // found gone at the send.
+        if report.is_empty() {
+            return Err(StartError::Unused {
+                why: "it ended before it could exec the runner, with no report (killed while parked?)"
+                    .to_string(),
+                for_good: false,
+            });
+        }
         Err(match runner_stub::parse_report(&report) {
             Some((step, errno)) => StartError::Failed {
                 step,

@@ -661,7 +661,7 @@ impl Inner {
             _ => self.spawn_cold(key, env),
         };
         if let Some(pool) = pool {
-            pool.refill();
+            pool.refill_after_a_start();
         }
         spawned
     }

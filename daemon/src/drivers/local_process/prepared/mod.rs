@@ -11,7 +11,7 @@
 //! of the cgroups' creation and limit writes, the uid claim, the
 //! workspace's `mkdir` and `chown`, the namespaces' creation and the
 //! view's twenty-odd mounts. The pool refills on its own low-priority
-//! thread once the start is over.
+//! thread a few milliseconds after the start is over ([`quiet`]).
 //!
 //! A prepared sandbox is nobody's until taken, is used once (its cgroups
 //! and uid become the sandbox's; its holder ends with the sandbox's
@@ -26,6 +26,7 @@
 pub mod host_parts;
 pub mod parked;
 pub mod parked_runner;
+pub mod quiet;
 pub mod runner_stub;
 
 use std::collections::VecDeque;
@@ -41,6 +42,7 @@ use crate::config::PoolConfig;
 use host_parts::{HostMaker, PreparedHost};
 use parked::{ParkedView, ViewMaker};
 use parked_runner::{ParkedRunner, RunnerParker};
+use quiet::Quiet;
 
 /// One sandbox prepared ahead: its runner parked in it (unless parking is
 /// off), its host parts, and its view under `isolation = "full"`. Dropped
@@ -145,6 +147,8 @@ pub struct PreparedSandboxes {
     /// no more are made.
     disabled: AtomicBool,
     stopping: AtomicBool,
+    /// When a refill may work (see [`quiet`]).
+    quiet: Quiet,
 }
 
 impl PreparedSandboxes {
@@ -162,6 +166,7 @@ impl PreparedSandboxes {
             problem: Mutex::new(None),
             disabled: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
+            quiet: Quiet::default(),
         });
         pool.refill();
         pool
@@ -169,8 +174,8 @@ impl PreparedSandboxes {
 
     /// A ready sandbox of `scope` (its view built for `program`), if there
     /// is one (a hit); else `None`, and the sandbox starts cold (a miss).
-    /// Either way the caller calls [`PreparedSandboxes::refill`] once its
-    /// runner's start
+    /// Either way the caller calls
+    /// [`PreparedSandboxes::refill_after_a_start`] once its runner's start
     /// is over: a view made meanwhile would contend with that start for
     /// the kernel's mount lock (a new mount namespace copies the mount
     /// table under it; `setns`, `move_mount` and the remounts take it too)
@@ -231,6 +236,13 @@ impl PreparedSandboxes {
         }
     }
 
+    /// [`refill`](Self::refill), once a runner's start is over: the
+    /// refill works only [`quiet::AFTER_A_START`] from now.
+    pub fn refill_after_a_start(self: &Arc<Self>) {
+        self.quiet.after_a_start();
+        self.refill();
+    }
+
     /// Queues the making of as many views as each scope lacks, one job
     /// each, on the background thread.
     pub fn refill(self: &Arc<Self>) {
@@ -250,6 +262,7 @@ impl PreparedSandboxes {
             }
             let pool = self.clone();
             let queued = self.background.run(move |exits| {
+                pool.quiet.wait(&pool.stopping);
                 let made = pool.maker.make(exits, &pool.background);
                 pool.making[index].fetch_sub(1, Ordering::AcqRel);
                 match made {

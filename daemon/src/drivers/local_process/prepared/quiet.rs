@@ -33,8 +33,9 @@ impl Quiet {
     }
 
     /// Sleeps until no start is that recent, or `stopping` is set. A
-    /// burst keeps pushing the moment back; it ends when the pool is
-    /// empty, since a start that takes nothing from the pool still counts.
+    /// start that took nothing from the pool counts too, so during a
+    /// burst the refill works only in its pauses of [`AFTER_A_START`] or
+    /// more, and after it: the burst's cold starts keep the CPUs.
     pub fn wait(&self, stopping: &AtomicBool) {
         loop {
             let until = *self.until.lock().unwrap_or_else(PoisonError::into_inner);

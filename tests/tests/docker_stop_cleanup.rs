@@ -13,6 +13,13 @@ use sandboxd_tests::docker_image::{docker, engine_ready, unique_id, TEST_IMAGE};
 use sandboxd_tests::{sandbox_env, Options, TestDaemon};
 use serde_json::Value;
 
+/// Held by each test of this file for its whole run: they run one at a
+/// time. A docker daemon that starts serving sweeps the network and table
+/// of every instance with no live daemon, and that includes the instance
+/// a concurrent test has just SIGKILLed to look at what it left (seen
+/// once in CI: `a_sigkilled_…` found its table or network already gone).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn daemon(instance: &str) -> TestDaemon {
     TestDaemon::start(Options {
         args: vec!["--driver".to_string(), "docker".to_string()],
@@ -56,6 +63,7 @@ async fn a_clean_stop_with_no_sandbox_left_removes_the_table_and_the_network() {
     if !engine_ready("a_clean_stop_with_no_sandbox_left_removes_the_table_and_the_network") {
         return;
     }
+    let _serial = ONE_AT_A_TIME.lock().await;
     let instance = format!("t17s{}", std::process::id());
     let network = format!("{instance}-sandboxd-egress");
     let id = unique_id("stop");
@@ -98,6 +106,7 @@ async fn the_instance_network_goes_only_at_the_last_daemons_clean_stop() {
     if !engine_ready("the_instance_network_goes_only_at_the_last_daemons_clean_stop") {
         return;
     }
+    let _serial = ONE_AT_A_TIME.lock().await;
     let instance = format!("t17l{}", std::process::id());
     let network = format!("{instance}-sandboxd-egress");
     let id = unique_id("last");
@@ -153,6 +162,7 @@ async fn a_sigkilled_instances_unused_network_and_table_are_removed_by_the_next_
     {
         return;
     }
+    let _serial = ONE_AT_A_TIME.lock().await;
     let instance = format!("t17k{}", std::process::id());
     let network = format!("{instance}-sandboxd-egress");
     let id = unique_id("killed");

@@ -93,21 +93,14 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(drivers::local_process::reaper::ARG.as_ref()) {
         return drivers::local_process::reaper::run_reaper_process();
     }
-    // A sandbox's PID 1 is this same binary too, exec'd by the daemon.
-    if std::env::args_os().nth(1).as_deref() == Some(drivers::local_process::INIT_ARG.as_ref()) {
-        return drivers::local_process::run_sandbox_init();
-    }
-    // And a runner parked ahead of its sandbox, until it execs the runner.
-    if std::env::args_os().nth(1).as_deref()
-        == Some(drivers::local_process::PARKED_RUNNER_ARG.as_ref())
+    // A sandbox's init, a prepared view's holder and a parked runner are
+    // `sandboxd-init`'s roles, which this binary plays too where no
+    // `sandboxd-init` of its build stands next to it.
+    if let Some(code) = std::env::args_os()
+        .nth(1)
+        .and_then(|arg| sandboxd_init::run_role(&arg))
     {
-        return drivers::local_process::run_parked_runner();
-    }
-    // And the holder of a view prepared ahead of its sandbox.
-    if std::env::args_os().nth(1).as_deref()
-        == Some(drivers::local_process::VIEW_HOLDER_ARG.as_ref())
-    {
-        return drivers::local_process::run_view_holder();
+        return code;
     }
     // First, while the process has one thread: it edits the environment.
     let handoff = match systemd::Handoff::take() {

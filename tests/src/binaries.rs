@@ -32,6 +32,12 @@ pub fn sandboxd() -> PathBuf {
     find("sandboxd", "sandboxd")
 }
 
+/// What the daemon execs as a sandbox's init, view holder and parked
+/// runner, next to it (package `sandboxd`).
+pub fn sandboxd_init() -> PathBuf {
+    find("sandboxd-init", "sandboxd")
+}
+
 /// The admin CLI (package `sandboxd-client`).
 pub fn sandboxctl() -> PathBuf {
     find("sandboxctl", "sandboxd-client")

@@ -66,6 +66,9 @@ pub struct Options {
     /// `state_dir` instead of `<test dir>/state` (a file system the test
     /// mounted, say).
     pub state_dir: Option<PathBuf>,
+    /// Run this `sandboxd` (a link to the built one in a directory of the
+    /// test's, say) instead of the built one.
+    pub daemon_binary: Option<PathBuf>,
 }
 
 /// `uid_claims_dir` of a test daemon.
@@ -100,6 +103,7 @@ impl Default for Options {
             egress: None,
             uid_claims: UidClaims::OwnDir,
             state_dir: None,
+            daemon_binary: None,
         }
     }
 }
@@ -265,7 +269,12 @@ impl TestDaemon {
             .open(&self.log)
             .expect("open daemon log");
         self.log_at_launch = log.metadata().map_or(0, |meta| meta.len());
-        let mut command = Command::new(binaries::sandboxd());
+        let mut command = Command::new(
+            self.options
+                .daemon_binary
+                .clone()
+                .unwrap_or_else(binaries::sandboxd),
+        );
         command
             .arg("--config")
             .arg(&self.config)

@@ -558,6 +558,7 @@ fn install_into_a_destdir_puts_every_file_with_its_mode() {
         ("/etc/stigmer/sandboxd.toml", 0o640),
         ("/usr/local/bin/sandboxctl", 0o755),
         ("/usr/local/bin/sandboxd", 0o755),
+        ("/usr/local/bin/sandboxd-init", 0o755),
         ("/usr/local/lib/systemd/system/sandboxd.service", 0o644),
         ("/usr/local/lib/systemd/system/sandboxd.socket", 0o644),
         ("/usr/local/lib/sysusers.d/sandboxd.conf", 0o644),
@@ -600,6 +601,10 @@ fn install_into_a_destdir_puts_every_file_with_its_mode() {
     assert_eq!(
         fs::read(installed("/usr/local/bin/sandboxd")).unwrap(),
         fs::read(binaries::sandboxd()).unwrap()
+    );
+    assert_eq!(
+        fs::read(installed("/usr/local/bin/sandboxd-init")).unwrap(),
+        fs::read(binaries::sandboxd_init()).unwrap()
     );
     assert_eq!(
         fs::read(installed("/usr/local/bin/sandboxctl")).unwrap(),

@@ -24,9 +24,6 @@ mod logs;
 mod peer_check;
 mod prepared;
 pub mod reaper;
-pub use isolation::init::{run_init_process as run_sandbox_init, ARG as INIT_ARG};
-pub use isolation::view_holder::{run_view_holder, ARG as VIEW_HOLDER_ARG};
-pub use prepared::runner_stub::{run_parked_runner, ARG as PARKED_RUNNER_ARG};
 
 /// Reserves the descriptor band runners' clones use (see
 /// [`launch::fd_band`]); the driver says at start what came of it.
@@ -275,7 +272,12 @@ impl LocalProcessDriver {
             config.runner_log_max_size,
             deferred,
         ));
-        let (view, view_problem) = isolation::set_up_view(config, &dirs.exits).await;
+        let init_binary = Arc::new(
+            tokio::task::spawn_blocking(isolation::init_binary::InitBinary::find)
+                .await?
+                .context("cannot open this daemon's own binary (/proc/self/exe)")?,
+        );
+        let (view, view_problem) = isolation::set_up_view(config, &dirs.exits, &init_binary).await;
         let settings = RunnerSettings {
             command: config.runner_command.clone(),
             args: config.runner_args.clone(),
@@ -293,6 +295,7 @@ impl LocalProcessDriver {
             cgroups: containment.tree().cloned(),
             disk_quota: disk_limit.by_quota(),
             view,
+            init_binary,
         };
         match launch::fd_band::state() {
             Ok(slots) => tracing::debug!(
@@ -339,6 +342,7 @@ impl LocalProcessDriver {
                 mode: config.isolation,
                 view: settings.view.as_deref(),
                 view_problem: view_problem.as_deref(),
+                init_binary: &settings.init_binary,
             })
             .into();
         let inner = Arc::new(Inner {
@@ -438,6 +442,7 @@ impl Inner {
             Arc::new(prepared::parked_runner::RunnerParker {
                 filters: self.settings.filters.clone(),
                 oom_score_adj: self.settings.oom_score_adj,
+                init_binary: self.settings.init_binary.clone(),
             })
         });
         let maker = prepared::SandboxMaker {
@@ -778,6 +783,7 @@ impl Inner {
             mode: self.isolation_mode,
             view: self.settings.view.as_deref(),
             view_problem: self.view_problem.as_deref(),
+            init_binary: &self.settings.init_binary,
         })
     }
 

@@ -10,7 +10,7 @@
 //!   logs/.spare/          0700        emptied output files for reuse (logs/spare.rs)
 //!   ledger/journal        0700 / 0600 what this daemon spawned (see ledger.rs)
 //!   ledger/workspaces           0600 whose each workspace is (workspaces/catalog.rs)
-//!   exits/<base>          0700 / 0644 a runner's wait status, by its init (isolation/init.rs)
+//!   exits/<base>          0700 / 0644 a runner's wait status, by its init (sandbox-init/src/init.rs)
 //! ```
 
 use std::fs::{DirBuilder, File, OpenOptions};

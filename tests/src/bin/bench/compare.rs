@@ -85,6 +85,9 @@ pub async fn measure(
     let driver = "driver = \"local-process\"\n";
     let other_binaries = Binaries {
         sandboxd: other.to_path_buf(),
+        // The other daemon uses a `sandboxd-init` next to it if it has one
+        // of its own build; this field only names the one that may be there.
+        init: other.with_file_name("sandboxd-init"),
         runner: binaries.runner.clone(),
     };
     let plans: [(&'static str, &Binaries, &str); 4] = [

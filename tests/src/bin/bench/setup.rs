@@ -63,12 +63,17 @@ pub fn set_mode(path: &Path, mode: u32) -> anyhow::Result<()> {
 #[derive(Debug, Clone)]
 pub struct Binaries {
     pub sandboxd: PathBuf,
+    /// What the daemon execs as each sandbox's init, holder and parked
+    /// runner, next to it (without it the daemon uses its own binary, and
+    /// the figures are not those of what ships).
+    pub init: PathBuf,
     /// The tiny runner, as built (copied into the bench directory before use).
     pub runner: PathBuf,
 }
 
 impl Binaries {
-    /// `target/release/sandboxd` and `target/release/bench-runner`, found
+    /// `target/release/sandboxd` (with `sandboxd-init`) and
+    /// `target/release/bench-runner`, found
     /// from this executable's own location (`target/<profile>/bench`).
     /// With `quick_fallback`, when the release binaries are not built, the
     /// ones next to this executable (a debug build, say) are used instead,
@@ -84,9 +89,12 @@ impl Binaries {
             .context("the bench executable is not under target/<profile>")?;
         let in_dir = |dir: &Path| Binaries {
             sandboxd: dir.join("sandboxd"),
+            init: dir.join("sandboxd-init"),
             runner: dir.join("bench-runner"),
         };
-        let built = |binaries: &Binaries| binaries.sandboxd.is_file() && binaries.runner.is_file();
+        let built = |binaries: &Binaries| {
+            binaries.sandboxd.is_file() && binaries.init.is_file() && binaries.runner.is_file()
+        };
         let release = in_dir(&target_dir.join("release"));
         if built(&release) {
             return Ok(release);
@@ -100,7 +108,7 @@ impl Binaries {
             );
             return Ok(own);
         }
-        let missing = [&release.sandboxd, &release.runner]
+        let missing = [&release.sandboxd, &release.init, &release.runner]
             .into_iter()
             .find(|path| !path.is_file())
             .unwrap_or(&release.sandboxd);

@@ -186,18 +186,30 @@ impl ChildCleanStart {
         true
     }
 
-    /// Closes every descriptor from 3 up. Cannot fail: `close_range` where
-    /// the kernel has it, else one `close` per number.
+    /// Closes every descriptor from 3 up but `spare` (the close-on-exec
+    /// descriptor of the binary to exec, or -1). Cannot fail: `close_range`
+    /// where the kernel has it, else one `close` per number.
     ///
     /// # Safety
     /// Only for the clone child, just before exec: nothing may use a
-    /// descriptor above 2 after it.
-    pub unsafe fn close_inherited(&self) {
-        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) == 0 {
+    /// descriptor above 2 after it (but `spare`, for the exec).
+    pub unsafe fn close_inherited(&self, spare: libc::c_int) {
+        let close_range = |from: u32, to: u32| {
+            from > to || libc::syscall(libc::SYS_close_range, from, to, 0u32) == 0
+        };
+        let closed = match u32::try_from(spare) {
+            Ok(spare) if spare >= 3 => {
+                close_range(3, spare - 1) && close_range(spare + 1, u32::MAX)
+            }
+            _ => close_range(3, u32::MAX),
+        };
+        if closed {
             return;
         }
         for fd in 3..self.close_fallback_up_to {
-            libc::close(fd as libc::c_int);
+            if fd as libc::c_int != spare {
+                libc::close(fd as libc::c_int);
+            }
         }
     }
 }

@@ -8,7 +8,7 @@
 //! in force or not, with how or why not.
 
 pub mod clean_start;
-pub mod init;
+pub mod init_binary;
 pub mod kernel_filters;
 pub mod keyring;
 pub mod landlock;
@@ -17,7 +17,6 @@ pub mod mounts;
 pub mod namespaces;
 mod network;
 pub mod seccomp;
-pub mod view_holder;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +28,7 @@ use super::disk_limit::DiskLimit;
 use super::users::identity::{RunnerIdentity, RunnerUsers};
 use crate::config::{Config, IsolationMode};
 use crate::egress::Egress;
+use init_binary::InitBinary;
 use kernel_filters::KernelFilters;
 use namespaces::View;
 
@@ -47,6 +47,8 @@ pub struct Facts<'a> {
     pub view: Option<&'a View>,
     /// Why not, when `isolation = "full"` asked for them.
     pub view_problem: Option<&'a str>,
+    /// What runs as each sandbox's init, holder and parked runner.
+    pub init_binary: &'a InitBinary,
 }
 
 /// The mechanisms every sandbox started now gets, in force or not.
@@ -59,6 +61,7 @@ pub fn features(facts: &Facts<'_>) -> Vec<IsolationFeature> {
         facts.disk_limit.feature(),
     ];
     features.extend(facts.filters.features());
+    features.push(facts.init_binary.feature());
     features.extend(namespace_features(
         facts.mode,
         facts.view,
@@ -72,7 +75,11 @@ pub fn features(facts: &Facts<'_>) -> Vec<IsolationFeature> {
 /// daemon can make namespaces (tried at start, see [`namespaces::probe`]);
 /// else `None` and why (logged: sandboxes then run as under `uid-cgroup`,
 /// and `status` says so).
-pub async fn set_up_view(config: &Config, exits_dir: &Path) -> (Option<Arc<View>>, Option<String>) {
+pub async fn set_up_view(
+    config: &Config,
+    exits_dir: &Path,
+    init_binary: &InitBinary,
+) -> (Option<Arc<View>>, Option<String>) {
     if config.isolation != IsolationMode::Full {
         return (None, None);
     }
@@ -89,11 +96,16 @@ pub async fn set_up_view(config: &Config, exits_dir: &Path) -> (Option<Arc<View>
         &config.state_dir,
         &config.socket,
     );
-    match View::open(settings, exits_dir.to_path_buf()) {
-        Ok(view) => (Some(Arc::new(view)), None),
+    match init_binary.try_clone_fd() {
+        Ok(exe) => (
+            Some(Arc::new(View::new(settings, exits_dir.to_path_buf(), exe))),
+            None,
+        ),
         Err(error) => {
-            let problem =
-                format!("cannot open /proc/self/exe to start each sandbox's init: {error}");
+            let problem = format!(
+                "cannot duplicate the descriptor of {} to start each sandbox's init: {error}",
+                init_binary.path().display()
+            );
             tracing::warn!(%problem, "sandboxes see the host's file system, processes and IPC");
             (None, Some(problem))
         }

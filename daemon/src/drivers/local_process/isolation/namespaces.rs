@@ -22,9 +22,9 @@ use super::super::launch::clone_exec::{
 };
 use super::super::launch::runner_plan::RunnerLaunch;
 use super::super::prepared::parked::{Holder, Lifeline, ParkedView, ViewMaker};
-use super::init::{ARG, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
 use super::kernel_filters::KernelFilters;
 use super::mounts::ViewSettings;
+use sandboxd_init::init::{ARG, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
 
 /// The namespaces every sandbox's init is cloned into.
 pub const NAMESPACES: libc::c_int = libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
@@ -64,8 +64,9 @@ pub fn probe() -> Result<(), String> {
 #[derive(Debug)]
 pub struct View {
     pub settings: ViewSettings,
-    /// This daemon's own binary, opened at start: every init is exactly
-    /// the daemon that starts it, whatever is on disk by then.
+    /// The binary every init runs (see `init_binary`), opened at start:
+    /// every init is what the daemon checked then, whatever is on disk by
+    /// now.
     exe: OwnedFd,
     /// Where each sandbox's init writes its runner's wait status.
     exits_dir: PathBuf,
@@ -101,14 +102,14 @@ impl StartError {
 }
 
 impl View {
-    /// Opens this binary; `exits_dir` must exist.
-    pub fn open(settings: ViewSettings, exits_dir: PathBuf) -> io::Result<View> {
-        let exe = File::open("/proc/self/exe")?;
-        Ok(View {
+    /// A view whose sandboxes' init is `exe` (see `init_binary`);
+    /// `exits_dir` must exist.
+    pub fn new(settings: ViewSettings, exits_dir: PathBuf, exe: OwnedFd) -> View {
+        View {
             settings,
-            exe: OwnedFd::from(exe),
+            exe,
             exits_dir,
-        })
+        }
     }
 
     /// What the pool's views (see `prepared`) are made from: views for

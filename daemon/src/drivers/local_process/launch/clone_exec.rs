@@ -51,8 +51,8 @@
 //! first process instead ([`ExecPlan::into_sandbox_init`], `view_child`):
 //! cloned into new namespaces with the daemon's privileges, it builds the
 //! view, starts the runner as its own `CLONE_VM` child (this same
-//! [`child_main`], on a second stack), and execs the daemon's binary by
-//! descriptor as the sandbox's init (see `isolation::init`).
+//! [`child_main`], on a second stack), and execs `sandboxd-init` by
+//! descriptor as the sandbox's init (see `sandboxd_init::init`).
 //!
 //! The spawn returns the child's pid unreaped; the caller has its exit
 //! watched ([`super::child_exits`]: reaped by the thread that cloned it),
@@ -69,6 +69,7 @@ use super::super::isolation::kernel_filters::{ChildFilters, KernelFilters};
 use super::super::isolation::mount_program::MountProgram;
 use super::super::isolation::{keyring, landlock, seccomp};
 use super::fd_band;
+use sandboxd_init::privileges;
 
 #[path = "view_child.rs"]
 mod view_child;
@@ -97,11 +98,15 @@ pub struct ExecPlan {
     /// The child starts in a PID namespace the spawning thread joined (a
     /// prepared view's, see `prepared`): its parent is outside it.
     joins_pid_namespace: bool,
+    /// A close-on-exec descriptor of the binary to exec instead of looking
+    /// `program` up, or -1 (see [`ExecPlan::exec_by_descriptor`]).
+    exe: RawFd,
 }
 
 /// What a sandbox's first process needs beyond an ordinary plan.
 pub struct SandboxInit {
-    /// The daemon's own binary, exec'd (`execveat(AT_EMPTY_PATH)`) as the
+    /// `sandboxd-init` (see `isolation::init_binary`), exec'd
+    /// (`execveat(AT_EMPTY_PATH)`) as the
     /// sandbox's init once the runner runs.
     exe: RawFd,
     /// The view, built before the runner starts.
@@ -290,7 +295,18 @@ impl ExecPlan {
             namespaces: 0,
             sandbox: None,
             joins_pid_namespace: false,
+            exe: -1,
         })
+    }
+
+    /// Execs the binary open as `exe` (close-on-exec; `execveat` with
+    /// `AT_EMPTY_PATH`) rather than the file at `program`, which stays
+    /// `argv[0]`: the binary the daemon opened and checked at its start,
+    /// reached wherever the child is (a view may hide its path), never a
+    /// file put in its place since. The plan must not outlive `exe`.
+    pub fn exec_by_descriptor(mut self, exe: RawFd) -> ExecPlan {
+        self.exe = exe;
+        self
     }
 
     /// Starts the runner under these kernel filters (see
@@ -304,12 +320,12 @@ impl ExecPlan {
     /// runner: the child is cloned into new `namespaces` (`CLONE_NEW*`)
     /// and keeps the daemon's privileges; it runs `mounts`, starts `runner`
     /// (a runner's plan, filters and all) as its child, and execs `exe`, an
-    /// open descriptor of the daemon's own binary (so an upgraded file on
-    /// disk never runs as the init of an older daemon), with this plan's
+    /// open descriptor of `sandboxd-init` (see `isolation::init_binary`: so
+    /// an upgraded file on disk never runs as the init of an older daemon), with this plan's
     /// arguments and stdio. Its argument [`RUNNER_PID_ARG`] is replaced by
     /// the runner's pid in the sandbox's namespace. Cgroup, `setsid` and
     /// `PR_SET_PDEATHSIG` are as for a runner; init drops its privileges
-    /// itself (see `isolation::init`).
+    /// itself (see `sandboxd_init::init`).
     pub fn into_sandbox_init(
         self,
         exe: RawFd,
@@ -323,7 +339,7 @@ impl ExecPlan {
     /// As [`into_sandbox_init`](Self::into_sandbox_init), for a view
     /// prepared ahead of its sandbox: the first process builds the view in
     /// its new `namespaces` and execs `exe` (the view's holder, see
-    /// `isolation::view_holder`) without starting any runner.
+    /// `sandboxd_init::view_holder`) without starting any runner.
     pub fn into_prepared_view(
         self,
         exe: RawFd,
@@ -573,6 +589,8 @@ struct ChildPlan {
     files_top: RawFd,
     keep: [RawFd; fd_band::SLOTS],
     keep_len: usize,
+    /// The binary to `execveat`, or -1: `execve` of `program`.
+    exe: RawFd,
 }
 
 impl ChildPlan {
@@ -608,6 +626,7 @@ impl ChildPlan {
             files_top: 0,
             keep: [-1; fd_band::SLOTS],
             keep_len: 0,
+            exe: plan.exe,
         }
     }
 
@@ -621,6 +640,9 @@ impl ChildPlan {
         );
         if let Some(filters) = &mut self.filters {
             fds.push(&mut filters.landlock_ruleset);
+        }
+        if self.exe >= 0 {
+            fds.push(&mut self.exe);
         }
         if let Some(view) = &mut self.view {
             fds.push(&mut view.exe);
@@ -889,7 +911,7 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
             if filters.landlock_ruleset >= 0 && !landlock::restrict_self(filters.landlock_ruleset) {
                 fail(plan, STEP_LANDLOCK);
             }
-            filters.clean_start.close_inherited();
+            filters.clean_start.close_inherited(plan.exe);
             if !filters.clean_start.reset_limits() {
                 fail(plan, STEP_LIMITS);
             }
@@ -909,7 +931,18 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
                 fail(plan, STEP_SECCOMP);
             }
         }
-        libc::execve(plan.program, plan.argv, plan.envp);
+        if plan.exe >= 0 {
+            libc::syscall(
+                libc::SYS_execveat,
+                plan.exe,
+                c"".as_ptr(),
+                plan.argv,
+                plan.envp,
+                libc::AT_EMPTY_PATH,
+            );
+        } else {
+            libc::execve(plan.program, plan.argv, plan.envp);
+        }
         fail(plan, STEP_EXECVE)
     }
 }
@@ -1020,87 +1053,15 @@ unsafe fn drop_privileges_for_good(plan: &ChildPlan) {
     }
 }
 
-/// `capset(2)`'s header (`struct __user_cap_header_struct`).
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-
-/// `capset(2)`'s data (`struct __user_cap_data_struct`); version 3 takes two.
-#[repr(C)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-/// `_LINUX_CAPABILITY_VERSION_3`: 64-bit sets, as two [`CapData`].
-const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
 /// Empties the permitted, effective and inheritable sets (always allowed:
 /// it only gives up).
 ///
 /// # Safety
 /// Only for the clone child.
 unsafe fn clear_capability_sets(plan: &ChildPlan) {
-    let mut header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let empty = [
-        CapData {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        },
-        CapData {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        },
-    ];
-    if libc::syscall(libc::SYS_capset, &mut header, empty.as_ptr()) < 0 {
+    if privileges::empty_capability_sets().is_err() {
         fail(plan, STEP_CAPSET);
     }
-}
-
-/// Empties the calling thread's permitted, effective and inheritable
-/// sets: for a sandbox's init, which drops its privileges outside any
-/// clone child.
-pub fn empty_capability_sets() -> io::Result<()> {
-    let mut header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let empty = [0, 1].map(|_| CapData {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    });
-    // SAFETY: a valid header and two data structs, as version 3 takes.
-    if unsafe { libc::syscall(libc::SYS_capset, &mut header, empty.as_ptr()) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// The highest capability number this kernel knows, for
-/// [`Privileges::bounding_set_up_to`]: `/proc/sys/kernel/cap_last_cap`,
-/// else found by asking the bounding set (`PR_CAPBSET_READ` fails past it).
-pub fn last_capability() -> u32 {
-    let from_proc = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|text| text.trim().parse().ok());
-    from_proc.unwrap_or_else(|| {
-        // SAFETY: PR_CAPBSET_READ only reads this thread's bounding set.
-        (0..=63u32)
-            .take_while(|&cap| unsafe {
-                libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) >= 0
-            })
-            .last()
-            .unwrap_or(0)
-    })
 }
 
 /// Copies the child's `/proc/self/stat` (for its start time, which the
@@ -1261,6 +1222,7 @@ impl Cloned {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sandboxd_init::privileges::last_capability;
     use std::fs::File;
     use std::io::Read;
     use std::os::unix::process::ExitStatusExt;
@@ -1533,17 +1495,6 @@ mod tests {
         assert_eq!(lines[1], format!("nofile={}/{}", nofile.soft, nofile.hard));
         // ls's own listing of /proc/self/fd is the 3.
         assert_eq!(&lines[2..], ["0", "1", "2", "3"], "{text}");
-    }
-
-    #[test]
-    fn the_last_capability_is_the_kernels() {
-        let last = last_capability();
-        // CAP_AUDIT_READ (37) exists since Linux 3.16.
-        assert!(last >= 37, "{last}");
-        // SAFETY: only reads this thread's bounding set.
-        let beyond =
-            unsafe { libc::prctl(libc::PR_CAPBSET_READ, (last + 1) as libc::c_ulong, 0, 0, 0) };
-        assert!(beyond < 0, "the kernel knows capability {}", last + 1);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
 use super::super::cgroup::CgroupTree;
+use super::super::isolation::init_binary::InitBinary;
 use super::super::isolation::kernel_filters::KernelFilters;
 use super::super::isolation::namespaces::View;
 use super::super::logs::RunnerLogs;
@@ -55,6 +56,8 @@ pub struct RunnerSettings {
     /// `Some` under `isolation = "full"` where namespaces can be made:
     /// each runner starts under its own init, in its own view.
     pub view: Option<Arc<View>>,
+    /// What runs as each sandbox's init, view holder and parked runner.
+    pub init_binary: Arc<InitBinary>,
 }
 
 /// What a sandbox took from a prepared one (see `prepared`).

@@ -27,7 +27,6 @@ pub mod host_parts;
 pub mod parked;
 pub mod parked_runner;
 pub mod quiet;
-pub mod runner_stub;
 
 use std::collections::VecDeque;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! One view prepared ahead of its sandbox: made on the pool's background
 //! thread ([`ViewMaker::park`]), held by its holder process
-//! (`isolation::view_holder`), and taken by one sandbox on a spawner thread
+//! (`sandboxd_init::view_holder`), and taken by one sandbox on a spawner thread
 //! ([`ParkedView::enter`]), which joins its namespaces, mounts the
 //! sandbox's workspace into it, and starts the runner there.
 //!
@@ -31,15 +31,17 @@ use std::path::{Path, PathBuf};
 use super::super::isolation::mount_program::{MountAttr, MOUNT_ATTR_RDONLY};
 use super::super::isolation::mounts::{Cover, ViewSettings};
 use super::super::isolation::namespaces::NAMESPACES;
-use super::super::isolation::view_holder;
 use super::super::launch::child_exits::{ChildExits, RunnerProcess};
 use super::super::launch::clone_exec::{ExecPlan, Privileges};
 use super::super::launch::pidfd;
+use sandboxd_init::init::{DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
+use sandboxd_init::view_holder;
 
 /// What every view of the pool is made from.
 pub struct ViewMaker {
     pub settings: ViewSettings,
-    /// The daemon's own binary, exec'd as each holder.
+    /// `sandboxd-init` (or the daemon's own binary), exec'd as each
+    /// holder (see `isolation::init_binary`).
     pub exe: OwnedFd,
     /// The runner program bound into every view.
     pub program: PathBuf,
@@ -120,9 +122,9 @@ impl ViewMaker {
             .prepare()
             .map_err(|error| format!("{error}"))?;
         let bounding_set = if self.drop_bounding_set {
-            super::super::isolation::init::DROP_BOUNDING_SET
+            DROP_BOUNDING_SET
         } else {
-            super::super::isolation::init::KEEP_BOUNDING_SET
+            KEEP_BOUNDING_SET
         };
         // The holder's standard output: it writes one byte there once it is
         // non-dumpable and without privileges, and only then is the view

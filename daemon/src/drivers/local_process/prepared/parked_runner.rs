@@ -3,7 +3,7 @@
 //! sandbox's cgroups (and view) under its uid, and started by the sandbox
 //! that takes it ([`ParkedRunner::start`]): one message with its launch
 //! and its three standard descriptors, and the runner runs once the stub
-//! (see [`super::runner_stub`]) has exec'd it.
+//! (see `sandboxd_init::parked_runner`) has exec'd it.
 //!
 //! What the take no longer does on the caller's time: the clone, the v1
 //! `cgroup.procs` writes (an RCU grace period each on a hybrid host), the
@@ -12,7 +12,7 @@
 //! runner has ([`ExecPlan`]), so a parked runner gives up exactly what a
 //! cold one does. What is left: a `sendmsg`, the stub's `chdir`, its
 //! `access` check, three `dup2`s — and the exec, which the caller no
-//! longer waits for (see `runner_stub`).
+//! longer waits for (see `sandboxd_init::parked_runner`).
 //!
 //! The runner is a child of the parking thread (which lives as long as the
 //! daemon, so `PR_SET_PDEATHSIG` holds) and is reaped there, like any
@@ -27,13 +27,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::super::isolation::init_binary::InitBinary;
 use super::super::isolation::kernel_filters::KernelFilters;
 use super::super::launch::child_exits::{ChildExits, RunnerProcess};
 use super::super::launch::clone_exec::{CgroupPlacement, ExecPlan, Privileges};
 use super::super::launch::pidfd::{self, has_exited, wait_readable};
 use super::super::launch::runner_plan::RunnerLaunch;
 use super::parked::{dev_null, ParkedView};
-use super::runner_stub::{self, Launch};
+use sandboxd_init::parked_runner::{self as runner_stub, Launch};
 
 /// How long a parked runner may take from its launch to its word that
 /// only the exec is left (a few system calls; a loaded host), before it
@@ -53,6 +54,8 @@ pub struct RunnerParker {
     pub filters: Arc<KernelFilters>,
     /// Written to each parked runner's `oom_score_adj`, as to any runner's.
     pub oom_score_adj: i32,
+    /// What each parked runner runs until its exec (see `init_binary`).
+    pub init_binary: Arc<InitBinary>,
 }
 
 /// A runner parked and not yet started: dropped, it is killed.
@@ -91,10 +94,10 @@ impl RunnerParker {
     ) -> Result<ParkedRunner, String> {
         let (control, stub_end) =
             seqpacket_pair().map_err(|error| format!("socketpair for a parked runner: {error}"))?;
-        // Through /proc/self/exe: the daemon's own binary, whatever is on
-        // disk by now, reached by the magic link inside a view too.
+        // By descriptor: the binary checked at the daemon's start, whatever
+        // is on disk by now, reached inside a view too.
         let plan = ExecPlan::new(
-            "/proc/self/exe".as_ref(),
+            self.init_binary.path().as_os_str(),
             [runner_stub::ARG],
             [] as [(&str, &str); 0],
             "/".as_ref(),
@@ -102,7 +105,8 @@ impl RunnerParker {
             privileges,
         )?
         .with_filters(self.filters.clone())
-        .in_cgroup(placement);
+        .in_cgroup(placement)
+        .exec_by_descriptor(self.init_binary.fd());
         let cloned = match view {
             Some(view) => {
                 let inside = view.enter_bare().map_err(|error| {
@@ -162,7 +166,7 @@ impl ParkedRunner {
     /// Starts `launch` (its program, arguments, environment and workspace;
     /// its user and filters are the parked runner's already) with `stdio`
     /// as descriptors 0, 1 and 2, and returns once only the runner's exec
-    /// is left (see `runner_stub`). `meanwhile` runs once the launch is
+    /// is left (see `sandboxd_init::parked_runner`). `meanwhile` runs once the launch is
     /// sent, while the stub works.
     pub fn start(
         mut self,

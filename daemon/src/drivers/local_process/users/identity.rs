@@ -14,7 +14,7 @@
 use anyhow::{bail, Context};
 use nix::unistd::{Gid, Group, Uid, User};
 
-use super::super::launch::clone_exec::{self, Privileges};
+use super::super::launch::clone_exec::Privileges;
 use super::uid_range::UidRange;
 
 /// Who runners run as.
@@ -55,7 +55,7 @@ impl RunnerIdentity {
                     .map_err(|problem| anyhow::anyhow!("runner_uid_range: {problem}"))
             })
             .transpose()?;
-        let bounding_set_up_to = has_cap_setpcap().then(clone_exec::last_capability);
+        let bounding_set_up_to = has_cap_setpcap().then(sandboxd_init::privileges::last_capability);
         let (users, display) = match (run_as, range) {
             (Some(_), Some(_)) => bail!(
                 "run_as and runner_uid_range are both set: run_as makes every runner one user, runner_uid_range gives each sandbox its own — set one"

@@ -1,7 +1,7 @@
-//! The PID 1 of a view prepared ahead of its sandbox (see `prepared`): the
-//! daemon's own binary exec'd with a hidden argv[1] by the view's first
-//! process once that process has built the view (the same
-//! [`MountProgram`](super::mount_program::MountProgram) as a sandbox started
+//! The PID 1 of a view prepared ahead of its sandbox (the daemon's
+//! `prepared`): `sandboxd-init` (or the daemon's own binary) exec'd with a
+//! hidden argv[1] by the view's first process once that process has built
+//! the view (the daemon's `MountProgram`, the same as for a sandbox started
 //! cold, without its workspace) in new mount, PID and IPC namespaces.
 //!
 //! It holds the namespaces until a sandbox takes them: the runner then
@@ -28,9 +28,10 @@
 
 use std::process::ExitCode;
 
-use super::init::{drop_own_privileges, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
+use crate::init::{DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
+use crate::privileges::drop_own_privileges;
 
-/// The hidden first argument that makes `sandboxd` a prepared view's holder.
+/// The hidden first argument that makes the binary a prepared view's holder.
 pub const ARG: &str = "__sandbox-view-holder";
 
 /// The holder's `main`: returns only when its set-up failed (127), which

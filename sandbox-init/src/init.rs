@@ -1,8 +1,9 @@
-//! A sandbox's PID 1 under `isolation = "full"`: the daemon's own binary,
-//! exec'd (by descriptor) with a hidden argv[1] by the sandbox's first
-//! process once that process has built the view and started the runner
-//! (see `launch::clone_exec`'s `view_child`), in the sandbox's mount, PID
-//! and IPC namespaces and its cgroup.
+//! A sandbox's PID 1 under `isolation = "full"`: `sandboxd-init` (or the
+//! daemon's own binary, see the crate's doc), exec'd by descriptor with a
+//! hidden argv[1] by the sandbox's first process once that process has
+//! built the view and started the runner (the daemon's
+//! `launch::view_child`), in the sandbox's mount, PID and IPC namespaces
+//! and its cgroup.
 //!
 //! Why an init and not the runner as PID 1: PID 1 of a namespace ignores
 //! every signal it has no handler for (a runner written for an ordinary
@@ -43,9 +44,9 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::process::ExitCode;
 
-use super::super::launch::clone_exec;
+use crate::privileges::{drop_own_privileges, Failure};
 
-/// The hidden first argument that makes `sandboxd` a sandbox's init.
+/// The hidden first argument that makes the binary a sandbox's init.
 pub const ARG: &str = "__sandbox-init";
 /// init's last argument: whether it empties its bounding set, as the
 /// runner does where the daemon has CAP_SETPCAP (and cannot where not).
@@ -62,24 +63,6 @@ const FORWARDED: [libc::c_int; 7] = [
     libc::SIGUSR2,
     libc::SIGCONT,
 ];
-
-/// A step of init that failed.
-pub(super) struct Failure {
-    step: &'static str,
-    error: io::Error,
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.step, self.error)
-    }
-}
-
-impl Failure {
-    fn at(step: &'static str) -> impl FnOnce(io::Error) -> Failure {
-        move |error| Failure { step, error }
-    }
-}
 
 /// The init's `main`. Its exit code only matters when it failed (127, as
 /// a clone child's); otherwise the status file says.
@@ -183,44 +166,6 @@ fn handled_signals() -> libc::sigset_t {
         }
         set
     }
-}
-
-/// An empty bounding set (when asked), the runner's user (when it has
-/// one), no capability in any set, `no_new_privs`. This process has one
-/// thread, so glibc's wrappers are fine here.
-pub(super) fn drop_own_privileges(
-    user: Option<(u32, u32)>,
-    drop_bounding_set: bool,
-) -> Result<(), Failure> {
-    let prctl = |option: libc::c_int, arg: libc::c_ulong| {
-        // SAFETY: prctl with plain integer arguments.
-        if unsafe { libc::prctl(option, arg, 0, 0, 0) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    };
-    for cap in (0..=clone_exec::last_capability()).filter(|_| drop_bounding_set) {
-        match prctl(libc::PR_CAPBSET_DROP, cap.into()) {
-            Err(error) if error.raw_os_error() != Some(libc::EINVAL) => {
-                return Err(Failure::at("init: prctl(PR_CAPBSET_DROP)")(error))
-            }
-            _ => {}
-        }
-    }
-    if let Some((uid, gid)) = user {
-        let (uid, gid) = (
-            nix::unistd::Uid::from_raw(uid),
-            nix::unistd::Gid::from_raw(gid),
-        );
-        nix::unistd::setgroups(&[])
-            .map_err(|errno| Failure::at("init: setgroups")(errno.into()))?;
-        nix::unistd::setresgid(gid, gid, gid)
-            .map_err(|errno| Failure::at("init: setresgid")(errno.into()))?;
-        nix::unistd::setresuid(uid, uid, uid)
-            .map_err(|errno| Failure::at("init: setresuid")(errno.into()))?;
-    }
-    clone_exec::empty_capability_sets().map_err(Failure::at("init: capset (all sets empty)"))?;
-    prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(Failure::at("init: prctl(PR_SET_NO_NEW_PRIVS)"))
 }
 
 /// Step 6: reaps, forwards, and at the runner's exit records its status

@@ -1,6 +1,7 @@
-//! A runner parked ahead of its sandbox, from the inside: the daemon's own
-//! binary, exec'd with a hidden argv[1] by the pool's background thread
-//! (see [`super::parked_runner`]), already what its runner will be — in
+//! A runner parked ahead of its sandbox, from the inside: `sandboxd-init`
+//! (or the daemon's own binary), exec'd by descriptor with a hidden argv[1]
+//! by the pool's background thread (the daemon's
+//! `prepared::parked_runner`), already what its runner will be — in
 //! the prepared sandbox's cgroups (and view), under its uid, with the
 //! keyring, Landlock, clean start and seccomp every runner gets — and
 //! waiting, on standard input, for the one thing it lacks: what to run.
@@ -35,7 +36,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::ExitCode;
 
-/// The hidden first argument that makes `sandboxd` a parked runner.
+/// The hidden first argument that makes the binary a parked runner.
 pub const ARG: &str = "__sandbox-parked-runner";
 
 /// The largest message: program, directory, arguments and environment
@@ -103,7 +104,7 @@ pub const STEP_EXECVE: &str = "execve";
 pub const EXECUTING: &[u8] = b"executing";
 
 /// What the stub says once it is set up and waits for its launch: only
-/// then is its prepared sandbox offered (its start-up, the daemon's binary
+/// then is its prepared sandbox offered (its start-up, its binary's
 /// loading, is over and takes no CPU from a take).
 pub const PARKED: &[u8] = b"parked";
 

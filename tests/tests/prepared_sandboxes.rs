@@ -212,9 +212,10 @@ async fn a_taken_sandbox_has_the_prepared_uid_cgroups_and_limits(isolation: &str
     let uid = procs::uid_of(pid).unwrap();
     assert!(RUNNER_UIDS.contains(&uid), "uid {uid}");
     assert_eq!(daemon.ledger_uid(Scope::Session, "warm"), Some(uid));
+    // The claim is renamed once the ensure has answered.
     let base = naming::base_name(Scope::Session, "warm");
     assert!(
-        claims(&daemon).contains(&(uid, base.clone())),
+        procs::wait_until(TIMEOUT, || claims(&daemon).contains(&(uid, base.clone()))),
         "{:?}",
         claims(&daemon)
     );

@@ -70,8 +70,6 @@ pub struct Taken<'a> {
     pub view: Option<ParkedView>,
     /// Its runner, parked as its own uid (see `prepared::parked_runner`).
     pub runner: Option<ParkedRunner>,
-    /// Run while a parked runner starts (the uid claim's rename).
-    pub meanwhile: &'a dyn Fn(),
     /// Told when the view could not be joined.
     pub pool: &'a PreparedSandboxes,
 }
@@ -155,19 +153,16 @@ impl RunnerSettings {
         // Every I/O error below names the open-file limit when it is the
         // reason (EMFILE): a daemon holding thousands of runners meets it.
         let io = fd_limit::describe;
-        let nothing = || {};
-        let (prepared_placement, workspace_made, mut prepared_view, parked, meanwhile, pool) =
-            match taken {
-                Some(taken) => (
-                    Some(taken.placement),
-                    taken.workspace_made,
-                    taken.view,
-                    taken.runner,
-                    taken.meanwhile,
-                    Some(taken.pool),
-                ),
-                None => (None, false, None, None, &nothing as &dyn Fn(), None),
-            };
+        let (prepared_placement, workspace_made, mut prepared_view, parked, pool) = match taken {
+            Some(taken) => (
+                Some(taken.placement),
+                taken.workspace_made,
+                taken.view,
+                taken.runner,
+                Some(taken.pool),
+            ),
+            None => (None, false, None, None, None),
+        };
         if !workspace_made {
             self.prepare_workspace(&workspace, privileges.user)
                 .map_err(|error| {
@@ -253,7 +248,7 @@ impl RunnerSettings {
         };
         let mut output = [log, log_for_stderr];
         if let Some(runner) = parked {
-            match self.start_parked(runner, &launch, &output, &mut prepared_view, meanwhile) {
+            match self.start_parked(runner, &launch, &output, &mut prepared_view) {
                 Ok(started) => return Ok(self.watched(started, exits)),
                 Err(parked_runner::StartError::Failed { step, error }) => {
                     return Err(start_failed(step, error));
@@ -350,7 +345,6 @@ impl RunnerSettings {
         launch: &RunnerLaunch,
         output: &[OwnedFd; 2],
         view: &mut Option<ParkedView>,
-        meanwhile: &dyn Fn(),
     ) -> Result<Started, parked_runner::StartError> {
         if let (Some(settings), Some(parked_view)) = (&self.view, view.as_mut()) {
             settings
@@ -380,7 +374,7 @@ impl RunnerSettings {
             });
         }
         let pid = runner.pid();
-        let process = runner.start(launch, &stdio, meanwhile)?;
+        let process = runner.start(launch, &stdio)?;
         let holder = view.take().map(ParkedView::into_holder);
         if holder.is_some() {
             tracing::debug!(runner = pid, "a parked runner started in a prepared view");

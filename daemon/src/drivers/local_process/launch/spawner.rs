@@ -25,6 +25,7 @@
 //! collected by its own thread, so runners go to one thread or another,
 //! the least busy, rather than to one shared queue.
 
+use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -35,6 +36,51 @@ use tokio::signal::unix::{signal, SignalKind};
 use super::child_exits::ChildExits;
 
 type Job = Box<dyn FnOnce() + Send>;
+
+/// Work a job leaves for after its answer, run on the job's own thread.
+type Later = Box<dyn FnOnce()>;
+
+thread_local! {
+    /// On a spawner thread: the work its current job left for after its
+    /// caller's answer (see [`after_the_answer`]). `None` elsewhere.
+    static AFTER_THE_ANSWER: RefCell<Option<Vec<Later>>> = const { RefCell::new(None) };
+}
+
+/// Runs `work` once the current job has ended, on the same thread and
+/// before its next job; at once when not called from a job.
+///
+/// Every job answers its caller through a channel before it ends, so this
+/// is how a start leaves bookkeeping that nobody waits for (the claim of
+/// an adopted uid) out of its caller's time, while keeping it ordered: it
+/// is done before anything later on this thread, and before the daemon's
+/// stop is over ([`Spawner::settle`]).
+pub fn after_the_answer(work: impl FnOnce() + 'static) {
+    let work: Later = Box::new(work);
+    let left = AFTER_THE_ANSWER.with(|after| match after.borrow_mut().as_mut() {
+        Some(queue) => {
+            queue.push(work);
+            None
+        }
+        None => Some(work),
+    });
+    if let Some(work) = left {
+        work();
+    }
+}
+
+/// Runs `job`, then what it left for after its answer; a panic in either
+/// is caught and logged, so it cannot end the thread.
+fn run_job(job: Job) {
+    if std::panic::catch_unwind(AssertUnwindSafe(job)).is_err() {
+        tracing::error!("a runner spawn panicked");
+    }
+    let left = AFTER_THE_ANSWER.with(|after| after.borrow_mut().as_mut().map(std::mem::take));
+    for work in left.into_iter().flatten() {
+        if std::panic::catch_unwind(AssertUnwindSafe(work)).is_err() {
+            tracing::error!("the work a runner spawn left for after its answer panicked");
+        }
+    }
+}
 
 /// One spawner thread: its queue, and how many jobs wait in it.
 struct Thread {
@@ -142,10 +188,9 @@ impl Spawner {
                 let _runtime = runtime.enter();
                 ChildExits::reap_children_of_this_thread();
                 super::fd_band::claim_for_this_thread();
+                AFTER_THE_ANSWER.with(|after| *after.borrow_mut() = Some(Vec::new()));
                 while let Ok(job) = queue.recv() {
-                    if std::panic::catch_unwind(AssertUnwindSafe(job)).is_err() {
-                        tracing::error!("a runner spawn panicked");
-                    }
+                    run_job(job);
                     left.fetch_sub(1, Ordering::Relaxed);
                 }
             })?;
@@ -192,6 +237,23 @@ impl Spawner {
             .min_by_key(|thread| thread.queued.load(Ordering::Relaxed))?;
         send(thread, job).ok()?;
         result.await.ok()
+    }
+
+    /// Returns once every job queued so far on the spawner threads has
+    /// ended, with what it left for after its answer.
+    pub async fn settle(&self) {
+        let spawners = &self.threads[..self.threads.len() - OTHER_THREADS];
+        let waits: Vec<_> = spawners
+            .iter()
+            .filter_map(|thread| {
+                let (done, ended) = tokio::sync::oneshot::channel::<()>();
+                let job: Job = Box::new(move || {
+                    let _ = done.send(());
+                });
+                send(thread, job).ok().map(|()| ended)
+            })
+            .collect();
+        futures::future::join_all(waits).await;
     }
 }
 
@@ -272,6 +334,36 @@ mod tests {
             Some(7),
             "reaped by someone else"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn work_left_for_after_the_answer_runs_after_it_and_before_settle_returns() {
+        use std::sync::atomic::AtomicBool;
+        let spawner = Spawner::start().unwrap();
+        let (open, gate) = std::sync::mpsc::channel::<()>();
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        // The answer arrives while the work it left still waits at the gate.
+        let answer = spawner
+            .run(move || {
+                after_the_answer(move || {
+                    gate.recv().unwrap();
+                    flag.store(true, Ordering::SeqCst);
+                });
+                7
+            })
+            .await;
+        assert_eq!(answer, Some(7));
+        assert!(!done.load(Ordering::SeqCst));
+        open.send(()).unwrap();
+        spawner.settle().await;
+        assert!(done.load(Ordering::SeqCst));
+
+        // Off a spawner thread, at once.
+        let ran = std::rc::Rc::new(std::cell::Cell::new(false));
+        let seen = ran.clone();
+        after_the_answer(move || seen.set(true));
+        assert!(ran.get());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

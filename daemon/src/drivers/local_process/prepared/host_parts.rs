@@ -11,7 +11,8 @@
 //! name for the sandbox's life (a cgroup v2 directory cannot be renamed:
 //! see `CgroupTree::adopt`); its workspace waits in `<sandboxes>/.prepared/`
 //! (a dot-entry: no scan of the workspaces sees it, and a rename from there
-//! never crosses a file system); its uid's claim names it until the take.
+//! never crosses a file system); its uid's claim names it until the take,
+//! and the sandbox once the ensure has answered (`after_the_answer`).
 //!
 //! Nothing prepared survives the daemon: an untaken one is undone when
 //! dropped (its cgroups removed, its uid and claim given back, its

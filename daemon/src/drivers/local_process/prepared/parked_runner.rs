@@ -166,13 +166,11 @@ impl ParkedRunner {
     /// Starts `launch` (its program, arguments, environment and workspace;
     /// its user and filters are the parked runner's already) with `stdio`
     /// as descriptors 0, 1 and 2, and returns once only the runner's exec
-    /// is left (see `sandboxd_init::parked_runner`). `meanwhile` runs once the launch is
-    /// sent, while the stub works.
+    /// is left (see `sandboxd_init::parked_runner`).
     pub fn start(
         mut self,
         launch: &RunnerLaunch,
         stdio: &[OwnedFd; 3],
-        meanwhile: impl FnOnce(),
     ) -> Result<RunnerProcess, StartError> {
         let failed = |step: &str| {
             let step = step.to_string();
@@ -214,7 +212,6 @@ impl ParkedRunner {
                 for_good: false,
             }
         })?;
-        meanwhile();
         let report = read_message(self.control.as_raw_fd(), START_TIMEOUT)
             .map_err(failed("wait for the parked runner"))?;
         if report == runner_stub::EXECUTING {

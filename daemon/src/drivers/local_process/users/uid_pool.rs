@@ -430,21 +430,31 @@ impl SandboxUids {
 
     /// Gives the uid prepared under `name` to `key`'s new sandbox: the
     /// pool's record names it from here on, and the host-wide claim once
-    /// the caller calls [`SandboxUids::claim_adopted`] (done while a parked
-    /// runner starts, off the caller's time). The caller then settles it as
-    /// a new uid ([`SandboxUids::settle_new`]).
+    /// the caller calls [`SandboxUids::claim_adopted`] (after the ensure's
+    /// answer). The caller then settles it as a new uid
+    /// ([`SandboxUids::settle_new`]).
     pub fn adopt_prepared(&self, name: &str, key: &SandboxKey) -> Option<u32> {
         self.pool().rename(name, &key.base_name)
     }
 
     /// Renames the host-wide claim of `uid`, adopted from a prepared
-    /// sandbox, to `key`'s sandbox.
+    /// sandbox, to `key`'s sandbox, if the sandbox still holds it.
+    ///
+    /// Under the pool's lock, as a release is: it runs after the ensure's
+    /// answer, so the sandbox may have failed to start or been deprovisioned
+    /// in between, its uid given back and its claim removed; a rename then
+    /// would leave a claim that no uid of this daemon stands behind.
     pub fn claim_adopted(&self, uid: u32, key: &SandboxKey) {
+        let pool = self.pool();
+        if pool.uid_of(&key.base_name) != Some(uid) {
+            return;
+        }
         if let Err(error) = self.claims.rename_own(uid, &key.base_name) {
             // Still this daemon's claim, under the prepared name: the next
             // start claims it again for the sandbox (see `SandboxUids::new`).
             tracing::warn!(uid, %error, "cannot rename the claim of a prepared uid to its sandbox");
         }
+        drop(pool);
     }
 
     /// Gives back a prepared uid that no sandbox took.
@@ -783,6 +793,41 @@ mod tests {
             pool.assign("a", nothing_live, claim_all),
             Ok(Assignment::New(1000))
         );
+    }
+
+    #[test]
+    fn an_adopted_uids_claim_is_renamed_unless_the_uid_was_given_back_first() {
+        let dir = std::env::temp_dir().join(format!("sandboxd-adopted-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("state/sandboxes")).unwrap();
+        let claims = UidClaims::open(&dir.join("claims"), "blue", &dir.join("state")).unwrap();
+        let uids = SandboxUids::new(empty_pool(), claims);
+        let ledger = Ledger::open(&dir.join("state")).unwrap();
+        let claimed_by = |uid: u32| {
+            let text = std::fs::read_to_string(dir.join("claims").join(uid.to_string())).ok()?;
+            text.lines()
+                .find_map(|line| line.strip_prefix("sandbox "))
+                .map(str::to_string)
+        };
+        let kept = SandboxKey::new(sandboxd_protocol::Scope::Session, "kept");
+        let uid = uids.assign_prepared("prepared-0", 0).unwrap().unwrap();
+        assert_eq!(uids.adopt_prepared("prepared-0", &kept), Some(uid));
+        assert_eq!(claimed_by(uid).as_deref(), Some("prepared-0"));
+        uids.claim_adopted(uid, &kept);
+        assert_eq!(claimed_by(uid), Some(kept.base_name.clone()));
+
+        // A start that failed gave its uid back, claim and all, before the
+        // rename ran: the rename brings no claim back.
+        let failed = SandboxKey::new(sandboxd_protocol::Scope::Session, "failed");
+        let uid = uids.assign_prepared("prepared-1", 0).unwrap().unwrap();
+        assert_eq!(uids.adopt_prepared("prepared-1", &failed), Some(uid));
+        let never_made = dir.join("state/sandboxes").join(&failed.base_name);
+        uids.settle_new(&failed, uid, false, &never_made, &ledger);
+        assert_eq!(claimed_by(uid), None);
+        uids.claim_adopted(uid, &failed);
+        assert_eq!(claimed_by(uid), None);
+        assert_eq!(uids.uid_of(&failed), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

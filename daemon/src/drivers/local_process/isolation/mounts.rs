@@ -71,6 +71,17 @@ pub struct Cover {
     pub writable: bool,
 }
 
+/// The mount under which `path` lies in a view with `covers` (see
+/// [`ViewSettings::covers`]): the first private tmpfs, else the first
+/// hidden directory, that holds it. `None`: it is in the host's tree
+/// (read-only, where no mount point can be made).
+pub fn cover_in(covers: &[Cover], path: &Path) -> Option<Cover> {
+    covers
+        .iter()
+        .find(|cover| path.starts_with(&cover.path))
+        .cloned()
+}
+
 /// One sandbox's view, made by the daemon and applied by its init.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountPlan {
@@ -138,11 +149,12 @@ impl ViewSettings {
         plan
     }
 
-    /// The mount under which `path` lies in every view, as
-    /// [`MountPlan::prepare`] chooses it: the first private tmpfs, else the
-    /// first hidden directory, that holds it. `None`: it is in the host's
-    /// tree (read-only, where no mount point can be made).
-    pub fn cover_of(&self, path: &Path) -> Option<Cover> {
+    /// The mounts that cover a part of the host's tree in a view built
+    /// now, as [`MountPlan::prepare`] makes them: the private tmpfs
+    /// first, then the hidden directories (see [`cover_in`]). A few
+    /// `stat`s: a view prepared ahead keeps the list it was built with,
+    /// and its take looks there (see `prepared::parked::ParkedView::cover_of`).
+    pub fn covers(&self) -> Vec<Cover> {
         let mut covers: Vec<Cover> = PRIVATE_TMP
             .iter()
             .map(Path::new)
@@ -164,8 +176,6 @@ impl ViewSettings {
             }
         }
         covers
-            .into_iter()
-            .find(|cover| path.starts_with(&cover.path))
     }
 
     /// The plan of a sandbox whose workspace is `workspace` and whose
@@ -605,7 +615,7 @@ mod tests {
         // Under /tmp (as the tests' state directories are) the private
         // tmpfs covers it, writable; elsewhere the hidden state directory,
         // read-only once built.
-        let cover = settings.cover_of(&workspace);
+        let cover = cover_in(&settings.covers(), &workspace);
         if dir.starts_with("/tmp") && Path::new("/tmp").is_dir() {
             assert_eq!(
                 cover,
@@ -623,7 +633,7 @@ mod tests {
                 })
             );
         }
-        assert_eq!(settings.cover_of(Path::new("/usr/share")), None);
+        assert_eq!(cover_in(&settings.covers(), Path::new("/usr/share")), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

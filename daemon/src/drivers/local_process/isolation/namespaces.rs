@@ -131,7 +131,7 @@ impl View {
         view: &mut ParkedView,
         workspace: &Path,
     ) -> Result<(), StartError> {
-        let cover = self.settings.cover_of(workspace);
+        let cover = view.cover_of(workspace);
         view.enter(workspace, cover.as_ref())
             .map(drop)
             .map_err(|error| StartError {
@@ -186,7 +186,7 @@ impl View {
         output: [OwnedFd; 2],
         cgroup: Option<CgroupPlacement>,
     ) -> Result<Result<ViewSpawn, StartError>, ([OwnedFd; 2], Option<CgroupPlacement>)> {
-        let cover = self.settings.cover_of(&runner.cwd);
+        let cover = view.cover_of(&runner.cwd);
         // Opened here: inside the view, /proc is the view's own.
         let null = match File::open("/dev/null") {
             Ok(null) => null,

@@ -29,7 +29,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use super::super::isolation::mount_program::{MountAttr, MOUNT_ATTR_RDONLY};
-use super::super::isolation::mounts::{Cover, ViewSettings};
+use super::super::isolation::mounts::{cover_in, Cover, ViewSettings};
 use super::super::isolation::namespaces::NAMESPACES;
 use super::super::launch::child_exits::{ChildExits, RunnerProcess};
 use super::super::launch::clone_exec::{ExecPlan, Privileges};
@@ -93,6 +93,8 @@ pub struct ParkedView {
     pid: libc::pid_t,
     holder: Holder,
     program: PathBuf,
+    /// The covers it was built with (see [`ParkedView::cover_of`]).
+    covers: Vec<Cover>,
     /// Where the holder's exit is reaped; nobody waits for it.
     _exit: RunnerProcess,
 }
@@ -116,6 +118,8 @@ impl ViewMaker {
     /// pool's background thread (a spawner-like thread that lives as long as
     /// the daemon: the holder dies with it), whose children `exits` reaps.
     pub fn park(&self, exits: &ChildExits) -> Result<ParkedView, String> {
+        // Looked up as the plan is made, from the same host tree.
+        let covers = self.settings.covers();
         let mounts = self
             .settings
             .plan_prepared(&self.program)
@@ -158,6 +162,7 @@ impl ViewMaker {
                 pid: cloned.pid,
                 holder: Holder { pidfd },
                 program: self.program.clone(),
+                covers,
                 _exit: exit,
             },
             Err(error) => {
@@ -178,6 +183,12 @@ impl ParkedView {
         &self.program
     }
 
+    /// The mount that covers `path` in this view: what it was built with,
+    /// not what the host has now, and no `stat` on a take's time.
+    pub fn cover_of(&self, path: &Path) -> Option<Cover> {
+        cover_in(&self.covers, path)
+    }
+
     /// The holder's host pid.
     pub fn holder(&self) -> libc::pid_t {
         self.pid
@@ -186,7 +197,7 @@ impl ParkedView {
     /// Joins the view's namespaces on this (spawner) thread and mounts
     /// `workspace` (a directory of the daemon's) at the same path inside,
     /// under `cover` (the mount that hides its parent in the view, see
-    /// [`ViewSettings::cover_of`]). The thread is back in the daemon's own
+    /// [`ParkedView::cover_of`]). The thread is back in the daemon's own
     /// namespaces when the returned value is dropped; on an error it is
     /// back already.
     pub fn enter(

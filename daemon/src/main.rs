@@ -1,6 +1,7 @@
 //! `sandboxd`: flags → config → run. Nothing else lives here.
 
 mod access;
+mod child_output;
 mod config;
 mod connection_limits;
 mod digest;

@@ -12,9 +12,10 @@
 //! relocations) costs 1.1–1.6 ms of CPU and 256–262 page faults, where
 //! `sandboxd-init`, which links only this crate, std and libc, costs
 //! 0.6–0.9 ms and 69–73 (release builds, `perf stat -r 300`, 2-vCPU host).
-//! On a busy host that CPU is the rate at which sandboxes start. The daemon still plays every role itself
-//! ([`run_role`] in its `main`) when no trusted `sandboxd-init` of the
-//! same build stands next to it, and `status` says which binary is in use.
+//! On a busy host that CPU is the rate at which sandboxes start. The
+//! daemon still plays every role itself ([`run_role`] in its `main`) when
+//! no trusted `sandboxd-init` of the same build stands next to it, and
+//! `status` says which binary is in use.
 
 pub mod init;
 pub mod parked_runner;

@@ -7,10 +7,12 @@
 //! language is its stable interface, and the script is small enough to
 //! read (see [`super::ruleset`]). Hand-written netlink would be far more.
 
-use std::io::{Read, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::child_output::{output_within, WaitError};
 
 /// How long one nft call may take before it is killed and counted as
 /// failed: nft answers in milliseconds, so only a wedged kernel or tool
@@ -102,42 +104,18 @@ impl Nft {
         self.wait(child)
     }
 
-    /// Collects the child's output, killing it once the bound passes. Its
-    /// pipes are drained on threads of their own, so a long listing cannot
-    /// fill one and stall the child.
-    fn wait(&self, mut child: Child) -> Result<Output, String> {
-        let stdout = child.stdout.take().map(drain);
-        let stderr = child.stderr.take().map(drain);
-        let deadline = Instant::now() + self.timeout;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(5))
-                }
-                Ok(None) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!(
-                        "{} did not answer within {:?} and was killed",
-                        self.program.display(),
-                        self.timeout
-                    ));
-                }
-                Err(error) => {
-                    return Err(format!(
-                        "cannot wait for {}: {error}",
-                        self.program.display()
-                    ))
-                }
+    /// Collects the child's output, killing it once the bound passes (see
+    /// [`crate::child_output`]).
+    fn wait(&self, child: Child) -> Result<Output, String> {
+        output_within(child, self.timeout).map_err(|error| match error {
+            WaitError::TimedOut => format!(
+                "{} did not answer within {:?} and was killed",
+                self.program.display(),
+                self.timeout
+            ),
+            WaitError::Wait(error) => {
+                format!("cannot wait for {}: {error}", self.program.display())
             }
-        };
-        let collect =
-            |reader: Option<std::thread::JoinHandle<Vec<u8>>>| reader.and_then(|r| r.join().ok());
-        Ok(Output {
-            status,
-            stdout: collect(stdout).unwrap_or_default(),
-            stderr: collect(stderr).unwrap_or_default(),
         })
     }
 
@@ -158,15 +136,6 @@ impl Nft {
             output.status
         ))
     }
-}
-
-/// Reads a pipe to its end on a thread of its own.
-fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        bytes
-    })
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -14,14 +14,15 @@
 //! parked runner's messages) come from the same sources.
 
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sandboxd_protocol::IsolationFeature;
+
+use crate::child_output::{output_within, WaitError};
 
 /// Its file name, next to the daemon's.
 pub const FILE_NAME: &str = "sandboxd-init";
@@ -70,11 +71,6 @@ impl InitBinary {
     /// The open binary, close-on-exec, to `execveat`.
     pub fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
-    }
-
-    /// The same binary, opened again (a duplicated descriptor).
-    pub fn try_clone_fd(&self) -> std::io::Result<OwnedFd> {
-        self.file.try_clone()
     }
 
     /// Its path, for `argv[0]` and messages.
@@ -143,37 +139,30 @@ fn open_if_usable(path: &Path, stamp: &str) -> Result<OwnedFd, String> {
 fn run_stamp(file: &File) -> Result<String, String> {
     // The magic link of the descriptor: the file checked, whatever path it
     // has by now (close-on-exec is fine: exec opens it first).
-    let mut child = Command::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+    let child = Command::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
         .arg(sandboxd_init::STAMP_ARG)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .map_err(|error| format!("cannot be run: {error}"))?;
-    let deadline = Instant::now() + STAMP_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "did not answer {} within {STAMP_TIMEOUT:?}",
-                    sandboxd_init::STAMP_ARG
-                ));
-            }
-            Err(error) => return Err(format!("cannot be waited for: {error}")),
-        }
-    };
-    let mut said = String::new();
-    if let Some(mut stdout) = child.stdout.take() {
-        let _ = stdout.read_to_string(&mut said);
+    let output = output_within(child, STAMP_TIMEOUT).map_err(|error| match error {
+        WaitError::TimedOut => format!(
+            "did not answer {} within {STAMP_TIMEOUT:?}",
+            sandboxd_init::STAMP_ARG
+        ),
+        WaitError::Wait(error) => format!("cannot be waited for: {error}"),
+    })?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            sandboxd_init::STAMP_ARG,
+            output.status
+        ));
     }
-    if !status.success() {
-        return Err(format!("{} failed: {status}", sandboxd_init::STAMP_ARG));
-    }
-    Ok(said.trim_end().to_string())
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .trim_end()
+        .to_string())
 }
 
 #[cfg(test)]

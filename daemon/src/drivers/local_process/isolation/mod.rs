@@ -78,7 +78,7 @@ pub fn features(facts: &Facts<'_>) -> Vec<IsolationFeature> {
 pub async fn set_up_view(
     config: &Config,
     exits_dir: &Path,
-    init_binary: &InitBinary,
+    init_binary: &Arc<InitBinary>,
 ) -> (Option<Arc<View>>, Option<String>) {
     if config.isolation != IsolationMode::Full {
         return (None, None);
@@ -96,20 +96,14 @@ pub async fn set_up_view(
         &config.state_dir,
         &config.socket,
     );
-    match init_binary.try_clone_fd() {
-        Ok(exe) => (
-            Some(Arc::new(View::new(settings, exits_dir.to_path_buf(), exe))),
-            None,
-        ),
-        Err(error) => {
-            let problem = format!(
-                "cannot duplicate the descriptor of {} to start each sandbox's init: {error}",
-                init_binary.path().display()
-            );
-            tracing::warn!(%problem, "sandboxes see the host's file system, processes and IPC");
-            (None, Some(problem))
-        }
-    }
+    (
+        Some(Arc::new(View::new(
+            settings,
+            exits_dir.to_path_buf(),
+            init_binary.clone(),
+        ))),
+        None,
+    )
 }
 
 /// `mount-namespace`, `pid-namespace`, `ipc-namespace`.

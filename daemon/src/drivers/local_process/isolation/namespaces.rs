@@ -12,7 +12,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,6 +22,7 @@ use super::super::launch::clone_exec::{
 };
 use super::super::launch::runner_plan::RunnerLaunch;
 use super::super::prepared::parked::{Holder, Lifeline, ParkedView, ViewMaker};
+use super::init_binary::InitBinary;
 use super::kernel_filters::KernelFilters;
 use super::mounts::ViewSettings;
 use sandboxd_init::init::{ARG, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
@@ -64,10 +65,9 @@ pub fn probe() -> Result<(), String> {
 #[derive(Debug)]
 pub struct View {
     pub settings: ViewSettings,
-    /// The binary every init runs (see `init_binary`), opened at start:
-    /// every init is what the daemon checked then, whatever is on disk by
-    /// now.
-    exe: OwnedFd,
+    /// The binary every init runs, opened and checked at the daemon's
+    /// start (see `init_binary`), whatever is on disk by now.
+    exe: Arc<InitBinary>,
     /// Where each sandbox's init writes its runner's wait status.
     exits_dir: PathBuf,
 }
@@ -102,9 +102,8 @@ impl StartError {
 }
 
 impl View {
-    /// A view whose sandboxes' init is `exe` (see `init_binary`);
-    /// `exits_dir` must exist.
-    pub fn new(settings: ViewSettings, exits_dir: PathBuf, exe: OwnedFd) -> View {
+    /// A view whose sandboxes' init is `exe`; `exits_dir` must exist.
+    pub fn new(settings: ViewSettings, exits_dir: PathBuf, exe: Arc<InitBinary>) -> View {
         View {
             settings,
             exe,
@@ -117,7 +116,7 @@ impl View {
     pub fn view_maker(&self, program: PathBuf, drop_bounding_set: bool) -> io::Result<ViewMaker> {
         Ok(ViewMaker {
             settings: self.settings.clone(),
-            exe: self.exe.try_clone()?,
+            exe: self.exe.clone(),
             program,
             drop_bounding_set,
             lifeline: Lifeline::new()?,
@@ -309,7 +308,7 @@ impl View {
             Privileges::default(),
         )
         .map_err(invalid)?
-        .into_sandbox_init(self.exe.as_raw_fd(), NAMESPACES, mounts, runner_plan);
+        .into_sandbox_init(self.exe.fd(), NAMESPACES, mounts, runner_plan);
         let init = match cgroup {
             Some(placement) => init.in_cgroup(placement),
             None => init,

@@ -27,7 +27,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use super::super::isolation::init_binary::InitBinary;
 use super::super::isolation::mount_program::{MountAttr, MOUNT_ATTR_RDONLY};
 use super::super::isolation::mounts::{cover_in, Cover, ViewSettings};
 use super::super::isolation::namespaces::NAMESPACES;
@@ -41,8 +43,8 @@ use sandboxd_init::view_holder;
 pub struct ViewMaker {
     pub settings: ViewSettings,
     /// `sandboxd-init` (or the daemon's own binary), exec'd as each
-    /// holder (see `isolation::init_binary`).
-    pub exe: OwnedFd,
+    /// holder.
+    pub exe: Arc<InitBinary>,
     /// The runner program bound into every view.
     pub program: PathBuf,
     /// Whether holders empty their bounding set (the daemon has CAP_SETPCAP).
@@ -151,7 +153,7 @@ impl ViewMaker {
             ],
             Privileges::default(),
         )?
-        .into_prepared_view(self.exe.as_raw_fd(), NAMESPACES, mounts);
+        .into_prepared_view(self.exe.fd(), NAMESPACES, mounts);
         let cloned = plan.spawn().map_err(|error| error.to_string())?;
         // The plan holds the ready pipe's write end: without it, the holder
         // is the only writer, so its death reads as end-of-file.

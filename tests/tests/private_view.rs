@@ -82,6 +82,9 @@ async fn two_sandboxes_share_no_tmp_shm_ipc_processes_or_files() {
              touch /usr/sandboxd-probe 2>/dev/null; echo usr=$?\n\
              touch /etc/sandboxd-probe 2>&1 | grep -c 'Read-only file system' | sed 's/^/etc=/'\n\
              touch $WORKSPACE_ROOT_DIR/mine /tmp/mine /var/tmp/mine /dev/shm/mine && echo writable=ok\n\
+             touch /tmp/tmp-only; echo apart=$(ls -A /var/tmp /dev/shm | grep -c tmp-only)\n\
+             touch /root/probe 2>&1 | grep -c 'Read-only file system' | sed 's/^/root_ro=/'\n\
+             echo devices=$(stat -c %d /tmp /var/tmp /dev/shm | sort -u | wc -l)\n\
              echo sh=$(sh -c 'echo $((6*7))')\n\
              if [ -x /usr/bin/python3 ]; then echo python=$(/usr/bin/python3 -c 'print(6*7)'); \
              else echo python=42; fi\n",
@@ -143,6 +146,8 @@ async fn two_sandboxes_share_no_tmp_shm_ipc_processes_or_files() {
     assert_ne!(seen["usr"], "0", "B wrote into /usr");
     assert_eq!(seen["etc"], "1", "/etc is not read-only");
     assert_eq!(seen["writable"], "ok");
+    assert_eq!(seen["apart"], "0", "/tmp shows in /var/tmp or /dev/shm");
+    assert_eq!(seen["root_ro"], "1", "the hidden /root is not read-only");
     assert_eq!((seen["sh"].as_str(), seen["python"].as_str()), ("42", "42"));
     // From the host: the pids reported are the runners', pid 2 of their
     // views, under their inits (started cold) or the daemon's own children
@@ -187,6 +192,20 @@ async fn two_sandboxes_share_no_tmp_shm_ipc_processes_or_files() {
             .unwrap_or_else(|| panic!("no {name} in {:?}", status.isolation));
         assert!(feature.in_force, "{feature:?}");
     }
+    // One tmpfs for the private directories where the daemon says so (a
+    // directory of it on each), else one each.
+    let mount = status
+        .isolation
+        .iter()
+        .find(|feature| feature.name == "mount-namespace")
+        .unwrap();
+    let file_systems = if mount.detail.contains("one tmpfs of") {
+        "1"
+    } else {
+        assert!(mount.detail.contains("a tmpfs of"), "{mount:?}");
+        "3"
+    };
+    assert_eq!(seen["devices"], file_systems, "{mount:?}");
     let info = client.describe(Scope::Session, "b").await.unwrap();
     assert_eq!(info.pid, Some(b));
     // `status` alone adds the pool's live counts.

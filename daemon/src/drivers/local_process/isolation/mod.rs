@@ -138,11 +138,17 @@ fn namespace_features(
         .map(|path| path.display().to_string())
         .collect();
     let mib = view.settings.tmp_size() >> 20;
+    let tmpfs = match mounts::TmpfsLayout::here() {
+        mounts::TmpfsLayout::Shared => format!("one tmpfs of {mib} MiB for the three"),
+        mounts::TmpfsLayout::PerPath => {
+            format!("a tmpfs of {mib} MiB each: this daemon cannot make a detached one")
+        }
+    };
     [
         IsolationFeature::in_force(
             "mount-namespace",
             format!(
-                "system read-only; private /tmp, /var/tmp, /dev/shm ({mib} MiB each, charged to the sandbox's memory); hidden: {}; own workspace writable",
+                "system read-only; private /tmp, /var/tmp, /dev/shm ({tmpfs}, charged to the sandbox's memory); hidden: {}; own workspace writable",
                 hidden.join(", ")
             ),
         ),

@@ -31,6 +31,14 @@ pub struct MountAttr {
 }
 
 pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const OPEN_TREE_CLONE: libc::c_uint = 1;
+pub const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const FSOPEN_CLOEXEC: libc::c_uint = 0x1;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const FSMOUNT_CLOEXEC: libc::c_uint = 0x1;
 
 /// Room for `/proc/self/fd/<n>` and its NUL.
 const FD_PATH_CAPACITY: usize = 32;
@@ -72,6 +80,22 @@ pub enum Call {
         target: CString,
         flags: libc::c_ulong,
     },
+    /// The sandbox's one private tmpfs, made detached (`fsopen`,
+    /// `fsconfig`, `fsmount`: Linux 5.2), `nosuid,nodev`, with `size`
+    /// (the option's value); its root is kept open for the next calls.
+    MakeTmpfs { size: CString },
+    /// A directory `name` with `mode` made at the private tmpfs's root,
+    /// and a copy of it (`open_tree`) attached at `target` (`move_mount`).
+    /// With `missing_is_fine`, a `target` gone skips the attach.
+    AttachTmpfsDir {
+        name: CString,
+        mode: libc::mode_t,
+        target: CString,
+        missing_is_fine: bool,
+    },
+    /// Closes the private tmpfs's root: only its attached directories are
+    /// left of it, in the view.
+    CloseTmpfs,
 }
 
 /// One step: its call, and how the daemon names it in an error.
@@ -91,6 +115,9 @@ pub struct MountProgram {
     fd_paths: Vec<UnsafeCell<[u8; FD_PATH_CAPACITY]>>,
     failed_step: AtomicUsize,
     failed_errno: AtomicI32,
+    /// The private tmpfs's root while the child builds the view (see
+    /// [`Call::MakeTmpfs`]), else -1.
+    tmpfs: AtomicI32,
 }
 
 // SAFETY: `fd_paths` is written only by the clone child, while the thread
@@ -110,6 +137,7 @@ impl MountProgram {
             fd_paths: (0..sources).map(|_| UnsafeCell::new(prefix)).collect(),
             failed_step: AtomicUsize::new(NO_FAILURE),
             failed_errno: AtomicI32::new(0),
+            tmpfs: AtomicI32::new(-1),
         }
     }
 
@@ -256,8 +284,102 @@ impl MountProgram {
                 }
                 0
             }
+            Call::MakeTmpfs { size } => match make_tmpfs(size) {
+                Ok(root) => {
+                    self.tmpfs.store(root, Ordering::Relaxed);
+                    0
+                }
+                Err(error) => error,
+            },
+            Call::AttachTmpfsDir {
+                name,
+                mode,
+                target,
+                missing_is_fine,
+            } => {
+                let root = self.tmpfs.load(Ordering::Relaxed);
+                match attach_tmpfs_dir(root, name, *mode, target) {
+                    Err(libc::ENOENT) if *missing_is_fine => 0,
+                    Err(error) => error,
+                    Ok(()) => 0,
+                }
+            }
+            Call::CloseTmpfs => {
+                libc::close(self.tmpfs.swap(-1, Ordering::Relaxed));
+                0
+            }
         }
     }
+}
+
+/// A new tmpfs of `size`, detached, `nosuid,nodev`: the descriptor of its
+/// root mount, or the errno. Async-signal-safe.
+///
+/// # Safety
+/// System calls only, on C strings that outlive them.
+unsafe fn make_tmpfs(size: &std::ffi::CStr) -> Result<libc::c_int, i32> {
+    let context = libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) as libc::c_int;
+    if context < 0 {
+        return Err(errno());
+    }
+    let config = |command: libc::c_uint, key: *const libc::c_char, value: *const libc::c_char| {
+        libc::syscall(libc::SYS_fsconfig, context, command, key, value, 0)
+    };
+    let null = std::ptr::null();
+    // Named `tmpfs` in mountinfo, as `mount -t tmpfs tmpfs` would be.
+    let root = if config(FSCONFIG_SET_STRING, c"source".as_ptr(), c"tmpfs".as_ptr()) < 0
+        || config(FSCONFIG_SET_STRING, c"size".as_ptr(), size.as_ptr()) < 0
+        || config(FSCONFIG_CMD_CREATE, null, null) < 0
+    {
+        -1
+    } else {
+        let attributes = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        libc::syscall(libc::SYS_fsmount, context, FSMOUNT_CLOEXEC, attributes) as libc::c_int
+    };
+    let error = errno();
+    libc::close(context);
+    if root < 0 {
+        return Err(error);
+    }
+    Ok(root)
+}
+
+/// `name` made (with exactly `mode`, whatever the umask) at the root of
+/// the tmpfs whose root mount is `root`, and attached at `target`.
+/// Async-signal-safe.
+///
+/// # Safety
+/// System calls only, on C strings that outlive them.
+unsafe fn attach_tmpfs_dir(
+    root: libc::c_int,
+    name: &CString,
+    mode: libc::mode_t,
+    target: &CString,
+) -> Result<(), i32> {
+    if libc::mkdirat(root, name.as_ptr(), mode) < 0
+        || libc::fchmodat(root, name.as_ptr(), mode, 0) < 0
+    {
+        return Err(errno());
+    }
+    let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+    let tree = libc::syscall(libc::SYS_open_tree, root, name.as_ptr(), flags) as libc::c_int;
+    if tree < 0 {
+        return Err(errno());
+    }
+    let moved = libc::syscall(
+        libc::SYS_move_mount,
+        tree,
+        c"".as_ptr(),
+        libc::AT_FDCWD,
+        target.as_ptr(),
+        MOVE_MOUNT_F_EMPTY_PATH,
+    );
+    let error = errno();
+    libc::close(tree);
+    if moved < 0 {
+        return Err(error);
+    }
+    Ok(())
 }
 
 /// Appends `fd`'s decimal digits and a NUL to the `/proc/self/fd/` prefix.
@@ -292,6 +414,29 @@ fn errno() -> i32 {
     io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
+}
+
+/// Whether this daemon can make a detached tmpfs (`fsopen(2)` and
+/// `fsmount(2)`, Linux 5.2, allowed by any seccomp filter it runs under):
+/// tried once for real. Without it each private directory of a view is a
+/// tmpfs of its own (see `mounts::MountPlan::prepare`).
+pub fn can_make_detached_tmpfs() -> bool {
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| {
+        // SAFETY: a C string of the size asked; the descriptor returned is
+        // closed here.
+        match unsafe { make_tmpfs(c"1m") } {
+            Ok(root) => {
+                // SAFETY: the descriptor just made, owned here.
+                unsafe { libc::close(root) };
+                true
+            }
+            Err(error) => {
+                tracing::info!(error = %io::Error::from_raw_os_error(error), "cannot make a detached tmpfs (fsopen, fsmount): each private directory of a view is a tmpfs of its own");
+                false
+            }
+        }
+    })
 }
 
 /// Whether this kernel has `mount_setattr(2)` (Linux 5.12): asked once
@@ -350,6 +495,19 @@ mod tests {
             "make a mount point at /nonexistent-parent-of-sandboxd-test/child"
         );
         assert_eq!(error.raw_os_error(), Some(libc::ENOENT));
+    }
+
+    #[test]
+    fn a_root_daemon_on_linux_5_2_or_later_makes_a_detached_tmpfs() {
+        let release = nix::sys::utsname::uname().unwrap();
+        let release = release.release().to_string_lossy().into_owned();
+        let mut numbers = release
+            .split(['.', '-'])
+            .map(|part| part.parse::<u32>().unwrap_or(0));
+        let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+        if nix::unistd::geteuid().is_root() && version >= (5, 2) {
+            assert!(can_make_detached_tmpfs(), "Linux {release}, as root");
+        }
     }
 
     #[test]

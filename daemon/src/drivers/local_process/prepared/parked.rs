@@ -30,8 +30,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::super::isolation::init_binary::InitBinary;
-use super::super::isolation::mount_program::{MountAttr, MOUNT_ATTR_RDONLY};
-use super::super::isolation::mounts::{cover_in, Cover, ViewSettings};
+use super::super::isolation::mount_program::{
+    MountAttr, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, MOVE_MOUNT_F_EMPTY_PATH,
+    OPEN_TREE_CLONE,
+};
+use super::super::isolation::mounts::{cover_in, Cover, ViewSettings, READ_ONLY_COVER};
 use super::super::isolation::namespaces::NAMESPACES;
 use super::super::launch::child_exits::{ChildExits, RunnerProcess};
 use super::super::launch::clone_exec::{ExecPlan, Privileges};
@@ -393,11 +396,6 @@ pub(super) fn dev_null() -> Result<OwnedFd, String> {
         .map_err(|error| format!("open /dev/null: {error}"))
 }
 
-const OPEN_TREE_CLONE: libc::c_uint = 1;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
-
 fn c_path(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
@@ -467,22 +465,23 @@ fn move_into(tree: &OwnedFd, target: &Path) -> io::Result<()> {
 
 /// The directories from `cover` down to `workspace`, made inside the
 /// view's cover (writable for the moment when it is a read-only hiding
-/// tmpfs, as the cold view makes its mount points before the remount).
+/// mount, as the cold view makes its mount points before the remount).
 fn make_mount_point(cover: &Cover, workspace: &Path) -> Result<(), TakeError> {
     let remount = |read_only: bool| -> Result<(), TakeError> {
         let target = c_path(&cover.path).map_err(TakeError::at("remount of the cover"))?;
-        let mut flags = libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-        if read_only {
-            flags |= libc::MS_RDONLY;
-        }
-        // SAFETY: mount(2) with C strings that live across the call.
+        // The mount, not its file system (see `mounts::READ_ONLY_COVER`).
+        let flags = match read_only {
+            true => READ_ONLY_COVER,
+            false => READ_ONLY_COVER & !libc::MS_RDONLY,
+        };
+        // SAFETY: mount(2) with a C string that lives across the call.
         let result = unsafe {
             libc::mount(
                 std::ptr::null(),
                 target.as_ptr(),
                 std::ptr::null(),
                 flags,
-                c"mode=0755".as_ptr().cast(),
+                std::ptr::null(),
             )
         };
         if result < 0 {

@@ -861,6 +861,121 @@ mod tests {
         }
     }
 
+    /// What a child that built the view finds, as its exit code: 0 when
+    /// all is as `layout` says, else the number of the first check that
+    /// failed. Allocates nothing (it runs in a fork of a threaded test).
+    ///
+    /// # Safety
+    /// Only in a forked child, in its own mount namespace.
+    unsafe fn check_view(layout: TmpfsLayout, in_workspace: &CString) -> i32 {
+        let device = |path: &std::ffi::CStr| {
+            let mut stat: libc::stat = std::mem::zeroed();
+            match libc::stat(path.as_ptr(), &mut stat) {
+                0 => Some(stat.st_dev),
+                _ => None,
+            }
+        };
+        let (tmp, var_tmp, shm) = (device(c"/tmp"), device(c"/var/tmp"), device(c"/dev/shm"));
+        let (Some(tmp), Some(var_tmp), Some(shm)) = (tmp, var_tmp, shm) else {
+            return 1;
+        };
+        let shared = tmp == var_tmp && var_tmp == shm;
+        let apart = tmp != var_tmp && var_tmp != shm && tmp != shm;
+        match layout {
+            TmpfsLayout::Shared if !shared => return 2,
+            TmpfsLayout::PerPath if !apart => return 3,
+            _ => {}
+        }
+        let mut fs: libc::statfs = std::mem::zeroed();
+        if libc::statfs(c"/tmp".as_ptr(), &mut fs) != 0 || fs.f_type != libc::TMPFS_MAGIC {
+            return 4;
+        }
+        let create = |path: *const libc::c_char| {
+            let fd = libc::open(
+                path,
+                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o600,
+            );
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            fd >= 0
+        };
+        if !create(c"/tmp/probe".as_ptr()) || !create(c"/dev/shm/probe".as_ptr()) {
+            return 5;
+        }
+        // Apart even when shared: a directory each.
+        if libc::access(c"/var/tmp/probe".as_ptr(), libc::F_OK) == 0 {
+            return 6;
+        }
+        if libc::mkdir(c"/root/probe".as_ptr(), 0o700) == 0
+            || std::io::Error::last_os_error().raw_os_error() != Some(libc::EROFS)
+        {
+            return 7;
+        }
+        if !create(in_workspace.as_ptr()) {
+            return 8;
+        }
+        0
+    }
+
+    #[test]
+    fn both_layouts_build_a_view_that_a_process_finds_as_planned() {
+        if !nix::unistd::geteuid().is_root() || !Path::new("/root").is_dir() {
+            return;
+        }
+        let dir = crate::test_dir::TestDir::new("view-built");
+        let workspace = dir.0.join("state").join("sandboxes").join("sbx-a");
+        std::fs::create_dir_all(&workspace).unwrap();
+        let settings = ViewSettings::new(
+            &ViewConfig::default(),
+            64 << 20,
+            &dir.0.join("state"),
+            &dir.0,
+        );
+        let in_workspace = c_path(&workspace.join("mine")).unwrap();
+        let mut layouts = vec![TmpfsLayout::PerPath];
+        if TmpfsLayout::here() == TmpfsLayout::Shared {
+            layouts.push(TmpfsLayout::Shared);
+        }
+        for layout in layouts {
+            let program = settings
+                .plan(&workspace, Path::new("/bin/sh"))
+                .prepare_with(layout)
+                .unwrap();
+            // SAFETY: the child makes system calls only (the program and
+            // the checks allocate nothing) and leaves by _exit.
+            let child = unsafe { libc::fork() };
+            assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+            if child == 0 {
+                // SAFETY: this is the forked child, in a mount namespace
+                // of its own before the program runs.
+                unsafe {
+                    if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                        libc::_exit(100);
+                    }
+                    if !program.run() {
+                        libc::_exit(101);
+                    }
+                    libc::_exit(check_view(layout, &in_workspace));
+                }
+            }
+            let mut status = 0;
+            // SAFETY: waits for the child just forked.
+            assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+            assert!(
+                libc::WIFEXITED(status),
+                "{layout:?}: the child ended with {status:#x}"
+            );
+            assert_eq!(libc::WEXITSTATUS(status), 0, "{layout:?}: check failed");
+            assert!(
+                workspace.join("mine").exists(),
+                "{layout:?}: not the workspace"
+            );
+            std::fs::remove_file(workspace.join("mine")).unwrap();
+        }
+    }
+
     #[test]
     fn mount_points_are_unescaped() {
         let mountinfo = "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\

@@ -73,7 +73,9 @@
 //! a pool of 64 and with none, the idle cost of a pool of 64, the peer
 //! row; see `bench/prepared.rs`);
 //! `--only-docker` runs only the docker row; `--scale-count N` holds N
-//! sandboxes in row (s) instead of 10,000.
+//! sandboxes in row (s) instead of 10,000, and `--scale-isolation
+//! uid-cgroup` runs row (s)'s daemon without the private view (to tell the
+//! daemon's share of its stop from the view's).
 //! The kubernetes row runs against
 //! the in-process stand-in API server (figures meaningless) unless
 //! `SANDBOXD_TEST_KUBECONFIG` names a real cluster; `--no-kubernetes`
@@ -259,6 +261,8 @@ struct Options {
     lifecycle_count: Option<usize>,
     /// The lifecycle rows' daemons' `isolation` (default `full`).
     lifecycle_isolation: String,
+    /// Row (s)'s daemon's `isolation` (default `full`).
+    scale_isolation: String,
     /// Skip the kubernetes row.
     no_kubernetes: bool,
     /// Run the kubernetes row and nothing else.
@@ -267,6 +271,15 @@ struct Options {
     compare: Option<std::path::PathBuf>,
     /// Only a stream of one kind of call, for a system-call count.
     only_calls: Option<(calls::Kind, usize)>,
+}
+
+/// The value of `flag`, an `isolation` setting.
+fn isolation_arg(flag: &str, value: Option<String>) -> Result<String, String> {
+    match value {
+        Some(value) if value == "full" || value == "uid-cgroup" => Ok(value),
+        Some(value) => Err(format!("{flag} '{value}': full or uid-cgroup")),
+        None => Err(format!("{flag} needs full or uid-cgroup")),
+    }
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -294,6 +307,7 @@ fn parse_args() -> Result<Options, String> {
         scale_count: None,
         lifecycle_count: None,
         lifecycle_isolation: "full".to_string(),
+        scale_isolation: "full".to_string(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -313,16 +327,9 @@ fn parse_args() -> Result<Options, String> {
             "--only-docker" => options.only_docker = true,
             "--only-prepared" => options.only_prepared = true,
             "--lifecycle-isolation" => {
-                let value = args
-                    .next()
-                    .ok_or("--lifecycle-isolation needs full or uid-cgroup")?;
-                if value != "full" && value != "uid-cgroup" {
-                    return Err(format!(
-                        "--lifecycle-isolation '{value}': full or uid-cgroup"
-                    ));
-                }
-                options.lifecycle_isolation = value;
+                options.lifecycle_isolation = isolation_arg(&arg, args.next())?
             }
+            "--scale-isolation" => options.scale_isolation = isolation_arg(&arg, args.next())?,
             "--lifecycle-count" => {
                 let value = args.next().ok_or("--lifecycle-count needs a count")?;
                 options.lifecycle_count =
@@ -376,7 +383,7 @@ fn parse_args() -> Result<Options, String> {
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
-                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-metrics] [--only-lifecycle] [--lifecycle-count N] [--lifecycle-isolation full|uid-cgroup] [--only-calls probe|ensure N] [--scale-only] [--only-node] [--only-spawns] [--only-prepared] [--only-docker] [--scale-count N] [--no-kubernetes] [--only-kubernetes]\n\n\
+                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-metrics] [--only-lifecycle] [--lifecycle-count N] [--lifecycle-isolation full|uid-cgroup] [--only-calls probe|ensure N] [--scale-only] [--only-node] [--only-spawns] [--only-prepared] [--only-docker] [--scale-count N] [--scale-isolation full|uid-cgroup] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -690,7 +697,14 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     }
     if options.scale_only {
         step(started, &format!("(s) {} running sandboxes", counts.scale));
-        let (rows, info) = scale::measure(dir.path(), &binaries, &spawner, counts.scale).await?;
+        let (rows, info) = scale::measure(
+            dir.path(),
+            &binaries,
+            &spawner,
+            counts.scale,
+            &options.scale_isolation,
+        )
+        .await?;
         print!("{}", report::table(&rows));
         println!("\ninfo: {info}");
         let line = json!({
@@ -999,8 +1013,14 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     let view_figures =
         isolation::measure(dir.path(), &binaries, counts.view_new, counts.view_raw).await?;
     step(started, &format!("(s) {} running sandboxes", counts.scale));
-    let (scale_rows, scale_info) =
-        scale::measure(dir.path(), &binaries, &spawner, counts.scale).await?;
+    let (scale_rows, scale_info) = scale::measure(
+        dir.path(),
+        &binaries,
+        &spawner,
+        counts.scale,
+        &options.scale_isolation,
+    )
+    .await?;
 
     // The docker row, when an engine and the test image are here.
     let docker_check = if options.no_docker {

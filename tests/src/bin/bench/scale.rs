@@ -76,8 +76,10 @@ pub async fn measure(
     binaries: &Binaries,
     spawner: &RawSpawner,
     count: usize,
+    isolation: &str,
 ) -> anyhow::Result<(Vec<Row>, String)> {
-    let mut daemon = Daemon::start_with(dir, "scale-", binaries, "driver = \"local-process\"\n")?;
+    let config = format!("driver = \"local-process\"\nisolation = \"{isolation}\"\n");
+    let mut daemon = Daemon::start_with(dir, "scale-", binaries, &config)?;
     let client = connect(&daemon.socket).await?;
     let hot = "scale-hot";
     client
@@ -121,7 +123,10 @@ pub async fn measure(
     // share the machine.
     let raw_stop = tokio::task::block_in_place(|| raw::stop_contained(spawner, count))?;
 
-    let what = |figure: &str| format!("{figure} with {count} running");
+    let what = |figure: &str| match isolation {
+        "full" => format!("{figure} with {count} running"),
+        other => format!("{figure} with {count} running, {other}"),
+    };
     let rows = vec![
         Row {
             row: "s",

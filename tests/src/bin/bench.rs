@@ -511,6 +511,10 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     if let Some(count) = options.scale_count {
         counts.scale = count;
     }
+    let scale_asked = scale::Asked {
+        count: counts.scale,
+        isolation: &options.scale_isolation,
+    };
     if options.only_kubernetes {
         return run_kubernetes_only(options, counts).await;
     }
@@ -697,14 +701,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     }
     if options.scale_only {
         step(started, &format!("(s) {} running sandboxes", counts.scale));
-        let (rows, info) = scale::measure(
-            dir.path(),
-            &binaries,
-            &spawner,
-            counts.scale,
-            &options.scale_isolation,
-        )
-        .await?;
+        let (rows, info) = scale::measure(dir.path(), &binaries, &spawner, &scale_asked).await?;
         print!("{}", report::table(&rows));
         println!("\ninfo: {info}");
         let line = json!({
@@ -1013,14 +1010,8 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     let view_figures =
         isolation::measure(dir.path(), &binaries, counts.view_new, counts.view_raw).await?;
     step(started, &format!("(s) {} running sandboxes", counts.scale));
-    let (scale_rows, scale_info) = scale::measure(
-        dir.path(),
-        &binaries,
-        &spawner,
-        counts.scale,
-        &options.scale_isolation,
-    )
-    .await?;
+    let (scale_rows, scale_info) =
+        scale::measure(dir.path(), &binaries, &spawner, &scale_asked).await?;
 
     // The docker row, when an engine and the test image are here.
     let docker_check = if options.no_docker {

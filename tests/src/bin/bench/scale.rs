@@ -70,14 +70,20 @@ async fn descriptors(
     Ok((per_runner, limit))
 }
 
+/// What the row holds: how many sandboxes, under which `isolation`.
+pub struct Asked<'a> {
+    pub count: usize,
+    pub isolation: &'a str,
+}
+
 /// The rows, and one line of context for the report.
 pub async fn measure(
     dir: &Path,
     binaries: &Binaries,
     spawner: &RawSpawner,
-    count: usize,
-    isolation: &str,
+    asked: &Asked<'_>,
 ) -> anyhow::Result<(Vec<Row>, String)> {
+    let Asked { count, isolation } = *asked;
     let config = format!("driver = \"local-process\"\nisolation = \"{isolation}\"\n");
     let mut daemon = Daemon::start_with(dir, "scale-", binaries, &config)?;
     let client = connect(&daemon.socket).await?;

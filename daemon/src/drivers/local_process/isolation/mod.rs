@@ -138,7 +138,7 @@ fn namespace_features(
         .map(|path| path.display().to_string())
         .collect();
     let mib = view.settings.tmp_size() >> 20;
-    let tmpfs = match mounts::TmpfsLayout::here() {
+    let tmpfs = match view.settings.tmpfs_layout() {
         mounts::TmpfsLayout::Shared => format!("one tmpfs of {mib} MiB for the three"),
         mounts::TmpfsLayout::PerPath => {
             format!("a tmpfs of {mib} MiB each: this daemon cannot make a detached one")

@@ -418,25 +418,22 @@ fn errno() -> i32 {
 
 /// Whether this daemon can make a detached tmpfs (`fsopen(2)` and
 /// `fsmount(2)`, Linux 5.2, allowed by any seccomp filter it runs under):
-/// tried once for real. Without it each private directory of a view is a
-/// tmpfs of its own (see `mounts::MountPlan::prepare`).
+/// tried for real (at the daemon's start, see `mounts::TmpfsLayout`).
+/// Without it each private directory of a view is a tmpfs of its own.
 pub fn can_make_detached_tmpfs() -> bool {
-    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *CAN.get_or_init(|| {
-        // SAFETY: a C string of the size asked; the descriptor returned is
-        // closed here.
-        match unsafe { make_tmpfs(c"1m") } {
-            Ok(root) => {
-                // SAFETY: the descriptor just made, owned here.
-                unsafe { libc::close(root) };
-                true
-            }
-            Err(error) => {
-                tracing::info!(error = %io::Error::from_raw_os_error(error), "cannot make a detached tmpfs (fsopen, fsmount): each private directory of a view is a tmpfs of its own");
-                false
-            }
+    // SAFETY: a C string of the size asked; the descriptor returned is
+    // closed here.
+    match unsafe { make_tmpfs(c"1m") } {
+        Ok(root) => {
+            // SAFETY: the descriptor just made, owned here.
+            unsafe { libc::close(root) };
+            true
         }
-    })
+        Err(error) => {
+            tracing::info!(error = %io::Error::from_raw_os_error(error), "cannot make a detached tmpfs (fsopen, fsmount): each private directory of a view is a tmpfs of its own");
+            false
+        }
+    }
 }
 
 /// Whether this kernel has `mount_setattr(2)` (Linux 5.12): asked once

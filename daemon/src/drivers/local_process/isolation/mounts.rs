@@ -78,8 +78,9 @@ pub enum TmpfsLayout {
 }
 
 impl TmpfsLayout {
-    /// The layout this daemon can make (asked once).
-    pub fn here() -> TmpfsLayout {
+    /// The layout this daemon can make: tried for real (see
+    /// `mount_program::can_make_detached_tmpfs`).
+    pub fn detect() -> TmpfsLayout {
         if super::mount_program::can_make_detached_tmpfs() {
             TmpfsLayout::Shared
         } else {
@@ -95,6 +96,9 @@ pub struct ViewSettings {
     read_only: Vec<PathBuf>,
     read_write: Vec<PathBuf>,
     tmp_size: u64,
+    /// Decided once, when the daemon starts: every view and `status`
+    /// follow it.
+    tmpfs: TmpfsLayout,
 }
 
 /// One path bound back into the view.
@@ -128,6 +132,7 @@ pub fn cover_in(covers: &[Cover], path: &Path) -> Option<Cover> {
 pub struct MountPlan {
     /// Bytes the private tmpfs may hold (each, in the per-path layout).
     pub tmp_size: u64,
+    pub tmpfs: TmpfsLayout,
     /// Covered by an empty read-only tmpfs (a directory) or `/dev/null`.
     pub hidden: Vec<PathBuf>,
     /// Bound back, in order, after the hiding.
@@ -169,6 +174,7 @@ impl ViewSettings {
             read_only: view.read_only.clone(),
             read_write: view.read_write.clone(),
             tmp_size: view.tmp_size(memory_limit),
+            tmpfs: TmpfsLayout::detect(),
         }
     }
 
@@ -179,6 +185,10 @@ impl ViewSettings {
 
     pub fn tmp_size(&self) -> u64 {
         self.tmp_size
+    }
+
+    pub fn tmpfs_layout(&self) -> TmpfsLayout {
+        self.tmpfs
     }
 
     /// The plan of a view prepared before its sandbox is known (see
@@ -240,6 +250,7 @@ impl ViewSettings {
         });
         MountPlan {
             tmp_size: self.tmp_size,
+            tmpfs: self.tmpfs,
             hidden: self.hidden.clone(),
             binds,
         }
@@ -253,12 +264,7 @@ impl MountPlan {
     /// sandbox's PID namespace last. Looks at the host's file system for
     /// what exists (the child's namespace starts as its copy).
     pub fn prepare(&self) -> Result<MountProgram, MountError> {
-        self.prepare_with(TmpfsLayout::here())
-    }
-
-    /// [`prepare`](Self::prepare) with the private directories' tmpfs
-    /// laid out as `layout` says.
-    pub fn prepare_with(&self, layout: TmpfsLayout) -> Result<MountProgram, MountError> {
+        let layout = self.tmpfs;
         let mut steps = Steps::default();
         let root = Path::new("/");
         steps.mount(
@@ -770,10 +776,8 @@ mod tests {
         let socket = dir.join("run").join("sandboxd.sock");
         let settings = ViewSettings::new(&ViewConfig::default(), 64 << 20, &state, &socket);
         for layout in [TmpfsLayout::Shared, TmpfsLayout::PerPath] {
-            let program = settings
-                .plan(&workspace, Path::new("/bin/sh"))
-                .prepare_with(layout)
-                .unwrap();
+            let plan = settings.plan(&workspace, Path::new("/bin/sh"));
+            let program = prepared_as(plan, layout);
             let words = step_words(&program);
             let position = |wanted: &str| {
                 words
@@ -794,6 +798,13 @@ mod tests {
             assert!(position("hide /root") < position("make read-only /root"));
             assert_eq!(words.last().unwrap(), "mount /proc");
         }
+    }
+
+    /// `plan` prepared with its tmpfs laid out as `layout`, whatever this
+    /// daemon would make.
+    fn prepared_as(mut plan: MountPlan, layout: TmpfsLayout) -> MountProgram {
+        plan.tmpfs = layout;
+        plan.prepare().unwrap()
     }
 
     fn step_words(program: &MountProgram) -> Vec<String> {
@@ -823,8 +834,8 @@ mod tests {
             Call::Mount { fstype, .. } => fstype.as_deref() == Some(c"tmpfs"),
             _ => false,
         };
-        let shared = plan.prepare_with(TmpfsLayout::Shared).unwrap();
-        let per_path = plan.prepare_with(TmpfsLayout::PerPath).unwrap();
+        let shared = prepared_as(plan.clone(), TmpfsLayout::Shared);
+        let per_path = prepared_as(plan, TmpfsLayout::PerPath);
         // /root exists on every host the tests run on, /tmp too.
         assert_eq!(count(&shared, new_tmpfs), 1, "{:#?}", step_words(&shared));
         assert!(
@@ -935,14 +946,11 @@ mod tests {
         );
         let in_workspace = c_path(&workspace.join("mine")).unwrap();
         let mut layouts = vec![TmpfsLayout::PerPath];
-        if TmpfsLayout::here() == TmpfsLayout::Shared {
+        if settings.tmpfs_layout() == TmpfsLayout::Shared {
             layouts.push(TmpfsLayout::Shared);
         }
         for layout in layouts {
-            let program = settings
-                .plan(&workspace, Path::new("/bin/sh"))
-                .prepare_with(layout)
-                .unwrap();
+            let program = prepared_as(settings.plan(&workspace, Path::new("/bin/sh")), layout);
             // SAFETY: the child makes system calls only (the program and
             // the checks allocate nothing) and leaves by _exit.
             let child = unsafe { libc::fork() };

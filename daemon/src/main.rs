@@ -1,6 +1,7 @@
 //! `sandboxd`: flags → config → run. Nothing else lives here.
 
 mod access;
+mod census;
 mod child_output;
 mod config;
 mod connection_limits;

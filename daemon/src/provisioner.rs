@@ -141,6 +141,14 @@ pub trait Driver: Send + Sync + 'static {
     /// Every sandbox the driver owns, optionally of one scope, in any order.
     async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError>;
 
+    /// How many sandboxes the driver owns, by scope and state, as `list`
+    /// would show them. The default counts the list; a driver that can
+    /// count without building every sandbox's facts should (see
+    /// [`crate::census`]).
+    async fn census(&self) -> Result<crate::census::Census, SandboxError> {
+        Ok(crate::census::Census::of(&self.list(None).await?))
+    }
+
     /// The socket serves: start, in the background, the start-up work
     /// that must never delay serving (the sweep of other daemons'
     /// leftovers, issue 17 item 6). Must return at once. The default has

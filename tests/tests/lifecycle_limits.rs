@@ -223,6 +223,21 @@ async fn a_paused_runner_uses_no_cpu_keeps_its_memory_and_workspace() {
     let again = client.pause(Scope::Session, "busy-paused").await.unwrap();
     assert!(!again.changed, "idempotent: {again:?}");
     assert_eq!(probe(&daemon, "busy-paused").await, ProbeState::Stopped);
+    // `status` counts from the driver's table (not its list): the paused
+    // runner is stopped there too, as `list` says.
+    let counts = client.status().await.unwrap().counts;
+    assert_eq!(
+        (counts.session, counts.running, counts.stopped),
+        (2, 1, 1),
+        "{counts:?}"
+    );
+    let listed = client.list(None).await.unwrap();
+    let stopped: Vec<_> = listed
+        .iter()
+        .filter(|sandbox| sandbox.state == ProbeState::Stopped)
+        .map(|sandbox| sandbox.id.as_str())
+        .collect();
+    assert_eq!(stopped, ["busy-paused"], "{listed:?}");
     assert_eq!(
         open_freezer_files(&daemon),
         1,

@@ -22,6 +22,7 @@ pub mod serve;
 use std::time::Duration;
 
 use crate::access::Call;
+use crate::census::Census;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -29,7 +30,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 use sandboxd_protocol::{
-    DeprovisionReport, EnsureReport, Event, EventKind, ExitReason, SandboxError, SandboxInfo,
+    DeprovisionReport, EnsureReport, Event, EventKind, ExitReason, SandboxError,
 };
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -241,19 +242,19 @@ impl Metrics {
         self.missed_events.inc_by(count);
     }
 
-    /// The exposition text, with the sandbox gauge set from `sandboxes`
-    /// (`None`: the driver could not list them; the gauge is left out
+    /// The exposition text, with the sandbox gauge set from `census`
+    /// (`None`: the driver could not count them; the gauge is left out
     /// rather than shown as zero).
-    pub fn encode(&self, sandboxes: Option<&[SandboxInfo]>) -> String {
+    pub fn encode(&self, census: Option<&Census>) -> String {
         self.sandboxes.clear();
-        for sandbox in sandboxes.unwrap_or_default() {
+        for (scope, state, count) in census.into_iter().flat_map(Census::present) {
             self.sandboxes
                 .get_or_create(&SandboxLabels {
                     tier: self.tier,
-                    scope: sandbox.scope.as_str(),
-                    state: sandbox.state.as_str(),
+                    scope: scope.as_str(),
+                    state: state.as_str(),
                 })
-                .inc();
+                .set(count as i64);
         }
         let mut text = String::new();
         // Writing into a String cannot fail.
@@ -355,11 +356,9 @@ mod tests {
             exit: None,
             ..exited(ExitReason::Idle)
         });
-        let sandboxes = [SandboxInfo {
-            state: ProbeState::Running,
-            ..SandboxInfo::absent(Scope::Session, "s", 1, None)
-        }];
-        let text = metrics.encode(Some(&sandboxes));
+        let mut census = Census::default();
+        census.add(Scope::Session, ProbeState::Running);
+        let text = metrics.encode(Some(&census));
         for line in [
             "sandboxd_call_duration_seconds_count{method=\"ensure\"} 1",
             "sandboxd_ensures_total{method=\"ensure\",outcome=\"created\"} 1",

@@ -107,16 +107,16 @@ async fn answer(
             "only GET /metrics\n".to_string(),
         );
     }
-    let listed = match driver.list(None).await {
-        Ok(sandboxes) => Some(sandboxes),
+    let census = match driver.census().await {
+        Ok(census) => Some(census),
         Err(error) => {
-            tracing::debug!(%error, "metrics: cannot list the sandboxes");
+            tracing::debug!(%error, "metrics: cannot count the sandboxes");
             None
         }
     };
     reply(
         StatusCode::OK,
         CONTENT_TYPE,
-        metrics.encode(listed.as_deref()),
+        metrics.encode(census.as_ref()),
     )
 }

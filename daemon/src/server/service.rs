@@ -229,24 +229,6 @@ fn no_such_sandbox(key: &SandboxKey, generation: u64) -> String {
     )
 }
 
-/// Sandbox counts by scope and by state.
-fn count(sandboxes: &[SandboxInfo]) -> SandboxCounts {
-    let mut counts = SandboxCounts::default();
-    for sandbox in sandboxes {
-        match sandbox.scope {
-            Scope::Session => counts.session += 1,
-            Scope::Workflow => counts.workflow += 1,
-            Scope::Connect => counts.connect += 1,
-        }
-        match sandbox.state {
-            ProbeState::Running => counts.running += 1,
-            ProbeState::Stopped => counts.stopped += 1,
-            ProbeState::Absent => {}
-        }
-    }
-    counts
-}
-
 impl Sandboxd for ConnectionService {
     async fn protocol_version(self, _: Context) -> u32 {
         // Open to every peer (see `access`), so a client of any version can
@@ -395,8 +377,8 @@ impl Sandboxd for ConnectionService {
         let mut health = self.driver().health_verdict().await;
         // The daemon's own facts are worth having exactly when the runtime
         // is down: a failed count is reported in the health line instead.
-        let counts = match self.driver().list(None).await {
-            Ok(sandboxes) => count(&sandboxes),
+        let counts = match self.driver().census().await {
+            Ok(census) => census.counts(),
             Err(error) => {
                 driver_health.push_str(&format!("; cannot count sandboxes: {error}"));
                 health.add(
@@ -930,33 +912,6 @@ mod tests {
         assert!(
             matches!(denied, Err(SandboxError::PermissionDenied(_))),
             "{denied:?}"
-        );
-    }
-
-    fn info(scope: Scope, state: ProbeState) -> SandboxInfo {
-        SandboxInfo {
-            state,
-            ..SandboxInfo::absent(scope, "x", 1, None)
-        }
-    }
-
-    #[test]
-    fn counts_by_scope_and_state() {
-        let counts = count(&[
-            info(Scope::Session, ProbeState::Running),
-            info(Scope::Session, ProbeState::Stopped),
-            info(Scope::Workflow, ProbeState::Running),
-            info(Scope::Connect, ProbeState::Absent),
-        ]);
-        assert_eq!(
-            counts,
-            SandboxCounts {
-                session: 2,
-                workflow: 1,
-                connect: 1,
-                running: 2,
-                stopped: 1
-            }
         );
     }
 

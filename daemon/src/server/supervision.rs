@@ -17,9 +17,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandboxd_protocol::{ProbeState, SandboxInfo};
+use sandboxd_protocol::ProbeState;
 
 use super::service::DaemonState;
+use crate::census::Census;
 use crate::systemd::Notifier;
 
 /// How often `STATUS=` is refreshed.
@@ -84,8 +85,8 @@ async fn refresh_status(notifier: &Notifier, daemon: &DaemonState) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let line = match daemon.driver.list(None).await {
-            Ok(sandboxes) => status_line(daemon.driver.name(), &sandboxes),
+        let line = match daemon.driver.census().await {
+            Ok(census) => status_line(daemon.driver.name(), &census),
             Err(error) => format!(
                 "driver {}; cannot count sandboxes: {error}",
                 daemon.driver.name()
@@ -111,21 +112,20 @@ async fn ping_watchdog(notifier: &Notifier, interval: Option<Duration>) {
 }
 
 /// `driver local-process; 3 sandboxes (2 running, 0 stopped)`.
-fn status_line(driver: &str, sandboxes: &[SandboxInfo]) -> String {
-    let count = |state| sandboxes.iter().filter(|info| info.state == state).count();
+fn status_line(driver: &str, census: &Census) -> String {
+    let total = census.total();
     format!(
-        "driver {driver}; {} sandbox{} ({} running, {} stopped)",
-        sandboxes.len(),
-        if sandboxes.len() == 1 { "" } else { "es" },
-        count(ProbeState::Running),
-        count(ProbeState::Stopped)
+        "driver {driver}; {total} sandbox{} ({} running, {} stopped)",
+        if total == 1 { "" } else { "es" },
+        census.in_state(ProbeState::Running),
+        census.in_state(ProbeState::Stopped)
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandboxd_protocol::Scope;
+    use sandboxd_protocol::{SandboxInfo, Scope};
 
     fn info(state: ProbeState) -> SandboxInfo {
         SandboxInfo {
@@ -139,12 +139,12 @@ mod tests {
         assert_eq!(
             status_line(
                 "docker",
-                &[info(ProbeState::Running), info(ProbeState::Stopped)]
+                &Census::of(&[info(ProbeState::Running), info(ProbeState::Stopped)])
             ),
             "driver docker; 2 sandboxes (1 running, 1 stopped)"
         );
         assert_eq!(
-            status_line("local-process", &[info(ProbeState::Running)]),
+            status_line("local-process", &Census::of(&[info(ProbeState::Running)])),
             "driver local-process; 1 sandbox (1 running, 0 stopped)"
         );
     }

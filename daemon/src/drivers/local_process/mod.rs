@@ -86,6 +86,18 @@ struct Record {
     running: Option<Running>,
 }
 
+impl Record {
+    /// Its state as `probe`, `list` and `status` report it: a paused
+    /// runner is stopped, and a record without one is absent.
+    fn state(&self) -> ProbeState {
+        match &self.running {
+            Some(running) if running.life.is_paused() => ProbeState::Stopped,
+            Some(_) => ProbeState::Running,
+            None => ProbeState::Absent,
+        }
+    }
+}
+
 struct Running {
     /// The runner's host pid, as reported.
     pid: u32,
@@ -794,11 +806,7 @@ impl Inner {
             name: key.base_name.clone(),
             scope: key.scope,
             id: key.id.clone(),
-            state: match running {
-                Some(running) if running.life.is_paused() => ProbeState::Stopped,
-                Some(_) => ProbeState::Running,
-                None => ProbeState::Absent,
-            },
+            state: record.state(),
             pid: running.map(|running| running.pid),
             container_id: None,
             image: None,
@@ -1219,6 +1227,15 @@ impl Driver for LocalProcessDriver {
             .filter(|(key, _)| scope.is_none_or(|scope| key.scope == scope))
             .map(|(key, record)| self.inner.info(key, Some(record)))
             .collect())
+    }
+
+    /// Counted from the table, building nothing.
+    async fn census(&self) -> Result<crate::census::Census, SandboxError> {
+        let mut census = crate::census::Census::default();
+        for (key, record) in self.inner.records().iter() {
+            census.add(key.scope, record.state());
+        }
+        Ok(census)
     }
 
     async fn logs(

@@ -56,7 +56,7 @@
 //! `--compare PATH` measures row (c) once more,
 //! in turn with another `sandboxd` (the build before a change) and with
 //! this one with fewer limits, so the ratio of the two binaries is taken
-//! in the same run (see `bench/compare.rs`). `--only-calls probe|ensure N`
+//! in the same run (see `bench/compare.rs`). `--only-calls probe|ensure|new|warm N`
 //! makes only N calls of one kind, for a system-call tracer attached to
 //! the daemon (see `bench/calls.rs`).
 //! A full run ends with (s), a daemon of its
@@ -370,9 +370,9 @@ fn parse_args() -> Result<Options, String> {
             "--only-calls" => {
                 let kind = args
                     .next()
-                    .ok_or("--only-calls needs probe|ensure and a count")?;
+                    .ok_or("--only-calls needs probe|ensure|new|warm and a count")?;
                 let kind = calls::Kind::parse(&kind)
-                    .ok_or_else(|| format!("--only-calls '{kind}': probe or ensure"))?;
+                    .ok_or_else(|| format!("--only-calls '{kind}': probe, ensure, new or warm"))?;
                 let value = args.next().ok_or("--only-calls needs a count")?;
                 let count =
                     value.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
@@ -383,7 +383,7 @@ fn parse_args() -> Result<Options, String> {
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
-                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-metrics] [--only-lifecycle] [--lifecycle-count N] [--lifecycle-isolation full|uid-cgroup] [--only-calls probe|ensure N] [--scale-only] [--only-node] [--only-spawns] [--only-prepared] [--only-docker] [--scale-count N] [--scale-isolation full|uid-cgroup] [--no-kubernetes] [--only-kubernetes]\n\n\
+                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-metrics] [--only-lifecycle] [--lifecycle-count N] [--lifecycle-isolation full|uid-cgroup] [--only-calls probe|ensure|new|warm N] [--scale-only] [--only-node] [--only-spawns] [--only-prepared] [--only-docker] [--scale-count N] [--scale-isolation full|uid-cgroup] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );

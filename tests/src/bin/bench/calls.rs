@@ -1,7 +1,11 @@
-//! `--only-calls probe|ensure N`: a daemon, one running sandbox, and N
-//! calls of one kind on one connection — nothing else — so a tracer
-//! attached to the daemon counts the system calls one call costs (issue 9:
-//! "probe and the ensure fast path gain no syscall").
+//! `--only-calls probe|ensure|new|warm N`: a daemon (`isolation = "full"`),
+//! one running sandbox, and N calls of one kind on one connection — nothing
+//! else — so a tracer attached to the daemon counts the system calls one
+//! call costs (issue 9: "probe and the ensure fast path gain no syscall").
+//! `new` is N sandboxes started cold (no pool), `warm` N taken from a pool
+//! of [`WARM_POOL`] that is full again (untimed) before each; each is
+//! deprovisioned before the next: the starts and deprovisions that a tracer
+//! such as `perf sched` or `perf trace` takes apart.
 //!
 //! ```text
 //! bench --only-calls probe 10000 &      # prints "daemon pid P", waits 3 s
@@ -36,20 +40,41 @@ const DETACH_WAIT: Duration = Duration::from_secs(2);
 pub enum Kind {
     Probe,
     Ensure,
+    /// A new sandbox, started cold and deprovisioned.
+    New,
+    /// A new sandbox taken from a full pool, and deprovisioned.
+    Warm,
 }
+
+/// The session pool `warm` keeps.
+const WARM_POOL: u32 = 2;
 
 impl Kind {
     pub fn parse(text: &str) -> Option<Kind> {
         match text {
             "probe" => Some(Kind::Probe),
             "ensure" => Some(Kind::Ensure),
+            "new" => Some(Kind::New),
+            "warm" => Some(Kind::Warm),
             _ => None,
         }
     }
 }
 
 pub async fn run(dir: &Path, binaries: &Binaries, kind: Kind, count: usize) -> anyhow::Result<()> {
-    let mut daemon = Daemon::start(dir, binaries)?;
+    let mut daemon = Daemon::start_with_tables(
+        dir,
+        "",
+        binaries,
+        "driver = \"local-process\"\nisolation = \"full\"\n",
+        &format!(
+            "[pool]\nsession = {}\nworkflow = 0\nconnect = 0\n",
+            match kind {
+                Kind::Warm => WARM_POOL,
+                _ => 0,
+            }
+        ),
+    )?;
     let stub = sandboxd_tests::tarpc_client(&daemon.socket).await;
     let hot = "bench-hot".to_string();
     let env = sandbox_env(&hot);
@@ -78,13 +103,30 @@ pub async fn run(dir: &Path, binaries: &Binaries, kind: Kind, count: usize) -> a
     std::io::stdout().flush()?;
     tokio::time::sleep(ATTACH_WAIT).await;
     let start = Instant::now();
-    for _ in 0..count {
+    for call in 0..count {
         match kind {
             Kind::Probe => probe().await?,
             Kind::Ensure => {
                 if ensure().await?.created {
                     bail!("a fast-path ensure created a sandbox");
                 }
+            }
+            Kind::New | Kind::Warm => {
+                if let Kind::Warm = kind {
+                    pool_full(&stub).await?;
+                }
+                let id = format!("bench-new-{call}");
+                let env = sandbox_env(&id);
+                let report = stub
+                    .ensure(context(), Scope::Session, id.clone(), env)
+                    .await?
+                    .map_err(|error| anyhow::anyhow!("ensure {id}: {error}"))?;
+                if !report.created {
+                    bail!("the new sandbox {id} already existed");
+                }
+                stub.deprovision(context(), Scope::Session, id.clone(), false)
+                    .await?
+                    .map_err(|error| anyhow::anyhow!("deprovision {id}: {error}"))?;
             }
         }
     }
@@ -103,6 +145,29 @@ pub async fn run(dir: &Path, binaries: &Binaries, kind: Kind, count: usize) -> a
         .map_err(|error| anyhow::anyhow!("deprovision: {error}"))?;
     drop(stub);
     daemon.stop()
+}
+
+/// Waits until the session pool holds [`WARM_POOL`] again.
+async fn pool_full(stub: &sandboxd_protocol::SandboxdClient) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = stub
+            .status(context())
+            .await?
+            .map_err(|error| anyhow::anyhow!("status: {error}"))?;
+        let ready = status
+            .pools
+            .iter()
+            .find(|pool| pool.scope == Scope::Session)
+            .map_or(0, |pool| pool.ready);
+        if ready >= WARM_POOL {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the session pool never held {WARM_POOL}");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 fn context() -> tarpc::context::Context {

@@ -215,6 +215,14 @@ async fn two_sandboxes_share_no_tmp_shm_ipc_processes_or_files() {
         .filter(|feature| feature.name != "prepared-views")
         .collect();
     assert_eq!(info.isolation, status_features);
+    // `list` leaves them out, as the protocol says: they are the same for
+    // every sandbox, and `describe` gives them.
+    let listed = client.list(None).await.unwrap();
+    assert!(listed.iter().any(|sandbox| sandbox.id == "b"), "{listed:?}");
+    assert!(
+        listed.iter().all(|sandbox| sandbox.isolation.is_empty()),
+        "{listed:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

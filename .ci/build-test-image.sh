@@ -31,6 +31,12 @@ if ! docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
     exit 1
 fi
 
+# One build at a time: tests that need the image start in parallel, and two
+# builds of one tag would each tag an image, the first left dangling. The
+# lock is this script's own file, so nothing is left behind for it.
+exec 9<"${BASH_SOURCE[0]}"
+flock 9
+
 sum="$(sha256sum "$fixture" | cut -d' ' -f1)"
 old_id="$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)"
 have="$(docker image inspect --format "{{ index .Config.Labels \"$label\" }}" "$image" 2>/dev/null || true)"

@@ -797,12 +797,21 @@ impl Inner {
         })
     }
 
-    /// `key`'s facts. `with_isolation`: its isolation features too, as
-    /// `describe` gives them; `list` leaves them out, as the protocol says
-    /// (the same for every sandbox of a daemon, and the largest part of a
-    /// sandbox's facts: a list of 10,000 that cloned them held about 30 MB
-    /// while it was built and sent).
-    fn info(&self, key: &SandboxKey, record: Option<&Record>, with_isolation: bool) -> SandboxInfo {
+    /// What kept `record`'s runner apart, as it was started; for a stopped
+    /// one, what its next runner will get.
+    fn isolation_of(&self, record: &Record) -> Vec<sandboxd_protocol::IsolationFeature> {
+        match &record.running {
+            Some(running) => running.isolation.to_vec(),
+            None => self.isolation.to_vec(),
+        }
+    }
+
+    /// `key`'s facts as `list` gives them: without its isolation features,
+    /// as the protocol says (the same for every sandbox of a daemon, and
+    /// the largest part of a sandbox's facts: a list of 10,000 that cloned
+    /// them held about 30 MB while it was built and sent). `describe` adds
+    /// them ([`Inner::isolation_of`]).
+    fn info(&self, key: &SandboxKey, record: Option<&Record>) -> SandboxInfo {
         let Some(record) = record else {
             return SandboxInfo::absent(key.scope, &key.id, 0, None);
         };
@@ -823,13 +832,7 @@ impl Inner {
             caller_class: record.caller_class.clone(),
             egress: None,
             cluster: None,
-            // What its runner was started with; for a stopped one, what its
-            // next runner will get.
-            isolation: match (with_isolation, running) {
-                (false, _) => Vec::new(),
-                (true, Some(running)) => running.isolation.to_vec(),
-                (true, None) => self.isolation.to_vec(),
-            },
+            isolation: Vec::new(),
             uid: record.uid.clone(),
             usage: None,
             paused_since_unix_ms: running.and_then(|running| running.life.paused_since_unix_ms()),
@@ -1212,7 +1215,12 @@ impl Driver for LocalProcessDriver {
 
     async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError> {
         let records = self.inner.records();
-        Ok(self.inner.info(key, records.get(key), true))
+        let record = records.get(key);
+        let mut info = self.inner.info(key, record);
+        if let Some(record) = record {
+            info.isolation = self.inner.isolation_of(record);
+        }
+        Ok(info)
     }
 
     async fn usage(
@@ -1231,7 +1239,7 @@ impl Driver for LocalProcessDriver {
         Ok(records
             .iter()
             .filter(|(key, _)| scope.is_none_or(|scope| key.scope == scope))
-            .map(|(key, record)| self.inner.info(key, Some(record), false))
+            .map(|(key, record)| self.inner.info(key, Some(record)))
             .collect())
     }
 

@@ -1,8 +1,8 @@
-//! `--only-calls probe|ensure|new|warm N`: a daemon (`isolation = "full"`),
-//! one running sandbox, and N calls of one kind on one connection — nothing
-//! else — so a tracer attached to the daemon counts the system calls one
-//! call costs (issue 9: "probe and the ensure fast path gain no syscall").
-//! `new` is N sandboxes started cold (no pool), `warm` N taken from a pool
+//! `--only-calls probe|ensure|new|warm N`: a daemon, one running sandbox,
+//! and N calls of one kind on one connection — nothing else — so a tracer
+//! attached to the daemon counts the system calls one call costs (issue 9:
+//! "probe and the ensure fast path gain no syscall"). `new` is N sandboxes
+//! started cold (`isolation = "full"`, no pool), `warm` N taken from a pool
 //! of [`WARM_POOL`] that is full again (untimed) before each; each is
 //! deprovisioned before the next: the starts and deprovisions that a tracer
 //! such as `perf sched` or `perf trace` takes apart.
@@ -19,7 +19,9 @@
 //!
 //! The calls go through the bare tarpc stub, which works with a daemon of
 //! an older protocol version too (`--daemon`), so two binaries can be
-//! compared; the client library refuses one.
+//! compared; the client library refuses one. `probe` and `ensure` give
+//! such a daemon the default config, which it understands; `new` and
+//! `warm` set keys (`isolation`, `[pool]`) that only this one knows.
 
 use std::io::Write;
 use std::path::Path;
@@ -28,7 +30,8 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use sandboxd_client::{ProbeState, Scope};
 
-use crate::rows::sandbox_env;
+use crate::prepared::wait_for_pool;
+use crate::rows::{connect, sandbox_env};
 use crate::setup::{Binaries, Daemon};
 
 /// How long to wait for a tracer to attach.
@@ -62,20 +65,27 @@ impl Kind {
 }
 
 pub async fn run(dir: &Path, binaries: &Binaries, kind: Kind, count: usize) -> anyhow::Result<()> {
-    let mut daemon = Daemon::start_with_tables(
-        dir,
-        "",
-        binaries,
-        "driver = \"local-process\"\nisolation = \"full\"\n",
-        &format!(
-            "[pool]\nsession = {}\nworkflow = 0\nconnect = 0\n",
-            match kind {
-                Kind::Warm => WARM_POOL,
-                _ => 0,
-            }
-        ),
-    )?;
+    let pool = match kind {
+        Kind::Probe | Kind::Ensure => None,
+        Kind::New => Some(0),
+        Kind::Warm => Some(WARM_POOL),
+    };
+    let mut daemon = match pool {
+        None => Daemon::start(dir, binaries)?,
+        Some(pool) => Daemon::start_with_tables(
+            dir,
+            "",
+            binaries,
+            "driver = \"local-process\"\nisolation = \"full\"\n",
+            &format!("[pool]\nsession = {pool}\nworkflow = 0\nconnect = 0\n"),
+        )?,
+    };
     let stub = sandboxd_tests::tarpc_client(&daemon.socket).await;
+    // The pool's state, read through the client library (this daemon's).
+    let client = match kind {
+        Kind::Warm => Some(connect(&daemon.socket).await?),
+        _ => None,
+    };
     let hot = "bench-hot".to_string();
     let env = sandbox_env(&hot);
     let ensure = || async {
@@ -112,8 +122,8 @@ pub async fn run(dir: &Path, binaries: &Binaries, kind: Kind, count: usize) -> a
                 }
             }
             Kind::New | Kind::Warm => {
-                if let Kind::Warm = kind {
-                    pool_full(&stub).await?;
+                if let Some(client) = &client {
+                    wait_for_pool(client, WARM_POOL).await?;
                 }
                 let id = format!("bench-new-{call}");
                 let env = sandbox_env(&id);
@@ -143,31 +153,8 @@ pub async fn run(dir: &Path, binaries: &Binaries, kind: Kind, count: usize) -> a
     stub.deprovision(context(), Scope::Session, hot.clone(), false)
         .await?
         .map_err(|error| anyhow::anyhow!("deprovision: {error}"))?;
-    drop(stub);
+    drop((stub, client));
     daemon.stop()
-}
-
-/// Waits until the session pool holds [`WARM_POOL`] again.
-async fn pool_full(stub: &sandboxd_protocol::SandboxdClient) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = stub
-            .status(context())
-            .await?
-            .map_err(|error| anyhow::anyhow!("status: {error}"))?;
-        let ready = status
-            .pools
-            .iter()
-            .find(|pool| pool.scope == Scope::Session)
-            .map_or(0, |pool| pool.ready);
-        if ready >= WARM_POOL {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("the session pool never held {WARM_POOL}");
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
 }
 
 fn context() -> tarpc::context::Context {

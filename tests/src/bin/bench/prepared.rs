@@ -85,7 +85,7 @@ fn config(isolation: &str, pool: u32, park_runners: bool) -> (String, String) {
 }
 
 /// Waits (untimed) until the daemon's session pool holds `ready`.
-async fn wait_for_pool(client: &SandboxdClient, ready: u32) -> anyhow::Result<(u64, u64)> {
+pub async fn wait_for_pool(client: &SandboxdClient, ready: u32) -> anyhow::Result<(u64, u64)> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let status = client.status().await?;

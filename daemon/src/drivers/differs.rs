@@ -39,7 +39,13 @@ pub fn differing_fields(requested: &SandboxEnv, running: &RunsWith<'_>) -> Vec<S
 /// tiers label or annotate their objects with, and what a running
 /// sandbox's token is compared by — never the token itself.
 pub fn token_digest(token: &Token) -> String {
-    crate::digest::sha256_hex(token.expose().as_bytes(), 32)
+    crate::digest::hex(&token_sha256(token))
+}
+
+/// The same digest as its 32 bytes, as the process tier keeps it for each
+/// of its thousands of sandboxes.
+pub fn token_sha256(token: &Token) -> [u8; 32] {
+    crate::digest::sha256(token.expose().as_bytes())
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@
 //! few atomics when nobody follows. Readers copy what they need out under
 //! the same lock and wait outside it.
 
+mod kept;
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -16,6 +18,7 @@ use tokio::sync::Notify;
 
 use crate::provisioner::SandboxKey;
 use crate::unix_time::now_unix_ms;
+use kept::Kept;
 
 /// The daemon's events: the latest `capacity`, and the callers waiting for more.
 pub struct EventHub {
@@ -27,7 +30,9 @@ pub struct EventHub {
 }
 
 struct Ring {
-    events: VecDeque<Event>,
+    /// Never more than `capacity`: made that size, the oldest dropped
+    /// before the newest goes in, so it is never reallocated.
+    events: VecDeque<Kept>,
     capacity: usize,
     /// The sequence number the next event gets (the first is 1).
     next_seq: u64,
@@ -76,31 +81,31 @@ impl EventHub {
         generation: u64,
         exit: Option<ExitInfo>,
     ) {
-        let mut event = Event {
-            cursor: self.cursor(0),
-            at_unix_ms: now_unix_ms(),
+        let mut event = Kept::new(
+            0,
+            now_unix_ms(),
             kind,
-            scope: key.scope,
-            id: key.id.clone(),
-            name: key.base_name.clone(),
-            uid: uid.to_string(),
+            key.scope,
+            &key.id,
+            &key.base_name,
+            uid,
             generation,
             exit,
-        };
+        );
         let dropped = {
             let mut ring = self.ring();
-            event.cursor.seq = ring.next_seq;
+            event.seq = ring.next_seq;
             ring.next_seq += 1;
-            ring.events.push_back(event);
-            if ring.events.len() > ring.capacity {
-                let dropped = ring.events.pop_front();
-                if let Some(dropped) = &dropped {
-                    ring.dropped_through = dropped.cursor.seq;
-                }
-                dropped
+            let dropped = if ring.events.len() >= ring.capacity {
+                ring.events.pop_front()
             } else {
                 None
+            };
+            if let Some(dropped) = &dropped {
+                ring.dropped_through = dropped.seq;
             }
+            ring.events.push_back(event);
+            dropped
         };
         // Freed outside the lock.
         drop(dropped);
@@ -138,7 +143,13 @@ impl EventHub {
         };
         // Sequence numbers are dense: the one after `after` sits at this index.
         let skip = (after - ring.dropped_through) as usize;
-        let events: Vec<Event> = ring.events.iter().skip(skip).take(max).cloned().collect();
+        let events: Vec<Event> = ring
+            .events
+            .iter()
+            .skip(skip)
+            .take(max)
+            .map(|kept| kept.to_event(&self.boot_id))
+            .collect();
         let next_seq = events.last().map_or(after, |event| event.cursor.seq);
         drop(ring);
         EventsReply::Events {
@@ -195,10 +206,13 @@ mod tests {
     #[test]
     fn cursors_continue_and_old_or_foreign_ones_expire() {
         let hub = EventHub::new(16);
+        let made_for = hub.ring().events.capacity();
         let key = SandboxKey::new(Scope::Session, "s");
         for generation in 1..=20 {
             hub.emit(EventKind::Started, &key, "u", generation, None);
         }
+        // Full, it drops before it pushes: never grown past its size.
+        assert_eq!(hub.ring().events.capacity(), made_for);
         // The ring keeps the latest 16: 5..=20.
         let (seqs, next) = events(hub.read(None, 4));
         assert_eq!(seqs, [5, 6, 7, 8]);

@@ -53,7 +53,7 @@ use sandboxd_protocol::{
 use tokio::sync::oneshot;
 
 use crate::config::Config;
-use crate::drivers::differs::{differing_fields, token_digest, RunsWith};
+use crate::drivers::differs::{differing_fields, token_sha256, RunsWith};
 use crate::drivers::key_lock::KeyLocks;
 use crate::egress::{self, Egress};
 use crate::events::EventHub;
@@ -73,7 +73,7 @@ struct Record {
     caller_class: String,
     /// SHA-256 of the runner's token, to tell a caller that asks for another
     /// one that it did not take (see [`crate::drivers::differs`]).
-    token_sha256: String,
+    token_sha256: [u8; 32],
     /// How many runners this sandbox has had.
     generation: u64,
     /// The incarnation's uid (kept in the workspace catalog, so it
@@ -126,7 +126,10 @@ pub struct LocalProcessDriver {
 struct Inner {
     settings: RunnerSettings,
     stop_grace: Duration,
-    records: Mutex<HashMap<SandboxKey, Record>>,
+    /// Boxed: the table is sized for thousands, with a slot per sandbox
+    /// and room to grow, and a slot is a key and a pointer this way (64
+    /// bytes, not 400).
+    records: Mutex<HashMap<SandboxKey, Box<Record>>>,
     key_locks: KeyLocks<SandboxKey>,
     ledger: Ledger,
     /// Where deprovisioned workspaces go to be deleted in the background.
@@ -144,6 +147,8 @@ struct Inner {
     catalog: workspaces::Catalog,
     /// `workspace_ttl`: unused workspaces are removed after it.
     workspace_ttl: Option<Duration>,
+    /// `[lifecycle]`: which scopes' runners the idle watcher samples.
+    lifecycle: crate::config::LifecycleConfig,
     /// Each sandbox's uid, when each has its own (a root daemon without `run_as`).
     uids: Option<Arc<SandboxUids>>,
     /// The sandboxes prepared ahead of demand (see [`prepared`]), once
@@ -371,6 +376,7 @@ impl LocalProcessDriver {
             logs: runner_logs,
             catalog,
             workspace_ttl: config.workspace_ttl,
+            lifecycle: config.lifecycle,
             uids,
             prepared: std::sync::OnceLock::new(),
             staging: dirs.prepared.clone(),
@@ -477,7 +483,7 @@ impl Inner {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
-    fn records(&self) -> MutexGuard<'_, HashMap<SandboxKey, Record>> {
+    fn records(&self) -> MutexGuard<'_, HashMap<SandboxKey, Box<Record>>> {
         self.records
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
@@ -507,7 +513,7 @@ impl Inner {
         let runs_with = RunsWith {
             task_queue: &record.task_queue,
             caller_class: &record.caller_class,
-            token_sha256: Some(&record.token_sha256),
+            token_sha256: Some(&crate::digest::hex(&record.token_sha256)),
         };
         Some(Ok(EnsureReport {
             state: ProbeState::Running,
@@ -596,29 +602,33 @@ impl Inner {
             tracing::warn!(%error, pid, leader, "cannot record the runner in the ledger");
         }
         let (ends_tx, ends_rx) = deprovision::end_channels();
-        // Found here, outside the table's lock (a stat or two).
+        // Found here, outside the table's lock (a stat or two); only where
+        // an idle window reads it (at 10,000 runners, 1.4 MB never read).
         let cpu_usage = self
             .containment
             .tree()
+            .filter(|_| self.lifecycle.of(key.scope).idle.is_some())
             .and_then(|tree| cgroup::usage::CpuUsage::of(&tree.dirs(&key.base_name)));
         // Outside the table's lock: the catalog appends to its journal.
         let known = self.records().get(key).map(|record| record.uid.clone());
         let (uid, new_incarnation) = known.map_or_else(|| self.uid_for(key), |uid| (uid, false));
         let generation = {
             let mut records = self.records();
-            let record = records.entry(key.clone()).or_insert_with(|| Record {
-                task_queue: String::new(),
-                caller_class: String::new(),
-                token_sha256: String::new(),
-                generation: 0,
-                uid: uid.clone(),
-                last_exit: None,
-                running: None,
+            let record = records.entry(key.clone()).or_insert_with(|| {
+                Box::new(Record {
+                    task_queue: String::new(),
+                    caller_class: String::new(),
+                    token_sha256: [0; 32],
+                    generation: 0,
+                    uid: uid.clone(),
+                    last_exit: None,
+                    running: None,
+                })
             });
             record.generation += 1;
             record.task_queue.clone_from(&env.task_queue);
             record.caller_class.clone_from(&env.caller_class);
-            record.token_sha256 = token_digest(&env.stigmer_token);
+            record.token_sha256 = token_sha256(&env.stigmer_token);
             record.running = Some(Running {
                 pid,
                 leader,
@@ -638,13 +648,13 @@ impl Inner {
         }
         self.events
             .emit(EventKind::Started, key, &uid, generation, None);
-        tokio::spawn(watch_runner(
-            self.clone(),
-            key.clone(),
+        tokio::spawn(watch_runner(Box::new(Watched {
+            inner: self.clone(),
+            key: key.clone(),
             generation,
             child,
-            ends_tx,
-        ));
+            ends: ends_tx,
+        })));
         Ok(EnsureReport {
             state: ProbeState::Running,
             created: true,
@@ -863,24 +873,46 @@ fn announce_lost(catalog: &workspaces::Catalog, vanished: &[String], events: &Ev
     }
 }
 
-/// Owns one runner until it exits, then removes it from the table — only if
-/// the table still holds this generation (a late exit of a deprovisioned
-/// runner must never remove its replacement).
-async fn watch_runner(
+/// What a runner's watcher holds while it waits. Boxed: thousands of
+/// watchers wait at once, and each task's future is then a pointer and the
+/// wait: a task of 640 bytes became one of 256 and this box of 160.
+struct Watched {
     inner: Arc<Inner>,
     key: SandboxKey,
     generation: u64,
     child: launch::child_exits::RunnerProcess,
     ends: deprovision::EndSignals,
-) {
-    let pid = child.id();
-    let status = child.wait().await;
-    // A deprovision waiting for this exit answers now; the rest is after.
-    let _ = ends.exited.send(());
-    let gone = ends.gone;
-    // Boxed: what follows the exit is most of this future's size, and
-    // thousands of runners wait here, each holding only the wait.
-    Box::pin(after_exit(inner, key, generation, pid, status, gone)).await;
+}
+
+/// Owns one runner until it exits, then removes it from the table — only if
+/// the table still holds this generation (a late exit of a deprovisioned
+/// runner must never remove its replacement).
+async fn watch_runner(mut watched: Box<Watched>) {
+    let status = watched.child.wait().await;
+    (*watched).exited(status).await;
+}
+
+impl Watched {
+    /// Tells a deprovision waiting for this exit (it answers now), then
+    /// does the rest: [`after_exit`], boxed, so that the waiting future
+    /// holds none of it.
+    fn exited(
+        self,
+        status: Option<std::process::ExitStatus>,
+    ) -> std::pin::Pin<Box<impl std::future::Future<Output = ()>>> {
+        let Watched {
+            inner,
+            key,
+            generation,
+            child,
+            ends,
+        } = self;
+        let pid = child.id();
+        // A prepared view's holder ends with it, before the exit is told.
+        drop(child);
+        let _ = ends.exited.send(());
+        Box::pin(after_exit(inner, key, generation, pid, status, ends.gone))
+    }
 }
 
 /// What [`watch_runner`] does once the runner has exited.
@@ -1202,20 +1234,18 @@ impl Driver for LocalProcessDriver {
     }
 
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {
-        let records = self.inner.records();
-        let running = records.get(key).and_then(|record| record.running.as_ref());
         // A process has no stopped state: an exited runner is absent; a
         // paused one is stopped (the seed's three states).
-        Ok(match running {
-            Some(running) if running.life.is_paused() => ProbeState::Stopped,
-            Some(_) => ProbeState::Running,
-            None => ProbeState::Absent,
-        })
+        Ok(self
+            .inner
+            .records()
+            .get(key)
+            .map_or(ProbeState::Absent, |record| record.state()))
     }
 
     async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError> {
         let records = self.inner.records();
-        let record = records.get(key);
+        let record = records.get(key).map(|record| &**record);
         let mut info = self.inner.info(key, record);
         if let Some(record) = record {
             info.isolation = self.inner.isolation_of(record);
@@ -1362,5 +1392,27 @@ impl Driver for LocalProcessDriver {
         // on a blocking thread, every nft call bounded, after serving.
         let egress = self.inner.egress.clone();
         tokio::task::spawn_blocking(move || egress.sweep_others());
+    }
+}
+#[cfg(test)]
+mod sizes {
+    use super::*;
+
+    /// What each of 10,000 running sandboxes costs the daemon stays small:
+    /// a waiting watcher's future holds a pointer and the wait (it was 464
+    /// bytes, in a 640-byte task), and a slot of the table is a key and a
+    /// pointer.
+    #[test]
+    fn a_waiting_watcher_and_a_table_slot_are_small() {
+        fn future_size<A, F>(_: fn(A) -> F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        assert!(
+            future_size(watch_runner) <= 96,
+            "{}",
+            future_size(watch_runner)
+        );
+        let slot = std::mem::size_of::<(SandboxKey, Box<Record>)>();
+        assert!(slot <= 64, "{slot}");
     }
 }

@@ -87,9 +87,11 @@ impl RunnerProcess {
     /// Its exit status, once it has exited and been reaped: under an init,
     /// the runner's own, as init recorded it (the init's when it could
     /// not: killed with the rest of its cgroup). `None` only if its reaper
-    /// is gone (the spawner threads ended).
-    pub async fn wait(self) -> Option<ExitStatus> {
-        let leader = self.exit.await.ok();
+    /// is gone (the spawner threads ended). Once: a second wait finds the
+    /// exit taken. By reference, so a watcher's future holds a pointer
+    /// (see `watch_runner`); a holder ends when the process is dropped.
+    pub async fn wait(&mut self) -> Option<ExitStatus> {
+        let leader = (&mut self.exit).await.ok();
         match &self.status_file {
             Some(file) => super::super::isolation::namespaces::recorded_status(file).or(leader),
             None => leader,
@@ -184,7 +186,7 @@ mod tests {
             .args(["-c", "exit 5"])
             .spawn()
             .unwrap();
-        let runner = exits.watch(child.id() as libc::pid_t, None);
+        let mut runner = exits.watch(child.id() as libc::pid_t, None);
         let status = tokio::time::timeout(std::time::Duration::from_secs(10), runner.wait())
             .await
             .expect("the exit arrives")

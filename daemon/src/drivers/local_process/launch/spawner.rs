@@ -312,7 +312,7 @@ mod tests {
             .unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         let started = spawner.clone();
-        let runner = spawner
+        let mut runner = spawner
             .run(move || {
                 // Reaped by the spawner thread, not by this handle.
                 #[allow(clippy::zombie_processes)]

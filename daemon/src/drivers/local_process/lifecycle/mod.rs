@@ -43,7 +43,8 @@ pub struct RunState {
     /// Set when the daemon is stopping it for a limit: its exit's reason.
     stopping: Option<ExitReason>,
     /// Where its CPU time is read (found once, at its start: the watcher's
-    /// tick then costs one open and read per runner, no lookup).
+    /// tick then costs one open and read per runner, no lookup). Only
+    /// under an idle window, the one reader.
     cpu: Option<Arc<CpuUsage>>,
     /// Bytes its pump had taken from its pipe (see
     /// `RunnerLogs::output_counter`); `None`: no counter to read.

@@ -50,7 +50,6 @@ use sandboxd_protocol::{
     DeprovisionReport, EgressStatus, EnsureReport, EventKind, ExitInfo, Expectation, LogChunk,
     LogStart, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
-use tokio::sync::oneshot;
 
 use crate::config::Config;
 use crate::drivers::differs::{differing_fields, token_sha256, RunsWith};
@@ -910,8 +909,8 @@ impl Watched {
         let pid = child.id();
         // A prepared view's holder ends with it, before the exit is told.
         drop(child);
-        let _ = ends.exited.send(());
-        Box::pin(after_exit(inner, key, generation, pid, status, ends.gone))
+        ends.exited();
+        Box::pin(after_exit(inner, key, generation, pid, status, ends))
     }
 }
 
@@ -922,7 +921,7 @@ async fn after_exit(
     generation: u64,
     pid: u32,
     status: Option<std::process::ExitStatus>,
-    gone: oneshot::Sender<()>,
+    ends: deprovision::EndSignals,
 ) {
     let mut exit = ExitInfo::from_facts(
         status.and_then(|status| status.code()),
@@ -1019,7 +1018,7 @@ async fn after_exit(
     } else {
         tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, generation, exit = %exit, "runner exited");
     }
-    let _ = gone.send(());
+    ends.gone();
 }
 
 impl LocalProcessDriver {

@@ -7,7 +7,6 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::sync::oneshot;
 
 use super::cgroup::kill::{self, Dirs};
 use crate::provisioner::SandboxKey;
@@ -27,12 +26,12 @@ pub fn kill_group(pgid: i32, signal: Signal) {
 /// What follows the leader's exit — the rest of the cgroup killed and
 /// emptied, its removal, the output drained — is the runner's watcher's,
 /// and [`super::deprovision`] waits for it off the caller's time.
-/// `exited`: resolves at the leader's exit (a dropped sender too).
+/// `exited`: resolves at the leader's exit (or when its watcher is gone).
 /// `cgroup`: the runner's cgroup, when in force.
 pub async fn stop_runner(
     key: &SandboxKey,
     pid: u32,
-    mut exited: oneshot::Receiver<()>,
+    exited: impl std::future::Future<Output = ()>,
     grace: Duration,
     cgroup: Option<Dirs>,
 ) -> bool {
@@ -41,6 +40,7 @@ pub async fn stop_runner(
     // watcher (a SIGCHLD, a thread hop and two task wake-ups later).
     let exit_seen = leader_exit(pid);
     kill_group(pid as i32, Signal::SIGTERM);
+    tokio::pin!(exited);
     let leader_gone = async {
         match exit_seen {
             Some(pidfd) => {
@@ -50,7 +50,7 @@ pub async fn stop_runner(
                 }
             }
             None => {
-                let _ = (&mut exited).await;
+                (&mut exited).await;
             }
         }
     };

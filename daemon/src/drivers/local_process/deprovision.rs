@@ -352,5 +352,8 @@ mod tests {
         // A watcher that ends early leaves nobody waiting.
         drop(signals);
         assert!(waits.gone().now_or_never().is_some());
+        // Every running sandbox holds one, with the Arc's two counts.
+        let held = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<RunnerEnd>();
+        assert!(held <= 64, "{held}");
     }
 }

@@ -85,6 +85,40 @@ async fn sigterm_to_the_daemon_forces_runners_that_ignore_sigterm() {
     stop_cleanly_with_three_runners(options).await;
 }
 
+/// A stop sends every running runner its SIGTERM at once, and a paused one
+/// its SIGTERM once thawed: both end on it, far sooner than the grace that
+/// would force them (a frozen process acts on no signal: a paused runner
+/// never thawed would be left to the kill).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_the_daemon_ends_running_and_paused_runners_on_sigterm() {
+    let mut daemon = TestDaemon::start(Options {
+        stop_grace: "120s".into(),
+        ..Options::default()
+    });
+    let client = daemon.client().await;
+    let mut pids = Vec::new();
+    for id in ["running", "paused"] {
+        let report = client
+            .ensure(Scope::Session, id, &sandbox_env(&format!("q:{id}"), "tok"))
+            .await
+            .unwrap();
+        let pid = report.pid.unwrap();
+        wait_for_runner(&daemon.workspace(Scope::Session, id), pid);
+        pids.push(pid);
+    }
+    client.pause(Scope::Session, "paused").await.unwrap();
+    drop(client);
+    let stopping = Instant::now();
+    let status = daemon.stop();
+    let took = stopping.elapsed();
+    assert!(status.success(), "a clean stop exits 0, got {status}");
+    assert!(all_gone(&pids), "{:?}", daemon.leftover_processes());
+    assert!(
+        took < Duration::from_secs(60),
+        "the stop took {took:?}: a runner was left to the 120 s grace"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_to_the_daemon_leaves_nothing_within_two_seconds() {
     let daemon_options = Options::with_runner_args(&["--ignore-term", "--fork-grandchild"]);

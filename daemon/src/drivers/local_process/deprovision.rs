@@ -179,7 +179,11 @@ impl Inner {
         let was_present = record.is_some() || had_workspace;
         let (forced, gone) = match record.and_then(|record| record.running) {
             Some(Running {
-                leader, ends, life, ..
+                leader,
+                ends,
+                life,
+                signalled_at_stop,
+                ..
             }) => {
                 // A frozen runner takes no SIGTERM.
                 self.thaw_for_stop(key, &life);
@@ -187,8 +191,11 @@ impl Inner {
                     .containment
                     .tree()
                     .map(|tree| tree.dirs(&key.base_name));
-                let forced =
-                    stop::stop_runner(key, leader, ends.exited(), self.stop_grace, cgroup).await;
+                let stopping = stop::Stopping {
+                    signalled: signalled_at_stop,
+                    grace: self.stop_grace,
+                };
+                let forced = stop::stop_runner(key, leader, ends.exited(), stopping, cgroup).await;
                 (forced, Some(ends))
             }
             None => (false, None),

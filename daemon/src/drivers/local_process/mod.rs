@@ -113,6 +113,10 @@ struct Running {
     ends: deprovision::EndWaits,
     /// Set when the disk-limit watcher stops it: its exit says so.
     over_disk_limit: bool,
+    /// Sent its SIGTERM by the daemon's stop, with every other runner at
+    /// once (see [`Inner::signal_every_runner`]): its deprovision only
+    /// waits.
+    signalled_at_stop: bool,
     /// Paused or not, idle or not, being stopped for a limit or not (see
     /// [`lifecycle`]).
     life: lifecycle::RunState,
@@ -413,6 +417,24 @@ impl LocalProcessDriver {
 }
 
 impl Inner {
+    /// At the daemon's stop, sends every running runner its SIGTERM in one
+    /// loop, as the raw baseline's stop does. Sent by each runner's
+    /// deprovision instead, the last of 10,000 went out 1.1-1.7 s after
+    /// the first, each behind the work of the stops before it and the
+    /// exits they caused. A paused runner is left to its deprovision,
+    /// which thaws it before its SIGTERM (frozen, it would not act on it).
+    fn signal_every_runner(&self) {
+        let mut records = self.records();
+        for running in records
+            .values_mut()
+            .filter_map(|record| record.running.as_mut())
+            .filter(|running| !running.life.is_paused())
+        {
+            stop::kill_group(running.leader as i32, nix::sys::signal::Signal::SIGTERM);
+            running.signalled_at_stop = true;
+        }
+    }
+
     /// Starts the pool of sandboxes prepared ahead (see [`prepared`])
     /// where sandboxes have cgroups and the runner command is found: host
     /// parts under either isolation, views too under `isolation = "full"`.
@@ -636,6 +658,7 @@ impl Inner {
                 started_at_unix_ms: now_unix_ms(),
                 ends: ends_rx,
                 over_disk_limit: false,
+                signalled_at_stop: false,
                 life: lifecycle::RunState::new(self.logs.output_counter(&key.base_name), cpu_usage),
             });
             record.generation
@@ -1340,6 +1363,7 @@ impl Driver for LocalProcessDriver {
         }
         let keys: Vec<SandboxKey> = self.inner.records().keys().cloned().collect();
         tracing::info!(sandboxes = keys.len(), "stopping every process-tier runner");
+        self.inner.signal_every_runner();
         // Workspaces are kept: a session ensured again after a restart finds its files.
         let stops = keys.iter().map(|key| self.deprovision(key, true));
         let mut all_stopped = true;

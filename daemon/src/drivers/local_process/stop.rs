@@ -19,6 +19,16 @@ pub fn kill_group(pgid: i32, signal: Signal) {
     }
 }
 
+/// How a runner is being stopped.
+pub struct Stopping {
+    /// Its SIGTERM is sent already (the daemon's stop sends every
+    /// runner's at once): only wait, and by its watcher (nobody waits for
+    /// this answer, so no pidfd is opened to hear the exit sooner).
+    pub signalled: bool,
+    /// How long it has from its SIGTERM before its cgroup is killed.
+    pub grace: Duration,
+}
+
 /// Asks the group to drain and returns once its leader has exited, or,
 /// when `grace` passes first, once the kill of its whole cgroup (its group,
 /// without one) has been sent. True when the kill was needed.
@@ -32,14 +42,20 @@ pub async fn stop_runner(
     key: &SandboxKey,
     pid: u32,
     exited: impl std::future::Future<Output = ()>,
-    grace: Duration,
+    stopping: Stopping,
     cgroup: Option<Dirs>,
 ) -> bool {
+    let Stopping { signalled, grace } = stopping;
     // The leader's exit, seen directly: its pidfd is readable the moment
     // it exits, before its spawner thread has reaped it and told its
     // watcher (a SIGCHLD, a thread hop and two task wake-ups later).
-    let exit_seen = leader_exit(pid);
-    kill_group(pid as i32, Signal::SIGTERM);
+    let exit_seen = if signalled {
+        None
+    } else {
+        let exit_seen = leader_exit(pid);
+        kill_group(pid as i32, Signal::SIGTERM);
+        exit_seen
+    };
     tokio::pin!(exited);
     let leader_gone = async {
         match exit_seen {

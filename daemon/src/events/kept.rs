@@ -6,6 +6,8 @@
 
 use sandboxd_protocol::{Event, EventCursor, EventKind, ExitInfo, Scope};
 
+use crate::provisioner::SandboxKey;
+
 pub struct Kept {
     pub seq: u64,
     at_unix_ms: u64,
@@ -19,27 +21,24 @@ pub struct Kept {
 }
 
 impl Kept {
-    /// An event of `scope`'s sandbox `id` (base name `name`).
-    #[allow(clippy::too_many_arguments)]
+    /// What happened to `key`'s sandbox at `at_unix_ms`; its place in the
+    /// stream (`seq`) is the hub's to set.
     pub fn new(
-        seq: u64,
         at_unix_ms: u64,
         kind: EventKind,
-        scope: Scope,
-        id: &str,
-        name: &str,
+        key: &SandboxKey,
         uid: &str,
         generation: u64,
         exit: Option<ExitInfo>,
     ) -> Kept {
         Kept {
-            seq,
+            seq: 0,
             at_unix_ms,
             generation,
             kind,
-            scope,
-            id: id.into(),
-            name: name.into(),
+            scope: key.scope,
+            id: key.id.as_str().into(),
+            name: key.base_name.as_str().into(),
             uid: uid.into(),
             exit: exit.map(Box::new),
         }
@@ -71,17 +70,9 @@ mod tests {
     #[test]
     fn an_event_comes_back_as_it_was_emitted() {
         let exit = ExitInfo::from_facts(Some(3), None, 5, false);
-        let kept = Kept::new(
-            7,
-            11,
-            EventKind::Exited,
-            Scope::Workflow,
-            "w-1",
-            "sbx-w-0123456789ab",
-            "u-1",
-            2,
-            Some(exit),
-        );
+        let key = SandboxKey::new(Scope::Workflow, "w-1");
+        let mut kept = Kept::new(11, EventKind::Exited, &key, "u-1", 2, Some(exit));
+        kept.seq = 7;
         let event = kept.to_event("boot");
         assert_eq!(
             event,
@@ -94,7 +85,7 @@ mod tests {
                 kind: EventKind::Exited,
                 scope: Scope::Workflow,
                 id: "w-1".into(),
-                name: "sbx-w-0123456789ab".into(),
+                name: key.base_name.clone(),
                 uid: "u-1".into(),
                 generation: 2,
                 exit: Some(exit),

@@ -81,17 +81,7 @@ impl EventHub {
         generation: u64,
         exit: Option<ExitInfo>,
     ) {
-        let mut event = Kept::new(
-            0,
-            now_unix_ms(),
-            kind,
-            key.scope,
-            &key.id,
-            &key.base_name,
-            uid,
-            generation,
-            exit,
-        );
+        let mut event = Kept::new(now_unix_ms(), kind, key, uid, generation, exit);
         let dropped = {
             let mut ring = self.ring();
             event.seq = ring.next_seq;

@@ -434,6 +434,17 @@ async fn without_a_usable_cgroup_the_process_group_fallback_serves_and_status_sa
         "{}",
         status.containment
     );
+    // No prepared sandboxes without their cgroups, and `status` says why
+    // rather than leaving the pool out.
+    let pool = status
+        .isolation
+        .iter()
+        .find(|feature| feature.name.starts_with("prepared-"))
+        .unwrap_or_else(|| panic!("no pool in status: {:?}", status.isolation));
+    assert!(
+        !pool.in_force && pool.detail.starts_with("off: no cgroups for the sandboxes"),
+        "{pool:?}"
+    );
     let pid = client
         .ensure_session_sandbox("fallback", &sandbox_env("session:fallback", "tok"))
         .await

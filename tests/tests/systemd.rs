@@ -434,6 +434,10 @@ async fn wait_for_a_prepared_session_view(client: &SandboxdClient) -> Result<(),
             Some(pool) if pool.in_force && !pool.detail.starts_with("session: 0 of") => {
                 return Ok(())
             }
+            // A pool that could not start never will: no need to wait.
+            Some(pool) if !pool.in_force && pool.detail.ends_with("every sandbox starts cold") => {
+                return Err(format!("the pool did not start: {}", pool.detail))
+            }
             _ if std::time::Instant::now() > deadline => {
                 return Err(format!("no session view was prepared: {pool:?}"))
             }

@@ -157,6 +157,8 @@ struct Inner {
     /// The sandboxes prepared ahead of demand (see [`prepared`]), once
     /// their pool has started.
     prepared: std::sync::OnceLock<Arc<prepared::PreparedSandboxes>>,
+    /// Why that pool did not start, for `status`.
+    pool_not_started: std::sync::OnceLock<String>,
     /// `<sandboxes>/.prepared`, where prepared workspaces wait.
     staging: std::path::PathBuf,
     /// `[limits] disk` and how it is held (see [`disk_limit`]).
@@ -382,6 +384,7 @@ impl LocalProcessDriver {
             lifecycle: config.lifecycle,
             uids,
             prepared: std::sync::OnceLock::new(),
+            pool_not_started: std::sync::OnceLock::new(),
             staging: dirs.prepared.clone(),
             disk_limit,
             egress,
@@ -439,12 +442,16 @@ impl Inner {
     /// where sandboxes have cgroups and the runner command is found: host
     /// parts under either isolation, views too under `isolation = "full"`.
     fn start_prepared(&self, sizes: &crate::config::PoolConfig) {
-        let Some(tree) = self.containment.tree() else {
-            tracing::info!("no cgroups for the sandboxes: no sandboxes are prepared ahead");
-            return;
+        let not_started = |why: String| {
+            tracing::info!("{why}: no sandboxes are prepared ahead");
+            let _ = self.pool_not_started.set(why);
         };
-        let Ok(program) = self.settings.resolve_command() else {
-            return;
+        let Some(tree) = self.containment.tree() else {
+            return not_started("no cgroups for the sandboxes".into());
+        };
+        let program = match self.settings.resolve_command() {
+            Ok(program) => program,
+            Err(error) => return not_started(format!("the runner command: {error}")),
         };
         let drop_bounding_set = self
             .settings
@@ -457,6 +464,9 @@ impl Inner {
                 Ok(maker) => Some(maker),
                 Err(error) => {
                     tracing::warn!(%error, "cannot start the pool of prepared sandboxes: sandboxes start cold");
+                    let _ = self
+                        .pool_not_started
+                        .set(format!("cannot prepare views: {error}"));
                     return;
                 }
             },
@@ -1203,9 +1213,16 @@ impl Driver for LocalProcessDriver {
     fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
         let mode = self.inner.isolation_mode.as_str().to_string();
         let mut features = self.inner.isolation_features();
-        // Live, so only in `status`: what the pool holds now.
-        if let Some(pool) = self.inner.prepared.get() {
-            features.push(pool.feature());
+        // Live, so only in `status`: what the pool holds now, or why
+        // there is none.
+        let views = self.inner.settings.view.is_some();
+        let pool = match (self.inner.prepared.get(), self.inner.pool_not_started.get()) {
+            (Some(pool), _) => Some(pool.feature()),
+            (None, Some(why)) => Some(prepared::not_started(views, why)),
+            (None, None) => None,
+        };
+        if let Some(pool) = pool {
+            features.push(pool);
             features.sort_by(|a, b| a.name.cmp(&b.name));
         }
         (mode, features)

@@ -313,10 +313,7 @@ impl PreparedSandboxes {
     /// `prepared-sandboxes` for `status`: the sizes, what is ready, hits
     /// and misses per scope, and the last problem.
     pub fn feature(&self) -> IsolationFeature {
-        let name = match self.maker.view {
-            Some(_) => "prepared-views",
-            None => "prepared-sandboxes",
-        };
+        let name = feature_name(self.maker.view.is_some());
         let scopes: Vec<String> = SCOPES
             .iter()
             .enumerate()
@@ -365,6 +362,25 @@ impl PreparedSandboxes {
             IsolationFeature::in_force(name, text)
         }
     }
+}
+
+/// The pool's feature in `status`: `prepared-views` when sandboxes get a
+/// private view, else `prepared-sandboxes`.
+fn feature_name(views: bool) -> &'static str {
+    if views {
+        "prepared-views"
+    } else {
+        "prepared-sandboxes"
+    }
+}
+
+/// The feature of a pool that could not start, and why: `status` says so,
+/// rather than leaving the pool out.
+pub fn not_started(views: bool, why: &str) -> IsolationFeature {
+    IsolationFeature::not_in_force(
+        feature_name(views),
+        format!("off: {why}; every sandbox starts cold"),
+    )
 }
 
 impl std::fmt::Debug for PreparedSandboxes {

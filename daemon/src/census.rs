@@ -11,13 +11,12 @@
 
 use sandboxd_protocol::{ProbeState, SandboxCounts, SandboxInfo, Scope};
 
-const SCOPES: [Scope; 3] = [Scope::Session, Scope::Workflow, Scope::Connect];
 const STATES: [ProbeState; 3] = [ProbeState::Absent, ProbeState::Stopped, ProbeState::Running];
 
 /// Sandboxes counted by scope and state.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Census {
-    counts: [[u64; STATES.len()]; SCOPES.len()],
+    counts: [[u64; STATES.len()]; Scope::ALL.len()],
 }
 
 impl Census {
@@ -60,7 +59,7 @@ impl Census {
 
     /// Each scope and state that has sandboxes, with how many.
     pub fn present(&self) -> impl Iterator<Item = (Scope, ProbeState, u64)> + '_ {
-        SCOPES.into_iter().flat_map(move |scope| {
+        Scope::ALL.into_iter().flat_map(move |scope| {
             STATES.into_iter().filter_map(move |state| {
                 let count = self.counts[scope_index(scope)][state_index(state)];
                 (count > 0).then_some((scope, state, count))

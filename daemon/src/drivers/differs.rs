@@ -14,7 +14,26 @@ pub struct RunsWith<'a> {
     pub task_queue: &'a str,
     pub caller_class: &'a str,
     /// `None` when the tier does not know it (nothing is then said of it).
-    pub token_sha256: Option<&'a str>,
+    pub token_sha256: Option<TokenDigest<'a>>,
+}
+
+/// A running sandbox's token digest, as its tier keeps it.
+#[derive(Clone, Copy)]
+pub enum TokenDigest<'a> {
+    /// As hex, from a container's label or a Deployment's annotation.
+    Hex(&'a str),
+    /// As its 32 bytes (the process tier's table): compared as bytes, so
+    /// the ensure fast path makes no hex of either side.
+    Sha256(&'a [u8; 32]),
+}
+
+impl TokenDigest<'_> {
+    fn is_of(self, token: &Token) -> bool {
+        match self {
+            TokenDigest::Hex(hex) => hex == token_digest(token),
+            TokenDigest::Sha256(bytes) => *bytes == token_sha256(token),
+        }
+    }
 }
 
 /// The names of the fields of `requested` that differ, in a fixed order.
@@ -28,7 +47,7 @@ pub fn differing_fields(requested: &SandboxEnv, running: &RunsWith<'_>) -> Vec<S
     }
     if running
         .token_sha256
-        .is_some_and(|digest| digest != token_digest(&requested.stigmer_token))
+        .is_some_and(|digest| !digest.is_of(&requested.stigmer_token))
     {
         differs.push("token".to_string());
     }
@@ -64,17 +83,25 @@ mod tests {
 
     #[test]
     fn names_each_field_that_differs_and_only_those() {
-        let digest = token_digest(&env("", "", "tok").stigmer_token);
+        let hex = token_digest(&env("", "", "tok").stigmer_token);
+        let bytes = token_sha256(&env("", "", "tok").stigmer_token);
+        for digest in [TokenDigest::Hex(&hex), TokenDigest::Sha256(&bytes)] {
+            let running = RunsWith {
+                task_queue: "q1",
+                caller_class: "user",
+                token_sha256: Some(digest),
+            };
+            assert!(differing_fields(&env("q1", "user", "tok"), &running).is_empty());
+            assert_eq!(
+                differing_fields(&env("q2", "system", "other"), &running),
+                ["task_queue", "caller_class", "token"]
+            );
+        }
         let running = RunsWith {
             task_queue: "q1",
             caller_class: "user",
-            token_sha256: Some(&digest),
+            token_sha256: None,
         };
-        assert!(differing_fields(&env("q1", "user", "tok"), &running).is_empty());
-        assert_eq!(
-            differing_fields(&env("q2", "system", "other"), &running),
-            ["task_queue", "caller_class", "token"]
-        );
         let unknown_token = RunsWith {
             token_sha256: None,
             ..running

@@ -27,7 +27,7 @@ use super::spec::RunnerSpec;
 use super::teardown;
 use super::Inner;
 use crate::drivers::differs::token_digest;
-use crate::drivers::differs::{differing_fields, RunsWith};
+use crate::drivers::differs::{differing_fields, RunsWith, TokenDigest};
 use crate::provisioner::SandboxKey;
 
 /// How many looks at the container one ensure takes before giving up on a
@@ -138,7 +138,7 @@ async fn step(
     let runs_with = RunsWith {
         task_queue: observed.task_queue(),
         caller_class: observed.caller_class(),
-        token_sha256: observed.token_digest(),
+        token_sha256: observed.token_digest().map(TokenDigest::Hex),
     };
     let unchanged = |state| EnsureReport {
         state,

@@ -47,7 +47,7 @@ use sandboxd_protocol::{
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, DEFAULT_DOCKER_HOST};
-use crate::drivers::differs::{differing_fields, RunsWith};
+use crate::drivers::differs::{differing_fields, RunsWith, TokenDigest};
 use crate::drivers::key_lock::KeyLocks;
 use crate::drivers::run_to_completion;
 use crate::egress::{Egress, EgressSetting};
@@ -414,7 +414,7 @@ impl Driver for DockerDriver {
                 let runs_with = RunsWith {
                     task_queue: observed.task_queue(),
                     caller_class: observed.caller_class(),
-                    token_sha256: observed.token_digest(),
+                    token_sha256: observed.token_digest().map(TokenDigest::Hex),
                 };
                 return Ok(EnsureReport {
                     state: ProbeState::Running,

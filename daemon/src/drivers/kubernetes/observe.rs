@@ -24,7 +24,7 @@ use super::shapes::{
     ANNOTATION_TOKEN_SHA256, CONTAINER,
 };
 use super::Inner;
-use crate::drivers::differs::{differing_fields, RunsWith};
+use crate::drivers::differs::{differing_fields, RunsWith, TokenDigest};
 use crate::instance::{Instance, LABEL_INSTANCE};
 use crate::provisioner::SandboxKey;
 
@@ -93,7 +93,7 @@ pub fn differs_from(deployment: &Deployment, requested: &SandboxEnv) -> Vec<Stri
     let runs_with = RunsWith {
         task_queue: annotation(deployment, ANNOTATION_TASK_QUEUE).unwrap_or_default(),
         caller_class: annotation(deployment, ANNOTATION_CALLER_CLASS).unwrap_or_default(),
-        token_sha256: annotation(deployment, ANNOTATION_TOKEN_SHA256),
+        token_sha256: annotation(deployment, ANNOTATION_TOKEN_SHA256).map(TokenDigest::Hex),
     };
     differing_fields(requested, &runs_with)
 }

@@ -364,6 +364,20 @@ mod tests {
         }
     }
 
+    /// What a Deployment is made with is what an ensure of it compares to:
+    /// the same env differs in nothing, another token is named (by the
+    /// digest annotation, in hex).
+    #[test]
+    fn a_deployment_differs_from_an_env_only_where_the_env_changed() {
+        let key = SandboxKey::new(Scope::Session, "s");
+        let deployment = shape().deployment(&key, &env("tok-xyz"), 1, Some(1));
+        assert!(super::super::observe::differs_from(&deployment, &env("tok-xyz")).is_empty());
+        assert_eq!(
+            super::super::observe::differs_from(&deployment, &env("tok-other")),
+            ["token"]
+        );
+    }
+
     #[test]
     fn the_token_is_in_the_secret_and_only_referenced_by_the_deployment() {
         let key = SandboxKey::new(Scope::Session, "s");

@@ -52,7 +52,7 @@ use sandboxd_protocol::{
 };
 
 use crate::config::Config;
-use crate::drivers::differs::{differing_fields, token_sha256, RunsWith};
+use crate::drivers::differs::{differing_fields, token_sha256, RunsWith, TokenDigest};
 use crate::drivers::key_lock::KeyLocks;
 use crate::egress::{self, Egress};
 use crate::events::EventHub;
@@ -544,7 +544,7 @@ impl Inner {
         let runs_with = RunsWith {
             task_queue: &record.task_queue,
             caller_class: &record.caller_class,
-            token_sha256: Some(&crate::digest::hex(&record.token_sha256)),
+            token_sha256: Some(TokenDigest::Sha256(&record.token_sha256)),
         };
         Some(Ok(EnsureReport {
             state: ProbeState::Running,
@@ -1434,6 +1434,7 @@ impl Driver for LocalProcessDriver {
         tokio::task::spawn_blocking(move || egress.sweep_others());
     }
 }
+
 #[cfg(test)]
 mod sizes {
     use super::*;

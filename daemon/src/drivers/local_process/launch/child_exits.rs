@@ -87,9 +87,10 @@ impl RunnerProcess {
     /// Its exit status, once it has exited and been reaped: under an init,
     /// the runner's own, as init recorded it (the init's when it could
     /// not: killed with the rest of its cgroup). `None` only if its reaper
-    /// is gone (the spawner threads ended). Once: a second wait finds the
-    /// exit taken. By reference, so a watcher's future holds a pointer
-    /// (see `watch_runner`); a holder ends when the process is dropped.
+    /// is gone (the spawner threads ended). Call it once: the exit is
+    /// handed over once. By reference, so a watcher's future holds a
+    /// pointer (see `watch_runner`); a holder ends when the process is
+    /// dropped.
     pub async fn wait(&mut self) -> Option<ExitStatus> {
         let leader = (&mut self.exit).await.ok();
         match &self.status_file {

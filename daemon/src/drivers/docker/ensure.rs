@@ -26,8 +26,7 @@ use super::observed::{Lookup, Observed, Phase};
 use super::spec::RunnerSpec;
 use super::teardown;
 use super::Inner;
-use crate::drivers::differs::token_digest;
-use crate::drivers::differs::{differing_fields, RunsWith, TokenDigest};
+use crate::drivers::differs::{differing_fields, token_digest, RunsWith, TokenDigest};
 use crate::provisioner::SandboxKey;
 
 /// How many looks at the container one ensure takes before giving up on a

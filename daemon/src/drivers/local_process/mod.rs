@@ -456,21 +456,35 @@ impl Inner {
         drop(records);
     }
 
-    /// Starts the pool of sandboxes prepared ahead (see [`prepared`])
-    /// where sandboxes have cgroups and the runner command is found: host
-    /// parts under either isolation, views too under `isolation = "full"`.
+    /// Starts the pool of sandboxes prepared ahead (see [`prepared`]), or
+    /// keeps why it cannot, for the log and `status`.
     fn start_prepared(&self, sizes: &crate::config::PoolConfig) {
-        let not_started = |why: String| {
-            tracing::info!("{why}: no sandboxes are prepared ahead");
-            let _ = self.pool_not_started.set(why);
-        };
-        let Some(tree) = self.containment.tree() else {
-            return not_started("no cgroups for the sandboxes".into());
-        };
-        let program = match self.settings.resolve_command() {
-            Ok(program) => program,
-            Err(error) => return not_started(format!("the runner command: {error}")),
-        };
+        match self.make_prepared(sizes) {
+            Ok(pool) => {
+                let _ = self.prepared.set(pool);
+            }
+            Err(why) => {
+                tracing::warn!("no sandboxes are prepared ahead, every sandbox starts cold: {why}");
+                let _ = self.pool_not_started.set(why);
+            }
+        }
+    }
+
+    /// The pool, where sandboxes have cgroups and the runner command is
+    /// found: host parts under either isolation, views too under
+    /// `isolation = "full"`.
+    fn make_prepared(
+        &self,
+        sizes: &crate::config::PoolConfig,
+    ) -> Result<Arc<prepared::PreparedSandboxes>, String> {
+        let tree = self
+            .containment
+            .tree()
+            .ok_or("no cgroups for the sandboxes")?;
+        let program = self
+            .settings
+            .resolve_command()
+            .map_err(|error| format!("the runner command: {error}"))?;
         let drop_bounding_set = self
             .settings
             .identity
@@ -478,16 +492,10 @@ impl Inner {
             .bounding_set_up_to
             .is_some();
         let view = match &self.settings.view {
-            Some(view) => match view.view_maker(program, drop_bounding_set) {
-                Ok(maker) => Some(maker),
-                Err(error) => {
-                    tracing::warn!(%error, "cannot start the pool of prepared sandboxes: sandboxes start cold");
-                    let _ = self
-                        .pool_not_started
-                        .set(format!("cannot prepare views: {error}"));
-                    return;
-                }
-            },
+            Some(view) => Some(
+                view.view_maker(program, drop_bounding_set)
+                    .map_err(|error| format!("cannot prepare views: {error}"))?,
+            ),
             None => None,
         };
         let total = (sizes.session + sizes.workflow + sizes.connect) as u64;
@@ -519,11 +527,11 @@ impl Inner {
             parking_failed: Default::default(),
             parking_problem: Default::default(),
         };
-        let _ = self.prepared.set(prepared::PreparedSandboxes::start(
+        Ok(prepared::PreparedSandboxes::start(
             maker,
             self.spawner.background(),
             sizes,
-        ));
+        ))
     }
 
     fn stop_remover(&self) -> MutexGuard<'_, Option<cgroup::setup::StopRemover>> {

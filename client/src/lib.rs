@@ -26,6 +26,7 @@
 mod builder;
 mod calls;
 mod client;
+mod commands;
 mod connection;
 pub mod deadline;
 mod error;
@@ -50,6 +51,10 @@ pub use sandboxd_protocol::{
     ClusterState, DaemonStatus, DeprovisionReport, EgressStatus, EnsureReport, ExitInfo,
     IsolationFeature, LogChunk, LogCursor, LogStart, ProbeState, SandboxCounts, SandboxEnv,
     SandboxError, SandboxInfo, Scope, Token, MAX_LOG_CHUNK, PROTOCOL_VERSION,
+};
+pub use sandboxd_protocol::{
+    CommandInfo, CommandLimits, CommandOutput, CommandProof, CommandRef, CommandState,
+    EventCommand, ExecRequest, ExecStarted, OutputStream, PtySize, StreamFigures,
 };
 pub use sandboxd_protocol::{Event, EventCursor, EventKind, EventsReply, ExitReason, Expectation};
 pub use sandboxd_protocol::{Health, HealthVerdict, PauseReport, Shown};

@@ -54,6 +54,13 @@ pub enum Call {
     Usage,
     Pause,
     Resume,
+    Exec,
+    CommandOutput,
+    CommandWait,
+    CommandInput,
+    CommandSignal,
+    CommandResize,
+    Commands,
 }
 
 /// What a call can do, which decides who may make it.
@@ -69,7 +76,7 @@ pub enum CallClass {
 
 impl Call {
     /// Every call, in the service's order (the order of the enum).
-    pub const ALL: [Call; 18] = [
+    pub const ALL: [Call; 25] = [
         Call::ProtocolVersion,
         Call::Ensure,
         Call::Deprovision,
@@ -88,6 +95,13 @@ impl Call {
         Call::Usage,
         Call::Pause,
         Call::Resume,
+        Call::Exec,
+        Call::CommandOutput,
+        Call::CommandWait,
+        Call::CommandInput,
+        Call::CommandSignal,
+        Call::CommandResize,
+        Call::Commands,
     ];
 
     /// The method's name on the wire, for messages and logs.
@@ -111,6 +125,13 @@ impl Call {
             Call::Usage => "usage",
             Call::Pause => "pause",
             Call::Resume => "resume",
+            Call::Exec => "exec",
+            Call::CommandOutput => "command_output",
+            Call::CommandWait => "command_wait",
+            Call::CommandInput => "command_input",
+            Call::CommandSignal => "command_signal",
+            Call::CommandResize => "command_resize",
+            Call::Commands => "commands",
         }
     }
 
@@ -137,6 +158,13 @@ impl Call {
             // They stop and start a runner's work, as ensure and
             // deprovision do.
             Call::Pause | Call::Resume => CallClass::Mutate,
+            // Running code in a sandbox is what starting its runner is.
+            Call::Exec | Call::CommandInput | Call::CommandSignal | Call::CommandResize => {
+                CallClass::Mutate
+            }
+            // Reads, but of what a command printed or was given as
+            // arguments, which may hold a credential (as `logs`).
+            Call::CommandOutput | Call::CommandWait | Call::Commands => CallClass::Mutate,
         }
     }
 }
@@ -216,7 +244,7 @@ mod tests {
     use super::*;
 
     const DAEMON_UID: u32 = 990;
-    const ALL_CALLS: [Call; 18] = Call::ALL;
+    const ALL_CALLS: [Call; 25] = Call::ALL;
 
     fn policy() -> AccessPolicy {
         AccessPolicy::new(
@@ -246,7 +274,7 @@ mod tests {
             .collect()
     }
 
-    const EVERYTHING: [&str; 18] = [
+    const EVERYTHING: [&str; 25] = [
         "protocol_version",
         "ensure",
         "deprovision",
@@ -265,6 +293,13 @@ mod tests {
         "usage",
         "pause",
         "resume",
+        "exec",
+        "command_output",
+        "command_wait",
+        "command_input",
+        "command_signal",
+        "command_resize",
+        "commands",
     ];
     const READ_ONLY: [&str; 8] = [
         "protocol_version",

@@ -3,6 +3,7 @@
 mod access;
 mod census;
 mod child_output;
+mod commands;
 mod config;
 mod connection_limits;
 mod digest;
@@ -21,6 +22,7 @@ mod provisioner;
 mod server;
 mod shutdown;
 mod slice;
+mod started_command;
 mod systemd;
 #[cfg(test)]
 mod test_dir;

@@ -171,6 +171,18 @@ pub trait Driver: Send + Sync + 'static {
         max_bytes: u32,
     ) -> Result<LogChunk, SandboxError>;
 
+    /// Starts a command in `key`'s running sandbox with exactly its
+    /// isolation (see [`crate::started_command`]), and answers once it
+    /// runs. A sandbox not running is a failed precondition (never
+    /// started for it); one that is another incarnation than `spec.expect`
+    /// names is a conflict, with nothing started. A tier that cannot run
+    /// commands says so here, by name.
+    async fn exec(
+        &self,
+        key: &SandboxKey,
+        spec: &crate::started_command::CommandSpec,
+    ) -> Result<crate::started_command::StartedCommand, SandboxError>;
+
     /// `ensure`, unless the sandbox is another incarnation than `expect`
     /// names. This default checks `describe` first, then ensures: a tier
     /// whose own lock can hold both (the process tier) overrides it, so no

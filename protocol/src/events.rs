@@ -73,6 +73,12 @@ pub enum EventKind {
     Paused,
     /// Its paused runner was resumed; added in protocol 8.
     Resumed,
+    /// A command started in it (`exec`); added in protocol 10.
+    #[serde(rename = "command-started")]
+    CommandStarted,
+    /// A command in it ended; the event carries its proof's outcome as
+    /// `exit`. Added in protocol 10.
+    CommandExited,
 }
 
 impl EventKind {
@@ -86,6 +92,8 @@ impl EventKind {
             EventKind::Changed => "changed",
             EventKind::Paused => "paused",
             EventKind::Resumed => "resumed",
+            EventKind::CommandStarted => "command-started",
+            EventKind::CommandExited => "command-exited",
         }
     }
 }
@@ -114,6 +122,17 @@ pub struct Event {
     /// How the runner ended, for `exited` (and `deprovisioned` when a
     /// runner was stopped).
     pub exit: Option<ExitInfo>,
+    /// The command, for `command-started` and `command-exited`. Added in
+    /// protocol 10.
+    #[serde(default)]
+    pub command: Option<Box<EventCommand>>,
+}
+
+/// Which command an event is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventCommand {
+    pub command_id: String,
+    pub tag: Option<String>,
 }
 
 /// What an `events` call answers.

@@ -35,6 +35,11 @@ pub enum ExitReason {
     DiskLimit { limit_bytes: u64 },
     /// The runtime did not say how it ended.
     Unknown,
+    /// A command killed at its timeout (milliseconds). Added in protocol 10.
+    TimedOut { limit_ms: u64 },
+    /// A command ended because its sandbox did (deprovisioned, stopped by
+    /// a lifecycle limit, its runner gone). Added in protocol 10.
+    SandboxEnded,
 }
 
 impl ExitReason {
@@ -52,6 +57,8 @@ impl ExitReason {
             ExitReason::Lifetime => "lifetime",
             ExitReason::DiskLimit { .. } => "disk-limit",
             ExitReason::Unknown => "unknown",
+            ExitReason::TimedOut { .. } => "timed-out",
+            ExitReason::SandboxEnded => "sandbox-ended",
         }
     }
 
@@ -92,6 +99,7 @@ impl fmt::Display for ExitReason {
             ExitReason::DiskLimit { limit_bytes } => {
                 write!(f, "disk-limit ({})", crate::show_bytes(*limit_bytes))
             }
+            ExitReason::TimedOut { limit_ms } => write!(f, "timed-out (after {limit_ms} ms)"),
             other => f.write_str(other.as_str()),
         }
     }

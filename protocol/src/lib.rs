@@ -5,6 +5,7 @@
 //! rules, the error enum and the framing. The crate does no I/O, so the
 //! control plane can link it without pulling in the daemon.
 
+pub mod commands;
 pub mod egress;
 pub mod error;
 pub mod events;
@@ -17,10 +18,15 @@ pub mod shown;
 pub mod types;
 pub mod usage;
 pub mod validate;
+pub mod validate_command;
 pub mod wire;
 
+pub use commands::{
+    CommandInfo, CommandLimits, CommandOutput, CommandProof, CommandRef, CommandState, ExecRequest,
+    ExecStarted, OutputRead, OutputStream, PtySize, StreamFigures,
+};
 pub use error::SandboxError;
-pub use events::{Event, EventCursor, EventKind, EventsReply};
+pub use events::{Event, EventCommand, EventCursor, EventKind, EventsReply};
 pub use exit_reason::ExitReason;
 pub use fence::Expectation;
 pub use lifecycle::PauseReport;

@@ -7,13 +7,14 @@
 //! reason: the positions of the ones before them never change.
 
 use crate::{
-    DaemonStatus, DeprovisionReport, EnsureReport, EventCursor, EventsReply, Expectation, LogChunk,
-    LogStart, PauseReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo, SandboxUsage, Scope,
-    WorkspaceInfo,
+    CommandInfo, CommandOutput, CommandRef, DaemonStatus, DeprovisionReport, EnsureReport,
+    EventCursor, EventsReply, ExecRequest, ExecStarted, Expectation, LogChunk, LogStart,
+    OutputRead, PauseReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo, SandboxUsage,
+    Scope, WorkspaceInfo,
 };
 
 /// Bump on any change to the service or the types it carries.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 #[tarpc::service]
 pub trait Sandboxd {
@@ -118,4 +119,64 @@ pub trait Sandboxd {
     /// paused is success. Refused for a sandbox with no running runner.
     /// Added in protocol 8.
     async fn resume(scope: Scope, id: String) -> Result<PauseReport, SandboxError>;
+
+    /// Starts a command inside a running sandbox, with exactly its
+    /// isolation (see [`crate::commands`]); answers at once. A sandbox not
+    /// running is a failed precondition. Added in protocol 10.
+    async fn exec(
+        scope: Scope,
+        id: String,
+        request: ExecRequest,
+    ) -> Result<ExecStarted, SandboxError>;
+
+    /// A bounded piece of one of a command's streams (see
+    /// [`OutputRead`]), waiting when there is nothing there yet and the
+    /// command has not ended. Added in protocol 10.
+    async fn command_output(
+        scope: Scope,
+        id: String,
+        command: CommandRef,
+        read: OutputRead,
+    ) -> Result<CommandOutput, SandboxError>;
+
+    /// The command, once it has ended or `wait_ms` has passed (0: at once):
+    /// its proof is set when it has ended. Added in protocol 10.
+    async fn command_wait(
+        scope: Scope,
+        id: String,
+        command: CommandRef,
+        wait_ms: u32,
+    ) -> Result<CommandInfo, SandboxError>;
+
+    /// Writes `data` to the command's stdin, then closes it when `close`.
+    /// Added in protocol 10.
+    async fn command_input(
+        scope: Scope,
+        id: String,
+        command: CommandRef,
+        data: Vec<u8>,
+        close: bool,
+    ) -> Result<(), SandboxError>;
+
+    /// Sends `signal` to the command (its process group). Added in
+    /// protocol 10.
+    async fn command_signal(
+        scope: Scope,
+        id: String,
+        command: CommandRef,
+        signal: i32,
+    ) -> Result<(), SandboxError>;
+
+    /// Resizes the command's terminal. Added in protocol 10.
+    async fn command_resize(
+        scope: Scope,
+        id: String,
+        command: CommandRef,
+        rows: u16,
+        cols: u16,
+    ) -> Result<(), SandboxError>;
+
+    /// The sandbox's commands: live ones and the proofs still kept, oldest
+    /// first. Added in protocol 10.
+    async fn commands(scope: Scope, id: String) -> Result<Vec<CommandInfo>, SandboxError>;
 }

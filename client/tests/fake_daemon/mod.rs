@@ -331,6 +331,82 @@ impl Sandboxd for FakeDaemon {
     ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
         Err(not_served("resume"))
     }
+
+    async fn exec(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _request: sandboxd_protocol::ExecRequest,
+    ) -> Result<sandboxd_protocol::ExecStarted, SandboxError> {
+        Err(not_served("exec"))
+    }
+
+    async fn command_output(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _command: sandboxd_protocol::CommandRef,
+        _read: sandboxd_protocol::OutputRead,
+    ) -> Result<sandboxd_protocol::CommandOutput, SandboxError> {
+        Err(not_served("command_output"))
+    }
+
+    async fn command_wait(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _command: sandboxd_protocol::CommandRef,
+        _wait_ms: u32,
+    ) -> Result<sandboxd_protocol::CommandInfo, SandboxError> {
+        Err(not_served("command_wait"))
+    }
+
+    async fn command_input(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _command: sandboxd_protocol::CommandRef,
+        _data: Vec<u8>,
+        _close: bool,
+    ) -> Result<(), SandboxError> {
+        Err(not_served("command_input"))
+    }
+
+    async fn command_signal(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _command: sandboxd_protocol::CommandRef,
+        _signal: i32,
+    ) -> Result<(), SandboxError> {
+        Err(not_served("command_signal"))
+    }
+
+    async fn command_resize(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _command: sandboxd_protocol::CommandRef,
+        _rows: u16,
+        _cols: u16,
+    ) -> Result<(), SandboxError> {
+        Err(not_served("command_resize"))
+    }
+
+    async fn commands(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+    ) -> Result<Vec<sandboxd_protocol::CommandInfo>, SandboxError> {
+        Err(not_served("commands"))
+    }
 }
 
 /// The stand-in serves the calls its tests use; the daemon's own tests

@@ -4,7 +4,7 @@
 //! is about a third of an `Event`'s size (88 bytes against 232, plus its
 //! strings), and the full `Event` is built only for a reader.
 
-use sandboxd_protocol::{Event, EventCursor, EventKind, ExitInfo, Scope};
+use sandboxd_protocol::{Event, EventCommand, EventCursor, EventKind, ExitInfo, Scope};
 
 use crate::provisioner::SandboxKey;
 
@@ -18,6 +18,8 @@ pub struct Kept {
     name: Box<str>,
     uid: Box<str>,
     exit: Option<Box<ExitInfo>>,
+    /// Set for a command's events.
+    pub command: Option<Box<EventCommand>>,
 }
 
 impl Kept {
@@ -41,6 +43,7 @@ impl Kept {
             name: key.base_name.as_str().into(),
             uid: uid.into(),
             exit: exit.map(Box::new),
+            command: None,
         }
     }
 
@@ -59,6 +62,7 @@ impl Kept {
             uid: self.uid.to_string(),
             generation: self.generation,
             exit: self.exit.as_deref().copied(),
+            command: self.command.clone(),
         }
     }
 }
@@ -89,6 +93,7 @@ mod tests {
                 uid: "u-1".into(),
                 generation: 2,
                 exit: Some(exit),
+                command: None,
             }
         );
         // What makes a ring of thousands small.

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use sandboxd_protocol::{Event, EventCursor, EventKind, EventsReply, ExitInfo};
+use sandboxd_protocol::{Event, EventCommand, EventCursor, EventKind, EventsReply, ExitInfo};
 use tokio::sync::Notify;
 
 use crate::provisioner::SandboxKey;
@@ -81,7 +81,25 @@ impl EventHub {
         generation: u64,
         exit: Option<ExitInfo>,
     ) {
+        self.keep(Kept::new(now_unix_ms(), kind, key, uid, generation, exit));
+    }
+
+    /// Records an event about one of `key`'s commands.
+    pub fn emit_command(
+        &self,
+        kind: EventKind,
+        key: &SandboxKey,
+        uid: &str,
+        generation: u64,
+        command: EventCommand,
+        exit: Option<ExitInfo>,
+    ) {
         let mut event = Kept::new(now_unix_ms(), kind, key, uid, generation, exit);
+        event.command = Some(Box::new(command));
+        self.keep(event);
+    }
+
+    fn keep(&self, mut event: Kept) {
         let dropped = {
             let mut ring = self.ring();
             event.seq = ring.next_seq;

@@ -308,6 +308,7 @@ mod tests {
             uid: String::new(),
             generation: 1,
             exit: Some(exit),
+            command: None,
         }
     }
 
@@ -354,6 +355,7 @@ mod tests {
         metrics.event(&Event {
             kind: EventKind::Paused,
             exit: None,
+            command: None,
             ..exited(ExitReason::Idle)
         });
         let mut census = Census::default();

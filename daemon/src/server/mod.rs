@@ -17,6 +17,7 @@
 
 mod accept;
 mod admission;
+mod command_calls;
 mod connection;
 mod deadline;
 mod differences;
@@ -94,6 +95,7 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         state_dir: config.state_dir.clone(),
         warn_budget: Default::default(),
         differences: Default::default(),
+        commands: crate::commands::CommandTable::new(Default::default(), events.clone()),
         events,
         fence_locks: crate::drivers::key_lock::KeyLocks::new(),
         runner_endpoints: sandboxd_protocol::RunnerEndpoints {

@@ -10,8 +10,9 @@ use std::time::Instant;
 
 use sandboxd_protocol::events::{MAX_EVENTS_PER_CALL, MAX_EVENTS_WAIT_MS};
 use sandboxd_protocol::{
-    validate, DaemonStatus, DeprovisionReport, EnsureReport, EventCursor, EventsReply, Expectation,
-    HealthVerdict, LogChunk, LogStart, PauseReport, ProbeState, RunnerEndpoints, SandboxCounts,
+    validate, CommandInfo, CommandOutput, CommandRef, DaemonStatus, DeprovisionReport,
+    EnsureReport, EventCursor, EventsReply, ExecRequest, ExecStarted, Expectation, HealthVerdict,
+    LogChunk, LogStart, OutputRead, PauseReport, ProbeState, RunnerEndpoints, SandboxCounts,
     SandboxEnv, SandboxError, SandboxInfo, SandboxUsage, Sandboxd, Scope, WorkspaceInfo,
     MAX_LOG_CHUNK, PROTOCOL_VERSION,
 };
@@ -42,6 +43,9 @@ pub struct DaemonState {
     /// One fenced call per key at a time, so a tier's default
     /// check-then-act cannot race another fenced call of the same key.
     pub fence_locks: KeyLocks<SandboxKey>,
+    /// Every sandbox's commands: their output and proofs (see
+    /// [`crate::commands`]).
+    pub commands: Arc<crate::commands::CommandTable>,
     /// What runners are given as their backend and Temporal addresses.
     pub runner_endpoints: RunnerEndpoints,
     /// What the metrics endpoint serves, when `metrics_listen` is set.
@@ -53,7 +57,7 @@ pub struct DaemonState {
 /// Records one call's latency when dropped: at its answer, or when the
 /// server drops it at the caller's deadline. Takes no clock reading at
 /// all when no metrics are served.
-pub struct CallTimer<'a> {
+pub(super) struct CallTimer<'a> {
     running: Option<(&'a Metrics, Call, Instant)>,
 }
 
@@ -78,7 +82,7 @@ impl Drop for CallTimer<'_> {
 #[derive(Clone)]
 pub struct ConnectionService {
     peer: Peer,
-    daemon: Arc<DaemonState>,
+    pub(super) daemon: Arc<DaemonState>,
 }
 
 impl ConnectionService {
@@ -89,7 +93,7 @@ impl ConnectionService {
     /// Every call starts here: a debug line naming it, then the access
     /// check. An allowed call gets a timer that records its latency when
     /// the call ends, however it ends (see [`CallTimer`]).
-    fn authorize(&self, call: Call) -> Result<CallTimer<'_>, SandboxError> {
+    pub(super) fn authorize(&self, call: Call) -> Result<CallTimer<'_>, SandboxError> {
         tracing::debug!(call = call.name(), "call");
         let decision = self.daemon.access.decide(&self.peer, call);
         if decision.is_err() && self.daemon.warn_budget.allow(self.peer.uid) {
@@ -115,7 +119,7 @@ impl ConnectionService {
 }
 
 /// The name a scope's id goes by, in validation messages.
-fn id_field(scope: Scope) -> &'static str {
+pub(super) fn id_field(scope: Scope) -> &'static str {
     match scope {
         Scope::Session => "session_id",
         Scope::Workflow => "execution_id",
@@ -124,7 +128,7 @@ fn id_field(scope: Scope) -> &'static str {
 }
 
 /// Validates an id for its scope and builds the key the driver takes.
-fn key(scope: Scope, field: &str, id: String) -> Result<SandboxKey, SandboxError> {
+pub(super) fn key(scope: Scope, field: &str, id: String) -> Result<SandboxKey, SandboxError> {
     validate::sandbox_id(field, &id)?;
     Ok(SandboxKey::new(scope, id))
 }
@@ -275,6 +279,7 @@ impl Sandboxd for ConnectionService {
         let key = key(scope, id_field(scope), id)?;
         let result = self.driver().deprovision(&key, keep_workspace).await;
         self.daemon.differences.forget(&key.base_name);
+        self.daemon.commands.forget(&key);
         log_deprovision(Call::Deprovision, &key, &result, self.metrics());
         result
     }
@@ -331,6 +336,7 @@ impl Sandboxd for ConnectionService {
         let key = key(Scope::Connect, "sandbox_id", sandbox_id)?;
         let result = self.driver().deprovision(&key, false).await;
         self.daemon.differences.forget(&key.base_name);
+        self.daemon.commands.forget(&key);
         log_deprovision(Call::DeprovisionConnect, &key, &result, self.metrics());
         result
     }
@@ -571,6 +577,84 @@ impl Sandboxd for ConnectionService {
     ) -> Result<PauseReport, SandboxError> {
         self.pause_or_resume(Call::Resume, scope, id).await
     }
+
+    async fn exec(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        request: ExecRequest,
+    ) -> Result<ExecStarted, SandboxError> {
+        self.exec_call(scope, id, request).await
+    }
+
+    async fn command_output(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        command: CommandRef,
+        read: OutputRead,
+    ) -> Result<CommandOutput, SandboxError> {
+        self.command_output_call(scope, id, command, read).await
+    }
+
+    async fn command_wait(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        command: CommandRef,
+        wait_ms: u32,
+    ) -> Result<CommandInfo, SandboxError> {
+        self.command_wait_call(scope, id, command, wait_ms).await
+    }
+
+    async fn command_input(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        command: CommandRef,
+        data: Vec<u8>,
+        close: bool,
+    ) -> Result<(), SandboxError> {
+        self.command_input_call(scope, id, command, data, close)
+            .await
+    }
+
+    async fn command_signal(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        command: CommandRef,
+        signal: i32,
+    ) -> Result<(), SandboxError> {
+        self.command_signal_call(scope, id, command, signal).await
+    }
+
+    async fn command_resize(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        command: CommandRef,
+        rows: u16,
+        cols: u16,
+    ) -> Result<(), SandboxError> {
+        self.command_resize_call(scope, id, command, rows, cols)
+            .await
+    }
+
+    async fn commands(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+    ) -> Result<Vec<CommandInfo>, SandboxError> {
+        self.commands_call(scope, id).await
+    }
 }
 
 impl ConnectionService {
@@ -634,6 +718,7 @@ impl ConnectionService {
             .await;
         if result.is_ok() {
             self.daemon.differences.forget(&key.base_name);
+            self.daemon.commands.forget(&key);
         }
         log_deprovision(call, &key, &result, self.metrics());
         result

@@ -108,6 +108,18 @@ impl Driver for FakeDriver {
         })
     }
 
+    /// The server's unit tests run no commands: refused by name.
+    async fn exec(
+        &self,
+        key: &SandboxKey,
+        _spec: &crate::started_command::CommandSpec,
+    ) -> Result<crate::started_command::StartedCommand, SandboxError> {
+        self.record("exec", key);
+        Err(SandboxError::FailedPrecondition(
+            "the fake driver runs no commands".into(),
+        ))
+    }
+
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {
         self.record("probe", key);
         if let Some(gate) = &self.probe_gate {
@@ -190,6 +202,10 @@ pub fn daemon_state(driver: Arc<FakeDriver>, lists: AccessConfig) -> Arc<DaemonS
         state_dir: PathBuf::from("/var/lib/test"),
         warn_budget: Default::default(),
         differences: Default::default(),
+        commands: crate::commands::CommandTable::new(
+            Default::default(),
+            crate::events::EventHub::new(64),
+        ),
         events: crate::events::EventHub::new(64),
         fence_locks: crate::drivers::key_lock::KeyLocks::new(),
         runner_endpoints: Default::default(),

@@ -509,6 +509,18 @@ impl Driver for DockerDriver {
             .await
     }
 
+    /// Not yet on this tier: refused by name, nothing started.
+    async fn exec(
+        &self,
+        key: &SandboxKey,
+        _spec: &crate::started_command::CommandSpec,
+    ) -> Result<crate::started_command::StartedCommand, SandboxError> {
+        Err(SandboxError::FailedPrecondition(format!(
+            "cannot run a command in {}: the docker tier does not run commands yet (the local-process tier does)",
+            key.what()
+        )))
+    }
+
     async fn pause(
         &self,
         key: &SandboxKey,

@@ -273,6 +273,18 @@ impl Driver for KubernetesDriver {
     }
 
     /// A stop here: the Deployment scaled to 0 (see [`pause`]).
+    /// Not yet on this tier: refused by name, nothing started.
+    async fn exec(
+        &self,
+        key: &SandboxKey,
+        _spec: &crate::started_command::CommandSpec,
+    ) -> Result<crate::started_command::StartedCommand, SandboxError> {
+        Err(SandboxError::FailedPrecondition(format!(
+            "cannot run a command in {}: the kubernetes tier does not run commands yet (the local-process tier does)",
+            key.what()
+        )))
+    }
+
     async fn pause(
         &self,
         key: &SandboxKey,

@@ -16,6 +16,7 @@ pub mod cgroup;
 mod deferred;
 mod deprovision;
 mod disk_limit;
+mod exec;
 mod isolation;
 mod launch;
 mod ledger;
@@ -1373,6 +1374,14 @@ impl Driver for LocalProcessDriver {
 
     async fn workspaces(&self, scope: Option<Scope>) -> Result<Vec<WorkspaceInfo>, SandboxError> {
         self.inner.workspaces(scope).await
+    }
+
+    async fn exec(
+        &self,
+        key: &SandboxKey,
+        spec: &crate::started_command::CommandSpec,
+    ) -> Result<crate::started_command::StartedCommand, SandboxError> {
+        self.inner.exec(key, spec).await
     }
 
     async fn pause(

@@ -330,13 +330,13 @@ impl CgroupTree {
                 }
             }
         }
-        let v2_dir = open(&dirs.v2, libc::O_RDONLY | libc::O_DIRECTORY)?;
-        let v1_procs = dirs
-            .v1
-            .iter()
-            .map(|dir| open(&dir.join("cgroup.procs"), libc::O_WRONLY))
-            .collect::<io::Result<_>>()?;
-        Ok(CgroupPlacement { v2_dir, v1_procs })
+        open_placement(dirs)
+    }
+
+    /// Opens what the clone needs to start a process in `base_name`'s
+    /// cgroup as it is (a command beside its running runner).
+    pub fn open_existing(&self, base_name: &str) -> io::Result<CgroupPlacement> {
+        open_placement(&self.dirs(base_name))
     }
 
     /// What the sandbox's cgroup counted; read before it is removed.
@@ -388,6 +388,17 @@ fn dir_of(dirs: &Dirs, place: Where) -> &Path {
         Where::V2 => &dirs.v2,
         Where::V1(index) => &dirs.v1[index],
     }
+}
+
+/// The cgroup v2 directory and each v1 `cgroup.procs` of `dirs`, opened.
+fn open_placement(dirs: &Dirs) -> io::Result<CgroupPlacement> {
+    let v2_dir = open(&dirs.v2, libc::O_RDONLY | libc::O_DIRECTORY)?;
+    let v1_procs = dirs
+        .v1
+        .iter()
+        .map(|dir| open(&dir.join("cgroup.procs"), libc::O_WRONLY))
+        .collect::<io::Result<_>>()?;
+    Ok(CgroupPlacement { v2_dir, v1_procs })
 }
 
 /// `sandboxd` for the default state directory, else `sandboxd-<hash>`.

@@ -101,6 +101,9 @@ pub struct ExecPlan {
     /// A close-on-exec descriptor of the binary to exec instead of looking
     /// `program` up, or -1 (see [`ExecPlan::exec_by_descriptor`]).
     exe: RawFd,
+    /// Its stdin is a terminal, made its controlling one once it leads its
+    /// own session (see [`ExecPlan::with_controlling_terminal`]).
+    controlling_terminal: bool,
 }
 
 /// What a sandbox's first process needs beyond an ordinary plan.
@@ -192,7 +195,7 @@ impl std::fmt::Display for ExecError {
 }
 
 /// Steps of the child, in order; their index is what the child reports.
-const STEPS: [&str; 22] = [
+const STEPS: [&str; 23] = [
     "write to cgroup.procs",
     "dup2 of stdio",
     "prctl(PR_SET_NO_NEW_PRIVS)",
@@ -215,6 +218,7 @@ const STEPS: [&str; 22] = [
     "clone of the runner",
     "start the runner",
     "close_range(CLOSE_RANGE_UNSHARE)",
+    "ioctl(TIOCSCTTY)",
 ];
 const STEP_CGROUP: usize = 0;
 const STEP_DUP2: usize = 1;
@@ -238,6 +242,7 @@ const STEP_VIEW: usize = 18;
 const STEP_RUNNER_CLONE: usize = 19;
 const STEP_RUNNER: usize = 20;
 const STEP_UNSHARE_FILES: usize = 21;
+const STEP_CONTROLLING_TERMINAL: usize = 22;
 const NO_FAILURE: usize = usize::MAX;
 /// The argument of a sandbox's init that its first process replaces with
 /// the runner's pid (in the sandbox's namespace) before it execs init.
@@ -296,6 +301,7 @@ impl ExecPlan {
             sandbox: None,
             joins_pid_namespace: false,
             exe: -1,
+            controlling_terminal: false,
         })
     }
 
@@ -372,6 +378,14 @@ impl ExecPlan {
     /// `getppid` says 0.
     pub fn joining_pid_namespace(mut self) -> ExecPlan {
         self.joins_pid_namespace = true;
+        self
+    }
+
+    /// Makes its stdin (a terminal's follower side) its controlling
+    /// terminal, as a login shell's: job control, `SIGWINCH` at a resize,
+    /// `SIGHUP` when the terminal closes (a command given a PTY).
+    pub fn with_controlling_terminal(mut self) -> ExecPlan {
+        self.controlling_terminal = true;
         self
     }
 
@@ -591,6 +605,8 @@ struct ChildPlan {
     keep_len: usize,
     /// The binary to `execveat`, or -1: `execve` of `program`.
     exe: RawFd,
+    /// `TIOCSCTTY` on stdin once it leads its session.
+    controlling_terminal: bool,
 }
 
 impl ChildPlan {
@@ -627,6 +643,7 @@ impl ChildPlan {
             keep: [-1; fd_band::SLOTS],
             keep_len: 0,
             exe: plan.exe,
+            controlling_terminal: plan.controlling_terminal,
         }
     }
 
@@ -986,6 +1003,9 @@ unsafe fn unshare_files(plan: &ChildPlan) {
 unsafe fn lead_own_session(plan: &ChildPlan) {
     if libc::setsid() < 0 {
         fail(plan, STEP_SETSID);
+    }
+    if plan.controlling_terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+        fail(plan, STEP_CONTROLLING_TERMINAL);
     }
     // Dies with the spawning thread (a spawner thread, which lives as
     // long as the daemon; or a sandbox's init). The group reaper covers

@@ -229,16 +229,7 @@ impl ParkedView {
     /// park a runner inside, see `parked_runner`); back in the daemon's own
     /// when the returned value is dropped.
     pub fn enter_bare(&mut self) -> Result<InsideView, TakeError> {
-        HOST.with(|host| -> Result<InsideView, TakeError> {
-            let host = host
-                .as_ref()
-                .map_err(|error| TakeError::at("unshare(CLONE_FS)")(clone_error(error)))?;
-            setns(self.holder.pidfd.as_raw_fd(), NAMESPACES)
-                .map_err(TakeError::at("setns into the prepared view"))?;
-            Ok(InsideView {
-                host: host.clone_fds(),
-            })
-        })
+        enter_namespaces_of(&self.holder.pidfd, "setns into the prepared view")
     }
 
     /// The view, taken: from here on the holder lives exactly as long as
@@ -276,6 +267,22 @@ impl Drop for Holder {
             )
         };
     }
+}
+
+/// Joins the mount, PID and IPC namespaces of the process of `pidfd` on
+/// this thread (a spawner thread: a view's runner, or a command beside a
+/// running sandbox's runner); back in the daemon's own when the returned
+/// value is dropped. `step` names the join in an error.
+pub fn enter_namespaces_of(pidfd: &OwnedFd, step: &str) -> Result<InsideView, TakeError> {
+    HOST.with(|host| -> Result<InsideView, TakeError> {
+        let host = host
+            .as_ref()
+            .map_err(|error| TakeError::at("unshare(CLONE_FS)")(clone_error(error)))?;
+        setns(pidfd.as_raw_fd(), NAMESPACES).map_err(TakeError::at(step))?;
+        Ok(InsideView {
+            host: host.clone_fds(),
+        })
+    })
 }
 
 /// This spawner thread inside a prepared view's namespaces, until dropped.

@@ -1,0 +1,291 @@
+//! Commands in sandboxes, above every tier: the one store of their output
+//! and proofs, found by sandbox and by id or tag.
+//!
+//! A tier starts a command (see [`crate::started_command`]); from there
+//! the command is the table's: a task per command pumps its output into
+//! two bounded stores ([`output`]), waits for its end, kills it at its
+//! timeout and settles it with its proof exactly once ([`settle`]), and
+//! the event stream carries its start and its end. A caller may leave and
+//! come back by id or tag; the command and its output live on without it.
+//! The proofs of ended commands are kept (the latest
+//! [`CommandSettings::kept_ended`] per sandbox) until the sandbox is
+//! deprovisioned.
+
+mod command;
+pub mod output;
+mod settle;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use sandboxd_protocol::{
+    CommandInfo, CommandRef, EventCommand, EventKind, ExecRequest, ExecStarted, ExitInfo,
+    SandboxError,
+};
+
+use crate::events::EventHub;
+use crate::provisioner::SandboxKey;
+use crate::started_command::StartedCommand;
+use crate::unix_time::now_unix_ms;
+pub use command::Command;
+
+/// The bounds of the store.
+#[derive(Debug, Clone, Copy)]
+pub struct CommandSettings {
+    /// Bytes kept per output stream of each command.
+    pub output_bytes: usize,
+    /// Ended commands kept per sandbox (their proofs and output).
+    pub kept_ended: usize,
+}
+
+impl Default for CommandSettings {
+    fn default() -> Self {
+        CommandSettings {
+            output_bytes: 8 * 1024 * 1024,
+            kept_ended: 64,
+        }
+    }
+}
+
+pub struct CommandTable {
+    settings: CommandSettings,
+    events: Arc<EventHub>,
+    sandboxes: Mutex<HashMap<SandboxKey, SandboxCommands>>,
+}
+
+/// One sandbox's commands, oldest first, and the tags taken.
+#[derive(Default)]
+struct SandboxCommands {
+    commands: VecDeque<Arc<Command>>,
+    /// Tags of live commands, and of starts under way.
+    live_tags: HashMap<String, Option<String>>,
+}
+
+/// A tag held while a start is under way; given back if it fails.
+pub struct TagClaim {
+    table: Arc<CommandTable>,
+    key: SandboxKey,
+    tag: Option<String>,
+    kept: bool,
+}
+
+impl Drop for TagClaim {
+    fn drop(&mut self) {
+        if let (Some(tag), false) = (&self.tag, self.kept) {
+            if let Some(sandbox) = self.table.sandboxes().get_mut(&self.key) {
+                sandbox.live_tags.remove(tag);
+            }
+        }
+    }
+}
+
+impl CommandTable {
+    pub fn new(settings: CommandSettings, events: Arc<EventHub>) -> Arc<CommandTable> {
+        Arc::new(CommandTable {
+            settings,
+            events,
+            sandboxes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn sandboxes(&self) -> MutexGuard<'_, HashMap<SandboxKey, SandboxCommands>> {
+        self.sandboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Holds `tag` for a start, refused when a live command has it.
+    pub fn claim_tag(
+        self: &Arc<Self>,
+        key: &SandboxKey,
+        tag: Option<&str>,
+    ) -> Result<TagClaim, SandboxError> {
+        if let Some(tag) = tag {
+            let mut sandboxes = self.sandboxes();
+            let sandbox = sandboxes.entry(key.clone()).or_default();
+            if let Some(holder) = sandbox.live_tags.get(tag) {
+                let by = holder
+                    .as_deref()
+                    .map_or("a start under way".to_string(), |id| {
+                        format!("command {id}")
+                    });
+                return Err(SandboxError::FailedPrecondition(format!(
+                    "tag '{tag}' is in use in {} by {by}: a tag names one live command (a retry of the same start finds it by its tag)",
+                    key.what()
+                )));
+            }
+            sandbox.live_tags.insert(tag.to_string(), None);
+        }
+        Ok(TagClaim {
+            table: self.clone(),
+            key: key.clone(),
+            tag: tag.map(str::to_string),
+            kept: false,
+        })
+    }
+
+    /// Takes a command `claim`'s tier has started into the table, starts
+    /// its life, and announces it.
+    pub fn adopt(
+        self: &Arc<Self>,
+        mut claim: TagClaim,
+        request: &ExecRequest,
+        started: StartedCommand,
+    ) -> ExecStarted {
+        let id = format!("{:032x}", rand::random::<u128>());
+        let key = claim.key.clone();
+        let StartedCommand {
+            pid,
+            uid,
+            generation,
+            stdout,
+            stderr,
+            stdin,
+            control,
+            end,
+        } = started;
+        let command = Arc::new(Command::new(
+            command::Started {
+                id: id.clone(),
+                key: key.clone(),
+                tag: request.tag.clone(),
+                argv: request.argv.clone(),
+                pid,
+                uid: uid.clone(),
+                generation,
+                started_at_unix_ms: now_unix_ms(),
+                pty: request.pty.is_some(),
+            },
+            self.settings.output_bytes,
+            stdin,
+            control,
+        ));
+        {
+            let mut sandboxes = self.sandboxes();
+            let sandbox = sandboxes.entry(key.clone()).or_default();
+            if let Some(tag) = &request.tag {
+                sandbox.live_tags.insert(tag.clone(), Some(id.clone()));
+            }
+            sandbox.commands.push_back(command.clone());
+        }
+        claim.kept = true;
+        self.announce(&command, EventKind::CommandStarted, None);
+        tracing::info!(scope = %key.scope, id = %key.shown_id(), command = %id, pid, tag = ?request.tag, "command started");
+        let life = settle::Life {
+            stdout,
+            stderr,
+            end,
+            timeout: request.timeout_ms.map(Duration::from_millis),
+        };
+        let table = self.clone();
+        tokio::spawn(async move {
+            let proof = settle::run(command.clone(), life).await;
+            let exit = ExitInfo {
+                code: proof.exit_code,
+                signal: proof.signal,
+                at_unix_ms: proof.ended_at_unix_ms,
+                oom_killed: matches!(
+                    proof.reason,
+                    sandboxd_protocol::ExitReason::OutOfMemory { .. }
+                ),
+                oom_limit_bytes: None,
+                pids_refused: 0,
+                pids_limit: None,
+                disk_limit_bytes: None,
+                reason: proof.reason,
+            };
+            tracing::info!(command = %command.started.id, reason = %proof.reason, "command ended");
+            table.announce(&command, EventKind::CommandExited, Some(exit));
+            table.ended(&command);
+        });
+        ExecStarted {
+            command_id: id,
+            pid,
+            uid,
+            generation,
+        }
+    }
+
+    fn announce(&self, command: &Command, kind: EventKind, exit: Option<ExitInfo>) {
+        let started = &command.started;
+        self.events.emit_command(
+            kind,
+            &started.key,
+            &started.uid,
+            started.generation,
+            EventCommand {
+                command_id: started.id.clone(),
+                tag: started.tag.clone(),
+            },
+            exit,
+        );
+    }
+
+    /// Its tag is free again; the oldest ended commands beyond the bound go.
+    fn ended(&self, command: &Command) {
+        let mut sandboxes = self.sandboxes();
+        let Some(sandbox) = sandboxes.get_mut(&command.started.key) else {
+            return;
+        };
+        if let Some(tag) = &command.started.tag {
+            if sandbox.live_tags.get(tag).and_then(Option::as_deref) == Some(&command.started.id) {
+                sandbox.live_tags.remove(tag);
+            }
+        }
+        let mut ended = sandbox.commands.iter().filter(|c| !c.is_live()).count();
+        while ended > self.settings.kept_ended {
+            match sandbox.commands.iter().position(|c| !c.is_live()) {
+                Some(oldest) => {
+                    sandbox.commands.remove(oldest);
+                    ended -= 1;
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// The command `which` names in `key`'s sandbox: by id, or by tag (the
+    /// live one, else the latest that had it).
+    pub fn find(&self, key: &SandboxKey, which: &CommandRef) -> Result<Arc<Command>, SandboxError> {
+        let sandboxes = self.sandboxes();
+        let found = sandboxes.get(key).and_then(|sandbox| {
+            sandbox
+                .commands
+                .iter()
+                .rev()
+                .find(|command| match which {
+                    CommandRef::Id(id) => &command.started.id == id,
+                    CommandRef::Tag(tag) => command.started.tag.as_deref() == Some(tag),
+                })
+                .cloned()
+        });
+        found.ok_or_else(|| {
+            SandboxError::NotFound(format!(
+                "{which} in {}: no such command (it never ran there, or its sandbox was deprovisioned, or it ended long enough ago that its proof was let go)",
+                key.what()
+            ))
+        })
+    }
+
+    /// `key`'s commands, oldest first.
+    pub fn list(&self, key: &SandboxKey) -> Vec<CommandInfo> {
+        self.sandboxes()
+            .get(key)
+            .map(|sandbox| {
+                sandbox
+                    .commands
+                    .iter()
+                    .map(|command| command.info())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `key`'s sandbox was deprovisioned: its commands and proofs go (a
+    /// caller waiting on one still gets its proof).
+    pub fn forget(&self, key: &SandboxKey) {
+        let gone = self.sandboxes().remove(key);
+        drop(gone);
+    }
+}

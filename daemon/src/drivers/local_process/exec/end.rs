@@ -1,0 +1,71 @@
+//! How a process-tier command ended: its wait status, and what the
+//! sandbox's record and cgroup say about a signal that ended it.
+//!
+//! A command killed because its sandbox ended (a deprovision, a lifecycle
+//! stop, its runner gone: the cgroup is killed, or the PID namespace's
+//! init dies) or because the daemon is stopping ends on SIGKILL like any
+//! other; by the time it is reaped the sandbox's record no longer holds
+//! that runner (a deprovision takes the record before it signals), so the
+//! record says which. A SIGKILL while the cgroup's OOM kills rose is the
+//! OOM killer's.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use sandboxd_protocol::ExitReason;
+
+use super::super::launch::child_exits::RunnerProcess;
+use super::super::Inner;
+use crate::provisioner::SandboxKey;
+use crate::started_command::CommandEnd;
+
+pub struct EndWatch {
+    pub inner: Weak<Inner>,
+    pub key: SandboxKey,
+    pub generation: u64,
+    pub oom_kills_before: u64,
+    /// Set at the reap (see `ProcessControl`).
+    pub exited: Arc<AtomicBool>,
+}
+
+impl EndWatch {
+    pub async fn wait(self, mut process: RunnerProcess) -> CommandEnd {
+        let status = process.wait().await;
+        self.exited.store(true, Ordering::Release);
+        let Some(status) = status else {
+            return CommandEnd::from_status(None, None).because(ExitReason::Lost);
+        };
+        use std::os::unix::process::ExitStatusExt;
+        let end = CommandEnd::from_status(status.code(), status.signal());
+        if end.signal.is_none() {
+            return end;
+        }
+        match self.inner.upgrade() {
+            Some(inner) => end.because(self.signal_reason(&inner, end)),
+            None => end.because(ExitReason::DaemonStopped),
+        }
+    }
+
+    fn signal_reason(&self, inner: &Inner, end: CommandEnd) -> ExitReason {
+        if inner.stopping.load(Ordering::Acquire) {
+            return ExitReason::DaemonStopped;
+        }
+        let same_runner = inner
+            .records()
+            .get(&self.key)
+            .and_then(|record| record.running.as_ref())
+            .is_some_and(|running| running.generation == self.generation);
+        if !same_runner {
+            return ExitReason::SandboxEnded;
+        }
+        let killed = end.signal == Some(libc::SIGKILL);
+        if killed && inner.oom_kills(&self.key) > self.oom_kills_before {
+            let limit_bytes = inner
+                .containment
+                .tree()
+                .and_then(|tree| tree.memory_limit());
+            return ExitReason::OutOfMemory { limit_bytes };
+        }
+        end.reason
+    }
+}

@@ -1,0 +1,322 @@
+//! A command in a running process-tier sandbox, with exactly the
+//! isolation its runner has (runc's `exec`): the same clone child a runner
+//! gets — the sandbox's uid, no privileges, its keyring, Landlock domain,
+//! clean start and seccomp filter — cloned straight into the sandbox's
+//! cgroups (so its limits and egress rules bound runner and commands
+//! together), and, under `isolation = "full"`, from a spawner thread that
+//! has joined the sandbox's mount, PID and IPC namespaces (its view).
+//!
+//! The command is the daemon's own child, so its wait status is read
+//! directly; how it ended beyond that (its sandbox ended, the OOM killer,
+//! the daemon stopping) is told from the sandbox's record and cgroup at
+//! its end ([`end`]).
+
+mod control;
+mod end;
+mod fd_stream;
+mod stdio;
+mod workdir;
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use sandboxd_protocol::SandboxError;
+
+use super::launch::clone_exec::{CgroupPlacement, Cloned, ExecPlan, Privileges};
+use super::launch::pidfd;
+use super::prepared::parked::enter_namespaces_of;
+use super::Inner;
+use crate::provisioner::SandboxKey;
+use crate::started_command::{CommandSpec, StartedCommand};
+use fd_stream::FdStream;
+use stdio::Stdio;
+
+/// The running sandbox a command joins, read from its record.
+struct Target {
+    /// Its group leader: the daemon's unreaped child (its init, or its
+    /// runner in a prepared view), so its pid names it and no other.
+    leader: u32,
+    uid: String,
+    generation: u64,
+    task_queue: String,
+}
+
+/// Everything the clone needs, made before it.
+struct Launch {
+    program: PathBuf,
+    argv: Vec<String>,
+    env: Vec<(OsString, OsString)>,
+    cwd: PathBuf,
+    privileges: Privileges,
+    pty: bool,
+}
+
+impl Inner {
+    /// Starts `spec` in `key`'s running sandbox (see the module doc).
+    pub(super) async fn exec(
+        self: &Arc<Self>,
+        key: &SandboxKey,
+        spec: &CommandSpec,
+    ) -> Result<StartedCommand, SandboxError> {
+        if !spec.limits.is_empty() {
+            return Err(SandboxError::FailedPrecondition(format!(
+                "cannot give a command in {} limits of its own: the local-process tier bounds a command by its sandbox's limits only (leave cpu and memory out)",
+                key.what()
+            )));
+        }
+        // Held across the start, so no deprovision or restart of the same
+        // sandbox comes in between the check and the clone.
+        let _key_guard = self.key_locks.lock(key).await;
+        let target = self.exec_target(key, spec)?;
+        let launch = self.command_launch(key, spec, &target)?;
+        let stdio = match spec.pty {
+            Some(size) => Stdio::terminal(size),
+            None => Stdio::pipes(spec.stdin),
+        }
+        .map_err(|error| unavailable(key, format!("its standard streams: {error}")))?;
+        let placement = match self.containment.tree() {
+            Some(tree) => Some(
+                tree.open_existing(&key.base_name)
+                    .map_err(|error| unavailable(key, format!("its sandbox's cgroup: {error}")))?,
+            ),
+            None => None,
+        };
+        let oom_kills_before = self.oom_kills(key);
+        let in_view = self.settings.view.is_some();
+        let Stdio {
+            child,
+            stdout,
+            stderr,
+            stdin,
+            terminal,
+        } = stdio;
+        let inner = self.clone();
+        let leader = target.leader;
+        let spawned = self
+            .spawner
+            .run(move || {
+                let cloned = clone_command(&launch, child, placement, &inner, leader, in_view)?;
+                let process = inner.spawner.exits().watch(cloned.pid, cloned.start_time);
+                Ok::<_, String>((cloned.pid, process))
+            })
+            .await
+            .ok_or_else(|| unavailable(key, "the spawner threads are gone".to_string()))?
+            .map_err(|problem| start_failed(key, &spec.argv[0], problem))?;
+        let (pid, process) = spawned;
+        tracing::debug!(scope = %key.scope, id = %key.shown_id(), pid, "command cloned");
+        let exited = Arc::new(AtomicBool::new(false));
+        let stream = |fd: OwnedFd| {
+            FdStream::new(fd).map_err(|error| unavailable(key, format!("its output: {error}")))
+        };
+        let end_watch = end::EndWatch {
+            inner: Arc::downgrade(self),
+            key: key.clone(),
+            generation: target.generation,
+            oom_kills_before,
+            exited: exited.clone(),
+        };
+        Ok(StartedCommand {
+            pid: pid as u32,
+            uid: target.uid,
+            generation: target.generation,
+            stdout: Box::pin(stream(stdout)?),
+            stderr: match stderr {
+                Some(fd) => Some(Box::pin(stream(fd)?)),
+                None => None,
+            },
+            stdin: match stdin {
+                Some(fd) => Some(Box::pin(stream(fd)?)),
+                None => None,
+            },
+            control: Box::new(control::ProcessControl::new(pid, exited, terminal)),
+            end: Box::pin(end_watch.wait(process)),
+        })
+    }
+
+    /// The sandbox as the command may join it: running, not paused, and
+    /// the incarnation `spec.expect` names.
+    fn exec_target(&self, key: &SandboxKey, spec: &CommandSpec) -> Result<Target, SandboxError> {
+        if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(SandboxError::Unavailable(
+                "sandboxd is shutting down".into(),
+            ));
+        }
+        let records = self.records();
+        let record = records.get(key);
+        spec.expect.check(
+            &key.what(),
+            record.map(|record| (record.uid.as_str(), record.generation)),
+        )?;
+        let not_running = |why: &str| {
+            SandboxError::FailedPrecondition(format!(
+                "cannot run a command in {}: {why} (a command never starts its sandbox: ensure it first)",
+                key.what()
+            ))
+        };
+        let Some(record) = record else {
+            return Err(not_running("it does not exist"));
+        };
+        let Some(running) = &record.running else {
+            return Err(not_running("its runner is not running"));
+        };
+        if running.life.is_paused() {
+            return Err(SandboxError::FailedPrecondition(format!(
+                "cannot run a command in {}: it is paused (resume it first; a command started now would be frozen with it)",
+                key.what()
+            )));
+        }
+        Ok(Target {
+            leader: running.leader,
+            uid: record.uid.clone(),
+            generation: running.generation,
+            task_queue: record.task_queue.clone(),
+        })
+    }
+
+    /// The program, arguments, environment, directory and user of `spec`.
+    fn command_launch(
+        &self,
+        key: &SandboxKey,
+        spec: &CommandSpec,
+        target: &Target,
+    ) -> Result<Launch, SandboxError> {
+        let workspace = self.settings.workspace(key);
+        let cwd = workdir::resolve(&workspace, spec.workdir.as_deref())?;
+        let env = self.command_env(&workspace, &target.task_queue, spec);
+        let path = env
+            .iter()
+            .find(|(name, _)| name == "PATH")
+            .map(|(_, value)| value.clone())
+            .unwrap_or_default();
+        let sandbox_uid = self.uids.as_ref().and_then(|uids| uids.uid_of(key));
+        Ok(Launch {
+            program: find_program(&spec.argv[0], &path, &cwd),
+            argv: spec.argv[1..].to_vec(),
+            env,
+            cwd,
+            privileges: self.settings.identity.privileges(sandbox_uid),
+            pty: spec.pty.is_some(),
+        })
+    }
+
+    /// The runner's contract without its token, then the command's own.
+    fn command_env(
+        &self,
+        workspace: &Path,
+        task_queue: &str,
+        spec: &CommandSpec,
+    ) -> Vec<(OsString, OsString)> {
+        let settings = &self.settings;
+        let mut env: Vec<(OsString, OsString)> = settings
+            .inherited_env
+            .iter()
+            .filter(|(name, _)| *name != "PATH")
+            .map(|(name, value)| (name.into(), value.clone()))
+            .collect();
+        env.push(("PATH".into(), settings.runner_path.clone()));
+        env.push(("HOME".into(), workspace.into()));
+        env.push(("MODE".into(), "local".into()));
+        env.push(("STIGMER_TASK_QUEUE".into(), task_queue.into()));
+        env.push(("WORKSPACE_ROOT_DIR".into(), workspace.into()));
+        for (name, value) in [
+            ("STIGMER_BACKEND_ENDPOINT", &settings.backend_endpoint),
+            ("TEMPORAL_SERVICE_ADDRESS", &settings.temporal_address),
+        ] {
+            if !value.is_empty() {
+                env.push((name.into(), value.into()));
+            }
+        }
+        if spec.pty.is_some() && !spec.env.iter().any(|(name, _)| name == "TERM") {
+            env.push(("TERM".into(), "xterm".into()));
+        }
+        for (name, value) in &spec.env {
+            env.retain(|(kept, _)| kept.as_os_str() != name.as_str());
+            env.push((name.into(), value.into()));
+        }
+        env
+    }
+
+    /// The OOM kills its cgroup has counted so far (0 without cgroups).
+    fn oom_kills(&self, key: &SandboxKey) -> u64 {
+        self.containment
+            .tree()
+            .map_or(0, |tree| tree.exit_facts(&key.base_name).oom_kills)
+    }
+}
+
+/// The clone, on a spawner thread: inside the sandbox's namespaces when it
+/// has a view, back in the daemon's once it returns.
+fn clone_command(
+    launch: &Launch,
+    stdio: [OwnedFd; 3],
+    placement: Option<CgroupPlacement>,
+    inner: &Inner,
+    leader: u32,
+    in_view: bool,
+) -> Result<Cloned, String> {
+    let mut plan = ExecPlan::new(
+        launch.program.as_os_str(),
+        &launch.argv,
+        launch.env.iter().map(|(name, value)| (name, value)),
+        launch.cwd.as_os_str(),
+        stdio,
+        launch.privileges,
+    )?
+    .with_filters(inner.settings.filters.clone());
+    if launch.pty {
+        plan = plan.with_controlling_terminal();
+    }
+    if let Some(placement) = placement {
+        plan = plan.in_cgroup(placement);
+    }
+    if !in_view {
+        return plan.spawn().map_err(|error| error.to_string());
+    }
+    let leader_fd = pidfd::open(leader as libc::pid_t)
+        .map_err(|error| format!("pidfd_open of the sandbox's init {leader}: {error}"))?;
+    let inside = enter_namespaces_of(&leader_fd, "setns into the sandbox's namespaces")
+        .map_err(|error| format!("{}: {}", error.step, error.error))?;
+    let spawned = plan.joining_pid_namespace().spawn();
+    drop(inside);
+    spawned.map_err(|error| error.to_string())
+}
+
+/// `name` as a path: as given when it has a `/` (relative to `cwd`), else
+/// the first executable of that name in `path`. A name found nowhere on
+/// the host is still tried in the first directory: inside a view the exec
+/// itself says whether it exists there.
+fn find_program(name: &str, path: &OsString, cwd: &Path) -> PathBuf {
+    if name.contains('/') {
+        return cwd.join(name);
+    }
+    let mut dirs = std::env::split_paths(path).filter(|dir| dir.is_absolute());
+    let first = dirs.next();
+    std::iter::once(first.clone())
+        .flatten()
+        .chain(dirs)
+        .map(|dir| dir.join(name))
+        .find(|candidate| super::launch::spawn::is_executable_file(candidate))
+        .or_else(|| first.map(|dir| dir.join(name)))
+        .unwrap_or_else(|| Path::new("/usr/bin").join(name))
+}
+
+fn unavailable(key: &SandboxKey, what: String) -> SandboxError {
+    SandboxError::Unavailable(format!("cannot run a command in {}: {what}", key.what()))
+}
+
+/// A clone that failed: a program that is not there (or not executable)
+/// is the caller's to fix; anything else is the daemon's.
+fn start_failed(key: &SandboxKey, program: &str, problem: String) -> SandboxError {
+    let not_there = problem.starts_with("execve")
+        && (problem.contains("No such file") || problem.contains("Permission denied"));
+    if not_there {
+        return SandboxError::InvalidArgument(format!(
+            "argv[0] '{program}' cannot be run in {}: {problem}",
+            key.what()
+        ));
+    }
+    unavailable(key, format!("'{program}': {problem}"))
+}

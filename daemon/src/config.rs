@@ -5,6 +5,7 @@
 //! beats the defaults. Unknown keys in the file are an error, so a typo in
 //! an operator's config is reported instead of silently ignored.
 
+mod commands;
 mod lifecycle;
 
 use std::path::{Path, PathBuf};
@@ -16,6 +17,7 @@ use serde::Deserialize;
 pub use crate::connection_limits::ConnectionsConfig;
 use crate::egress::EgressSetting;
 use crate::instance::Instance;
+pub use commands::CommandsConfig;
 #[cfg(test)]
 pub use lifecycle::ScopeLimits;
 pub use lifecycle::{LifecycleConfig, OnIdle, DEFAULT_CONNECT_TTL};
@@ -540,6 +542,7 @@ struct FileConfig {
     view: Option<ViewConfig>,
     pool: Option<PoolConfig>,
     lifecycle: Option<lifecycle::LifecycleFile>,
+    commands: Option<CommandsConfig>,
 }
 
 /// The resolved configuration.
@@ -615,6 +618,8 @@ pub struct Config {
     pub pool: PoolConfig,
     /// `[lifecycle.*]`: idle and lifetime limits per scope (unset: never).
     pub lifecycle: LifecycleConfig,
+    /// `[commands]`: the bounds of the commands' output store.
+    pub commands: CommandsConfig,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -741,6 +746,7 @@ impl Config {
             isolation: file.isolation.unwrap_or_default(),
             view: file.view.unwrap_or_default(),
             pool: file.pool.unwrap_or_default(),
+            commands: file.commands.unwrap_or_default().checked()?,
             lifecycle,
         };
         config.validate()?;
@@ -1237,12 +1243,15 @@ mod tests {
         let error = toml::from_str::<FileConfig>(&probe)
             .unwrap_err()
             .to_string();
+        // serde says "expected one of `a`, `b`, `c`", or "expected `a` or `b`".
         let expected = error
             .split("expected one of ")
             .nth(1)
+            .or_else(|| error.split("expected ").nth(1))
             .unwrap_or_else(|| panic!("no key list in: {error}"));
         let list = expected.lines().next().unwrap();
         list.split(", ")
+            .flat_map(|keys| keys.split(" or "))
             .map(|key| key.trim_matches('`').to_string())
             .collect()
     }
@@ -1281,6 +1290,7 @@ mod tests {
                 || key == "kubernetes"
                 || key == "view"
                 || key == "pool"
+                || key == "commands"
             {
                 assert!(text.contains(&format!("\n[{key}]\n")), "no [{key}] table");
                 continue;
@@ -1304,6 +1314,7 @@ mod tests {
             "kubernetes",
             "view",
             "pool",
+            "commands",
             "lifecycle.session",
             "lifecycle.workflow",
             "lifecycle.connect",
@@ -1311,6 +1322,7 @@ mod tests {
             let keys = known_keys(table);
             let least = match table {
                 "limits" | "pool" | "lifecycle.session" | "lifecycle.workflow" => 3,
+                "commands" => 2,
                 _ => 4,
             };
             assert!(keys.len() >= least, "[{table}]: {keys:?}");

@@ -195,3 +195,224 @@ async fn stdin_is_fed_and_closed_and_bad_requests_name_their_field() {
     let message = refused(client.exec(Scope::Session, "c3", &stale).await);
     assert!(message.contains("conflict"), "{message}");
 }
+
+/// A daemon whose sandboxes are started cold (no prepared views), so a
+/// command joins a view through its sandbox's own init.
+fn cold_daemon(extra_toml: &str) -> TestDaemon {
+    TestDaemon::start(Options {
+        extra_toml: format!("[pool]\nsession = 0\nworkflow = 0\n{extra_toml}"),
+        ..Options::default()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_past_the_memory_limit_is_the_oom_killers_and_the_runner_lives_on() {
+    let daemon = cold_daemon("[limits]\nmemory = \"64m\"");
+    let runner_pid = sandboxd_tests::start_session(&daemon, "oom").await;
+    let client = daemon.client().await;
+    // tail buffers a line that never ends: it grows until killed.
+    let hog = client
+        .exec(Scope::Session, "oom", &request(&["tail", "/dev/zero"]))
+        .await
+        .unwrap_or_else(|error| panic!("exec: {error}\n{}", daemon.log_text()));
+    let proof = proof_of(&client, "oom", &CommandRef::Id(hog.command_id)).await;
+    assert!(
+        matches!(proof.reason, ExitReason::OutOfMemory { .. }),
+        "{proof:?}"
+    );
+    assert_eq!(proof.signal, Some(libc::SIGKILL));
+    assert!(
+        !sandboxd_tests::pid_is_gone(runner_pid),
+        "the runner lives on"
+    );
+    let info = client.describe(Scope::Session, "oom").await.unwrap();
+    assert_eq!(info.pid, Some(runner_pid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_nobody_reads_is_bounded_and_an_escaped_command_ends_with_its_sandbox() {
+    let daemon = cold_daemon("[commands]\noutput_bytes = \"64k\"");
+    sandboxd_tests::start_session(&daemon, "flood").await;
+    let client = daemon.client().await;
+    let flood = client
+        .exec(
+            Scope::Session,
+            "flood",
+            &shell("yes | head -c 20000000; echo done >&2"),
+        )
+        .await
+        .unwrap();
+    let command = CommandRef::Id(flood.command_id);
+    // Nobody read: the command still ran to its end.
+    let proof = proof_of(&client, "flood", &command).await;
+    assert_eq!(proof.reason, ExitReason::Exited { code: 0 });
+    assert_eq!(proof.stdout.written, 20_000_000);
+    assert_eq!(proof.stdout.dropped, 20_000_000 - 64 * 1024);
+    let tail = client
+        .command_output(
+            Scope::Session,
+            "flood",
+            &command,
+            OutputStream::Stdout,
+            0,
+            1 << 20,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (tail.start, tail.dropped),
+        (proof.stdout.dropped, proof.stdout.dropped)
+    );
+    assert_eq!(tail.data.len(), 64 * 1024);
+    assert!(tail.data.starts_with(b"y\n"), "aligned on the kept bytes");
+
+    // A command that leaves a process behind in a session of its own.
+    let escaper = client
+        .exec(
+            Scope::Session,
+            "flood",
+            &shell("setsid sh -c 'sleep 600 & sleep 600' >/dev/null 2>&1 < /dev/null & echo left"),
+        )
+        .await
+        .unwrap();
+    let proof = proof_of(&client, "flood", &CommandRef::Id(escaper.command_id)).await;
+    assert_eq!(proof.reason, ExitReason::Exited { code: 0 });
+    assert!(
+        !daemon.leftover_processes().is_empty(),
+        "the escaped sleeps run"
+    );
+    client
+        .deprovision(Scope::Session, "flood", false)
+        .await
+        .unwrap();
+    assert!(
+        sandboxd_tests::wait_until(WAIT, || daemon.leftover_processes().is_empty()),
+        "left: {:?}",
+        daemon.leftover_processes()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_stop_cleanly_at_the_pids_limit_and_a_paused_sandbox_runs_none() {
+    let daemon = cold_daemon("[limits]\npids = 40");
+    sandboxd_tests::start_session(&daemon, "pids").await;
+    let client = daemon.client().await;
+    let mut refused = None;
+    for _ in 0..60 {
+        match client
+            .exec(Scope::Session, "pids", &request(&["sleep", "600"]))
+            .await
+        {
+            Ok(_) => {}
+            Err(error) => {
+                refused = Some(error.to_string());
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("the pids limit refused a command");
+    assert!(refused.contains("pids limit"), "{refused}");
+    assert!(refused.contains("pids = 40"), "{refused}");
+    // The daemon and the sandbox still serve.
+    assert_eq!(
+        client.probe(Scope::Session, "pids").await.unwrap(),
+        sandboxd_client::ProbeState::Running
+    );
+
+    client.pause(Scope::Session, "pids").await.unwrap();
+    let paused = client
+        .exec(Scope::Session, "pids", &shell("true"))
+        .await
+        .expect_err("refused while paused");
+    assert!(paused.to_string().contains("paused"), "{paused}");
+    client.resume(Scope::Session, "pids").await.unwrap();
+    let live = client.commands(Scope::Session, "pids").await.unwrap();
+    assert!(live.len() >= 30, "{}", live.len());
+    client
+        .deprovision(Scope::Session, "pids", false)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_uid_cgroup_a_command_runs_as_the_sandbox_without_a_view() {
+    let daemon = TestDaemon::start(Options {
+        extra_toml: "isolation = \"uid-cgroup\"".to_string(),
+        ..Options::default()
+    });
+    let runner_pid = sandboxd_tests::start_session(&daemon, "plain").await;
+    let client = daemon.client().await;
+    let started = client
+        .exec(
+            Scope::Session,
+            "plain",
+            &shell("echo uid=$(id -u); cat /proc/self/cgroup | sort | md5sum"),
+        )
+        .await
+        .unwrap();
+    let (stdout, proof) = read_all(
+        &client,
+        "plain",
+        &CommandRef::Id(started.command_id),
+        OutputStream::Stdout,
+    )
+    .await;
+    assert_eq!(proof.reason, ExitReason::Exited { code: 0 });
+    let stdout = String::from_utf8(stdout).unwrap();
+    let runner_uid = std::fs::read_to_string(format!("/proc/{runner_pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|uids| uids.split_whitespace().next().map(str::to_string))
+        .unwrap();
+    assert!(
+        stdout.starts_with(&format!("uid={runner_uid}\n")),
+        "{stdout}"
+    );
+    let runner_cgroup = std::fs::read_to_string(format!("/proc/{runner_pid}/cgroup")).unwrap();
+    let mut lines: Vec<&str> = runner_cgroup.lines().collect();
+    lines.sort();
+    let digest = std::process::Command::new("md5sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(format!("{}\n", lines.join("\n")).as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    let digest = String::from_utf8(digest.stdout).unwrap();
+    assert!(
+        stdout.ends_with(&digest),
+        "same cgroups: {stdout} vs {digest}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_stop_ends_every_command_with_a_daemon_stopped_proof() {
+    let mut daemon = TestDaemon::start(Options::default());
+    sandboxd_tests::start_session(&daemon, "stop").await;
+    let client = daemon.client().await;
+    let started = client
+        .exec(Scope::Session, "stop", &shell("sleep 600"))
+        .await
+        .unwrap();
+    drop(client);
+    assert!(daemon.stop().success());
+    // Connections close before the sandboxes stop, so the proof is the
+    // log's (a control plane that reconnects finds the command gone: lost).
+    let log = daemon.log_text();
+    let ended = format!("command ended command={}", started.command_id);
+    let line = log
+        .lines()
+        .find(|line| line.contains(&ended))
+        .unwrap_or_else(|| panic!("no end logged for the command:\n{log}"));
+    assert!(line.contains("reason=daemon-stopped"), "{line}");
+    assert!(daemon.leftover_processes().is_empty());
+}

@@ -95,7 +95,13 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         state_dir: config.state_dir.clone(),
         warn_budget: Default::default(),
         differences: Default::default(),
-        commands: crate::commands::CommandTable::new(Default::default(), events.clone()),
+        commands: crate::commands::CommandTable::new(
+            crate::commands::CommandSettings {
+                output_bytes: config.commands.output_bytes as usize,
+                kept_ended: config.commands.kept_ended,
+            },
+            events.clone(),
+        ),
         events,
         fence_locks: crate::drivers::key_lock::KeyLocks::new(),
         runner_endpoints: sandboxd_protocol::RunnerEndpoints {

@@ -360,6 +360,17 @@ impl CgroupTree {
         }
     }
 
+    /// The processes and threads `base_name`'s cgroup holds now, where a
+    /// pids limit is in force: a process moved into a v1 pids cgroup (as a
+    /// command is, on a hybrid host) is not held to the limit, so a
+    /// command's start checks this first.
+    pub fn pids_current(&self, base_name: &str) -> Option<u64> {
+        self.pids_limit()?;
+        let dirs = self.dirs(base_name);
+        let text = std::fs::read_to_string(dir_of(&dirs, self.pids?).join("pids.current")).ok()?;
+        text.trim().parse().ok()
+    }
+
     /// Where the sandbox's figures are read (see [`super::usage`]): its
     /// v2 directory, and its memory and pids directories with whether
     /// each is v2 (the file names differ).

@@ -9,7 +9,7 @@
 //! record says which. A SIGKILL while the cgroup's OOM kills rose is the
 //! OOM killer's.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use sandboxd_protocol::ExitReason;
@@ -26,6 +26,25 @@ pub struct EndWatch {
     pub oom_kills_before: u64,
     /// Set at the reap (see `ProcessControl`).
     pub exited: Arc<AtomicBool>,
+    /// Counts it as its runner's work until it ends.
+    pub _live: LiveCommand,
+}
+
+/// One command counted among its runner's live ones, for as long as this
+/// lives (the idle watcher reads the count).
+pub struct LiveCommand(Arc<AtomicU32>);
+
+impl LiveCommand {
+    pub fn new(count: Arc<AtomicU32>) -> LiveCommand {
+        count.fetch_add(1, Ordering::AcqRel);
+        LiveCommand(count)
+    }
+}
+
+impl Drop for LiveCommand {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl EndWatch {

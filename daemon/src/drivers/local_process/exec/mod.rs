@@ -42,6 +42,8 @@ struct Target {
     uid: String,
     generation: u64,
     task_queue: String,
+    /// Its runner's count of commands beside it (the idle watcher's).
+    live_commands: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// Everything the clone needs, made before it.
@@ -84,6 +86,7 @@ impl Inner {
             ),
             None => None,
         };
+        self.check_pids_room(key, &spec.argv[0])?;
         let oom_kills_before = self.oom_kills(key);
         let in_view = self.settings.view.is_some();
         let Stdio {
@@ -104,7 +107,7 @@ impl Inner {
             })
             .await
             .ok_or_else(|| unavailable(key, "the spawner threads are gone".to_string()))?
-            .map_err(|problem| start_failed(key, &spec.argv[0], problem))?;
+            .map_err(|problem| self.start_failed(key, &spec.argv[0], problem))?;
         let (pid, process) = spawned;
         tracing::debug!(scope = %key.scope, id = %key.shown_id(), pid, "command cloned");
         let exited = Arc::new(AtomicBool::new(false));
@@ -117,6 +120,7 @@ impl Inner {
             generation: target.generation,
             oom_kills_before,
             exited: exited.clone(),
+            _live: end::LiveCommand::new(target.live_commands),
         };
         Ok(StartedCommand {
             pid: pid as u32,
@@ -144,11 +148,13 @@ impl Inner {
                 "sandboxd is shutting down".into(),
             ));
         }
-        let records = self.records();
-        let record = records.get(key);
+        let mut records = self.records();
+        let record = records.get_mut(key);
         spec.expect.check(
             &key.what(),
-            record.map(|record| (record.uid.as_str(), record.generation)),
+            record
+                .as_ref()
+                .map(|record| (record.uid.as_str(), record.generation)),
         )?;
         let not_running = |why: &str| {
             SandboxError::FailedPrecondition(format!(
@@ -159,7 +165,7 @@ impl Inner {
         let Some(record) = record else {
             return Err(not_running("it does not exist"));
         };
-        let Some(running) = &record.running else {
+        let Some(running) = &mut record.running else {
             return Err(not_running("its runner is not running"));
         };
         if running.life.is_paused() {
@@ -172,6 +178,7 @@ impl Inner {
             leader: running.leader,
             uid: record.uid.clone(),
             generation: running.generation,
+            live_commands: running.life.live_commands(),
             task_queue: record.task_queue.clone(),
         })
     }
@@ -237,6 +244,22 @@ impl Inner {
             env.push((name.into(), value.into()));
         }
         env
+    }
+
+    /// Refused when the sandbox holds as many processes as its pids limit.
+    fn check_pids_room(&self, key: &SandboxKey, program: &str) -> Result<(), SandboxError> {
+        let Some(tree) = self.containment.tree() else {
+            return Ok(());
+        };
+        match (tree.pids_current(&key.base_name), tree.pids_limit()) {
+            (Some(current), Some(limit)) if current >= limit => {
+                Err(SandboxError::FailedPrecondition(format!(
+                    "cannot run '{program}' in {}: it holds {current} processes and threads, as many as its pids limit allows ([limits] pids = {limit})",
+                    key.what()
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The OOM kills its cgroup has counted so far (0 without cgroups).
@@ -307,16 +330,26 @@ fn unavailable(key: &SandboxKey, what: String) -> SandboxError {
     SandboxError::Unavailable(format!("cannot run a command in {}: {what}", key.what()))
 }
 
-/// A clone that failed: a program that is not there (or not executable)
-/// is the caller's to fix; anything else is the daemon's.
-fn start_failed(key: &SandboxKey, program: &str, problem: String) -> SandboxError {
-    let not_there = problem.starts_with("execve")
-        && (problem.contains("No such file") || problem.contains("Permission denied"));
-    if not_there {
-        return SandboxError::InvalidArgument(format!(
-            "argv[0] '{program}' cannot be run in {}: {problem}",
-            key.what()
-        ));
+impl Inner {
+    /// A clone that failed: a program that is not there (or not
+    /// executable) is the caller's to fix; a sandbox at its pids limit
+    /// says so; anything else is the daemon's.
+    fn start_failed(&self, key: &SandboxKey, program: &str, problem: String) -> SandboxError {
+        let not_there = problem.starts_with("execve")
+            && (problem.contains("No such file") || problem.contains("Permission denied"));
+        if not_there {
+            return SandboxError::InvalidArgument(format!(
+                "argv[0] '{program}' cannot be run in {}: {problem}",
+                key.what()
+            ));
+        }
+        let pids_limit = self.containment.tree().and_then(|tree| tree.pids_limit());
+        if let (true, Some(limit)) = (problem.contains("temporarily unavailable"), pids_limit) {
+            return SandboxError::FailedPrecondition(format!(
+                "cannot run '{program}' in {}: it holds as many processes and threads as its pids limit allows ([limits] pids = {limit}): {problem}",
+                key.what()
+            ));
+        }
+        unavailable(key, format!("'{program}': {problem}"))
     }
-    unavailable(key, format!("'{program}': {problem}"))
 }

@@ -17,7 +17,7 @@
 
 pub mod watcher;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,9 @@ pub struct RunState {
     window: IdleWindow,
     /// While paused: its cgroup's freezer file, open, for the resume.
     frozen: Option<Frozen>,
+    /// How many commands run beside it (see `exec`): work the idle
+    /// watcher counts. Made at the first command.
+    live_commands: Option<Arc<AtomicU32>>,
 }
 
 impl RunState {
@@ -70,7 +73,22 @@ impl RunState {
             output,
             window: IdleWindow::starting(now, Some(0), Some(output_bytes)),
             frozen: None,
+            live_commands: None,
         }
+    }
+
+    /// The count of commands running beside it, made on first use.
+    pub fn live_commands(&mut self) -> Arc<AtomicU32> {
+        self.live_commands
+            .get_or_insert_with(|| Arc::new(AtomicU32::new(0)))
+            .clone()
+    }
+
+    /// True while a command runs beside it.
+    fn has_live_commands(&self) -> bool {
+        self.live_commands
+            .as_ref()
+            .is_some_and(|live| live.load(Ordering::Acquire) > 0)
     }
 
     /// Since when it is paused, in milliseconds since the Unix epoch.

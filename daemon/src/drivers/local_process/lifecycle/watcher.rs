@@ -119,6 +119,12 @@ fn judge(
     at: Instant,
     idle: std::time::Duration,
 ) -> bool {
+    // A command running in it is work, whether or not it uses the CPU
+    // now (a build waiting on the network, a shell waiting for input).
+    if life.has_live_commands() {
+        life.window.restart(at);
+        return false;
+    }
     let output_bytes = life.output_bytes();
     life.window.sample(cpu_usec, output_bytes, at, idle)
 }

@@ -416,3 +416,57 @@ async fn a_daemon_stop_ends_every_command_with_a_daemon_stopped_proof() {
     assert!(line.contains("reason=daemon-stopped"), "{line}");
     assert!(daemon.leftover_processes().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_with_its_own_memory_limit_is_killed_at_it_and_the_sandbox_lives_on() {
+    let daemon = cold_daemon("");
+    let runner_pid = sandboxd_tests::start_session(&daemon, "own").await;
+    let client = daemon.client().await;
+    let mut hog = request(&["tail", "/dev/zero"]);
+    hog.limits.memory_bytes = Some(32 * 1024 * 1024);
+    hog.limits.cpu_millis = Some(500);
+    let started = client.exec(Scope::Session, "own", &hog).await;
+    let started = match started {
+        Ok(started) => started,
+        // A host whose memory controller is cgroup v2's says why, by name.
+        Err(error) if error.to_string().contains("cgroup v1 hierarchy") => {
+            eprintln!("skipped: {error}");
+            return;
+        }
+        Err(error) => panic!("exec: {error}\n{}", daemon.log_text()),
+    };
+    let proof = proof_of(&client, "own", &CommandRef::Id(started.command_id)).await;
+    assert_eq!(
+        proof.reason,
+        ExitReason::OutOfMemory {
+            limit_bytes: Some(32 * 1024 * 1024)
+        },
+        "{proof:?}"
+    );
+    assert!(
+        !sandboxd_tests::pid_is_gone(runner_pid),
+        "the runner lives on"
+    );
+    // Its cgroup went with it: the sandbox's is removed cleanly.
+    let usage = client.describe(Scope::Session, "own").await.unwrap();
+    assert_eq!(usage.pid, Some(runner_pid));
+    let mut too_big = shell("true");
+    too_big.limits.memory_bytes = Some(1 << 40);
+    let refused = client
+        .exec(Scope::Session, "own", &too_big)
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("above its sandbox's memory limit"),
+        "{refused}"
+    );
+    client
+        .deprovision(Scope::Session, "own", false)
+        .await
+        .unwrap();
+    assert!(sandboxd_tests::wait_until(WAIT, || daemon
+        .leftover_processes()
+        .is_empty()));
+}

@@ -13,6 +13,7 @@
 //! own group, and teardown signals that group, which a descendant that
 //! calls `setsid` leaves. `status` says which one is in force.
 
+pub mod command;
 pub mod freeze;
 pub mod kill;
 pub mod layout;

@@ -72,6 +72,7 @@ pub struct CgroupTree {
     limit_files: Vec<(Where, LimitFile)>,
     memory: Option<Where>,
     pids: Option<Where>,
+    cpu: Option<Where>,
     summary: String,
 }
 
@@ -207,6 +208,7 @@ impl CgroupTree {
             limit_files,
             memory: at(Controller::Memory),
             pids: at(Controller::Pids),
+            cpu: at(Controller::Cpu),
             summary,
         })
     }
@@ -360,6 +362,26 @@ impl CgroupTree {
         }
     }
 
+    /// The index among the sandbox's v1 directories of the memory
+    /// hierarchy, when `wanted` (see `command`); why not, when it is not
+    /// one.
+    pub(super) fn v1_index_of_memory(
+        &self,
+        what: &str,
+        wanted: bool,
+    ) -> Result<Option<usize>, String> {
+        v1_index(self.memory, what, wanted)
+    }
+
+    /// As [`Self::v1_index_of_memory`], for the cpu controller.
+    pub(super) fn v1_index_of_cpu(
+        &self,
+        what: &str,
+        wanted: bool,
+    ) -> Result<Option<usize>, String> {
+        v1_index(self.cpu, what, wanted)
+    }
+
     /// The processes and threads `base_name`'s cgroup holds now, where a
     /// pids limit is in force: a process moved into a v1 pids cgroup (as a
     /// command is, on a hybrid host) is not held to the limit, so a
@@ -401,13 +423,32 @@ fn dir_of(dirs: &Dirs, place: Where) -> &Path {
     }
 }
 
+/// Where `at` puts a controller, for a command's own cgroup (see `command`).
+fn v1_index(at: Option<Where>, what: &str, wanted: bool) -> Result<Option<usize>, String> {
+    match (wanted, at) {
+        (false, _) => Ok(None),
+        (true, Some(Where::V1(index))) => Ok(Some(index)),
+        (true, Some(Where::V2)) => Err(format!(
+            "a command's own {what} limit needs the {what} controller in a cgroup v1 hierarchy; here it is cgroup v2's, where the sandbox's cgroup holds its runner and may not give controllers to a child (leave it out: the sandbox's own limit bounds the command)"
+        )),
+        (true, None) => Err(format!(
+            "a command's own {what} limit needs the sandboxes' {what} controller, and none is in use ([limits] sets no {what} limit, or the controller is missing)"
+        )),
+    }
+}
+
 /// The cgroup v2 directory and each v1 `cgroup.procs` of `dirs`, opened.
 fn open_placement(dirs: &Dirs) -> io::Result<CgroupPlacement> {
-    let v2_dir = open(&dirs.v2, libc::O_RDONLY | libc::O_DIRECTORY)?;
-    let v1_procs = dirs
-        .v1
+    let procs: Vec<PathBuf> = dirs.v1.iter().map(|dir| dir.join("cgroup.procs")).collect();
+    open_placement_at(&dirs.v2, &procs)
+}
+
+/// `v2` and each of `v1_procs` (`cgroup.procs` files), opened.
+pub(super) fn open_placement_at(v2: &Path, v1_procs: &[PathBuf]) -> io::Result<CgroupPlacement> {
+    let v2_dir = open(v2, libc::O_RDONLY | libc::O_DIRECTORY)?;
+    let v1_procs = v1_procs
         .iter()
-        .map(|dir| open(&dir.join("cgroup.procs"), libc::O_WRONLY))
+        .map(|procs| open(procs, libc::O_WRONLY))
         .collect::<io::Result<_>>()?;
     Ok(CgroupPlacement { v2_dir, v1_procs })
 }

@@ -14,6 +14,7 @@ use std::sync::{Arc, Weak};
 
 use sandboxd_protocol::ExitReason;
 
+use super::super::cgroup::command::CommandCgroup;
 use super::super::launch::child_exits::RunnerProcess;
 use super::super::Inner;
 use crate::provisioner::SandboxKey;
@@ -26,6 +27,9 @@ pub struct EndWatch {
     pub oom_kills_before: u64,
     /// Set at the reap (see `ProcessControl`).
     pub exited: Arc<AtomicBool>,
+    /// Its own cgroup, when it has limits of its own: read for an OOM kill,
+    /// then removed, at its end.
+    pub own_cgroup: Option<CommandCgroup>,
     /// Counts it as its runner's work until it ends.
     pub _live: LiveCommand,
 }
@@ -48,9 +52,20 @@ impl Drop for LiveCommand {
 }
 
 impl EndWatch {
-    pub async fn wait(self, mut process: RunnerProcess) -> CommandEnd {
+    pub async fn wait(mut self, mut process: RunnerProcess) -> CommandEnd {
         let status = process.wait().await;
         self.exited.store(true, Ordering::Release);
+        let (own_oom_kills, own_limit) = match self.own_cgroup.take() {
+            Some(own) => {
+                let read = tokio::task::spawn_blocking(move || {
+                    let found = (own.oom_kills(), own.memory_limit);
+                    own.remove();
+                    found
+                });
+                read.await.unwrap_or((0, None))
+            }
+            None => (0, None),
+        };
         let Some(status) = status else {
             return CommandEnd::from_status(None, None).because(ExitReason::Lost);
         };
@@ -58,6 +73,11 @@ impl EndWatch {
         let end = CommandEnd::from_status(status.code(), status.signal());
         if end.signal.is_none() {
             return end;
+        }
+        if own_oom_kills > 0 && end.signal == Some(libc::SIGKILL) {
+            return end.because(ExitReason::OutOfMemory {
+                limit_bytes: own_limit,
+            });
         }
         match self.inner.upgrade() {
             Some(inner) => end.because(self.signal_reason(&inner, end)),

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use sandboxd_protocol::SandboxError;
 
+use super::cgroup::{self, command::CommandCgroup};
 use super::launch::clone_exec::{CgroupPlacement, Cloned, ExecPlan, Privileges};
 use super::launch::pidfd;
 use super::prepared::parked::enter_namespaces_of;
@@ -63,12 +64,6 @@ impl Inner {
         key: &SandboxKey,
         spec: &CommandSpec,
     ) -> Result<StartedCommand, SandboxError> {
-        if !spec.limits.is_empty() {
-            return Err(SandboxError::FailedPrecondition(format!(
-                "cannot give a command in {} limits of its own: the local-process tier bounds a command by its sandbox's limits only (leave cpu and memory out)",
-                key.what()
-            )));
-        }
         // Held across the start, so no deprovision or restart of the same
         // sandbox comes in between the check and the clone.
         let _key_guard = self.key_locks.lock(key).await;
@@ -79,13 +74,7 @@ impl Inner {
             None => Stdio::pipes(spec.stdin),
         }
         .map_err(|error| unavailable(key, format!("its standard streams: {error}")))?;
-        let placement = match self.containment.tree() {
-            Some(tree) => Some(
-                tree.open_existing(&key.base_name)
-                    .map_err(|error| unavailable(key, format!("its sandbox's cgroup: {error}")))?,
-            ),
-            None => None,
-        };
+        let (placement, own_cgroup) = self.command_placement(key, spec)?;
         self.check_pids_room(key, &spec.argv[0])?;
         let oom_kills_before = self.oom_kills(key);
         let in_view = self.settings.view.is_some();
@@ -120,6 +109,7 @@ impl Inner {
             generation: target.generation,
             oom_kills_before,
             exited: exited.clone(),
+            own_cgroup,
             _live: end::LiveCommand::new(target.live_commands),
         };
         Ok(StartedCommand {
@@ -244,6 +234,45 @@ impl Inner {
             env.push((name.into(), value.into()));
         }
         env
+    }
+
+    /// Where the command starts: its sandbox's cgroups, or a cgroup of its
+    /// own inside them when it asks for limits of its own (see
+    /// `cgroup::command`).
+    fn command_placement(
+        &self,
+        key: &SandboxKey,
+        spec: &CommandSpec,
+    ) -> Result<(Option<CgroupPlacement>, Option<CommandCgroup>), SandboxError> {
+        let Some(tree) = self.containment.tree() else {
+            if !spec.limits.is_empty() {
+                return Err(SandboxError::FailedPrecondition(format!(
+                    "cannot give a command in {} limits of its own: this daemon runs on the process-group fallback, without cgroups",
+                    key.what()
+                )));
+            }
+            return Ok((None, None));
+        };
+        if spec.limits.is_empty() {
+            let placement = tree
+                .open_existing(&key.base_name)
+                .map_err(|error| unavailable(key, format!("its sandbox's cgroup: {error}")))?;
+            return Ok((Some(placement), None));
+        }
+        let name = format!("command-{:016x}", rand::random::<u64>());
+        let limits = cgroup::command::CommandLimits {
+            memory_bytes: spec.limits.memory_bytes,
+            cpu_millis: spec.limits.cpu_millis,
+        };
+        let (placement, own) =
+            tree.command_cgroup(&key.base_name, &name, limits)
+                .map_err(|why| {
+                    SandboxError::FailedPrecondition(format!(
+                        "cannot give a command in {} limits of its own: {why}",
+                        key.what()
+                    ))
+                })?;
+        Ok((Some(placement), Some(own)))
     }
 
     /// Refused when the sandbox holds as many processes as its pids limit.

@@ -98,7 +98,8 @@ impl SandboxdClient {
         validate_command::command_ref(command)?;
         validate_command::input(data)?;
         self.call(Resend::Never, |rpc, ctx| {
-            let (id, command, data) = (id.to_string(), command.clone(), data.to_vec());
+            let (id, command) = (id.to_string(), command.clone());
+            let data = sandboxd_protocol::ByteBuf::from(data.to_vec());
             async move {
                 rpc.command_input(ctx, scope, id, command, data, close)
                     .await

@@ -143,7 +143,11 @@ pub struct OutputRead {
 /// A bounded piece of one stream, from an offset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandOutput {
-    /// The bytes, as written (not necessarily UTF-8).
+    /// The bytes, as written (not necessarily UTF-8). Encoded as one run of
+    /// bytes, not a sequence of numbers (the same bytes on the wire, but a
+    /// copy instead of a call per byte: 1 GiB of output crosses in MiB
+    /// chunks).
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
     /// The stream offset of `data`'s first byte: above the offset asked
     /// for when the bytes in between were dropped (the store was full).

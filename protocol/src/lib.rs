@@ -6,6 +6,8 @@
 //! control plane can link it without pulling in the daemon.
 
 pub mod commands;
+/// The byte buffer `command_input` carries (one run of bytes on the wire).
+pub use serde_bytes::ByteBuf;
 pub mod egress;
 pub mod error;
 pub mod events;

@@ -154,7 +154,7 @@ pub trait Sandboxd {
         scope: Scope,
         id: String,
         command: CommandRef,
-        data: Vec<u8>,
+        data: serde_bytes::ByteBuf,
         close: bool,
     ) -> Result<(), SandboxError>;
 

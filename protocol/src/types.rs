@@ -598,7 +598,9 @@ pub enum LogStart {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogChunk {
     /// The bytes, as the runner wrote them: not necessarily UTF-8, and not
-    /// necessarily ending at a line break.
+    /// necessarily ending at a line break. One run of bytes on the wire
+    /// (see [`crate::CommandOutput::data`]).
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
     /// Where the next call continues.
     pub next: LogCursor,

@@ -370,7 +370,7 @@ impl Sandboxd for FakeDaemon {
         _scope: Scope,
         _id: String,
         _command: sandboxd_protocol::CommandRef,
-        _data: Vec<u8>,
+        _data: sandboxd_protocol::ByteBuf,
         _close: bool,
     ) -> Result<(), SandboxError> {
         Err(not_served("command_input"))

@@ -8,7 +8,6 @@
 //! command flooding its output never blocks its sandbox or the daemon, and
 //! a caller that never reads never grows the store past its bound.
 
-use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
@@ -32,22 +31,71 @@ pub struct OutputStore {
     grew: Notify,
 }
 
+/// The latest bytes, in a ring: `ring[head..]` then `ring[..head]` once it
+/// has wrapped. Copies are `memcpy`s of at most two pieces each way.
 struct Kept {
-    bytes: VecDeque<u8>,
+    ring: Vec<u8>,
     capacity: usize,
-    /// The stream offset of `bytes[0]`: how many bytes were dropped.
+    /// Where the oldest kept byte is, once the ring is full.
+    head: usize,
+    /// The stream offset of the oldest kept byte: how many were dropped.
     first: u64,
     closed: bool,
 }
 
+impl Kept {
+    fn len(&self) -> usize {
+        self.ring.len()
+    }
+
+    fn end(&self) -> u64 {
+        self.first + self.ring.len() as u64
+    }
+
+    /// Appends `data` (at most `capacity` bytes), dropping the oldest.
+    fn push(&mut self, data: &[u8]) {
+        let room = self.capacity - self.ring.len();
+        let (fits, rest) = data.split_at(room.min(data.len()));
+        // Memory is taken as bytes arrive, never ahead.
+        self.ring.extend_from_slice(fits);
+        if rest.is_empty() {
+            return;
+        }
+        // Full: overwrite the oldest, from the head, wrapping once.
+        let first_part = rest.len().min(self.capacity - self.head);
+        self.ring[self.head..self.head + first_part].copy_from_slice(&rest[..first_part]);
+        let second = &rest[first_part..];
+        self.ring[..second.len()].copy_from_slice(second);
+        self.head = (self.head + rest.len()) % self.capacity;
+        self.first += rest.len() as u64;
+    }
+
+    /// `take` bytes from the `skip`th kept one, into `out`.
+    fn copy(&self, skip: usize, take: usize, out: &mut Vec<u8>) {
+        let (older, newer) = if self.ring.len() == self.capacity {
+            (&self.ring[self.head..], &self.ring[..self.head])
+        } else {
+            (&self.ring[..], &self.ring[..0])
+        };
+        if skip < older.len() {
+            let upto = (skip + take).min(older.len());
+            out.extend_from_slice(&older[skip..upto]);
+            out.extend_from_slice(&newer[..take - (upto - skip)]);
+        } else {
+            let from = skip - older.len();
+            out.extend_from_slice(&newer[from..from + take]);
+        }
+    }
+}
+
 impl OutputStore {
-    /// A store keeping the latest `capacity` bytes (at least one). Memory
-    /// is taken as bytes arrive, never ahead.
+    /// A store keeping the latest `capacity` bytes (at least one).
     pub fn new(capacity: usize) -> OutputStore {
         OutputStore {
             kept: Mutex::new(Kept {
-                bytes: VecDeque::new(),
+                ring: Vec::new(),
                 capacity: capacity.max(1),
+                head: 0,
                 first: 0,
                 closed: false,
             }),
@@ -64,21 +112,14 @@ impl OutputStore {
         {
             let mut kept = self.kept();
             let capacity = kept.capacity;
-            let data = if data.len() > capacity {
+            if data.len() > capacity {
                 // Only its tail can be kept: the rest is dropped at once.
                 let skipped = data.len() - capacity;
-                kept.first += (kept.bytes.len() + skipped) as u64;
-                kept.bytes.clear();
-                &data[skipped..]
+                kept.first += skipped as u64;
+                kept.push(&data[skipped..]);
             } else {
-                data
-            };
-            let overflow = (kept.bytes.len() + data.len()).saturating_sub(capacity);
-            if overflow > 0 {
-                kept.bytes.drain(..overflow);
-                kept.first += overflow as u64;
+                kept.push(data);
             }
-            kept.bytes.extend(data);
         }
         self.grew.notify_waiters();
     }
@@ -92,27 +133,19 @@ impl OutputStore {
     /// Bytes written so far, and bytes dropped.
     pub fn figures(&self) -> (u64, u64) {
         let kept = self.kept();
-        (kept.first + kept.bytes.len() as u64, kept.first)
+        (kept.end(), kept.first)
     }
 
     /// At most `max` bytes from `offset` (from the oldest kept when it is
     /// gone; nothing when it is beyond the end).
     pub fn read(&self, offset: u64, max: usize) -> Read {
         let kept = self.kept();
-        let end = kept.first + kept.bytes.len() as u64;
+        let end = kept.end();
         let start = offset.clamp(kept.first, end);
-        let from = (start - kept.first) as usize;
-        let take = max.min(kept.bytes.len() - from);
-        let (front, back) = kept.bytes.as_slices();
+        let skip = (start - kept.first) as usize;
+        let take = max.min(kept.len() - skip);
         let mut data = Vec::with_capacity(take);
-        if from < front.len() {
-            let upto = (from + take).min(front.len());
-            data.extend_from_slice(&front[from..upto]);
-            data.extend_from_slice(&back[..take - (upto - from)]);
-        } else {
-            let from = from - front.len();
-            data.extend_from_slice(&back[from..from + take]);
-        }
+        kept.copy(skip, take, &mut data);
         Read {
             at_closed_end: kept.closed && start + take as u64 == end,
             dropped: start.saturating_sub(offset),
@@ -130,7 +163,7 @@ impl OutputStore {
             grew.as_mut().enable();
             {
                 let kept = self.kept();
-                if kept.closed || kept.first + kept.bytes.len() as u64 > offset {
+                if kept.closed || kept.end() > offset {
                     return;
                 }
             }
@@ -176,6 +209,28 @@ mod tests {
         store.write(b"0123456789");
         assert_eq!(store.read(0, 100).data, b"6789");
         assert_eq!(store.figures(), (12, 8));
+    }
+
+    #[test]
+    fn a_full_ring_wraps_and_reads_in_order_across_the_wrap() {
+        let store = OutputStore::new(5);
+        let mut written = Vec::new();
+        for (n, piece) in [&b"abc"[..], b"de", b"fgh", b"i", b"jklmnop", b"q"]
+            .iter()
+            .enumerate()
+        {
+            store.write(piece);
+            written.extend_from_slice(piece);
+            let kept_from = written.len().saturating_sub(5);
+            let read = store.read(0, 100);
+            assert_eq!(read.data, &written[kept_from..], "after write {n}");
+            assert_eq!(read.start, kept_from as u64);
+            for skip in 0..read.data.len() {
+                let part = store.read(kept_from as u64 + skip as u64, 2);
+                let want = &written[kept_from + skip..(kept_from + skip + 2).min(written.len())];
+                assert_eq!(part.data, want, "after write {n}, from {skip}");
+            }
+        }
     }
 
     #[tokio::test]

@@ -20,8 +20,12 @@ use crate::unix_time::now_unix_ms;
 /// is there: what the command wrote is in the pipe by then, so only a
 /// process it left behind (holding the pipe open) is cut off.
 const LINGER: Duration = Duration::from_millis(200);
-/// One read's buffer: a live command holds two.
-const READ_BUFFER: usize = 16 * 1024;
+/// A quiet stream's read buffer: every live command holds two, so a
+/// thousand waiting commands hold 1 MiB, not 32.
+const QUIET_BUFFER: usize = 512;
+/// A busy stream's: a read that fills the buffer grows it up to this (a
+/// flood is copied in 64 KiB reads), and a short read shrinks it back.
+const BUSY_BUFFER: usize = 64 * 1024;
 
 /// What the task needs besides the command.
 pub struct Life {
@@ -100,10 +104,21 @@ async fn await_end(
     }
 }
 
+/// Grows the buffer after a read that filled it, shrinks it after one
+/// that used an eighth of it.
+fn resize_for(buffer: &mut Vec<u8>, read: usize) {
+    let size = buffer.len();
+    if read == size && size < BUSY_BUFFER {
+        buffer.resize((size * 8).min(BUSY_BUFFER), 0);
+    } else if read < size / 8 && size > QUIET_BUFFER {
+        *buffer = vec![0u8; QUIET_BUFFER];
+    }
+}
+
 /// Copies `reader` into `store` until its end, or until it has nothing
 /// more for [`LINGER`] once the command has ended.
 async fn pump(mut reader: OutputReader, store: &OutputStore, mut ended: watch::Receiver<bool>) {
-    let mut buffer = vec![0u8; READ_BUFFER];
+    let mut buffer = vec![0u8; QUIET_BUFFER];
     loop {
         let read = if *ended.borrow() {
             match tokio::time::timeout(LINGER, reader.read(&mut buffer)).await {
@@ -118,7 +133,10 @@ async fn pump(mut reader: OutputReader, store: &OutputStore, mut ended: watch::R
         };
         match read {
             Ok(0) => return,
-            Ok(count) => store.write(&buffer[..count]),
+            Ok(count) => {
+                store.write(&buffer[..count]);
+                resize_for(&mut buffer, count);
+            }
             Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
             // A terminal whose last follower closed reads EIO: its end.
             Err(_) => return,

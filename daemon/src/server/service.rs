@@ -616,10 +616,10 @@ impl Sandboxd for ConnectionService {
         scope: Scope,
         id: String,
         command: CommandRef,
-        data: Vec<u8>,
+        data: sandboxd_protocol::ByteBuf,
         close: bool,
     ) -> Result<(), SandboxError> {
-        self.command_input_call(scope, id, command, data, close)
+        self.command_input_call(scope, id, command, data.into_vec(), close)
             .await
     }
 

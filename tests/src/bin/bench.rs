@@ -42,6 +42,10 @@
 //! (issue 16: row (c) with `isolation = "full"` against `"uid-cgroup"`, on
 //! the host's mounts and with 200 more, and each namespace's raw cost, see
 //! `bench/isolation.rs`), which a full run measures after the egress rows;
+//! `--only-commands` runs only the commands rows (exec to its proof
+//! against a setns'd fork+exec, output through the store against a raw
+//! pipe, memory per background command; see `bench/commands.rs`; a full
+//! run does not measure them);
 //! `--only-events` runs only the event-stream rows (issue 18, see
 //! `bench/events.rs`; a full run does not measure them); `--only-metrics`
 //! runs only the metrics rows (issue 19, probe and fast path with
@@ -83,6 +87,8 @@
 
 #[path = "bench/calls.rs"]
 mod calls;
+#[path = "bench/commands.rs"]
+mod commands;
 #[path = "bench/compare.rs"]
 mod compare;
 #[path = "bench/docker.rs"]
@@ -242,6 +248,7 @@ struct Options {
     only_view: bool,
     /// Run only the event-stream rows.
     only_events: bool,
+    only_commands: bool,
     /// Run only the metrics rows (metrics_listen on vs off).
     only_metrics: bool,
     /// Run only the lifecycle rows (the idle watcher, resume).
@@ -293,6 +300,7 @@ fn parse_args() -> Result<Options, String> {
         only_egress: false,
         only_view: false,
         only_events: false,
+        only_commands: false,
         only_metrics: false,
         only_lifecycle: false,
         scale_only: false,
@@ -319,6 +327,7 @@ fn parse_args() -> Result<Options, String> {
             "--only-egress" => options.only_egress = true,
             "--only-view" => options.only_view = true,
             "--only-events" => options.only_events = true,
+            "--only-commands" => options.only_commands = true,
             "--only-metrics" => options.only_metrics = true,
             "--only-lifecycle" => options.only_lifecycle = true,
             "--scale-only" => options.scale_only = true,
@@ -383,7 +392,7 @@ fn parse_args() -> Result<Options, String> {
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
-                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-metrics] [--only-lifecycle] [--lifecycle-count N] [--lifecycle-isolation full|uid-cgroup] [--only-calls probe|ensure|new|warm N] [--scale-only] [--only-node] [--only-spawns] [--only-prepared] [--only-docker] [--scale-count N] [--scale-isolation full|uid-cgroup] [--no-kubernetes] [--only-kubernetes]\n\n\
+                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-commands] [--only-metrics] [--only-lifecycle] [--lifecycle-count N] [--lifecycle-isolation full|uid-cgroup] [--only-calls probe|ensure|new|warm N] [--scale-only] [--only-node] [--only-spawns] [--only-prepared] [--only-docker] [--scale-count N] [--scale-isolation full|uid-cgroup] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -628,6 +637,37 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             "mode": if options.quick { "quick" } else { "full" },
             "date": date,
             "only": "lifecycle",
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
+    if options.only_commands {
+        step(
+            started,
+            "commands: exec to its proof, output through the store, background commands",
+        );
+        let asked = if options.quick {
+            commands::Asked {
+                execs: 20,
+                stream_bytes: 16 << 20,
+                background: 50,
+            }
+        } else {
+            commands::Asked {
+                execs: 300,
+                stream_bytes: 1 << 30,
+                background: 1000,
+            }
+        };
+        let figures = commands::measure(dir.path(), &binaries, &asked).await?;
+        let rows = commands::rows(&figures);
+        print!("{}", report::table(&rows));
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "commands",
             "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
         });
         println!("{line}");

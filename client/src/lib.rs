@@ -31,6 +31,7 @@ mod connection;
 pub mod deadline;
 mod error;
 mod events;
+mod exec;
 mod fenced;
 mod lifecycle;
 mod socket_path;
@@ -40,6 +41,7 @@ pub use client::SandboxdClient;
 pub use deadline::{DEFAULT_DEADLINE, MAX_DEADLINE};
 pub use error::ClientError;
 pub use events::StreamItem;
+pub use exec::{ExecHandle, OutputEvent, OutputFollower, RunOptions, RunOutcome};
 pub use socket_path::{default_socket_path, SOCKET_ENV, SYSTEM_SOCKET, USER_SOCKET_SUFFIX};
 
 /// The egress postures and their address table (SPEC §9): the one table

@@ -70,7 +70,7 @@ export interface ExitInfo {
   readonly pidsRefused: number;
   readonly pidsLimit: number | null;
   readonly diskLimitBytes: number | null;
-  /** How the runner ended, e.g. `{exited: {code: 3}}`, `"deprovisioned"`, `{outOfMemory: {...}}`. */
+  /** How the runner ended, e.g. `{exited: {code: 3}}`, `"deprovisioned"`, `{"out-of-memory": {limitBytes}}`. */
   readonly reason: unknown;
 }
 
@@ -150,7 +150,181 @@ export interface SandboxdProvisioner extends SandboxProvisioner {
     readonly id?: string;
     readonly signal?: AbortSignal;
   }): AsyncIterableIterator<SandboxdEvent | SandboxdEventsExpired>;
+  /**
+   * Starts a command in a running sandbox (process tier; protocol 10) with
+   * the sandbox's own isolation and answers at once with a handle. Never
+   * re-sent after a lost call: retry with the same `tag` (refused while a
+   * command holds it) and `attach` by it. Rejects with ConflictError,
+   * starting nothing, when `expect` no longer holds; InvalidArgumentError
+   * names a bad argument (empty argv, a NUL byte, an unknown option, …).
+   */
+  exec(scope: SandboxScope, id: string, argv: readonly string[], options?: ExecOptions): Promise<CommandHandle>;
+  /** A handle on a command already started, by its id or the tag of a live (or the latest) one. */
+  attach(scope: SandboxScope, id: string, command: CommandTarget): Promise<CommandHandle>;
+  /** The sandbox's commands: live ones and the proofs still kept, oldest first. */
+  commands(scope: SandboxScope, id: string): Promise<CommandInfo[]>;
+  /**
+   * Runs a command to its end and settles it (the routing seed's retained
+   * process): its outcome, code and output as text, and the raw proof.
+   * Rejects only when the command could not be started or followed; how
+   * it ended, timed out or killed included, is the answer's `outcome`.
+   */
+  runCommand(
+    scope: SandboxScope,
+    id: string,
+    argv: readonly string[],
+    options?: RunCommandOptions,
+  ): Promise<RunCommandResult>;
   readonly socketPath: string;
+}
+
+/** Which incarnation a fenced call expects (`uid` and/or `generation` from an ensure or describe). */
+export interface Expectation {
+  readonly uid?: string;
+  readonly generation?: number;
+}
+
+/** exec's options; an option it does not know is an InvalidArgumentError. */
+export interface ExecOptions {
+  /** Added to the runner's variables (its PATH, HOME, WORKSPACE_ROOT_DIR, …); the runner's own names are refused. */
+  readonly env?: Readonly<Record<string, string>>;
+  /** Relative to the workspace (the workspace itself when absent); never outside it. */
+  readonly workdir?: string;
+  /** True: stdin stays open for `handle.stdin`; false (default): /dev/null. */
+  readonly stdin?: boolean;
+  /** A terminal of this size as stdin, stdout and stderr (output is then `stdout` only). */
+  readonly pty?: { readonly rows: number; readonly cols: number };
+  /** Killed, and settled `timed-out`, this long after its start. */
+  readonly timeoutMs?: number;
+  /** A name unique among the sandbox's live commands (1-128 of `A-Za-z0-9_.:-`). */
+  readonly tag?: string;
+  /** Refused with ConflictError, nothing started, unless the sandbox is this incarnation. */
+  readonly expect?: Expectation;
+  /** Limits for this command alone, inside its sandbox's. */
+  readonly limits?: { readonly cpuMillis?: number; readonly memoryBytes?: number };
+}
+
+/** runCommand's options: exec's without a terminal, and `stdin` as the input itself. */
+export interface RunCommandOptions extends Omit<ExecOptions, "stdin" | "pty"> {
+  /** Written to the command's stdin, which is then closed; absent: stdin is /dev/null. */
+  readonly stdin?: string | Uint8Array;
+}
+
+/** A command: `{ commandId }` or `{ tag }`. */
+export type CommandTarget = { readonly commandId: string } | { readonly tag: string };
+
+/** How a command ended. */
+export type CommandOutcome =
+  | "exited"
+  | "signaled"
+  | "timed-out"
+  | "out-of-memory"
+  | "sandbox-ended"
+  | "daemon-stopped"
+  | "lost"
+  | (string & {});
+
+/** What one output stream carried over the command's life. */
+export interface StreamFigures {
+  readonly written: number;
+  /** Bytes dropped from the daemon's bounded store (counted whether read or not). */
+  readonly dropped: number;
+}
+
+/** How a command ended: given once, never changed (the daemon's CommandProof). */
+export interface CommandProof {
+  readonly outcome: CommandOutcome;
+  /** The typed reason, e.g. `{exited: {code: 3}}`, `{"timed-out": {limitMs: 300}}`, `"sandbox-ended"`. */
+  readonly reason: unknown;
+  /** The reason as the daemon's log writes it: `exited (code 3)`, `timed-out (after 300 ms)`. */
+  readonly description: string;
+  readonly exitCode: number | null;
+  readonly signal: number | null;
+  /** The code a shell would report: the code, 128 + the signal, 124 for a timeout, 137 when the sandbox or daemon ended it, 1 when lost. */
+  readonly shellCode: number;
+  readonly startedAtUnixMs: number;
+  readonly endedAtUnixMs: number;
+  readonly stdout: StreamFigures;
+  readonly stderr: StreamFigures;
+}
+
+/** One command, as `commands` lists it. */
+export interface CommandInfo {
+  readonly commandId: string;
+  readonly tag: string | null;
+  readonly argv: readonly string[];
+  /** Its host pid. */
+  readonly pid: number;
+  readonly state: "running" | "ended";
+  readonly startedAtUnixMs: number;
+  readonly pty: boolean;
+  readonly stdinOpen: boolean;
+  readonly generation: number;
+  readonly proof: CommandProof | null;
+  readonly [more: string]: unknown;
+}
+
+/**
+ * One output stream, followed by long-poll from the first byte the daemon
+ * still keeps to the command's end: each byte once, in order. Iterating
+ * again after a `break` continues where it stopped; one iteration at a time.
+ */
+export interface CommandOutputStream extends AsyncIterable<Buffer> {
+  readonly stream: "stdout" | "stderr";
+  /** Bytes the daemon dropped (its store was full) before this follower read them. */
+  readonly dropped: number;
+  /** The stream offset the next read starts at. */
+  readonly offset: number;
+  /** The proof, once the stream was read to its end. */
+  readonly proof: CommandProof | null;
+  /** The same pieces with their place: `dropped` bytes were lost just before `start`. */
+  chunks(): AsyncIterableIterator<{ readonly data: Buffer; readonly start: number; readonly dropped: number }>;
+}
+
+/** A command in a sandbox. */
+export interface CommandHandle {
+  readonly commandId: string;
+  readonly tag: string | null;
+  readonly pid: number;
+  /** The sandbox incarnation it runs in (null on a handle from `attach`: the daemon does not say). */
+  readonly uid: string | null;
+  readonly generation: number;
+  readonly stdout: CommandOutputStream;
+  /** Empty for a command with a terminal. */
+  readonly stderr: CommandOutputStream;
+  /** Writes go in the order made; each resolves once the daemon took the bytes. */
+  readonly stdin: {
+    write(data: string | Uint8Array): Promise<void>;
+    /** Writes `data` when given, then closes stdin. */
+    end(data?: string | Uint8Array): Promise<void>;
+  };
+  /** To the command's process group: a number, or a name (`SIGTERM` or `TERM`). */
+  signal(signal: number | string): Promise<void>;
+  resize(rows: number, cols: number): Promise<void>;
+  /** Resolves to the proof once the command has ended. */
+  wait(): Promise<CommandProof>;
+}
+
+/** runCommand's answer. */
+export interface RunCommandResult {
+  readonly outcome: CommandOutcome;
+  /** Its exit code when it exited by itself; else null (see `signal`, `shellCode`). */
+  readonly exitCode: number | null;
+  readonly signal: number | null;
+  /** The typed reason, as the proof has it: `{exited: {code: 3}}`, `{"timed-out": {limitMs: 300}}`, `"sandbox-ended"`. */
+  readonly reason: unknown;
+  /** The reason as text: `exited (code 3)`, `timed-out (after 300 ms)`. */
+  readonly description: string;
+  readonly shellCode: number;
+  /** The output decoded as UTF-8. */
+  readonly stdout: string;
+  readonly stderr: string;
+  /** Bytes missing from `stdout`/`stderr` because the daemon dropped them first. */
+  readonly dropped: { readonly stdout: number; readonly stderr: number };
+  /** Why the `stdin` input could not all be written (the command ended without reading it), else null. */
+  readonly stdinError: string | null;
+  readonly commandId: string;
+  readonly proof: CommandProof;
 }
 
 /** One event of the stream. */
@@ -159,15 +333,18 @@ export interface SandboxdEvent {
   /** Pass as `since` to resume after this event. */
   readonly cursor: string;
   readonly atUnixMs: number;
-  /** `created`, `started`, `exited`, `deprovisioned`, `adopted`, `changed`, `paused`, `resumed`. */
+  /** `created`, `started`, `exited`, `deprovisioned`, `adopted`, `changed`, `paused`, `resumed`, `command-started`, `command-exited`. */
   readonly kind: string;
   readonly scope: SandboxScope;
   readonly id: string;
   readonly name: string;
   readonly uid: string;
   readonly generation: number;
-  /** How the runner ended, for `exited` (and `deprovisioned` when one was stopped). */
-  readonly exit: ExitInfo | null;
+  /** How the runner ended, for `exited` (and `deprovisioned` when one was stopped); how the command ended, for `command-exited`. */
+  readonly exit: (ExitInfo & { readonly outcome: string }) | null;
+  /** The command, on `command-started` and `command-exited`. */
+  readonly commandId?: string;
+  readonly tag?: string | null;
   readonly [more: string]: unknown;
 }
 

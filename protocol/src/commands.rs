@@ -242,6 +242,8 @@ pub struct CommandInfo {
     pub pty: bool,
     /// True while its stdin is open for `command_input`.
     pub stdin_open: bool,
+    /// The sandbox's incarnation it ran in (as [`ExecStarted::uid`]).
+    pub uid: String,
     /// The sandbox's generation it ran in.
     pub generation: u64,
     /// Set once it has ended.

@@ -78,6 +78,7 @@ pub enum EventKind {
     CommandStarted,
     /// A command in it ended; the event carries its proof's outcome as
     /// `exit`. Added in protocol 10.
+    #[serde(rename = "command-exited")]
     CommandExited,
 }
 
@@ -147,4 +148,28 @@ pub enum EventsReply {
     /// The cursor is from another daemon boot, or older than the oldest
     /// event kept: events were missed. Relist, then follow from `now`.
     Expired { reason: String, now: EventCursor },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_named_in_json_as_its_as_str() {
+        for kind in [
+            EventKind::Created,
+            EventKind::Started,
+            EventKind::Exited,
+            EventKind::Deprovisioned,
+            EventKind::Adopted,
+            EventKind::Changed,
+            EventKind::Paused,
+            EventKind::Resumed,
+            EventKind::CommandStarted,
+            EventKind::CommandExited,
+        ] {
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{}\"", kind.as_str()));
+        }
+    }
 }

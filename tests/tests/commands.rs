@@ -470,3 +470,52 @@ async fn a_command_with_its_own_memory_limit_is_killed_at_it_and_the_sandbox_liv
         .leftover_processes()
         .is_empty()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_inside_a_command_no_new_namespace_and_no_other_sandbox_is_reachable() {
+    let daemon = TestDaemon::start(Options::default());
+    sandboxd_tests::start_session(&daemon, "inside").await;
+    let other_runner = sandboxd_tests::start_session(&daemon, "other").await;
+    let other_workspace = daemon.workspace(Scope::Session, "other");
+    let client = daemon.client().await;
+    let script = format!(
+        "unshare -U true 2>/dev/null; echo unshare=$?\n\
+         ls {other} >/dev/null 2>&1; echo other_workspace=$?\n\
+         echo processes=$(ls /proc | grep -cE '^[0-9]+$')\n\
+         echo init=$(cat /proc/1/comm)\n\
+         kill -0 {other_runner} 2>/dev/null; echo kill_other=$?\n\
+         echo workspaces=$(ls -A {state}/sandboxes 2>/dev/null | wc -l)\n",
+        other = other_workspace.display(),
+        state = daemon.state_dir().display(),
+    );
+    let started = client
+        .exec(Scope::Session, "inside", &shell(&script))
+        .await
+        .unwrap();
+    let (stdout, proof) = read_all(
+        &client,
+        "inside",
+        &CommandRef::Id(started.command_id),
+        OutputStream::Stdout,
+    )
+    .await;
+    assert_eq!(proof.reason, ExitReason::Exited { code: 0 });
+    let stdout = String::from_utf8(stdout).unwrap();
+    let value = |key: &str| {
+        stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key} in {stdout}"))
+            .to_string()
+    };
+    assert_ne!(value("unshare"), "0", "a user namespace was made: {stdout}");
+    assert_ne!(value("other_workspace"), "0", "{stdout}");
+    assert_ne!(value("kill_other"), "0", "{stdout}");
+    // Of the daemon's workspaces, only its own is there.
+    assert_eq!(value("workspaces"), "1", "{stdout}");
+    // Its sandbox's init, the runner, the shell and ls: a handful, never
+    // the host's hundreds.
+    let processes: usize = value("processes").parse().unwrap();
+    assert!(processes < 10, "{stdout}");
+    assert_ne!(value("init"), "systemd", "{stdout}");
+}

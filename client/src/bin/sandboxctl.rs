@@ -5,36 +5,55 @@
 //! that is unset); `status --check` exits 3 when the daemon is degraded and
 //! 4 when it is unhealthy or unreachable (it prints `unreachable: …`), as
 //! `systemctl is-active` tells by its code.
+//! `exec` and `attach` exit with the command's own code (`CommandProof::
+//! shell_code`: 128 + N for signal N, 124 at its timeout), as `docker exec`
+//! does, so a script runs them as it would the command.
 //! `egress check` asks no daemon and exits like `diff`: 0
 //! when every address is allowed, 1 when any is refused, 2 on usage. Usage problems are all found before connecting, so a
 //! typo never depends on whether the daemon happens to be up.
 
 // The binary's modules live in `sandboxctl/`; a crate root resolves
 // `mod` paths from its own directory, hence the explicit paths.
+#[path = "sandboxctl/attach.rs"]
+mod attach;
 #[path = "sandboxctl/checks.rs"]
 mod checks;
 #[path = "sandboxctl/cli.rs"]
 mod cli;
+#[path = "sandboxctl/commands.rs"]
+mod commands;
 #[path = "sandboxctl/egress.rs"]
 mod egress;
 #[path = "sandboxctl/events.rs"]
 mod events;
+#[path = "sandboxctl/exec.rs"]
+mod exec;
 #[path = "sandboxctl/figures.rs"]
 mod figures;
+#[path = "sandboxctl/follow_output.rs"]
+mod follow_output;
 #[path = "sandboxctl/generated.rs"]
 mod generated;
+#[path = "sandboxctl/kill.rs"]
+mod kill;
 #[path = "sandboxctl/logs.rs"]
 mod logs;
 #[path = "sandboxctl/man.rs"]
 mod man;
 #[path = "sandboxctl/render.rs"]
 mod render;
+#[path = "sandboxctl/terminal_text.rs"]
+mod terminal_text;
 #[path = "sandboxctl/time.rs"]
 mod time;
 #[path = "sandboxctl/token.rs"]
 mod token;
 #[path = "sandboxctl/top.rs"]
 mod top;
+#[path = "sandboxctl/tty.rs"]
+mod tty;
+#[path = "sandboxctl/units.rs"]
+mod units;
 #[path = "sandboxctl/versions.rs"]
 mod versions;
 
@@ -64,6 +83,9 @@ enum Failure {
     /// `status --check` found the daemon not healthy: print the answer,
     /// exit with this code.
     NotHealthy { text: String, code: u8 },
+    /// `exec` or `attach`: the command ended with this (non-zero) shell
+    /// code, which becomes sandboxctl's; it already printed what it wrote.
+    Exit(u8),
 }
 
 impl From<ClientError> for Failure {
@@ -90,6 +112,7 @@ fn main() -> ExitCode {
         Err(Failure::Usage(message)) => fail(2, &message),
         Err(Failure::Call(error)) => fail(1, &error.to_string()),
         Err(Failure::Output(message)) => fail(1, &message),
+        Err(Failure::Exit(code)) => ExitCode::from(code),
         Err(Failure::NotHealthy { text, code }) => match print(&text) {
             ExitCode::SUCCESS => ExitCode::from(code),
             failed => failed,
@@ -355,6 +378,25 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             // Streamed as it arrives rather than returned: it may not end.
             logs::print(&connect().await?, scope, &id, tail, follow, json).await?;
             Ok(String::new())
+        }
+        Command::Exec(args) => exec::run(&connect().await?, args, json).await,
+        Command::Commands { scope, id } => {
+            commands::print(&connect().await?, scope, &id, json).await
+        }
+        Command::Attach {
+            scope,
+            id,
+            command,
+            raw,
+        } => attach::follow(&connect().await?, scope, &id, command.command_ref(), raw).await,
+        Command::Kill {
+            scope,
+            id,
+            command,
+            signal,
+        } => {
+            let client = connect().await?;
+            kill::send(&client, scope, &id, command.command_ref(), signal, json).await
         }
         // `main` answers this before any socket is looked for (its exit
         // code depends on the verdicts); the arm keeps the match total.

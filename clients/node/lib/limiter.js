@@ -8,6 +8,14 @@
 /** The default cap: half the daemon's default, leaving room for other callers' diagnostics. */
 export const DEFAULT_MAX_IN_FLIGHT = 32;
 
+/**
+ * The cap on long-polls in flight (a command's output and its wait), kept
+ * apart from the calls' cap so followers of quiet commands never hold a
+ * runner call back; with the default calls' cap, 56 of the daemon's 64.
+ * A follower past it waits its turn, at most one poll's wait.
+ */
+export const MAX_POLLS_IN_FLIGHT = 24;
+
 /** The cap from `$SANDBOXD_MAX_IN_FLIGHT`, else the default; a bad value is an error naming it. */
 export function maxInFlightFromEnv() {
   const raw = process.env.SANDBOXD_MAX_IN_FLIGHT;

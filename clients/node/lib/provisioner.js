@@ -20,7 +20,8 @@ import { native } from "./native.js";
 import { call as callNative, callSync } from "./errors.js";
 import { configDifferences } from "./config-check.js";
 import { camel } from "./shape.js";
-import { limiter, maxInFlightFromEnv } from "./limiter.js";
+import { limiter, maxInFlightFromEnv, MAX_POLLS_IN_FLIGHT } from "./limiter.js";
+import { commandCalls } from "./commands.js";
 
 /** The system daemon's socket, used when SANDBOXD_SOCKET is unset or empty. */
 export const SYSTEM_SOCKET = "/run/stigmer/sandboxd.sock";
@@ -34,13 +35,16 @@ export function sandboxdSocket() {
 export const newSandboxdProvisioner = ({ config, logger }) => {
   const socket = sandboxdSocket();
   const limited = limiter(maxInFlightFromEnv());
+  const pollLimited = limiter(MAX_POLLS_IN_FLIGHT);
   // Synchronous, like the factory: no daemon, or one speaking another
   // protocol, fails the control plane's boot here with a typed error.
   const client = callSync(() => native().NativeClient.connect(socket));
   logger.info("sandboxd provisioner connected", { socket: client.socketPath });
   warnOnceWhereConfigDiffers(client, config, logger);
-  // Every call below goes through the in-flight cap (limiter.js).
+  // Every call below goes through the in-flight cap; a command's
+  // long-polls (output, wait) through their own (limiter.js).
   const call = (run) => limited(() => callNative(run));
+  const poll = (run) => pollLimited(() => callNative(run));
 
   async function ensure(scope, id, env) {
     const report = await call(() =>
@@ -110,6 +114,8 @@ export const newSandboxdProvisioner = ({ config, logger }) => {
     events(options = {}) {
       return followEvents(client, options);
     },
+    /** Commands in a sandbox: exec, attach, commands, runCommand (lib/commands.js). */
+    ...commandCalls(client, { call, poll }),
     /** The socket this provisioner talks to. */
     get socketPath() {
       return client.socketPath;
@@ -140,10 +146,24 @@ async function* followEvents(client, { since, scope, id, signal } = {}) {
     cursor = page.next;
     for (const event of page.events) {
       if ((scope && event.scope !== scope) || (id && event.id !== id)) continue;
-      yield { type: "event", ...camel(event) };
+      yield eventItem(event);
       if (signal?.aborted) return;
     }
   }
+}
+
+/**
+ * An event as the iterator yields it: camelCase, and a command event's
+ * command flattened to `commandId` and `tag` beside the sandbox's fields.
+ */
+function eventItem(event) {
+  const { command, ...rest } = camel(event);
+  const item = { type: "event", ...rest };
+  if (command != null) {
+    item.commandId = command.commandId;
+    item.tag = command.tag ?? null;
+  }
+  return item;
 }
 
 /** Compares the control plane's driver config with `status`, once, in the background. */

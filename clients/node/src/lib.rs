@@ -5,11 +5,13 @@
 //! version check, reconnect rule and deadlines included.
 //!
 //! The JavaScript side (`index.js`) turns what this returns into the
-//! seed's `SandboxProvisioner`; this side only converts values. Errors
+//! seed's `SandboxProvisioner` and its command handles
+//! (`native_commands`); this side only converts values. Errors
 //! cross as a JSON reason (`{"kind", "message"}`, see [`error`]) so the
 //! JavaScript side can throw one `Error` subclass per kind.
 
 mod error;
 mod native_client;
+mod native_commands;
 
 pub use native_client::NativeClient;

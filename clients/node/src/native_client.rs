@@ -21,10 +21,10 @@ use crate::error::{invalid_argument, to_napi};
 
 #[napi]
 pub struct NativeClient {
-    client: SandboxdClient,
+    pub(crate) client: SandboxdClient,
 }
 
-fn scope_of(scope: &str) -> napi::Result<Scope> {
+pub(crate) fn scope_of(scope: &str) -> napi::Result<Scope> {
     match scope {
         "session" => Ok(Scope::Session),
         "workflow" => Ok(Scope::Workflow),
@@ -44,7 +44,7 @@ fn env_of(task_queue: String, stigmer_token: String, caller_class: String) -> Sa
     }
 }
 
-fn json<T: Serialize>(value: &T) -> napi::Result<serde_json::Value> {
+pub(crate) fn json<T: Serialize>(value: &T) -> napi::Result<serde_json::Value> {
     serde_json::to_value(value).map_err(|error| napi::Error::from_reason(error.to_string()))
 }
 
@@ -224,9 +224,50 @@ impl NativeClient {
 }
 
 /// An event as JavaScript gets it: its serde shape with the cursor as its
-/// `BOOT-SEQ` string.
+/// `BOOT-SEQ` string, and the kind as its stable name (`as_str`, the name
+/// `sandboxctl events` prints: serde's own spelling of a kind need not be
+/// it, `commandexited` against `command-exited`), and an exit's `outcome`
+/// as its reason's short name, as a proof has it.
 fn event_json(event: &Event) -> napi::Result<serde_json::Value> {
     let mut value = json(event)?;
     value["cursor"] = serde_json::Value::String(event.cursor.to_string());
+    value["kind"] = serde_json::Value::String(event.kind.as_str().to_string());
+    if let Some(exit) = &event.exit {
+        value["exit"]["outcome"] = serde_json::Value::String(exit.reason.as_str().to_string());
+    }
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandboxd_client::{EventCommand, EventKind, ExitInfo};
+
+    #[test]
+    fn a_command_event_crosses_with_its_stable_kind_command_and_outcome() {
+        let event = Event {
+            cursor: EventCursor {
+                boot_id: "ab12".into(),
+                seq: 7,
+            },
+            at_unix_ms: 1,
+            kind: EventKind::CommandExited,
+            scope: Scope::Session,
+            id: "ses_1".into(),
+            name: "sbx-ses-000000000000".into(),
+            uid: "0".repeat(32),
+            generation: 1,
+            exit: Some(ExitInfo::from_facts(Some(3), None, 2, false)),
+            command: Some(Box::new(EventCommand {
+                command_id: "f".repeat(32),
+                tag: Some("build".into()),
+            })),
+        };
+        let value = event_json(&event).unwrap();
+        assert_eq!(value["kind"], "command-exited");
+        assert_eq!(value["cursor"], "ab12-7");
+        assert_eq!(value["command"]["tag"], "build");
+        assert_eq!(value["exit"]["code"], 3);
+        assert_eq!(value["exit"]["outcome"], "exited");
+    }
 }

@@ -105,6 +105,7 @@ impl Command {
             started_at_unix_ms: started.started_at_unix_ms,
             pty: started.pty,
             stdin_open: self.stdin_open.load(Ordering::Acquire),
+            uid: started.uid.clone(),
             generation: started.generation,
             proof,
         }

@@ -8,7 +8,7 @@
 //! it: the rules are the daemon's, not the command line's syntax.
 
 use sandboxd_client::{ClientError, SandboxError, Scope};
-use sandboxd_protocol::validate;
+use sandboxd_protocol::{validate, validate_command};
 
 use crate::cli::{Command, ConnectCommand, EnvArgs};
 use crate::Failure;
@@ -43,7 +43,16 @@ pub fn arguments(command: &Command) -> Result<(), Failure> {
         | Command::Deprovision { scope, id, .. }
         | Command::Pause { scope, id }
         | Command::Resume { scope, id }
-        | Command::Logs { scope, id, .. } => validate::sandbox_id(id_name(*scope), id),
+        | Command::Logs { scope, id, .. }
+        | Command::Commands { scope, id } => validate::sandbox_id(id_name(*scope), id),
+        Command::Exec(args) => validate::sandbox_id(id_name(args.scope), &args.id),
+        Command::Attach {
+            scope, id, command, ..
+        }
+        | Command::Kill {
+            scope, id, command, ..
+        } => validate::sandbox_id(id_name(*scope), id)
+            .and_then(|()| validate_command::command_ref(&command.command_ref())),
         Command::Ensure { scope, id, env, .. } => {
             validate::sandbox_id(id_name(*scope), id).and_then(|()| environment(env))
         }

@@ -220,6 +220,81 @@ pub enum Command {
         #[arg(long, value_name = "ID")]
         id: Option<String>,
     },
+
+    /// Run a command in a running sandbox, with its isolation (as `docker
+    /// exec`): its stdout and stderr streamed to sandboxctl's, and its exit
+    /// code sandboxctl's (128+N for signal N, 124 at --timeout).
+    Exec(crate::exec::ExecArgs),
+
+    /// List a sandbox's commands: running ones and the ended ones whose
+    /// proof the daemon still keeps, oldest first.
+    Commands {
+        /// session, workflow or connect.
+        #[arg(value_parser = any_scope())]
+        scope: Scope,
+        /// The session id, execution id or connect sandbox id.
+        id: String,
+    },
+
+    /// Print a command's output from the first byte still kept, follow it
+    /// to the command's end, and exit with its code. Interrupting it leaves
+    /// the command running.
+    #[command(
+        override_usage = "sandboxctl attach [OPTIONS] <SCOPE> <ID> <COMMAND_ID | --tag <TAG>>"
+    )]
+    Attach {
+        /// session, workflow or connect.
+        #[arg(value_parser = any_scope())]
+        scope: Scope,
+        /// The session id, execution id or connect sandbox id.
+        id: String,
+        #[command(flatten)]
+        command: CommandArgs,
+        /// Print its bytes as they are even on a terminal [default: control
+        /// characters escaped on a terminal; pipes always get the bytes].
+        #[arg(long)]
+        raw: bool,
+    },
+
+    /// Send a signal to a command (its process group) and print its id.
+    #[command(
+        override_usage = "sandboxctl kill [OPTIONS] <SCOPE> <ID> <COMMAND_ID | --tag <TAG>>"
+    )]
+    Kill {
+        /// session, workflow or connect.
+        #[arg(value_parser = any_scope())]
+        scope: Scope,
+        /// The session id, execution id or connect sandbox id.
+        id: String,
+        #[command(flatten)]
+        command: CommandArgs,
+        /// A name (TERM, SIGKILL, HUP) or a number (9).
+        #[arg(long, short = 's', value_name = "SIGNAL", default_value = "TERM",
+              value_parser = crate::kill::signal_number)]
+        signal: i32,
+    },
+}
+
+/// Which command: by id, or by tag.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct CommandArgs {
+    /// The command's id, as `exec --detach` and `commands` print it.
+    #[arg(value_name = "COMMAND_ID")]
+    pub command_id: Option<String>,
+    /// The live command with this tag, else the latest that had it.
+    #[arg(long, value_name = "TAG")]
+    pub tag: Option<String>,
+}
+
+impl CommandArgs {
+    pub fn command_ref(&self) -> sandboxd_client::CommandRef {
+        match (&self.command_id, &self.tag) {
+            (Some(id), _) => sandboxd_client::CommandRef::Id(id.clone()),
+            (None, Some(tag)) => sandboxd_client::CommandRef::Tag(tag.clone()),
+            (None, None) => unreachable!("clap requires one of them"),
+        }
+    }
 }
 
 /// A fenced call: act only on the incarnation the caller saw.
@@ -299,7 +374,7 @@ pub struct EnvArgs {
 const SCOPE_WORDS: [&str; 3] = ["session", "workflow", "connect"];
 
 /// Any of the three scopes, listed in `--help` and in the error.
-fn any_scope() -> impl TypedValueParser<Value = Scope> {
+pub fn any_scope() -> impl TypedValueParser<Value = Scope> {
     PossibleValuesParser::new(SCOPE_WORDS).try_map(|word: String| word.parse::<Scope>())
 }
 
@@ -514,6 +589,73 @@ mod tests {
         let error = parse(&["egress", "check", "--posture", "none", "::1"]).unwrap_err();
         assert_eq!(error.exit_code(), 2);
         assert!(error.to_string().contains("relaxed, strict"), "{error}");
+    }
+
+    #[test]
+    fn exec_takes_everything_after_the_sandbox_as_the_command() {
+        let cli = parse(&["exec", "-it", "session", "s", "--", "ls", "-l", "--json"]).unwrap();
+        assert!(!cli.json);
+        let Some(Command::Exec(args)) = cli.command else {
+            panic!("not exec")
+        };
+        assert!(args.interactive && args.tty && !args.detach);
+        assert_eq!(args.argv, ["ls", "-l", "--json"]);
+        let cli = parse(&[
+            "exec",
+            "--cpu",
+            "1.5",
+            "--memory",
+            "512m",
+            "--timeout",
+            "2m",
+            "-e",
+            "A=b=c",
+            "session",
+            "s",
+            "make",
+            "-j4",
+        ])
+        .unwrap();
+        let Some(Command::Exec(args)) = cli.command else {
+            panic!("not exec")
+        };
+        assert_eq!(args.argv, ["make", "-j4"]);
+        assert_eq!((args.cpu, args.memory), (Some(1500), Some(512 << 20)));
+        assert_eq!(args.timeout, Some(std::time::Duration::from_secs(120)));
+        assert_eq!(args.env, [("A".to_string(), "b=c".to_string())]);
+        for bad in [
+            &["exec", "session", "s"][..],
+            &["exec", "-d", "-i", "session", "s", "true"],
+        ] {
+            assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn attach_and_kill_name_one_command_by_id_or_tag() {
+        let cli = parse(&["kill", "session", "s", "--tag", "build", "-s", "KILL"]).unwrap();
+        let Some(Command::Kill {
+            command, signal, ..
+        }) = cli.command
+        else {
+            panic!("not kill")
+        };
+        assert_eq!(
+            command.command_ref(),
+            sandboxd_client::CommandRef::Tag("build".into())
+        );
+        assert_eq!(signal, 9);
+        let cli = parse(&["attach", "session", "s", "abc"]).unwrap();
+        let Some(Command::Attach { command, raw, .. }) = cli.command else {
+            panic!("not attach")
+        };
+        assert_eq!(
+            command.command_ref(),
+            sandboxd_client::CommandRef::Id("abc".into())
+        );
+        assert!(!raw);
+        assert!(parse(&["attach", "session", "s"]).is_err());
+        assert!(parse(&["kill", "session", "s", "abc", "--tag", "t"]).is_err());
     }
 
     #[test]

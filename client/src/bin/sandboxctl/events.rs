@@ -79,13 +79,20 @@ pub async fn print(
     }
 }
 
-/// `2026-12-01T21:00:00.123Z session exited ses_1 (name=…, uid=…, generation=2, reason=exited, code=3)`
+/// `2026-12-01T21:00:00.123Z session exited ses_1 (name=…, uid=…, generation=2, reason=exited, code=3)`;
+/// a command's events add `command_id=…` and `tag=…` (when it has one).
 pub fn line(event: &Event) -> String {
     let mut attributes = vec![
         format!("name={}", event.name),
         format!("uid={}", event.uid),
         format!("generation={}", event.generation),
     ];
+    if let Some(command) = &event.command {
+        attributes.push(format!("command_id={}", Shown(&command.command_id)));
+        if let Some(tag) = &command.tag {
+            attributes.push(format!("tag={}", Shown(tag)));
+        }
+    }
     if let Some(exit) = &event.exit {
         attributes.push(format!("reason={}", exit.reason.as_str()));
         if let Some(code) = exit.code {
@@ -106,7 +113,8 @@ pub fn line(event: &Event) -> String {
 }
 
 /// One JSON object: cursor, time, kind, scope, id, name, uid, generation,
-/// and for an exit `exit` with code, signal and reason.
+/// for a command's event `command_id` and `tag`, and for an exit (a
+/// runner's or a command's) `exit` with code, signal and reason.
 pub fn json_line(event: &Event) -> String {
     let exit = event.exit.as_ref().map(|exit| {
         serde_json::json!({
@@ -128,6 +136,10 @@ pub fn json_line(event: &Event) -> String {
         "uid": event.uid,
         "generation": event.generation,
     });
+    if let Some(command) = &event.command {
+        object["command_id"] = command.command_id.clone().into();
+        object["tag"] = command.tag.clone().into();
+    }
     if let Some(exit) = exit {
         object["exit"] = exit;
     }

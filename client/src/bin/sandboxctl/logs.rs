@@ -16,9 +16,9 @@
 //! answers "no such sandbox") ends cleanly too, saying so.
 //!
 //! Runner output is untrusted. On a terminal, control characters other than
-//! newline, tab and carriage return are shown escaped, so an escape
-//! sequence in it cannot drive the admin's terminal; into a pipe or file it
-//! passes byte for byte.
+//! newline, tab and a CRLF line end are shown escaped
+//! ([`crate::terminal_text`]), so an escape sequence in it cannot drive the
+//! admin's terminal; into a pipe or file it passes byte for byte.
 
 use std::io::{self, IsTerminal, Write};
 use std::time::Duration;
@@ -27,6 +27,7 @@ use sandboxd_client::{
     ClientError, LogStart, SandboxError, SandboxdClient, Scope, Shown, MAX_LOG_CHUNK,
 };
 
+use crate::terminal_text::{complete_utf8_prefix, TerminalText};
 use crate::Failure;
 
 /// How often `--follow` asks for new output.
@@ -113,8 +114,11 @@ pub async fn print(
 struct Output {
     terminal: bool,
     json: bool,
-    /// The start of a UTF-8 character cut by a chunk boundary, kept for the
-    /// next chunk so it is not shown as two replacement characters.
+    /// The terminal's escaping, which joins characters cut by chunks.
+    text: TerminalText,
+    /// For JSON: the start of a UTF-8 character cut by a chunk boundary,
+    /// kept for the next chunk so it is not shown as two replacement
+    /// characters.
     pending: Vec<u8>,
 }
 
@@ -123,78 +127,42 @@ impl Output {
         Output {
             terminal,
             json,
+            text: TerminalText::default(),
             pending: Vec::new(),
         }
     }
 
     fn write(&mut self, out: &mut impl Write, data: &[u8], gap: bool) -> io::Result<()> {
-        if !self.terminal && !self.json {
-            return out.write_all(data);
-        }
-        self.pending.extend_from_slice(data);
-        let complete = complete_utf8_prefix(&self.pending);
-        let text = String::from_utf8_lossy(&self.pending[..complete]).into_owned();
-        self.pending.drain(..complete);
-        self.emit(out, &text, gap)
-    }
-
-    /// Writes what is left of a cut character, as it is.
-    fn finish(&mut self, out: &mut impl Write) -> io::Result<()> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let text = String::from_utf8_lossy(&self.pending).into_owned();
-        self.pending.clear();
-        self.emit(out, &text, false)
-    }
-
-    fn emit(&self, out: &mut impl Write, text: &str, gap: bool) -> io::Result<()> {
         if self.json {
-            if text.is_empty() && !gap {
-                return Ok(());
-            }
-            let line = serde_json::json!({ "data": text, "gap": gap });
-            return writeln!(out, "{line}");
+            self.pending.extend_from_slice(data);
+            let complete = complete_utf8_prefix(&self.pending);
+            let text = String::from_utf8_lossy(&self.pending[..complete]).into_owned();
+            self.pending.drain(..complete);
+            return json_line(out, &text, gap);
         }
-        out.write_all(terminal_safe(text).as_bytes())
+        if self.terminal {
+            return out.write_all(self.text.escape(data).as_bytes());
+        }
+        out.write_all(data)
+    }
+
+    /// Writes what is left of a cut character.
+    fn finish(&mut self, out: &mut impl Write) -> io::Result<()> {
+        if self.json {
+            let text = String::from_utf8_lossy(&self.pending).into_owned();
+            self.pending.clear();
+            return json_line(out, &text, false);
+        }
+        out.write_all(self.text.finish().as_bytes())
     }
 }
 
-/// The length of the longest prefix that does not end inside a UTF-8
-/// character (invalid bytes count as complete: they will never become valid).
-fn complete_utf8_prefix(bytes: &[u8]) -> usize {
-    match std::str::from_utf8(bytes) {
-        Ok(_) => bytes.len(),
-        Err(error) if error.error_len().is_none() => error.valid_up_to(),
-        Err(_) => {
-            // An invalid byte somewhere: only a cut character at the very
-            // end is worth waiting for (at most 3 bytes of one).
-            let tail_start = bytes.len().saturating_sub(3);
-            (tail_start..bytes.len())
-                .find(|&at| {
-                    std::str::from_utf8(&bytes[at..])
-                        .err()
-                        .is_some_and(|error| {
-                            error.valid_up_to() == 0 && error.error_len().is_none()
-                        })
-                })
-                .unwrap_or(bytes.len())
-        }
+fn json_line(out: &mut impl Write, text: &str, gap: bool) -> io::Result<()> {
+    if text.is_empty() && !gap {
+        return Ok(());
     }
-}
-
-/// `text` with every control character but newline, tab and carriage
-/// return escaped (`\u{1b}` for ESC), so it cannot drive a terminal.
-fn terminal_safe(text: &str) -> String {
-    let mut safe = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() && !matches!(c, '\n' | '\t' | '\r') {
-            safe.extend(c.escape_default());
-        } else {
-            safe.push(c);
-        }
-    }
-    safe
+    let line = serde_json::json!({ "data": text, "gap": gap });
+    writeln!(out, "{line}")
 }
 
 #[cfg(test)]
@@ -235,7 +203,7 @@ mod tests {
             written(true, false, &[&text[..cut], &text[cut..]]),
             "naïve ✓\n"
         );
-        assert_eq!(written(true, false, &[b"x\xe2\x9c"]), "x\u{fffd}");
+        assert_eq!(written(true, false, &[b"x\xe2\x9c"]), "x\\xe2\\x9c");
     }
 
     #[test]

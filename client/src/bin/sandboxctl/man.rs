@@ -17,7 +17,9 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 const EXIT_STATUS: &str = "0 on success; 1 when the call failed (the message is on stderr: the \
 daemon refused it, could not be reached, or the sandbox is not there); 2 on a usage error (a \
 bad flag, id or value, named on stderr). status --check exits 3 when the daemon is degraded and \
-4 when it is unhealthy; egress check exits 1 when any address is refused.";
+4 when it is unhealthy; egress check exits 1 when any address is refused. exec and attach exit with \
+the command's own code: its exit code, 128+N when signal N ended it, 124 when its --timeout did \
+(and 1 or 2 as above when sandboxctl itself failed).";
 
 /// The variables sandboxctl reads.
 const ENVIRONMENT: [(&str, &str); 4] = [

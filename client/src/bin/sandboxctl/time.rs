@@ -5,7 +5,7 @@
 //! actually want to know). Days-to-date is Howard Hinnant's
 //! `civil_from_days`, exact for the proleptic Gregorian calendar.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Now, in milliseconds since the Unix epoch.
 pub fn now_unix_ms() -> u64 {
@@ -57,6 +57,52 @@ pub fn duration(secs: u64) -> String {
     }
 }
 
+/// A duration as typed on the command line: `300ms`, `30s`, `5m`, `1h30m`,
+/// `1.5s`, or a bare number of seconds (`--timeout 10`), as `timeout(1)`
+/// and `docker --time` take them.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("'{text}' is not a duration (like 300ms, 30s, 5m, 1h30m, or seconds: 10)");
+    if let Ok(seconds) = text.parse::<f64>() {
+        return seconds_duration(seconds, text);
+    }
+    let mut total = 0.0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let (number, after) = rest.split_at(number_end);
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_end);
+        let value: f64 = number.parse().map_err(|_| bad())?;
+        let scale = match unit {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "d" => 86_400.0,
+            _ => return Err(bad()),
+        };
+        total += value * scale;
+        rest = after;
+    }
+    if text.is_empty() {
+        return Err(bad());
+    }
+    seconds_duration(total, text)
+}
+
+/// At least a millisecond and at most a year: a zero timeout would be
+/// refused by the daemon, and a longer one is a typo.
+fn seconds_duration(seconds: f64, text: &str) -> Result<Duration, String> {
+    if !(0.001..=365.0 * 86_400.0).contains(&seconds) {
+        return Err(format!("'{text}' is out of range (1ms to 365d)"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
 /// (year, month 1–12, day 1–31) of the day `days` after 1970-01-01.
 fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
@@ -100,6 +146,19 @@ mod tests {
         assert_eq!(ago(now - 7_380_000, now), "2h 3m ago");
         assert_eq!(ago(now - 3 * 86_400_000 - 3_600_000, now), "3d 1h ago");
         assert_eq!(ago(now + 4_000, now), "in 4s");
+    }
+
+    #[test]
+    fn durations_parse_as_typed() {
+        assert_eq!(parse_duration("300ms"), Ok(Duration::from_millis(300)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
+        for bad in ["", "5x", "m", "-1s", "0", "1.2.3s", "400d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert!(parse_duration("5x").unwrap_err().contains("'5x'"));
     }
 
     #[test]

@@ -149,6 +149,16 @@ async fn a_timeout_a_kill_and_a_deprovision_each_settle_with_their_own_proof() {
         .unwrap();
     let proof = waiter.await.unwrap();
     assert_eq!(proof.reason, ExitReason::SandboxEnded, "{proof:?}");
+    // Its commands and proofs go with the deprovisioned incarnation.
+    let mut left = client.commands(Scope::Session, "c2").await.unwrap();
+    for _ in 0..500 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        left = client.commands(Scope::Session, "c2").await.unwrap();
+    }
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,7 @@
 //! deprovisioned.
 
 mod command;
+mod forget;
 pub mod output;
 mod settle;
 
@@ -81,12 +82,17 @@ impl Drop for TagClaim {
 }
 
 impl CommandTable {
+    /// The table, and its follower of `events` that lets a sandbox's
+    /// commands go when it is deprovisioned (see [`forget`]). Call within
+    /// the runtime.
     pub fn new(settings: CommandSettings, events: Arc<EventHub>) -> Arc<CommandTable> {
-        Arc::new(CommandTable {
+        let table = Arc::new(CommandTable {
             settings,
-            events,
+            events: events.clone(),
             sandboxes: Mutex::new(HashMap::new()),
-        })
+        });
+        tokio::spawn(forget::on_deprovision(Arc::downgrade(&table), events));
+        table
     }
 
     fn sandboxes(&self) -> MutexGuard<'_, HashMap<SandboxKey, SandboxCommands>> {
@@ -282,10 +288,25 @@ impl CommandTable {
             .unwrap_or_default()
     }
 
-    /// `key`'s sandbox was deprovisioned: its commands and proofs go (a
-    /// caller waiting on one still gets its proof).
-    pub fn forget(&self, key: &SandboxKey) {
-        let gone = self.sandboxes().remove(key);
+    /// `key`'s incarnation `uid` was deprovisioned: its commands and
+    /// proofs go (a caller waiting on one still gets its proof); a newer
+    /// incarnation's stay.
+    pub fn forget_incarnation(&self, key: &SandboxKey, uid: &str) {
+        let mut sandboxes = self.sandboxes();
+        let Some(sandbox) = sandboxes.get_mut(key) else {
+            return;
+        };
+        let gone: Vec<Arc<Command>> = sandbox
+            .commands
+            .iter()
+            .filter(|command| command.started.uid == uid)
+            .cloned()
+            .collect();
+        sandbox.commands.retain(|command| command.started.uid != uid);
+        if sandbox.commands.is_empty() && sandbox.live_tags.is_empty() {
+            sandboxes.remove(key);
+        }
+        drop(sandboxes);
         drop(gone);
     }
 }

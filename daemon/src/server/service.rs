@@ -279,7 +279,6 @@ impl Sandboxd for ConnectionService {
         let key = key(scope, id_field(scope), id)?;
         let result = self.driver().deprovision(&key, keep_workspace).await;
         self.daemon.differences.forget(&key.base_name);
-        self.daemon.commands.forget(&key);
         log_deprovision(Call::Deprovision, &key, &result, self.metrics());
         result
     }
@@ -336,7 +335,6 @@ impl Sandboxd for ConnectionService {
         let key = key(Scope::Connect, "sandbox_id", sandbox_id)?;
         let result = self.driver().deprovision(&key, false).await;
         self.daemon.differences.forget(&key.base_name);
-        self.daemon.commands.forget(&key);
         log_deprovision(Call::DeprovisionConnect, &key, &result, self.metrics());
         result
     }
@@ -718,7 +716,6 @@ impl ConnectionService {
             .await;
         if result.is_ok() {
             self.daemon.differences.forget(&key.base_name);
-            self.daemon.commands.forget(&key);
         }
         log_deprovision(call, &key, &result, self.metrics());
         result

@@ -7,7 +7,8 @@
 //! - call latencies and ensure/deprovision outcomes: the server's service
 //!   layer ([`Metrics::call`], [`Metrics::ensured`], [`Metrics::deprovisioned`]),
 //!   whatever the tier;
-//! - exits by reason, idle and lifetime stops: the daemon's event stream
+//! - exits by reason (runners' and commands'), idle and lifetime stops:
+//!   the daemon's event stream
 //!   ([`follow`]), where every tier announces every exit with its reason
 //!   (pauses will be counted there too, once a paused event exists);
 //! - sandboxes by tier, scope and state: the driver's `list`, at scrape
@@ -78,6 +79,7 @@ pub struct Metrics {
     deprovisions: Family<OutcomeLabels, Counter>,
     spawn_failures: Family<KindLabels, Counter>,
     exits: Family<ReasonLabels, Counter>,
+    command_exits: Family<ReasonLabels, Counter>,
     lifecycle_stops: Family<ReasonLabels, Counter>,
     /// Pauses (`pause`, or `on_idle = "pause"`), from the `paused` events.
     pauses: Counter,
@@ -129,6 +131,12 @@ impl Metrics {
             "Runner exits by reason, from the event stream",
             exits.clone(),
         );
+        let command_exits = Family::default();
+        registry.register(
+            "command_exits",
+            "Commands run in sandboxes (exec) that ended, by the outcome of their proof, from the event stream",
+            command_exits.clone(),
+        );
         let lifecycle_stops = Family::default();
         registry.register(
             "lifecycle_stops",
@@ -161,6 +169,7 @@ impl Metrics {
             deprovisions,
             spawn_failures,
             exits,
+            command_exits,
             lifecycle_stops,
             pauses,
             sandboxes,
@@ -214,6 +223,15 @@ impl Metrics {
     pub fn event(&self, event: &Event) {
         if event.kind == EventKind::Paused {
             self.pauses.inc();
+            return;
+        }
+        if event.kind == EventKind::CommandExited {
+            let reason = event.exit.as_ref().map_or(ExitReason::Unknown, |exit| exit.reason);
+            self.command_exits
+                .get_or_create(&ReasonLabels {
+                    reason: reason.as_str(),
+                })
+                .inc();
             return;
         }
         if event.kind != EventKind::Exited {
@@ -358,6 +376,10 @@ mod tests {
             command: None,
             ..exited(ExitReason::Idle)
         });
+        metrics.event(&Event {
+            kind: EventKind::CommandExited,
+            ..exited(ExitReason::TimedOut { limit_ms: 5 })
+        });
         let mut census = Census::default();
         census.add(Scope::Session, ProbeState::Running);
         let text = metrics.encode(Some(&census));
@@ -373,6 +395,7 @@ mod tests {
             "sandboxd_exits_total{reason=\"exited\"} 1",
             "sandboxd_lifecycle_stops_total{reason=\"idle\"} 1",
             "sandboxd_pauses_total 1",
+            "sandboxd_command_exits_total{reason=\"timed-out\"} 1",
             "sandboxd_sandboxes{tier=\"local-process\",scope=\"session\",state=\"running\"} 1",
         ] {
             assert!(text.lines().any(|got| got == line), "no {line} in:\n{text}");

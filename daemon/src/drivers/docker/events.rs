@@ -86,6 +86,16 @@ impl Exits {
         self.table().remove(&key.base_name);
     }
 
+    /// Takes `container`'s `oom` event that no `die` has followed: a
+    /// command in it was the OOM killer's pick and its runner lives on, so
+    /// the runner's next exit must not read as out of memory.
+    pub fn take_oom(&self, container: &str) -> bool {
+        self.oom_pending
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .remove(container)
+    }
+
     /// Takes in one event; the exit, when it was a new one.
     fn record(&self, event: &EventMessage) -> Option<NewExit> {
         let actor = event.actor.as_ref()?;

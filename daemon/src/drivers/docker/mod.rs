@@ -14,7 +14,8 @@
 //! `teardown` (stop and remove), `events` (exits and the reconnect loop),
 //! `reaper` (leaked connect sandboxes), `generation` (runner counts),
 //! `logs` (runner output, from the engine's log of the container),
-//! `lifecycle` and `cpu_source` (idle and lifetime limits), `pause`.
+//! `lifecycle` and `cpu_source` (idle and lifetime limits), `pause`,
+//! `exec` (commands in a running sandbox).
 
 mod containers;
 mod cpu_source;
@@ -23,6 +24,7 @@ mod egress_network;
 mod engine;
 mod ensure;
 mod events;
+mod exec;
 mod generation;
 mod health;
 mod lifecycle;
@@ -100,6 +102,9 @@ struct Inner {
     departed: departed::DepartedLogs,
     /// The runs the idle and lifetime watcher follows (see [`lifecycle`]).
     watch: lifecycle::Watch,
+    /// Set at shutdown: no command starts, and every command followed
+    /// ends `daemon-stopped` (it goes on in its container, see [`exec`]).
+    commands_stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl Inner {
@@ -232,6 +237,7 @@ impl DockerDriver {
             paused_since: pause::PausedSince::default(),
             departed: departed::DepartedLogs::default(),
             watch: lifecycle::Watch::default(),
+            commands_stop: tokio::sync::watch::Sender::new(false),
         });
         first_contact(&inner).await;
         let reaper = ReaperSettings {
@@ -509,16 +515,13 @@ impl Driver for DockerDriver {
             .await
     }
 
-    /// Not yet on this tier: refused by name, nothing started.
+    /// An exec of the sandbox's container (see [`exec`]).
     async fn exec(
         &self,
         key: &SandboxKey,
-        _spec: &crate::started_command::CommandSpec,
+        spec: &crate::started_command::CommandSpec,
     ) -> Result<crate::started_command::StartedCommand, SandboxError> {
-        Err(SandboxError::FailedPrecondition(format!(
-            "cannot run a command in {}: the docker tier does not run commands yet (the local-process tier does)",
-            key.what()
-        )))
+        self.inner.exec(key, spec).await
     }
 
     async fn pause(
@@ -625,6 +628,7 @@ impl Driver for DockerDriver {
     }
 
     async fn shutdown(&self) {
+        self.inner.commands_stop.send_replace(true);
         for task in self
             .tasks
             .lock()

@@ -90,6 +90,8 @@ pub struct Observed {
     pub id: String,
     pub phase: Phase,
     pub image: String,
+    /// The user its runner runs as (`Config.User`; empty: the image's).
+    pub user: String,
     labels: HashMap<String, String>,
     pub created_at_unix_ms: Option<u64>,
     pub started_at_unix_ms: Option<u64>,
@@ -150,6 +152,7 @@ impl Lookup {
             id,
             phase: Phase::from_status(state.status),
             image: config.image.unwrap_or_default(),
+            user: config.user.unwrap_or_default(),
             labels,
             created_at_unix_ms: inspect.created.as_deref().and_then(unix_ms),
             started_at_unix_ms: state.started_at.as_deref().and_then(unix_ms),

@@ -100,8 +100,10 @@ impl RunnerSpec {
         }
     }
 
-    /// The runner's environment contract (SPEC §5), with the container's own workspace.
-    fn runner_env(&self, env: &SandboxEnv) -> Vec<String> {
+    /// The runner's environment contract (SPEC §5), with the container's
+    /// own workspace (the token only when `env` has one: a command's
+    /// environment is this without it).
+    pub fn runner_env(&self, env: &SandboxEnv) -> Vec<String> {
         let mut vars = vec![
             "MODE=local".to_string(),
             format!("STIGMER_TASK_QUEUE={}", env.task_queue),

@@ -82,6 +82,22 @@ impl CommandEnd {
     }
 }
 
+/// The refusal of a command in a sandbox that is not running (`what`
+/// names it, as `SandboxKey::what` does): a command never starts its
+/// sandbox.
+pub fn not_running(what: &str, why: &str) -> SandboxError {
+    SandboxError::FailedPrecondition(format!(
+        "cannot run a command in {what}: {why} (a command never starts its sandbox: ensure it first)"
+    ))
+}
+
+/// The refusal of a command in a paused sandbox.
+pub fn paused(what: &str) -> SandboxError {
+    SandboxError::FailedPrecondition(format!(
+        "cannot run a command in {what}: it is paused (resume it first; a command started now would be frozen with it)"
+    ))
+}
+
 /// What can be done to a running command.
 #[async_trait]
 pub trait CommandControl: Send + Sync {

@@ -12,13 +12,13 @@ pub const MAX_CALLER_CLASS_LEN: usize = 64;
 /// Largest token, in bytes.
 pub const MAX_TOKEN_LEN: usize = 16 * 1024;
 
-fn invalid(field: &str, why: impl std::fmt::Display) -> SandboxError {
+pub(crate) fn invalid(field: &str, why: impl std::fmt::Display) -> SandboxError {
     SandboxError::InvalidArgument(format!("{field} {why}"))
 }
 
 /// A printable rendering of a rejected value for error messages, bounded
 /// so a hostile 1 MiB id cannot blow up a log line.
-fn shown(value: &str) -> String {
+pub(crate) fn shown(value: &str) -> String {
     let mut shown: String = value
         .chars()
         .take(64)

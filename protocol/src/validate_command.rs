@@ -6,6 +6,7 @@ use crate::commands::{
     CommandRef, ExecRequest, MAX_COMMAND_ARGS, MAX_COMMAND_ARGV_ENV_BYTES, MAX_COMMAND_INPUT,
     MAX_TAG_LEN,
 };
+use crate::validate::{invalid, shown};
 use crate::SandboxError;
 
 /// Environment names a command may not set: the runner's contract and the
@@ -17,24 +18,6 @@ pub const RESERVED_ENV: [&str; 5] = [
     "STIGMER_BACKEND_ENDPOINT",
     "TEMPORAL_SERVICE_ADDRESS",
 ];
-
-fn invalid(field: &str, why: impl std::fmt::Display) -> SandboxError {
-    SandboxError::InvalidArgument(format!("{field} {why}"))
-}
-
-/// At most 64 characters of `value`, escaped, for a message.
-fn shown(value: &str) -> String {
-    let mut text: String = value
-        .chars()
-        .take(64)
-        .collect::<String>()
-        .escape_debug()
-        .collect();
-    if value.chars().count() > 64 {
-        text.push('…');
-    }
-    text
-}
 
 /// Every field of an `exec` request.
 pub fn exec_request(request: &ExecRequest) -> Result<(), SandboxError> {

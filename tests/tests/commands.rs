@@ -44,6 +44,16 @@ async fn read_all(
     }
 }
 
+/// The real uid of host process `pid`, read from the host.
+fn uid_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|uids| uids.split_whitespace().next().map(str::to_string))
+        .unwrap()
+}
+
 async fn proof_of(client: &SandboxdClient, id: &str, command: &CommandRef) -> CommandProof {
     let info = client
         .command_wait(Scope::Session, id, command, WAIT)
@@ -82,12 +92,7 @@ async fn a_command_runs_as_the_runner_and_ends_with_its_code_and_output() {
     assert_eq!(proof.stderr.written, 4);
     assert!(stdout.starts_with("out\n"), "{stdout}");
     // The runner's own, read from the host.
-    let runner_uid = std::fs::read_to_string(format!("/proc/{runner_pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|line| line.strip_prefix("Uid:"))
-        .and_then(|uids| uids.split_whitespace().next().map(str::to_string))
-        .unwrap();
+    let runner_uid = uid_of(runner_pid);
     assert!(stdout.contains(&format!("uid={runner_uid} ")), "{stdout}");
     let workspace = daemon.workspace(Scope::Session, "c1");
     assert!(
@@ -370,12 +375,7 @@ async fn under_uid_cgroup_a_command_runs_as_the_sandbox_without_a_view() {
     .await;
     assert_eq!(proof.reason, ExitReason::Exited { code: 0 });
     let stdout = String::from_utf8(stdout).unwrap();
-    let runner_uid = std::fs::read_to_string(format!("/proc/{runner_pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|line| line.strip_prefix("Uid:"))
-        .and_then(|uids| uids.split_whitespace().next().map(str::to_string))
-        .unwrap();
+    let runner_uid = uid_of(runner_pid);
     assert!(
         stdout.starts_with(&format!("uid={runner_uid}\n")),
         "{stdout}"

@@ -8,7 +8,7 @@
 //! the event stream carries its start and its end. A caller may leave and
 //! come back by id or tag; the command and its output live on without it.
 //! The proofs of ended commands are kept (the latest
-//! [`CommandSettings::kept_ended`] per sandbox) until the sandbox is
+//! `[commands] kept_ended` per sandbox) until the sandbox is
 //! deprovisioned.
 
 mod command;
@@ -25,32 +25,16 @@ use sandboxd_protocol::{
     SandboxError,
 };
 
+use crate::config::CommandsConfig;
 use crate::events::EventHub;
 use crate::provisioner::SandboxKey;
 use crate::started_command::StartedCommand;
 use crate::unix_time::now_unix_ms;
 pub use command::Command;
 
-/// The bounds of the store.
-#[derive(Debug, Clone, Copy)]
-pub struct CommandSettings {
-    /// Bytes kept per output stream of each command.
-    pub output_bytes: usize,
-    /// Ended commands kept per sandbox (their proofs and output).
-    pub kept_ended: usize,
-}
-
-impl Default for CommandSettings {
-    fn default() -> Self {
-        CommandSettings {
-            output_bytes: 8 * 1024 * 1024,
-            kept_ended: 64,
-        }
-    }
-}
-
 pub struct CommandTable {
-    settings: CommandSettings,
+    /// The store's bounds (`[commands]`).
+    settings: CommandsConfig,
     events: Arc<EventHub>,
     sandboxes: Mutex<HashMap<SandboxKey, SandboxCommands>>,
 }
@@ -85,7 +69,7 @@ impl CommandTable {
     /// The table, and its follower of `events` that lets a sandbox's
     /// commands go when it is deprovisioned (see [`forget`]). Call within
     /// the runtime.
-    pub fn new(settings: CommandSettings, events: Arc<EventHub>) -> Arc<CommandTable> {
+    pub fn new(settings: CommandsConfig, events: Arc<EventHub>) -> Arc<CommandTable> {
         let table = Arc::new(CommandTable {
             settings,
             events: events.clone(),
@@ -163,7 +147,7 @@ impl CommandTable {
                 started_at_unix_ms: now_unix_ms(),
                 pty: request.pty.is_some(),
             },
-            self.settings.output_bytes,
+            self.settings.output_bytes as usize,
             stdin,
             control,
         ));
@@ -302,7 +286,9 @@ impl CommandTable {
             .filter(|command| command.started.uid == uid)
             .cloned()
             .collect();
-        sandbox.commands.retain(|command| command.started.uid != uid);
+        sandbox
+            .commands
+            .retain(|command| command.started.uid != uid);
         if sandbox.commands.is_empty() && sandbox.live_tags.is_empty() {
             sandboxes.remove(key);
         }

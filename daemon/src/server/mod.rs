@@ -95,13 +95,7 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         state_dir: config.state_dir.clone(),
         warn_budget: Default::default(),
         differences: Default::default(),
-        commands: crate::commands::CommandTable::new(
-            crate::commands::CommandSettings {
-                output_bytes: config.commands.output_bytes as usize,
-                kept_ended: config.commands.kept_ended,
-            },
-            events.clone(),
-        ),
+        commands: crate::commands::CommandTable::new(config.commands.clone(), events.clone()),
         events,
         fence_locks: crate::drivers::key_lock::KeyLocks::new(),
         runner_endpoints: sandboxd_protocol::RunnerEndpoints {

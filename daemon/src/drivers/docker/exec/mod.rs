@@ -29,7 +29,7 @@ use super::engine::{CallError, READ_TIMEOUT, WRITE_TIMEOUT};
 use super::observed::{Lookup, Phase};
 use super::Inner;
 use crate::provisioner::SandboxKey;
-use crate::started_command::{CommandSpec, StartedCommand};
+use crate::started_command::{self, CommandSpec, StartedCommand};
 
 /// How long an exec the engine has started may take to have a pid.
 const START_WAIT: Duration = Duration::from_secs(10);
@@ -165,23 +165,13 @@ impl Inner {
         let incarnation =
             observed.map(|observed| (observed.uid(), self.generation(key, Some(observed))));
         spec.expect.check(&key.what(), incarnation)?;
-        let not_running = |why: &str| {
-            SandboxError::FailedPrecondition(format!(
-                "cannot run a command in {}: {why} (a command never starts its sandbox: ensure it first)",
-                key.what()
-            ))
-        };
+        let not_running = |why: &str| started_command::not_running(&key.what(), why);
         let Some(observed) = observed else {
             return Err(not_running("it does not exist"));
         };
         match observed.phase {
             Phase::Running => {}
-            Phase::Paused => {
-                return Err(SandboxError::FailedPrecondition(format!(
-                    "cannot run a command in {}: it is paused (resume it first; a command started now would be frozen with it)",
-                    key.what()
-                )))
-            }
+            Phase::Paused => return Err(started_command::paused(&key.what())),
             phase => {
                 return Err(not_running(&format!(
                     "its container is {}, not running",

@@ -31,7 +31,7 @@ use super::launch::pidfd;
 use super::prepared::parked::enter_namespaces_of;
 use super::Inner;
 use crate::provisioner::SandboxKey;
-use crate::started_command::{CommandSpec, StartedCommand};
+use crate::started_command::{self, CommandSpec, StartedCommand};
 use fd_stream::FdStream;
 use stdio::Stdio;
 
@@ -146,12 +146,7 @@ impl Inner {
                 .as_ref()
                 .map(|record| (record.uid.as_str(), record.generation)),
         )?;
-        let not_running = |why: &str| {
-            SandboxError::FailedPrecondition(format!(
-                "cannot run a command in {}: {why} (a command never starts its sandbox: ensure it first)",
-                key.what()
-            ))
-        };
+        let not_running = |why: &str| started_command::not_running(&key.what(), why);
         let Some(record) = record else {
             return Err(not_running("it does not exist"));
         };
@@ -159,10 +154,7 @@ impl Inner {
             return Err(not_running("its runner is not running"));
         };
         if running.life.is_paused() {
-            return Err(SandboxError::FailedPrecondition(format!(
-                "cannot run a command in {}: it is paused (resume it first; a command started now would be frozen with it)",
-                key.what()
-            )));
+            return Err(started_command::paused(&key.what()));
         }
         Ok(Target {
             leader: running.leader,

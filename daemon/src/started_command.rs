@@ -37,7 +37,8 @@ pub type InputWriter = Pin<Box<dyn AsyncWrite + Send>>;
 
 /// A command a tier has started.
 pub struct StartedCommand {
-    /// Its host pid.
+    /// Its pid as its tier sees it: the host's on the process and docker
+    /// tiers, the pod's on kubernetes (there is no host pid to give).
     pub pid: u32,
     /// The sandbox incarnation it runs in.
     pub uid: String,

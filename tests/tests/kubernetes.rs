@@ -976,6 +976,7 @@ async fn a_role_without_deployments_scale_is_permission_denied_naming_it() {
         Rule::new(&["networkpolicies"], &["create", "patch", "delete"]),
         Rule::new(&["pods"], &["list", "watch"]),
         Rule::new(&["pods/log"], &["get"]),
+        Rule::new(&["pods/exec"], &["create"]),
         Rule::new(&["events"], &["list"]),
     ];
     cluster.restrict(Some(all_but_scale)).await;
@@ -1783,6 +1784,8 @@ async fn the_health_verdict_is_degraded_for_missing_verbs_and_unhealthy_without_
             ),
             Rule::new(&["pods"], &["list", "watch"]),
             Rule::new(&["pods/log"], &["get"]),
+            Rule::new(&["pods/exec"], &["create"]),
+            Rule::new(&["pods/exec"], &["create"]),
             Rule::new(&["events"], &["list"]),
         ]))
         .await;

@@ -235,6 +235,25 @@ impl CommandTable {
         }
     }
 
+    /// Waits, at most `bound`, until every command has its proof: after
+    /// the tiers' shutdown, so the proofs of the commands it ended
+    /// (`daemon-stopped`, `sandbox-ended`) are logged before the daemon
+    /// exits.
+    pub async fn settled(&self, bound: Duration) {
+        let live: Vec<Arc<Command>> = self
+            .sandboxes()
+            .values()
+            .flat_map(|sandbox| sandbox.commands.iter())
+            .filter(|command| command.is_live())
+            .cloned()
+            .collect();
+        let deadline = tokio::time::Instant::now() + bound;
+        for command in live {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            command.wait_settled(left).await;
+        }
+    }
+
     /// The command `which` names in `key`'s sandbox: by id, or by tag (the
     /// live one, else the latest that had it).
     pub fn find(&self, key: &SandboxKey, which: &CommandRef) -> Result<Arc<Command>, SandboxError> {

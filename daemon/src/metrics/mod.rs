@@ -226,7 +226,10 @@ impl Metrics {
             return;
         }
         if event.kind == EventKind::CommandExited {
-            let reason = event.exit.as_ref().map_or(ExitReason::Unknown, |exit| exit.reason);
+            let reason = event
+                .exit
+                .as_ref()
+                .map_or(ExitReason::Unknown, |exit| exit.reason);
             self.command_exits
                 .get_or_create(&ReasonLabels {
                     reason: reason.as_str(),

@@ -45,6 +45,10 @@ use crate::shutdown::StopSignals;
 use crate::systemd::Handoff;
 
 use self::accept::Limits;
+
+/// How long a stop waits, after the tiers' shutdown, for the commands it
+/// ended to have their proofs (see `CommandTable::settled`).
+const COMMANDS_SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
 use self::service::DaemonState;
 use self::supervision::Supervision;
 
@@ -105,6 +109,7 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         metrics,
         metrics_address,
     });
+    let daemon_commands = daemon.commands.clone();
     let limits = Limits::from_config(&config);
     tracing::info!(
         socket = %socket_path.display(),
@@ -134,6 +139,7 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
     connections.close().await;
     tracing::info!(driver = driver.name(), "shutting the driver down");
     driver.shutdown().await;
+    daemon_commands.settled(COMMANDS_SETTLE).await;
     drop(socket_file);
     tracing::info!("sandboxd stopped");
     Ok(())

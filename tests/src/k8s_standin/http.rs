@@ -7,7 +7,8 @@
 //! `labelSelector`, create, update, patch as server-side apply or merge
 //! patch, delete; list with `watch=1`: see [super::watch]); `<kind>/status`
 //! (get, merge patch); `deployments/scale` (get, patch, update); `pods/log`
-//! (get, with `limitBytes` and `tailLines`); `selfsubjectaccessreviews`
+//! (get, with `limitBytes` and `tailLines`); `pods/exec` (a WebSocket:
+//! see [super::exec], a stand-in for the kubelet); `selfsubjectaccessreviews`
 //! (create). Anything else is a 404 `Status`.
 
 use std::convert::Infallible;
@@ -33,6 +34,7 @@ enum Route {
     Scale(String, String),
     Status(Kind, String, String),
     Log(String, String),
+    Exec(String, String),
     AccessReview,
 }
 
@@ -70,6 +72,9 @@ fn route(path: &str) -> Option<Route> {
         ["namespaces", namespace, "pods", name, "log"] if group.is_empty() => {
             Some(Route::Log(owned(namespace), owned(name)))
         }
+        ["namespaces", namespace, "pods", name, "exec"] if group.is_empty() => {
+            Some(Route::Exec(owned(namespace), owned(name)))
+        }
         _ => None,
     }
 }
@@ -97,10 +102,21 @@ fn decode(text: &str) -> String {
 }
 
 fn query(request: &Request<Incoming>, name: &str) -> Option<String> {
-    request.uri().query()?.split('&').find_map(|pair| {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        (decode(key) == name).then(|| decode(value))
-    })
+    queries(request, name).into_iter().next()
+}
+
+/// Every value of a repeated query parameter (`command=…&command=…`).
+fn queries(request: &Request<Incoming>, name: &str) -> Vec<String> {
+    let Some(query) = request.uri().query() else {
+        return Vec::new();
+    };
+    query
+        .split('&')
+        .filter_map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode(key) == name).then(|| decode(value))
+        })
+        .collect()
 }
 
 /// Every answer's body: whole (JSON, log text) or a watch's stream.
@@ -177,6 +193,13 @@ fn attributes(
             String::new(),
             namespace.clone(),
         ),
+        // A WebSocket's GET is authorized as `create` (API servers since 1.30).
+        Route::Exec(namespace, _) => (
+            "create",
+            "pods/exec".into(),
+            String::new(),
+            namespace.clone(),
+        ),
         Route::AccessReview => (
             "create",
             "selfsubjectaccessreviews".into(),
@@ -192,7 +215,8 @@ fn object_name(route: &Route) -> String {
         | Route::Object(_, _, name)
         | Route::Scale(_, name)
         | Route::Status(_, _, name)
-        | Route::Log(_, name) => name.clone(),
+        | Route::Log(_, name)
+        | Route::Exec(_, name) => name.clone(),
         _ => String::new(),
     }
 }
@@ -208,6 +232,42 @@ pub async fn serve(
         std::future::pending::<()>().await;
     }
     Ok(answer(store, request).await.unwrap_or_else(failure))
+}
+
+/// `pods/{name}/exec`: see [super::exec].
+fn exec(
+    shared: Arc<Mutex<Store>>,
+    user: &str,
+    namespace: &str,
+    name: &str,
+    mut request: Request<Incoming>,
+) -> Result<Response<Reply>, Failure> {
+    let mut store = shared.lock().unwrap_or_else(|poison| poison.into_inner());
+    store.seen.push(Seen {
+        user: user.to_string(),
+        verb: "create".to_string(),
+        resource: "pods/exec".to_string(),
+        name: name.to_string(),
+    });
+    if !rbac::allowed(store.role.as_deref(), user, "create", "pods/exec") {
+        return Err(status::forbidden(
+            user,
+            "create",
+            "pods/exec",
+            "",
+            namespace,
+        ));
+    }
+    let flag = |name: &str| matches!(query(&request, name).as_deref(), Some("true" | "1"));
+    let asked = super::exec::Asked {
+        command: queries(&request, "command"),
+        container: query(&request, "container"),
+        stdin: flag("stdin"),
+        stdout: flag("stdout"),
+        stderr: flag("stderr"),
+        tty: flag("tty"),
+    };
+    super::exec::serve(shared.clone(), &store, namespace, name, asked, &mut request)
 }
 
 async fn answer(
@@ -226,6 +286,9 @@ async fn answer(
     let route = route(&path)
         .ok_or_else(|| status::not_found("", "", &format!("the server could not find the requested resource ({path}) — the stand-in does not serve it")))?;
     let method = request.method().clone();
+    if let Route::Exec(namespace, name) = &route {
+        return exec(store, user, namespace, name, request);
+    }
     let content_type = request
         .headers()
         .get("content-type")

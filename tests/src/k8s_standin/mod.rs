@@ -20,6 +20,9 @@
 //! - the `scale` subresource, label selectors on list, deletes (a
 //!   Deployment's pods go with it at once);
 //! - `pods/log`, from output a test gives with [`StandIn::insert_pod`];
+//! - `pods/exec` as a WebSocket ([exec]): NOT run in any container — the
+//!   stand-in has no kubelet, so the argv runs as a local process of the
+//!   test, to exercise the client's side of the streaming protocol;
 //! - the `status` subresource (a merge patch of `status`: what the kubelet
 //!   writes, a test writes here);
 //! - watches ([watch]): `?watch=1` from a `resourceVersion`, 410 `Expired`
@@ -31,6 +34,7 @@
 //! JSON patch, set-based selectors, admission, quotas, defaulting beyond
 //! `spec.replicas`.
 
+mod exec;
 mod fields;
 mod http;
 mod network_policy;
@@ -38,7 +42,9 @@ mod rbac;
 mod selector;
 mod status;
 mod store;
+mod terminal;
 mod watch;
+mod websocket;
 
 use std::fs;
 use std::net::SocketAddr;
@@ -96,6 +102,7 @@ impl StandIn {
                             });
                             let _ = http1::Builder::new()
                                 .serve_connection(TokioIo::new(stream), service)
+                                .with_upgrades()
                                 .await;
                         });
                     }
@@ -120,8 +127,10 @@ impl StandIn {
         format!("http://{}", self.address)
     }
 
-    /// Stops serving: new connections are refused and open ones closed.
+    /// Stops serving: new connections are refused and open ones closed,
+    /// and the commands still running for `pods/exec` are killed.
     pub fn stop(&mut self) {
+        exec::end_all(&std::mem::take(&mut self.store().execs));
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -178,6 +187,12 @@ impl StandIn {
         self.store()
             .insert_pod(namespace, pod, log)
             .unwrap_or_else(|failure| panic!("insert pod: {:?}", failure.body));
+    }
+
+    /// Runs the commands of `pods/exec` in `dir` from now on (as local
+    /// processes of the test: see [exec]); until then an exec is refused.
+    pub fn run_execs_in(&self, dir: &Path) {
+        self.store().exec_dir = Some(dir.to_path_buf());
     }
 
     /// Ends every open watch with 410 `Expired` and drops the change

@@ -102,6 +102,11 @@ pub struct Store {
     pub seen: Vec<Seen>,
     /// Every change, for watches ([`super::watch`]).
     pub history: History,
+    /// The commands run for `pods/exec` ([`super::exec`]), until they end.
+    pub execs: Vec<super::exec::Running>,
+    /// Where those commands run (a test's directory): the stand-in's
+    /// "container working directory", which a test gives.
+    pub exec_dir: Option<std::path::PathBuf>,
 }
 
 type Outcome = Result<Value, Failure>;
@@ -648,6 +653,7 @@ impl Store {
                 .map(|(key, _)| key.clone())
                 .collect();
             for key in doomed {
+                super::exec::end_pod(&self.execs, &key.1, &key.2);
                 self.logs.remove(&(key.1.clone(), key.2.clone()));
                 if let Some(pod) = self.objects.remove(&key) {
                     let rendered = Self::render(PODS, &pod);
@@ -656,6 +662,7 @@ impl Store {
             }
         }
         if kind == PODS {
+            super::exec::end_pod(&self.execs, namespace, name);
             self.logs.remove(&(namespace.to_string(), name.to_string()));
         }
         Ok(rendered)

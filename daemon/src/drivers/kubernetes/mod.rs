@@ -13,7 +13,8 @@
 //! (probe, describe, list), `logs` (the pod's log), `reaper` (leaked
 //! connect sandboxes), `lifetime` (`max_lifetime`: a pod that ran too
 //! long is scaled to 0), `permissions` (the start-up access review),
-//! `errors` (what a failed call means for the caller), `watch` (list and
+//! `errors` (what a failed call means for the caller), `exec` (commands,
+//! through pods/exec), `watch` (list and
 //! watch, resumed and relisted), `announce` (the event stream, from
 //! those watches) and `pending` (why a pod has not started).
 
@@ -22,6 +23,7 @@ mod config;
 mod deprovision;
 mod ensure;
 mod errors;
+mod exec;
 mod lifetime;
 mod logs;
 mod network_policy;
@@ -57,6 +59,10 @@ use permissions::Permissions;
 use reaper::ReaperSettings;
 use shapes::RunnerShape;
 
+/// How long a stopping daemon waits for the store to settle the commands
+/// it stops following.
+const COMMANDS_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub struct KubernetesDriver {
     inner: Arc<Inner>,
     permissions: Permissions,
@@ -65,6 +71,9 @@ pub struct KubernetesDriver {
     egress: Egress,
     /// The reaper and the permission check; stopped with the driver.
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The commands followed; at shutdown each ends `daemon-stopped` (it
+    /// goes on in its pod).
+    follows: exec::Follows,
 }
 
 /// What every operation shares.
@@ -170,6 +179,7 @@ impl KubernetesDriver {
             permissions,
             egress,
             tasks: Mutex::new(tasks),
+            follows: exec::Follows::new(),
         })
     }
 }
@@ -272,19 +282,16 @@ impl Driver for KubernetesDriver {
         .await
     }
 
-    /// A stop here: the Deployment scaled to 0 (see [`pause`]).
-    /// Not yet on this tier: refused by name, nothing started.
+    /// Through pods/exec, in the runner container (see [`exec`]).
     async fn exec(
         &self,
         key: &SandboxKey,
-        _spec: &crate::started_command::CommandSpec,
+        spec: &crate::started_command::CommandSpec,
     ) -> Result<crate::started_command::StartedCommand, SandboxError> {
-        Err(SandboxError::FailedPrecondition(format!(
-            "cannot run a command in {}: the kubernetes tier does not run commands yet (the local-process tier does)",
-            key.what()
-        )))
+        exec::start(&self.inner, key, spec, &self.follows).await
     }
 
+    /// A stop here: the Deployment scaled to 0 (see [`pause`]).
     async fn pause(
         &self,
         key: &SandboxKey,
@@ -322,6 +329,8 @@ impl Driver for KubernetesDriver {
     }
 
     async fn shutdown(&self) {
+        // Their proofs are the store's to give before the daemon exits.
+        self.follows.stop(COMMANDS_SETTLE).await;
         for task in self
             .tasks
             .lock()

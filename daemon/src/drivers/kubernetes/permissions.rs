@@ -19,7 +19,7 @@ use super::errors::CallError;
 
 /// Every (verb, group, resource, subresource) the tier uses, and no more:
 /// the same list as deploy/kubernetes/rbac.yaml.
-pub const NEEDED: [(&str, &str, &str, &str); 20] = [
+pub const NEEDED: [(&str, &str, &str, &str); 21] = [
     ("create", "", "secrets", ""),
     ("patch", "", "secrets", ""),
     ("delete", "", "secrets", ""),
@@ -39,6 +39,7 @@ pub const NEEDED: [(&str, &str, &str, &str); 20] = [
     ("list", "", "pods", ""),
     ("watch", "", "pods", ""),
     ("get", "", "pods", "log"),
+    ("create", "", "pods", "exec"),
     ("list", "", "events", ""),
 ];
 

@@ -364,6 +364,18 @@ impl Inner {
                 key.what()
             ));
         }
+        // Each command joins a session keyring of its own, as its runner
+        // did (see `isolation::keyring`), and the kernel holds every uid
+        // to a number of keys.
+        if problem.contains("KEYCTL_JOIN_SESSION_KEYRING") && problem.contains("quota") {
+            let max = std::fs::read_to_string("/proc/sys/kernel/keys/maxkeys")
+                .map(|text| text.trim().to_string())
+                .unwrap_or_else(|_| "?".into());
+            return SandboxError::FailedPrecondition(format!(
+                "cannot run '{program}' in {}: its uid holds as many keys as the kernel allows one uid (kernel.keys.maxkeys = {max}); each running command holds a session keyring of its own, so this many commands at once need a higher kernel.keys.maxkeys: {problem}",
+                key.what()
+            ));
+        }
         let pids_limit = self.containment.tree().and_then(|tree| tree.pids_limit());
         if let (true, Some(limit)) = (problem.contains("temporarily unavailable"), pids_limit) {
             return SandboxError::FailedPrecondition(format!(

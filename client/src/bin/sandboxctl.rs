@@ -374,9 +374,11 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             id,
             tail,
             follow,
+            raw,
         } => {
             // Streamed as it arrives rather than returned: it may not end.
-            logs::print(&connect().await?, scope, &id, tail, follow, json).await?;
+            let view = logs::LogView { follow, json, raw };
+            logs::print(&connect().await?, scope, &id, tail, view).await?;
             Ok(String::new())
         }
         Command::Exec(args) => exec::run(&connect().await?, args, json).await,

@@ -194,6 +194,11 @@ pub enum Command {
         /// Keep printing new output as it is written, until interrupted.
         #[arg(long, short = 'f')]
         follow: bool,
+        /// Print the runner's bytes as they are even on a terminal
+        /// [default: control characters escaped on a terminal; pipes always
+        /// get the bytes].
+        #[arg(long)]
+        raw: bool,
     },
 
     /// The egress postures' address table, offline (no daemon needed).
@@ -550,8 +555,14 @@ mod tests {
                 scope: Scope::Workflow,
                 tail: Some(20),
                 follow: true,
+                raw: false,
                 ..
             }
+        ));
+        let cli = parse(&["logs", "session", "s", "--raw"]).unwrap();
+        assert!(matches!(
+            cli.command.unwrap(),
+            Command::Logs { raw: true, .. }
         ));
         let cli = parse(&["logs", "session", "s"]).unwrap();
         assert!(matches!(

@@ -33,6 +33,15 @@ use crate::Failure;
 /// How often `--follow` asks for new output.
 pub const FOLLOW_POLL: Duration = Duration::from_millis(500);
 
+/// How the output is shown: followed or not, as JSON lines or not, and
+/// with its control bytes as they are (`--raw`) or escaped on a terminal.
+#[derive(Debug, Clone, Copy)]
+pub struct LogView {
+    pub follow: bool,
+    pub json: bool,
+    pub raw: bool,
+}
+
 /// Prints the output from `--tail` lines back (or from the beginning),
 /// then follows it when asked. Ends quietly when stdout is closed.
 pub async fn print(
@@ -40,11 +49,11 @@ pub async fn print(
     scope: Scope,
     id: &str,
     tail: Option<u32>,
-    follow: bool,
-    json: bool,
+    view: LogView,
 ) -> Result<(), Failure> {
+    let LogView { follow, json, raw } = view;
     let stdout = io::stdout();
-    let mut out = Output::new(stdout.is_terminal(), json);
+    let mut out = Output::new(stdout.is_terminal() && !raw, json);
     let mut start = match tail {
         Some(lines) => LogStart::Tail { lines },
         None => LogStart::Beginning,

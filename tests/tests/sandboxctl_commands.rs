@@ -592,14 +592,17 @@ async fn a_handle_resizes_feeds_and_signals_its_command() {
     );
 }
 
-/// A tmux server of this test's own (its own socket), killed at the end.
+/// A tmux server of this test's own, its socket in the test's directory
+/// (`TMUX_TMPDIR`, not `/tmp/tmux-UID`), killed at the end.
 struct Tmux {
     socket: String,
+    dir: std::path::PathBuf,
 }
 
 impl Tmux {
     fn run(&self, args: &[&str]) -> String {
         let output = Command::new("tmux")
+            .env("TMUX_TMPDIR", &self.dir)
             .args(["-L", &self.socket, "-f", "/dev/null"])
             .args(args)
             .output()
@@ -631,8 +634,13 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = Command::new("tmux")
+            .env("TMUX_TMPDIR", &self.dir)
             .args(["-L", &self.socket, "kill-server"])
             .output();
+        // tmux leaves its socket file behind; the directory goes with the
+        // test's, unless the test failed and keeps it.
+        let uid = nix::unistd::geteuid();
+        let _ = std::fs::remove_file(self.dir.join(format!("tmux-{uid}")).join(&self.socket));
     }
 }
 
@@ -662,6 +670,7 @@ async fn exec_it_is_a_real_terminal_driven_by_tmux() {
     sandboxd_tests::start_session(&daemon, "x5").await;
     let tmux = Tmux {
         socket: format!("sandboxd-test-{}", std::process::id()),
+        dir: daemon.dir().to_path_buf(),
     };
     // After sandboxctl: its code, and whether its terminal is cooked again.
     let inner = format!(

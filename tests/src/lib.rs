@@ -6,6 +6,7 @@
 //! `cargo build --workspace --bins && cargo test --workspace`.
 
 pub mod binaries;
+pub mod commands;
 pub mod daemon;
 pub mod executables;
 pub mod procs;

@@ -4,23 +4,11 @@
 
 use std::time::Duration;
 
-use sandboxd_client::{
-    CommandProof, CommandRef, ExecRequest, ExitReason, OutputStream, SandboxdClient, Scope,
-};
+use sandboxd_client::{CommandProof, CommandRef, ExitReason, OutputStream, SandboxdClient, Scope};
+use sandboxd_tests::commands::{request, shell};
 use sandboxd_tests::{Options, TestDaemon};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn request(argv: &[&str]) -> ExecRequest {
-    ExecRequest {
-        argv: argv.iter().map(|arg| arg.to_string()).collect(),
-        ..ExecRequest::default()
-    }
-}
-
-fn shell(script: &str) -> ExecRequest {
-    request(&["/bin/sh", "-c", script])
-}
 
 /// Everything `stream` holds, read to its end, and the proof.
 async fn read_all(
@@ -29,19 +17,7 @@ async fn read_all(
     command: &CommandRef,
     stream: OutputStream,
 ) -> (Vec<u8>, CommandProof) {
-    let mut data = Vec::new();
-    let mut offset = 0;
-    loop {
-        let chunk = client
-            .command_output(Scope::Session, id, command, stream, offset, 1 << 20, WAIT)
-            .await
-            .expect("command_output");
-        data.extend_from_slice(&chunk.data);
-        offset = chunk.next;
-        if let Some(proof) = chunk.proof {
-            return (data, proof);
-        }
-    }
+    sandboxd_tests::commands::read_all(client, id, command, stream, WAIT).await
 }
 
 /// The real uid of host process `pid`, read from the host.
@@ -55,11 +31,7 @@ fn uid_of(pid: u32) -> String {
 }
 
 async fn proof_of(client: &SandboxdClient, id: &str, command: &CommandRef) -> CommandProof {
-    let info = client
-        .command_wait(Scope::Session, id, command, WAIT)
-        .await
-        .expect("command_wait");
-    info.proof.expect("the command ended within the wait")
+    sandboxd_tests::commands::proof_of(client, id, command, WAIT).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,7 @@ use sandboxd_client::{
     ProbeState, PtySize, SandboxError, SandboxdClient, Scope,
 };
 use sandboxd_protocol::naming::base_name;
+use sandboxd_tests::commands::{request, shell};
 use sandboxd_tests::docker_image::{
     docker, docker_ok, engine_ready, inspect, unique_id, volume_dir, Cleanup, TEST_IMAGE,
 };
@@ -173,17 +174,6 @@ async fn sandbox_with(test: &str, docker_toml: &str) -> Option<Sandbox> {
         id,
         _cleanup: cleanup,
     })
-}
-
-fn request(argv: &[&str]) -> ExecRequest {
-    ExecRequest {
-        argv: argv.iter().map(|arg| arg.to_string()).collect(),
-        ..ExecRequest::default()
-    }
-}
-
-fn shell(script: &str) -> ExecRequest {
-    request(&["sh", "-c", script])
 }
 
 impl Sandbox {

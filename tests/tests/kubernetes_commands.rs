@@ -13,10 +13,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use sandboxd_client::{
-    ClientError, CommandLimits, CommandProof, CommandRef, ExecRequest, ExitReason, Expectation,
-    OutputStream, SandboxError, SandboxdClient, Scope,
+    ClientError, CommandLimits, CommandProof, CommandRef, ExitReason, Expectation, OutputStream,
+    SandboxError, SandboxdClient, Scope,
 };
 use sandboxd_protocol::naming::base_name;
+use sandboxd_tests::commands::{request, shell};
 use sandboxd_tests::k8s::TestCluster;
 use sandboxd_tests::{sandbox_env, TestDaemon};
 use serde_json::json;
@@ -97,17 +98,6 @@ async fn running_sandbox(setup: &Setup, id: &str) {
     assert!(running, "the runner of {id} never ran on the real cluster");
 }
 
-fn request(argv: &[&str]) -> ExecRequest {
-    ExecRequest {
-        argv: argv.iter().map(|arg| arg.to_string()).collect(),
-        ..ExecRequest::default()
-    }
-}
-
-fn shell(script: &str) -> ExecRequest {
-    request(&["sh", "-c", script])
-}
-
 /// Everything `stream` holds, read to its end, and the proof.
 async fn read_all(
     client: &SandboxdClient,
@@ -115,27 +105,11 @@ async fn read_all(
     command: &CommandRef,
     stream: OutputStream,
 ) -> (Vec<u8>, CommandProof) {
-    let mut data = Vec::new();
-    let mut offset = 0;
-    loop {
-        let chunk = client
-            .command_output(Scope::Session, id, command, stream, offset, 1 << 20, WAIT)
-            .await
-            .expect("command_output");
-        data.extend_from_slice(&chunk.data);
-        offset = chunk.next;
-        if let Some(proof) = chunk.proof {
-            return (data, proof);
-        }
-    }
+    sandboxd_tests::commands::read_all(client, id, command, stream, WAIT).await
 }
 
 async fn proof_of(client: &SandboxdClient, id: &str, command: &CommandRef) -> CommandProof {
-    let info = client
-        .command_wait(Scope::Session, id, command, WAIT)
-        .await
-        .expect("command_wait");
-    info.proof.expect("the command ended within the wait")
+    sandboxd_tests::commands::proof_of(client, id, command, WAIT).await
 }
 
 fn refused(result: Result<sandboxd_client::ExecStarted, ClientError>) -> SandboxError {

@@ -18,7 +18,6 @@
 use futures::AsyncReadExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::LogParams;
-use sandboxd_protocol::naming::{LABEL_MANAGED_BY, LABEL_SANDBOX_ID, MANAGED_BY_VALUE};
 use sandboxd_protocol::{LogChunk, LogCursor, LogStart, SandboxError};
 use sha2::{Digest, Sha256};
 
@@ -93,15 +92,7 @@ pub async fn read(
         }
     };
     let generation = super::observe::generation_of(&deployment);
-    let pods = inner
-        .pods(
-            &[
-                (LABEL_SANDBOX_ID, &key.id),
-                (LABEL_MANAGED_BY, MANAGED_BY_VALUE),
-            ],
-            &context,
-        )
-        .await?;
+    let pods = inner.sandbox_pods(key, &context).await?;
     let Some(pod) = pods.first() else {
         if following.is_some() {
             return Ok(ended_chunk(

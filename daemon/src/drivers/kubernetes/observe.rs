@@ -188,6 +188,19 @@ impl Inner {
         })
     }
 
+    /// `key`'s pods (this daemon's), newest first (see [`Self::pods`]).
+    pub async fn sandbox_pods(
+        &self,
+        key: &SandboxKey,
+        context: &str,
+    ) -> Result<Vec<Pod>, SandboxError> {
+        let labels = [
+            (LABEL_SANDBOX_ID, key.id.as_str()),
+            (LABEL_MANAGED_BY, MANAGED_BY_VALUE),
+        ];
+        self.pods(&labels, context).await
+    }
+
     /// The pods carrying these labels, newest first.
     pub async fn pods(
         &self,
@@ -213,15 +226,7 @@ impl Inner {
             return Ok(SandboxInfo::absent(key.scope, &key.id, 0, None));
         };
         let context = Self::context(key, "describe");
-        let pods = self
-            .pods(
-                &[
-                    (LABEL_SANDBOX_ID, &key.id),
-                    (LABEL_MANAGED_BY, MANAGED_BY_VALUE),
-                ],
-                &context,
-            )
-            .await?;
+        let pods = self.sandbox_pods(key, &context).await?;
         let mut info = info(key, &deployment, pods.first());
         if let (Some(pod), Some(cluster)) = (pods.first(), info.cluster.as_mut()) {
             if super::pending::is_pending(pod) {

@@ -23,7 +23,6 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{AttachParams, AttachedProcess};
-use sandboxd_protocol::naming::{LABEL_MANAGED_BY, LABEL_SANDBOX_ID, MANAGED_BY_VALUE};
 use sandboxd_protocol::{ProbeState, SandboxError};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -221,15 +220,7 @@ fn not_running(key: &SandboxKey, why: String) -> SandboxError {
 /// runs (a command runs beside the runner, never in its place).
 async fn running_pod(inner: &Inner, key: &SandboxKey) -> Result<Pod, SandboxError> {
     let context = format!("cannot run a command in {}", key.what());
-    let pods = inner
-        .pods(
-            &[
-                (LABEL_SANDBOX_ID, &key.id),
-                (LABEL_MANAGED_BY, MANAGED_BY_VALUE),
-            ],
-            &context,
-        )
-        .await?;
+    let pods = inner.sandbox_pods(key, &context).await?;
     let pod = pods
         .into_iter()
         .find(|pod| pod.metadata.deletion_timestamp.is_none())

@@ -1,0 +1,58 @@
+//! Commands in a sandbox as the end-to-end tests start and read them, on
+//! every tier: a request from an argv or a shell line, a stream read to
+//! its end, a proof waited for.
+
+use std::time::Duration;
+
+use sandboxd_client::{CommandProof, CommandRef, ExecRequest, OutputStream, SandboxdClient, Scope};
+
+/// An `exec` request of `argv`, everything else as the daemon defaults it.
+pub fn request(argv: &[&str]) -> ExecRequest {
+    ExecRequest {
+        argv: argv.iter().map(|arg| arg.to_string()).collect(),
+        ..ExecRequest::default()
+    }
+}
+
+/// An `exec` request of `sh -c script`.
+pub fn shell(script: &str) -> ExecRequest {
+    request(&["sh", "-c", script])
+}
+
+/// Everything `stream` of a session's command holds, read to its end
+/// (each call waiting up to `wait`), and the proof.
+pub async fn read_all(
+    client: &SandboxdClient,
+    id: &str,
+    command: &CommandRef,
+    stream: OutputStream,
+    wait: Duration,
+) -> (Vec<u8>, CommandProof) {
+    let mut data = Vec::new();
+    let mut offset = 0;
+    loop {
+        let chunk = client
+            .command_output(Scope::Session, id, command, stream, offset, 1 << 20, wait)
+            .await
+            .expect("command_output");
+        data.extend_from_slice(&chunk.data);
+        offset = chunk.next;
+        if let Some(proof) = chunk.proof {
+            return (data, proof);
+        }
+    }
+}
+
+/// A session's command's proof, once it has ended (within `wait`).
+pub async fn proof_of(
+    client: &SandboxdClient,
+    id: &str,
+    command: &CommandRef,
+    wait: Duration,
+) -> CommandProof {
+    let info = client
+        .command_wait(Scope::Session, id, command, wait)
+        .await
+        .expect("command_wait");
+    info.proof.expect("the command ended within the wait")
+}

@@ -7,6 +7,8 @@
 
 mod commands;
 mod lifecycle;
+mod network;
+mod state_reserve;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +23,8 @@ pub use commands::CommandsConfig;
 #[cfg(test)]
 pub use lifecycle::ScopeLimits;
 pub use lifecycle::{LifecycleConfig, OnIdle, DEFAULT_CONNECT_TTL};
+pub use network::{NetworkConfig, NetworkMode};
+pub use state_reserve::StateReserve;
 
 /// Where the file is read from when `--config` is not given (and it exists).
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/stigmer/sandboxd.toml";
@@ -187,6 +191,17 @@ pub struct LimitsConfig {
     /// kubernetes tier's claim size by default.
     #[serde(deserialize_with = "deserialize_memory")]
     pub disk: u64,
+    /// How many files and directories a sandbox's workspace may hold; 0 =
+    /// no limit.
+    pub disk_inodes: u64,
+    /// Free space kept on the state directory's file system: below it, new
+    /// sandboxes are refused and writing ones stopped.
+    pub state_reserve: StateReserve,
+    /// The most pseudo-terminals a sandbox may hold at once, in the
+    /// devpts of its own its view gets (`isolation = "full"`); 0 = no
+    /// limit of its own (the kernel's `pty.max` less `pty.reserve`, shared
+    /// by all sandboxes, still applies).
+    pub ptys: u32,
 }
 
 impl Default for LimitsConfig {
@@ -196,6 +211,9 @@ impl Default for LimitsConfig {
             pids: 512,
             cpu: 2.0,
             disk: DEFAULT_DISK_LIMIT,
+            disk_inodes: DEFAULT_DISK_INODES,
+            state_reserve: StateReserve::default(),
+            ptys: DEFAULT_PTYS,
         }
     }
 }
@@ -411,6 +429,16 @@ impl Default for KubernetesConfig {
 pub const DEFAULT_DISK_LIMIT: u64 = 10 << 30;
 /// The smallest disk limit allowed (0 aside).
 const MIN_DISK_LIMIT: u64 = 1 << 20;
+/// `[limits] disk_inodes` when not written: a million, far more than a
+/// checkout with its dependencies needs.
+pub const DEFAULT_DISK_INODES: u64 = 1_000_000;
+/// The smallest `disk_inodes` allowed (0 aside): a runner needs a few.
+const MIN_DISK_INODES: u64 = 100;
+/// `[limits] ptys` when not written.
+pub const DEFAULT_PTYS: u32 = 64;
+/// The most `[limits] ptys` may be: the kernel's own cap on a devpts
+/// (`NR_UNIX98_PTY_MAX`).
+pub const MAX_PTYS: u32 = 1 << 20;
 
 impl LimitsConfig {
     fn validate(&self) -> anyhow::Result<()> {
@@ -418,6 +446,12 @@ impl LimitsConfig {
             bail!(
                 "[limits] disk {} bytes is below the minimum of 1 MiB (0 = unlimited)",
                 self.disk
+            );
+        }
+        if self.disk_inodes != 0 && self.disk_inodes < MIN_DISK_INODES {
+            bail!(
+                "[limits] disk_inodes {} is below the minimum of {MIN_DISK_INODES} files (0 = unlimited)",
+                self.disk_inodes
             );
         }
         if self.memory != 0 && self.memory < DockerConfig::MIN_MEMORY {
@@ -430,6 +464,12 @@ impl LimitsConfig {
             bail!(
                 "[limits] cpu {} must be 0 (unlimited) or a number of at least 0.01",
                 self.cpu
+            );
+        }
+        if self.ptys > MAX_PTYS {
+            bail!(
+                "[limits] ptys {} is above the kernel's most of {MAX_PTYS} per devpts (0 = no limit of its own)",
+                self.ptys
             );
         }
         Ok(())
@@ -540,6 +580,7 @@ struct FileConfig {
     kubernetes: Option<KubernetesConfig>,
     isolation: Option<IsolationMode>,
     view: Option<ViewConfig>,
+    network: Option<NetworkConfig>,
     pool: Option<PoolConfig>,
     lifecycle: Option<lifecycle::LifecycleFile>,
     commands: Option<CommandsConfig>,
@@ -614,6 +655,8 @@ pub struct Config {
     pub isolation: IsolationMode,
     /// What a sandbox sees under `isolation = "full"`.
     pub view: ViewConfig,
+    /// `[network]`: a network namespace per sandbox, or the host's.
+    pub network: NetworkConfig,
     /// The views kept prepared per scope under `isolation = "full"`.
     pub pool: PoolConfig,
     /// `[lifecycle.*]`: idle and lifetime limits per scope (unset: never).
@@ -745,6 +788,7 @@ impl Config {
             kubernetes,
             isolation: file.isolation.unwrap_or_default(),
             view: file.view.unwrap_or_default(),
+            network: file.network.unwrap_or_default(),
             pool: file.pool.unwrap_or_default(),
             commands: file.commands.unwrap_or_default().checked()?,
             lifecycle,
@@ -816,6 +860,12 @@ impl Config {
         }
         self.limits.validate()?;
         self.view.validate()?;
+        if self.network.mode == NetworkMode::Private && self.isolation != IsolationMode::Full {
+            bail!(
+                "[network] mode = \"private\" needs isolation = \"full\" (a sandbox's network namespace is part of its view); isolation is \"{}\"",
+                self.isolation.as_str()
+            );
+        }
         self.docker.validate()?;
         self.connections.validate(self.max_connections)?;
         self.kubernetes.validate()
@@ -1257,6 +1307,23 @@ mod tests {
     }
 
     #[test]
+    fn private_networking_needs_the_full_isolation() {
+        let config = resolve("[network]\nmode = \"private\"", &[], Flags::default()).unwrap();
+        assert_eq!(config.network.mode, NetworkMode::Private);
+        let error = resolve(
+            "isolation = \"uid-cgroup\"\n[network]\nmode = \"private\"",
+            &[],
+            Flags::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("[network] mode") && error.contains("uid-cgroup"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn the_example_config_parses_and_shows_every_key() {
         let text = include_str!("../../systemd/sandboxd.toml");
         let file: FileConfig = toml::from_str(text).expect("the example parses");
@@ -1289,6 +1356,7 @@ mod tests {
                 || key == "connections"
                 || key == "kubernetes"
                 || key == "view"
+                || key == "network"
                 || key == "pool"
                 || key == "commands"
             {
@@ -1313,6 +1381,7 @@ mod tests {
             "connections",
             "kubernetes",
             "view",
+            "network",
             "pool",
             "commands",
             "lifecycle.session",
@@ -1323,6 +1392,7 @@ mod tests {
             let least = match table {
                 "limits" | "pool" | "lifecycle.session" | "lifecycle.workflow" => 3,
                 "commands" => 2,
+                "network" => 1,
                 _ => 4,
             };
             assert!(keys.len() >= least, "[{table}]: {keys:?}");
@@ -1367,6 +1437,8 @@ mod tests {
             ("[limits]\ncpu = 0.001", "cpu"),
             ("[limits]\ncpu = -1.0", "cpu"),
             ("[limits]\ndisk = \"512k\"", "disk"),
+            ("[limits]\ndisk_inodes = 5", "disk_inodes"),
+            ("[limits]\nstate_reserve = \"100%\"", "state_reserve"),
             ("uid_claims_dir = \"run/uids\"", "uid_claims_dir"),
             ("cgroup_root = \"relative\"", "cgroup_root"),
         ] {
@@ -1377,6 +1449,22 @@ mod tests {
         assert!(error.to_string().contains("jail"), "{error}");
         let error = toml::from_str::<FileConfig>("[limits]\nmemroy = 1").unwrap_err();
         assert!(error.to_string().contains("memroy"), "{error}");
+    }
+
+    #[test]
+    fn ptys_default_to_64_and_a_bad_count_is_named() {
+        let config = resolve("", &[], Flags::default()).unwrap();
+        assert_eq!(config.limits.ptys, 64);
+        let config = resolve("[limits]\nptys = 0", &[], Flags::default()).unwrap();
+        assert_eq!(config.limits.ptys, 0, "0: no limit of its own");
+        for bad in [
+            "[limits]\nptys = 2000000",
+            "[limits]\nptys = -1",
+            "[limits]\nptys = \"many\"",
+        ] {
+            let error = format!("{:#}", resolve(bad, &[], Flags::default()).unwrap_err());
+            assert!(error.contains("ptys"), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Host-wide holder locks: how one daemon tells that another, whose
-//! egress table or docker network it finds, is gone (issue 17, item 6).
+//! egress table or docker network it finds, is gone.
 //!
 //! Every daemon takes `/run/stigmer/holders/<name>` *shared* for each
 //! host-wide object it uses (its `inet sandboxd_*` table, the docker

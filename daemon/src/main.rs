@@ -11,6 +11,7 @@ mod drivers;
 mod egress;
 mod events;
 mod fd_limit;
+mod foreign_peer;
 mod holders;
 mod incarnation;
 mod instance;

@@ -15,6 +15,10 @@
 //!   process whose session or group is a running runner's pid belongs to
 //!   that sandbox. This is what is left when no cgroup is available.
 //!
+//! This names this daemon's own sandboxes; any sandboxd's, and any
+//! process of another pid namespace, are refused after it by
+//! [`crate::foreign_peer`], which needs no names.
+//!
 //! The peer's pid is the one `SO_PEERCRED` recorded at connect. Reading
 //! `/proc` by it races with the peer exiting (then nothing is found, and
 //! the peer, gone, can make no call) and, in theory, with pid reuse.

@@ -151,7 +151,7 @@ pub trait Driver: Send + Sync + 'static {
 
     /// The socket serves: start, in the background, the start-up work
     /// that must never delay serving (the sweep of other daemons'
-    /// leftovers, issue 17 item 6). Must return at once. The default has
+    /// leftovers). Must return at once. The default has
     /// none.
     fn serving(&self) {}
 
@@ -182,6 +182,12 @@ pub trait Driver: Send + Sync + 'static {
         key: &SandboxKey,
         spec: &crate::started_command::CommandSpec,
     ) -> Result<crate::started_command::StartedCommand, SandboxError>;
+
+    /// Commands an earlier daemon started that this tier can follow
+    /// again (read once, at start, before the socket serves). A tier whose
+    /// commands end with the daemon that started them has none, and says
+    /// so in its implementation.
+    async fn recovered_commands(&self) -> Vec<crate::started_command::RecoveredCommand>;
 
     /// `ensure`, unless the sandbox is another incarnation than `expect`
     /// names. This default checks `describe` first, then ensures: a tier

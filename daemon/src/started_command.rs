@@ -19,6 +19,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 /// What a tier is asked to start, validated already.
 #[derive(Debug, Clone)]
 pub struct CommandSpec {
+    /// The command's id, made by the store before the start, so a tier
+    /// that keeps a record of it (to find it again after a restart of the
+    /// daemon) can name it.
+    pub id: String,
+    pub tag: Option<String>,
+    pub timeout_ms: Option<u64>,
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     /// Relative to the workspace, without `..` (checked); the tier still
@@ -52,6 +58,21 @@ pub struct StartedCommand {
     pub control: Box<dyn CommandControl>,
     /// Resolves once, when the process has ended.
     pub end: Pin<Box<dyn Future<Output = CommandEnd> + Send>>,
+}
+
+/// A command a tier found still its own when the daemon started: begun
+/// by an earlier daemon, still running (or ended while no daemon looked),
+/// and followed again from now on. Its output before now is not kept.
+pub struct RecoveredCommand {
+    pub id: String,
+    pub key: crate::provisioner::SandboxKey,
+    pub tag: Option<String>,
+    pub argv: Vec<String>,
+    pub pty: bool,
+    pub started_at_unix_ms: u64,
+    pub timeout_ms: Option<u64>,
+    /// Its control and its end; its streams read nothing.
+    pub command: StartedCommand,
 }
 
 /// How a started command ended, as its tier saw it.

@@ -40,6 +40,13 @@ pub enum ExitReason {
     /// A command ended because its sandbox did (deprovisioned, stopped by
     /// a lifecycle limit, its runner gone). Added in protocol 10.
     SandboxEnded,
+    /// Stopped because the state directory's file system fell below the
+    /// daemon's reserve (`[limits] state_reserve`) while it was writing.
+    /// Added in protocol 11.
+    DiskFull,
+    /// Stopped because its workspace held more files and directories than
+    /// `[limits] disk_inodes`. Added in protocol 11.
+    DiskInodeLimit { limit_inodes: u64 },
 }
 
 impl ExitReason {
@@ -59,6 +66,8 @@ impl ExitReason {
             ExitReason::Unknown => "unknown",
             ExitReason::TimedOut { .. } => "timed-out",
             ExitReason::SandboxEnded => "sandbox-ended",
+            ExitReason::DiskFull => "disk-full",
+            ExitReason::DiskInodeLimit { .. } => "disk-inodes",
         }
     }
 
@@ -100,6 +109,9 @@ impl fmt::Display for ExitReason {
                 write!(f, "disk-limit ({})", crate::show_bytes(*limit_bytes))
             }
             ExitReason::TimedOut { limit_ms } => write!(f, "timed-out (after {limit_ms} ms)"),
+            ExitReason::DiskInodeLimit { limit_inodes } => {
+                write!(f, "disk-inodes (limit {limit_inodes} files)")
+            }
             other => f.write_str(other.as_str()),
         }
     }
@@ -133,5 +145,13 @@ mod tests {
             ExitReason::from_facts(None, None, false, None, None),
             ExitReason::Unknown
         );
+    }
+
+    #[test]
+    fn the_disk_watchers_reasons_have_names_of_their_own() {
+        assert_eq!(ExitReason::DiskFull.to_string(), "disk-full");
+        let inodes = ExitReason::DiskInodeLimit { limit_inodes: 7 };
+        assert_eq!(inodes.as_str(), "disk-inodes");
+        assert_eq!(inodes.to_string(), "disk-inodes (limit 7 files)");
     }
 }

@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// Bump on any change to the service or the types it carries.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 #[tarpc::service]
 pub trait Sandboxd {

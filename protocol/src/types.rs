@@ -231,6 +231,8 @@ impl fmt::Display for ExitInfo {
                     | crate::ExitReason::Lost
                     | crate::ExitReason::Idle
                     | crate::ExitReason::Lifetime
+                    | crate::ExitReason::DiskFull
+                    | crate::ExitReason::DiskInodeLimit { .. }
             ) =>
             {
                 write!(f, "stopped: {}", self.reason)?

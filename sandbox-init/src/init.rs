@@ -21,7 +21,8 @@
 //! 2. takes the signals it handles (blocked, so queued even for a PID 1,
 //!    until [`supervise`] takes them) and unblocks the rest;
 //! 3. drops its own privileges for good: an empty bounding set, the
-//!    runner's uid, no capability, `no_new_privs`;
+//!    runner's uid, no capability, `no_new_privs`; then sets its
+//!    parent-death signal again (see [`die_with_the_daemon`]);
 //! 4. then, until the runner exits: reaps every orphan, and forwards the
 //!    signals the daemon sends it (SIGTERM at a stop, …) to the runner's
 //!    process group. When the runner exits it writes the runner's raw wait
@@ -89,9 +90,13 @@ pub fn run_init_process() -> ExitCode {
     match prepare(user, drop_bounding_set) {
         Ok(status_file) => supervise(runner, status_file),
         Err(failure) => {
-            eprintln!(
+            // Not eprintln: with the daemon gone the output has no reader,
+            // and a failed write must not keep init from ending the sandbox.
+            let _ = writeln!(
+                io::stderr(),
                 "sandbox-init: {}: {}; ending the sandbox",
-                failure.step, failure.error
+                failure.step,
+                failure.error
             );
             // SAFETY: our own child, not reaped yet.
             unsafe { libc::kill(runner, libc::SIGKILL) };
@@ -132,7 +137,48 @@ fn prepare(user: Option<(u32, u32)>, drop_bounding_set: bool) -> Result<File, Fa
     }
     take_handled_signals().map_err(Failure::at("sigprocmask"))?;
     drop_own_privileges(user, drop_bounding_set)?;
+    die_with_the_daemon()?;
     Ok(status_file)
+}
+
+/// SIGKILL when the daemon's thread that started this init ends, as the
+/// first process asked before its exec: the kernel cleared that request
+/// when the uid changed (any change of the effective uid does). Without it
+/// a sandbox whose daemon and group reaper were both killed ran on until
+/// the next daemon's start. The daemon may have died between the switch
+/// and now, and `getppid` cannot tell (the parent is outside this PID
+/// namespace, so it reads 0 either way): the output pipe can, as only the
+/// daemon holds its read end. Once no reader is left, a write end polls
+/// `POLLERR`.
+fn die_with_the_daemon() -> Result<(), Failure> {
+    // SAFETY: prctl with plain integer arguments.
+    if unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    } < 0
+    {
+        return Err(Failure::at("init: prctl(PR_SET_PDEATHSIG)")(
+            io::Error::last_os_error(),
+        ));
+    }
+    let mut output = libc::pollfd {
+        fd: 1,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; a zero timeout returns at once.
+    let ready = unsafe { libc::poll(&mut output, 1, 0) };
+    if ready > 0 && output.revents & libc::POLLERR != 0 {
+        return Err(Failure::at("init: the daemon")(io::Error::other(
+            "it is gone (the output pipe has no reader)",
+        )));
+    }
+    Ok(())
 }
 
 /// The forwarded signals and SIGCHLD, blocked (and so queued, even for a
@@ -205,5 +251,44 @@ fn reap_orphans_and(runner: libc::pid_t) -> Option<libc::c_int> {
         if pid == runner {
             runner_status = Some(status);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Whether [`super::die_with_the_daemon`] fails in a forked child whose
+    /// standard output is a pipe's write end, with its read end `kept`
+    /// open or closed everywhere. (Forked: the harness's own stdout, and
+    /// this process's parent-death signal, stay as they are.)
+    fn sees_the_daemon_gone(kept: bool) -> bool {
+        let mut fds = [0; 2];
+        // SAFETY: pipe fills two descriptors; the forked child only makes
+        // system calls and the call under test, and exits without
+        // returning; the parent waits for it and closes what it opened.
+        unsafe {
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            if !kept {
+                libc::close(fds[0]);
+            }
+            let pid = libc::fork();
+            if pid == 0 {
+                libc::dup2(fds[1], 1);
+                let gone = super::die_with_the_daemon().is_err();
+                libc::_exit(i32::from(gone));
+            }
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+            libc::close(fds[1]);
+            if kept {
+                libc::close(fds[0]);
+            }
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 1
+        }
+    }
+
+    #[test]
+    fn init_ends_when_the_daemon_went_before_its_parent_death_signal_was_set_again() {
+        assert!(sees_the_daemon_gone(false));
+        assert!(!sees_the_daemon_gone(true));
     }
 }

@@ -736,7 +736,7 @@ impl Drop for TestDaemon {
             eprintln!("test failed — daemon log:\n{}", self.log_text());
             eprintln!("{}", self.runner_logs_tail());
         }
-        // A daemon that stopped cleanly removes its table itself (issue 17:
+        // A daemon that stopped cleanly removes its table itself (earlier
         // runs left them); one killed leaves it, and the lines above remove it.
         let complaint = (clean && !left.is_empty() && !panicking).then(|| {
             format!(

@@ -210,7 +210,7 @@ impl Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         // The daemons' networks the containers joined: a daemon that stopped
-        // while they ran kept its network for them (issue 17, item 2).
+        // while they ran kept its network for them.
         let mut networks = Vec::new();
         for id in &self.ids {
             for container in containers_of(id) {

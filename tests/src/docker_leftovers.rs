@@ -1,6 +1,5 @@
 //! What a docker-tier test daemon leaves on the host: its instance's
-//! network and the egress table on that network's bridge (issue 17,
-//! item 2). The daemons of one instance share both, and the last of them
+//! network and the egress table on that network's bridge. The daemons of one instance share both, and the last of them
 //! to stop cleanly removes them (its holder lock, see the daemon's
 //! `holders` module, tells it is the last). The harness fails a test whose
 //! daemon stopped cleanly yet left them with no reason logged, and

@@ -250,3 +250,18 @@ pub fn spawn(command: &mut std::process::Command) -> std::io::Result<std::proces
         }
     }
 }
+
+/// Runs `command` to its end: an error names it and what it wrote to
+/// stderr when it fails.
+pub fn run(command: &mut std::process::Command) -> Result<(), String> {
+    let output = command
+        .output()
+        .map_err(|error| format!("{command:?}: {error}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{command:?}: {}",
+        String::from_utf8_lossy(&output.stderr).trim()
+    ))
+}

@@ -1,4 +1,4 @@
-//! One cgroup per sandbox (issue 9): nothing a runner starts outlives its
+//! One cgroup per sandbox: nothing a runner starts outlives its
 //! sandbox or the daemon, whatever it does to hide, and `[limits]` hold
 //! with the reason a runner died in `describe`.
 //!
@@ -196,7 +196,13 @@ async fn an_escaped_descendant_dies_with_a_daemon_crash() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_escaped_descendant_is_killed_before_a_restarted_daemon_serves_when_daemon_and_reaper_were_both_killed(
 ) {
-    let mut daemon = escaping_daemon();
+    // Without a view: under `isolation = "full"` the sandbox's init dies
+    // with the daemon and takes its namespace along (see init_lifeline.rs).
+    let mut daemon = TestDaemon::start(Options {
+        extra_toml: "isolation = \"uid-cgroup\"\n[pool]\nsession = 0\nworkflow = 0\nconnect = 0\n"
+            .into(),
+        ..Options::with_runner_args(&["--escape"])
+    });
     let (_, escapee) = ensure_with_escapee(&daemon, "escape-both").await;
     let daemon_pid = daemon.pid().unwrap();
     let reaper = reaper_of(daemon_pid);

@@ -1,4 +1,4 @@
-//! Deprovision answers at the kill; the teardown follows (issue 20, item 2).
+//! Deprovision answers at the kill; the teardown follows.
 //!
 //! The answer goes once the runner's leader has exited on SIGTERM (or its
 //! cgroup's kill was sent after the grace); emptying and removing its

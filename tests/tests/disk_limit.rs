@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sandboxd_client::{ProbeState, Scope};
-use sandboxd_tests::procs::wait_until;
+use sandboxd_tests::procs::{run, wait_until};
 use sandboxd_tests::{make_test_dir, sandbox_env, Options, TestDaemon};
 
 const LIMIT: u64 = 1 << 20;
@@ -183,19 +183,6 @@ impl QuotaMount {
         }
         Err(refusals.join("; "))
     }
-}
-
-fn run(command: &mut Command) -> Result<(), String> {
-    let output = command
-        .output()
-        .map_err(|error| format!("{command:?}: {error}"))?;
-    if output.status.success() {
-        return Ok(());
-    }
-    Err(format!(
-        "{command:?}: {}",
-        String::from_utf8_lossy(&output.stderr).trim()
-    ))
 }
 
 impl Drop for QuotaMount {

@@ -1058,7 +1058,7 @@ async fn container_output_is_read_from_the_engine_with_tail_and_a_cursor_across_
 
     // Killed and started again (the same container, so the same log): a
     // follower from the end ends with the run it follows, saying how, and
-    // never reads into the next one (issue 17, item 5); a cursor reads on.
+    // never reads into the next one; a cursor reads on.
     let mut follower =
         daemon.spawn_sandboxctl(&["logs", "session", &id, "--tail", "1", "--follow"]);
     let (lines, followed) = std::sync::mpsc::channel();
@@ -1311,7 +1311,7 @@ async fn a_runner_over_its_memory_limit_is_oom_killed_and_describe_says_so() {
     client.ensure_session_sandbox(&over, &env).await.unwrap();
     let workspace = volume_dir(&workspace_volume(Scope::Session, &over));
     wait_for_runner_files(&workspace);
-    // A follower ends with the OOM kill, naming it (issue 17, item 5).
+    // A follower ends with the OOM kill, naming it.
     let allocate = async { std::fs::write(workspace.join("allocate-now"), "").unwrap() };
     let (_, errors) = follow_until_it_ends(&daemon, &over, "runner-fixture: pid", allocate).await;
     assert!(

@@ -586,3 +586,89 @@ async fn read_line_after(sandbox: &Sandbox, command: &CommandRef, prefix: &str) 
         .unwrap_or_else(|| panic!("no line {prefix}… in {text:?}"));
     (line.to_string(), chunk.next)
 }
+
+/// A command outlives a restart of the daemon that started it: the next
+/// daemon lists it by id and tag, signals it, enforces its timeout from
+/// its start, and gives its proof (its output before the restart is not
+/// kept: the engine gives an exec's streams to one client, once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_outlive_a_restart_of_the_daemon_and_their_proofs_arrive() {
+    let Some(mut sandbox) = sandbox("dkr-cmd-restart").await else {
+        return;
+    };
+    let mut gated = shell("echo waiting; while [ ! -e /workspace/go ]; do sleep 0.1; done; exit 7");
+    gated.tag = Some("gated".into());
+    let gated = sandbox.exec(&gated).await;
+    sandbox.read_until(&gated, 0, "waiting").await;
+    let mut timed = request(&["sleep", "600"]);
+    timed.timeout_ms = Some(6_000);
+    let timed = sandbox.exec(&timed).await;
+    let killed = sandbox.exec(&request(&["sleep", "600"])).await;
+
+    let status = sandbox.daemon.stop();
+    assert!(status.success(), "{}", sandbox.daemon.log_text());
+    sandbox.daemon.launch();
+    sandbox.daemon.wait_ready();
+    sandbox.client = sandbox.daemon.client().await;
+
+    let listed = sandbox
+        .client
+        .commands(Scope::Session, &sandbox.id)
+        .await
+        .expect("commands");
+    for command in [&gated, &timed, &killed] {
+        let CommandRef::Id(id) = command else {
+            unreachable!()
+        };
+        let found = listed.iter().find(|info| &info.command_id == id);
+        let found =
+            found.unwrap_or_else(|| panic!("{id} not listed after the restart: {listed:?}"));
+        assert!(found.proof.is_none(), "{found:?}");
+    }
+    let by_tag = CommandRef::Tag("gated".into());
+    let still = sandbox
+        .client
+        .command_wait(
+            Scope::Session,
+            &sandbox.id,
+            &by_tag,
+            Duration::from_millis(100),
+        )
+        .await
+        .expect("command_wait by tag after the restart");
+    assert!(still.proof.is_none(), "{still:?}");
+
+    sandbox
+        .client
+        .command_signal(Scope::Session, &sandbox.id, &killed, libc::SIGKILL)
+        .await
+        .expect("command_signal after the restart");
+    let proof = sandbox.proof_of(&killed).await;
+    assert_eq!(
+        proof.reason,
+        ExitReason::Signaled { signal: 9 },
+        "{proof:?}"
+    );
+
+    std::fs::write(sandbox_workspace(&sandbox).join("go"), b"").expect("write go");
+    let proof = sandbox.proof_of(&by_tag).await;
+    assert_eq!(proof.reason, ExitReason::Exited { code: 7 }, "{proof:?}");
+
+    let proof = sandbox.proof_of(&timed).await;
+    assert_eq!(
+        proof.reason,
+        ExitReason::TimedOut { limit_ms: 6_000 },
+        "{proof:?}"
+    );
+    assert!(
+        proof.ended_at_unix_ms >= proof.started_at_unix_ms + 6_000,
+        "{proof:?}"
+    );
+    let records = sandbox.daemon.state_dir().join("docker/commands");
+    assert!(
+        wait_until(WAIT, || std::fs::read_dir(&records)
+            .is_ok_and(|mut dir| dir.next().is_none())),
+        "records left in {}",
+        records.display()
+    );
+}

@@ -1,4 +1,4 @@
-//! No road between a daemon's containers (issue 16, item 10), against the
+//! No road between a daemon's containers, against the
 //! real engine: on every posture the runners join the daemon's own network,
 //! made with inter-container communication off, so sandbox B's container
 //! cannot reach a listener in sandbox A's (TCP or UDP) while A reaches its
@@ -195,7 +195,7 @@ fn sha256_hex(text: &str) -> String {
         .to_string()
 }
 
-/// The network's check is kept between ensures (issue 20, item 3), so the
+/// The network's check is kept between ensures, so the
 /// daemon must notice when the network is removed, or replaced by one that
 /// lets containers reach each other, under it: the next ensures make it
 /// again, without inter-container communication.
@@ -269,7 +269,7 @@ async fn a_network_removed_or_replaced_under_the_daemon_is_made_again() {
 /// the daemon (and made again by the next ensure, with a new id), that
 /// container can no longer start: the engine answers 404 for its old
 /// network. The ensure recreates it on the network as it is now, with the
-/// same incarnation (issue 17: a start failed with 404 eight times and the
+/// same incarnation (once, a start failed with 404 eight times and the
 /// ensure gave up with "kept changing state").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_container_whose_network_was_removed_starts_on_the_new_one() {

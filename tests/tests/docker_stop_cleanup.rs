@@ -1,7 +1,6 @@
 //! A clean stop of a docker-tier daemon leaves nothing of its own on the
 //! host when no sandbox of its instance remains: no `inet sandboxd_*`
-//! egress table and no `<instance>-sandboxd-egress` network (issue 17,
-//! item 6). While a container of the instance is left, both stay, since
+//! egress table and no `<instance>-sandboxd-egress` network. While a container of the instance is left, both stay, since
 //! that container still runs under them; the last one's stop removes them.
 //!
 //! Skipped (loudly) without an engine, like the other docker tests. A

@@ -186,7 +186,7 @@ async fn logs_of_an_unknown_id_say_no_such_sandbox_and_a_follow_ends_at_deprovis
         .unwrap();
     assert_eq!(status.unwrap().code(), Some(0), "{errors}");
     // The follower names how the generation it followed ended, after its
-    // last bytes (issue 17: the deprovision stopped the runner, which
+    // last bytes (here the deprovision stopped the runner, which
     // exited 0 on SIGTERM).
     assert!(
         errors.contains("generation 1: the runner exited")

@@ -1,7 +1,6 @@
-//! The kernel filters of the process tier, end to end (issue 16, items 4,
-//! 5, 6 (abstract sockets) and 8): two sandboxes A and B attack each
-//! other and the daemon from inside, as their runners, under `relaxed` and
-//! `strict` egress. New namespaces, mounts and `clone3` are refused, the
+//! The kernel filters of the process tier, end to end: two sandboxes A
+//! and B attack each other and the daemon from inside, as their runners,
+//! under `relaxed` and `strict` egress. New namespaces, mounts and `clone3` are refused, the
 //! daemon's session key and the other sandbox's key are out of reach, the
 //! other sandbox's abstract socket refuses the connect — and each runner
 //! still forks, threads, runs a shell and python, reads its own key and

@@ -335,7 +335,7 @@ async fn logs_of_a_pending_pod_say_why_it_waits_and_exit_1() {
         "{stderr}"
     );
     assert!(!stderr.contains("tok-pending"), "{stderr}");
-    // `describe` says the same (issue 17: why a pod is Pending).
+    // `describe` says the same (why a pod is Pending).
     let info = client.describe(Scope::Session, id).await.unwrap();
     let pending = info
         .cluster

@@ -1,4 +1,4 @@
-//! The live figures (issue 19, item 6): `describe` shows what the
+//! The live figures: `describe` shows what the
 //! sandbox's cgroup counts (process tier) or the Engine's stats (docker),
 //! the figures move when the runner allocates, and `top --once --json`
 //! lists the running sandboxes with them. Real daemon, real runners, real

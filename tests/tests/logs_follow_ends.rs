@@ -1,4 +1,4 @@
-//! `logs --follow` ends with the generation it follows (issue 17, item 5):
+//! `logs --follow` ends with the generation it follows:
 //! after the last bytes the runner wrote, with one line naming how it
 //! ended, whether the sandbox was deprovisioned (with or without its
 //! workspace) or its runner was killed; it never reads into the next

@@ -1,4 +1,4 @@
-//! The opt-in Prometheus endpoint (issue 19, item 7): off by default,
+//! The opt-in Prometheus endpoint: off by default,
 //! served on `metrics_listen` when set, scraped here over a real TCP
 //! connection on loopback (a plain HTTP/1.1 GET) and parsed as the text
 //! exposition format; a bad address is refused at start with the key

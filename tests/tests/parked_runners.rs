@@ -1,5 +1,5 @@
-//! Runners parked ahead in the prepared sandboxes (`[pool] park_runners`,
-//! issue 20): each prepared sandbox holds a process already in its cgroups,
+//! Runners parked ahead in the prepared sandboxes (`[pool] park_runners`):
+//! each prepared sandbox holds a process already in its cgroups,
 //! under its uid, with every filter a runner gets, waiting for its launch.
 //! A new sandbox's runner *is* that process (same pid), with the
 //! sandbox's environment, workspace, output and nice value, under both

@@ -1,4 +1,4 @@
-//! Sandboxes prepared ahead of demand (`[pool]`, issue 20): the host parts
+//! Sandboxes prepared ahead of demand (`[pool]`): the host parts
 //! a new sandbox takes — its cgroups with their limits written, a uid
 //! claimed host-wide, a workspace owned by it — under both isolation
 //! settings. A taken one's uid, cgroups and limits are the sandbox's; two

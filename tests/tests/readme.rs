@@ -1,5 +1,5 @@
 //! The README's "sandboxctl in five minutes" section, run as written
-//! against a real daemon with the example runner (issue 17, item 8).
+//! against a real daemon with the example runner.
 //!
 //! Every line of the section's code block that starts with `sandboxctl`
 //! (or an environment assignment and then `sandboxctl`) is run with bash,

@@ -1,16 +1,16 @@
-//! No road between sandboxes over the network on the process tier (issue
-//! 16, item 6), end to end on every egress posture: two runners A and B
+//! No road between sandboxes over the network on the process tier, end
+//! to end on every egress posture: two runners A and B
 //! listen on TCP and UDP on every address (the fixture's `--serve-net`),
 //! and each probes from inside its own sandbox.
 //!
 //! B reaches none of A's sockets — on 127.0.0.1, ::1, or an address of the
 //! host's that is not loopback (the host end of a veth pair this test
-//! makes, 198.18.N.2 and 2001:db8:N::2) — while A reaches its own on
+//! makes, 198.51.100.N and 2001:db8:N::2) — while A reaches its own on
 //! every one of them the posture allows; a listener of the test's on
 //! 127.0.0.1 (a backend endpoint) is reached under `relaxed` and `none`
 //! and refused under `strict`; a listener of the test's inside its own
-//! network namespace (198.18.N.1, 2001:db8:N::1: benchmarking and
-//! documentation ranges, nobody's network) is reached outbound on every
+//! network namespace (203.0.113.N, 2001:db8:N::1: documentation
+//! ranges, nobody's network, which `strict` does not refuse) is reached outbound on every
 //! posture. And the host itself cannot open a connection to a sandbox's
 //! socket: the daemon refuses every opener that is not the sandbox.
 //!
@@ -112,8 +112,8 @@ impl Sandbox {
 }
 
 /// A network namespace of the test's own, joined to the host by a veth
-/// pair: the host end has 198.18.N.2 and 2001:db8:N::2 (addresses of the
-/// host that are not loopback), the namespace's end 198.18.N.1 and
+/// pair: the host end has 198.51.100.N and 2001:db8:N::2 (addresses of
+/// the host that are not loopback), the namespace's end 203.0.113.N and
 /// 2001:db8:N::1, point to point, so no other route of the host changes.
 /// Each test has its own `subnet` (77, 78, …): they run side by side.
 struct Peer {
@@ -131,8 +131,8 @@ impl Peer {
         let peer = Peer {
             namespace: format!("sbxnet-{tag}-{id}"),
             host_link: format!("vsn{tag}{id}a"),
-            peer_v4: format!("198.18.{subnet}.1"),
-            host_v4: format!("198.18.{subnet}.2"),
+            peer_v4: format!("203.0.113.{subnet}"),
+            host_v4: format!("198.51.100.{subnet}"),
             peer_v6: format!("2001:db8:{subnet}::1"),
             host_v6: format!("2001:db8:{subnet}::2"),
         };

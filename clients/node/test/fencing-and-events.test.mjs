@@ -1,5 +1,5 @@
 // Beyond the seed's interface: the fenced deprovision and the event
-// stream (issue 18's calls) through this package against the real daemon.
+// stream through this package against the real daemon.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 

@@ -21,14 +21,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use sandboxd_protocol::{
-    CommandInfo, CommandRef, EventCommand, EventKind, ExecRequest, ExecStarted, ExitInfo,
-    SandboxError,
+    CommandInfo, CommandProof, CommandRef, EventCommand, EventKind, ExecRequest, ExecStarted,
+    ExitInfo, ExitReason, SandboxError,
 };
 
 use crate::config::CommandsConfig;
 use crate::events::EventHub;
 use crate::provisioner::SandboxKey;
-use crate::started_command::StartedCommand;
+use crate::started_command::{RecoveredCommand, StartedCommand};
 use crate::unix_time::now_unix_ms;
 pub use command::Command;
 
@@ -47,12 +47,29 @@ struct SandboxCommands {
     live_tags: HashMap<String, Option<String>>,
 }
 
+/// How a command came to the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arrival {
+    /// Started now, by an `exec`.
+    Started,
+    /// Started by an earlier daemon, `already` ago.
+    Recovered { already: Duration },
+}
+
 /// A tag held while a start is under way; given back if it fails.
 pub struct TagClaim {
+    /// The id the command will have (128 random bits, never reused).
+    id: String,
     table: Arc<CommandTable>,
     key: SandboxKey,
     tag: Option<String>,
     kept: bool,
+}
+
+impl TagClaim {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
 }
 
 impl Drop for TagClaim {
@@ -108,6 +125,7 @@ impl CommandTable {
             sandbox.live_tags.insert(tag.to_string(), None);
         }
         Ok(TagClaim {
+            id: format!("{:032x}", rand::random::<u128>()),
             table: self.clone(),
             key: key.clone(),
             tag: tag.map(str::to_string),
@@ -123,30 +141,82 @@ impl CommandTable {
         request: &ExecRequest,
         started: StartedCommand,
     ) -> ExecStarted {
-        let id = format!("{:032x}", rand::random::<u128>());
-        let key = claim.key.clone();
+        let reply = ExecStarted {
+            command_id: claim.id.clone(),
+            pid: started.pid,
+            uid: started.uid.clone(),
+            generation: started.generation,
+        };
+        let about = command::Started {
+            id: claim.id.clone(),
+            key: claim.key.clone(),
+            tag: request.tag.clone(),
+            argv: request.argv.clone(),
+            pid: started.pid,
+            uid: started.uid.clone(),
+            generation: started.generation,
+            started_at_unix_ms: now_unix_ms(),
+            pty: request.pty.is_some(),
+        };
+        claim.kept = true;
+        let timeout = request.timeout_ms.map(Duration::from_millis);
+        self.take(about, started, timeout, Arrival::Started);
+        reply
+    }
+
+    /// Takes in the commands an earlier daemon started that the tier
+    /// follows again: each goes on to its proof (its timeout counted from
+    /// its start), without the output it wrote before now. Their
+    /// `command-started` events were the earlier daemon's, so none is sent.
+    pub fn readopt(self: &Arc<Self>, recovered: Vec<RecoveredCommand>) {
+        for found in recovered {
+            let about = command::Started {
+                id: found.id,
+                key: found.key,
+                tag: found.tag,
+                argv: found.argv,
+                pid: found.command.pid,
+                uid: found.command.uid.clone(),
+                generation: found.command.generation,
+                started_at_unix_ms: found.started_at_unix_ms,
+                pty: found.pty,
+            };
+            let already =
+                Duration::from_millis(now_unix_ms().saturating_sub(about.started_at_unix_ms));
+            tracing::info!(scope = %about.key.scope, id = %about.key.shown_id(), command = %about.id, pid = about.pid, "following a command an earlier daemon started (its output until now is not kept)");
+            let timeout = found.timeout_ms.map(Duration::from_millis);
+            self.take(
+                about,
+                found.command,
+                timeout,
+                Arrival::Recovered { already },
+            );
+        }
+    }
+
+    /// Puts a started command in its sandbox's list and spawns its life.
+    fn take(
+        self: &Arc<Self>,
+        about: command::Started,
+        started: StartedCommand,
+        timeout: Option<Duration>,
+        arrival: Arrival,
+    ) {
         let StartedCommand {
-            pid,
-            uid,
-            generation,
             stdout,
             stderr,
             stdin,
             control,
             end,
+            ..
         } = started;
+        let already = match arrival {
+            Arrival::Started => Duration::ZERO,
+            Arrival::Recovered { already } => already,
+        };
+        let (key, tag) = (about.key.clone(), about.tag.clone());
         let command = Arc::new(Command::new(
-            command::Started {
-                id: id.clone(),
-                key: key.clone(),
-                tag: request.tag.clone(),
-                argv: request.argv.clone(),
-                pid,
-                uid: uid.clone(),
-                generation,
-                started_at_unix_ms: now_unix_ms(),
-                pty: request.pty.is_some(),
-            },
+            about,
             self.settings.output_bytes as usize,
             stdin,
             control,
@@ -154,47 +224,48 @@ impl CommandTable {
         {
             let mut sandboxes = self.sandboxes();
             let sandbox = sandboxes.entry(key.clone()).or_default();
-            if let Some(tag) = &request.tag {
-                sandbox.live_tags.insert(tag.clone(), Some(id.clone()));
+            if let Some(tag) = tag {
+                sandbox
+                    .live_tags
+                    .insert(tag, Some(command.started.id.clone()));
             }
             sandbox.commands.push_back(command.clone());
         }
-        claim.kept = true;
-        self.announce(&command, EventKind::CommandStarted, None);
-        tracing::info!(scope = %key.scope, id = %key.shown_id(), command = %id, pid, tag = ?request.tag, "command started");
+        if arrival == Arrival::Started {
+            self.announce(&command, EventKind::CommandStarted, None);
+            let started = &command.started;
+            tracing::info!(scope = %key.scope, id = %key.shown_id(), command = %started.id, pid = started.pid, tag = ?started.tag, "command started");
+        }
         let life = settle::Life {
             stdout,
             stderr,
             end,
-            timeout: request.timeout_ms.map(Duration::from_millis),
+            timeout,
+            already,
         };
         let table = self.clone();
         tokio::spawn(async move {
             let proof = settle::run(command.clone(), life).await;
-            let exit = ExitInfo {
-                code: proof.exit_code,
-                signal: proof.signal,
-                at_unix_ms: proof.ended_at_unix_ms,
-                oom_killed: matches!(
-                    proof.reason,
-                    sandboxd_protocol::ExitReason::OutOfMemory { .. }
-                ),
-                oom_limit_bytes: None,
-                pids_refused: 0,
-                pids_limit: None,
-                disk_limit_bytes: None,
-                reason: proof.reason,
-            };
-            tracing::info!(command = %command.started.id, reason = %proof.reason, "command ended");
-            table.announce(&command, EventKind::CommandExited, Some(exit));
-            table.ended(&command);
+            table.settled_one(&command, &proof);
         });
-        ExecStarted {
-            command_id: id,
-            pid,
-            uid,
-            generation,
-        }
+    }
+
+    /// Announces `command`'s end and lets its tag go.
+    fn settled_one(&self, command: &Command, proof: &CommandProof) {
+        let exit = ExitInfo {
+            code: proof.exit_code,
+            signal: proof.signal,
+            at_unix_ms: proof.ended_at_unix_ms,
+            oom_killed: matches!(proof.reason, ExitReason::OutOfMemory { .. }),
+            oom_limit_bytes: None,
+            pids_refused: 0,
+            pids_limit: None,
+            disk_limit_bytes: None,
+            reason: proof.reason,
+        };
+        tracing::info!(command = %command.started.id, reason = %proof.reason, "command ended");
+        self.announce(command, EventKind::CommandExited, Some(exit));
+        self.ended(command);
     }
 
     fn announce(&self, command: &Command, kind: EventKind, exit: Option<ExitInfo>) {

@@ -33,6 +33,9 @@ pub struct Life {
     pub stderr: Option<OutputReader>,
     pub end: Pin<Box<dyn Future<Output = CommandEnd> + Send>>,
     pub timeout: Option<Duration>,
+    /// How long it has run already: a command an earlier daemon started
+    /// keeps its timeout from its start.
+    pub already: Duration,
 }
 
 /// Runs `command` to its proof, which it returns (already settled).
@@ -42,10 +45,11 @@ pub async fn run(command: Arc<Command>, life: Life) -> CommandProof {
         stderr,
         end,
         timeout,
+        already,
     } = life;
     let (ended_tx, ended) = watch::channel(false);
     let waited = async {
-        let end = await_end(&command, end, timeout).await;
+        let end = await_end(&command, end, timeout, already).await;
         let _ = ended_tx.send(true);
         end
     };
@@ -84,11 +88,12 @@ async fn await_end(
     command: &Command,
     mut end: Pin<Box<dyn Future<Output = CommandEnd> + Send>>,
     timeout: Option<Duration>,
+    already: Duration,
 ) -> CommandEnd {
     let Some(limit) = timeout else {
         return end.await;
     };
-    if let Ok(end) = tokio::time::timeout(limit, &mut end).await {
+    if let Ok(end) = tokio::time::timeout(limit.saturating_sub(already), &mut end).await {
         return end;
     }
     if let Err(error) = command.control.signal(libc::SIGKILL).await {

@@ -10,6 +10,7 @@ pub mod key_lock;
 pub mod kubernetes;
 pub mod lifecycle;
 pub mod local_process;
+pub mod refused_syscalls;
 
 /// Runs `work` in a task of its own and waits for it. The server drops a
 /// call's future at the caller's deadline; work that must not stop halfway

@@ -212,7 +212,7 @@ impl Egress {
         }
     }
 
-    /// Whether the table keeps the sandboxes apart (issue 16, item 6):
+    /// Whether the table keeps the sandboxes apart:
     /// how, or why not. For `status`'s `network` feature.
     pub fn separation(&self) -> Result<String, String> {
         match &*self.state() {

@@ -1,4 +1,4 @@
-//! Tables of daemons that are gone (issue 17, item 6).
+//! Tables of daemons that are gone.
 //!
 //! A daemon that does not stop cleanly keeps its table in force (see the
 //! module above), so a restart has no window without rules, and runners

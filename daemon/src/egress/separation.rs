@@ -1,5 +1,5 @@
 //! No road between sandboxes: a connection to a sandbox's socket is
-//! accepted only from a socket of the same sandbox (issue 16, item 6).
+//! accepted only from a socket of the same sandbox.
 //!
 //! Every sandbox has a cgroup of its own one level below the sandboxes
 //! cgroup, and a socket keeps the cgroup of the process that made it. On

@@ -13,7 +13,9 @@
 //! little for one, in its connection's own task (see [`Admission`]).
 //!
 //! First of all, a process inside a sandbox is closed at once whatever its
-//! uid: the driver tells (see [`crate::peer_origin`]).
+//! uid: the driver tells (see [`crate::peer_origin`]); so is one in any
+//! sandboxd's sandboxes cgroup tree or in another pid namespace (see
+//! [`crate::foreign_peer`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -202,6 +204,17 @@ fn admit(
             }
             return;
         }
+    }
+    if let Some(reason) = crate::foreign_peer::refusal(peer.pid) {
+        if daemon.warn_budget.allow(peer.uid) {
+            tracing::warn!(
+                uid = peer.uid,
+                gid = peer.gid,
+                pid = peer.pid,
+                "closing a connection from another sandboxd's sandbox or another pid namespace ({reason}): no sandbox, and nothing outside the daemon's pid namespace, may call the daemon"
+            );
+        }
+        return;
     }
     let standing = daemon.access.standing(&peer);
     let slot = match admission.admit(&peer, standing) {

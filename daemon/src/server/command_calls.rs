@@ -31,6 +31,9 @@ impl ConnectionService {
         let claim = table.claim_tag(&key, request.tag.as_deref())?;
         let driver = self.daemon.driver.clone();
         let spec = CommandSpec {
+            id: claim.id().to_string(),
+            tag: request.tag.clone(),
+            timeout_ms: request.timeout_ms,
             argv: request.argv.clone(),
             env: request.env.clone(),
             workdir: request.workdir.clone(),

@@ -110,6 +110,9 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         metrics_address,
     });
     let daemon_commands = daemon.commands.clone();
+    // Before the socket serves, so a caller never misses a command an
+    // earlier daemon started.
+    daemon_commands.readopt(driver.recovered_commands().await);
     let limits = Limits::from_config(&config);
     tracing::info!(
         socket = %socket_path.display(),

@@ -120,6 +120,10 @@ impl Driver for FakeDriver {
         ))
     }
 
+    async fn recovered_commands(&self) -> Vec<crate::started_command::RecoveredCommand> {
+        Vec::new()
+    }
+
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {
         self.record("probe", key);
         if let Some(gate) = &self.probe_gate {

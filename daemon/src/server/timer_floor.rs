@@ -6,7 +6,7 @@
 //! to the driver's eventfd, one system call — whenever a new timer is due
 //! before the one that thread is sleeping towards. With nothing else due
 //! soon, that is every request: probe and the fast-path ensure each paid
-//! one `write` more than before issue 9, whose output work removed the
+//! one `write` more once the output rework removed the
 //! once-a-second log-cap check that used to keep a timer near (see
 //! BENCHMARKS.md, "Probe and the fast path: system calls per call"). With
 //! this tick, a deadline of at least [`TICK`] (every client's default) is

@@ -2,13 +2,15 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
+use super::embedded::{every_range, teredo_client};
 use super::posture::Posture;
-use super::table::{RANGES, UNRECOGNIZED};
+use super::table::UNRECOGNIZED;
 
 /// Why `posture` refuses `address`, or `None` when it may be dialled.
 ///
-/// `address` is an IP address as text: IPv4 dotted-quad, IPv6 (an
-/// IPv4-mapped one is judged as the IPv4 inside), optionally in brackets
+/// `address` is an IP address as text: IPv4 dotted-quad, IPv6 (IPv4
+/// written inside it is judged as that IPv4, see [`blocked_reason_ip`]),
+/// optionally in brackets
 /// (`[::1]`) and, for IPv6, with a zone (`fe80::1%eth0`, the zone ignored).
 /// Anything else — a host name, a port, a shorthand like `127.1` — is
 /// refused as `"unrecognized"`: this judges addresses, not names.
@@ -20,12 +22,27 @@ pub fn blocked_reason(posture: Posture, address: &str) -> Option<&'static str> {
 }
 
 /// Why `posture` refuses `ip`, or `None` when it may be dialled.
+///
+/// Judged by the most specific range of the whole table (see
+/// [`super::embedded`]) that the posture refuses and `ip` lies in, so
+/// `64:ff9b::a9fe:a9fe` is refused as `169.254.169.254` is. An
+/// IPv4-mapped address is judged as the IPv4 inside, and a Teredo
+/// address by its client's IPv4 too (the kernel rules cannot decode that
+/// one; `strict` refuses all of Teredo there).
 pub fn blocked_reason_ip(posture: Posture, ip: IpAddr) -> Option<&'static str> {
     let ip = unmapped(ip);
-    RANGES
+    most_specific(posture, ip).or_else(|| match ip {
+        IpAddr::V6(v6) => most_specific(posture, IpAddr::V4(teredo_client(v6)?)),
+        IpAddr::V4(_) => None,
+    })
+}
+
+/// The words of the longest refused range holding `ip`.
+fn most_specific(posture: Posture, ip: IpAddr) -> Option<&'static str> {
+    every_range()
         .iter()
-        .find(|range| range.contains(ip))
-        .filter(|range| posture.refuses(range.kind))
+        .filter(|range| posture.refuses(range.kind) && range.contains(ip))
+        .max_by_key(|range| range.prefix_len)
         .map(|range| range.kind.reason())
 }
 

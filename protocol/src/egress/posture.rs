@@ -5,18 +5,22 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::table::{Range, RangeKind, RANGES};
+use super::embedded::every_range;
+use super::table::{Range, RangeKind};
 
 /// Which ranges of the table are refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Posture {
-    /// Only link-local (the cloud metadata range): a service beside a
-    /// self-hosted control plane, on loopback or a private network, stays
-    /// reachable. The open-source default.
+    /// Only link-local and the clouds' metadata addresses (in any IPv6
+    /// form that carries them): a service beside a self-hosted control
+    /// plane, on loopback or a private network, stays reachable. The
+    /// open-source default.
     Relaxed,
-    /// Loopback, private, link-local and unspecified: for hosts with reach
-    /// into internal services.
+    /// Every range of the table: loopback, private, link-local,
+    /// unspecified, shared, site-local, reserved, and the IPv6 prefixes
+    /// whose embedded IPv4 cannot be checked. For hosts with reach into
+    /// internal services.
     Strict,
 }
 
@@ -34,14 +38,32 @@ impl Posture {
     /// True when this posture refuses addresses of `kind`.
     pub fn refuses(self, kind: RangeKind) -> bool {
         match self {
-            Posture::Relaxed => kind == RangeKind::LinkLocal,
+            Posture::Relaxed => matches!(kind, RangeKind::LinkLocal | RangeKind::CloudMetadata),
             Posture::Strict => true,
         }
     }
 
-    /// The table's ranges this posture refuses, in table order.
-    pub fn refused_ranges(self) -> impl Iterator<Item = &'static Range> {
-        RANGES.iter().filter(move |range| self.refuses(range.kind))
+    /// The networks this posture refuses, in table order, none inside
+    /// another (one that a wider refused range covers is left out): what
+    /// a kernel rule set or a NetworkPolicy lists.
+    pub fn refused_ranges(self) -> impl Iterator<Item = Range> {
+        let refused: Vec<(usize, &Range)> = every_range()
+            .iter()
+            .filter(|range| self.refuses(range.kind))
+            .enumerate()
+            .collect();
+        let outermost: Vec<Range> = refused
+            .iter()
+            .filter(|(index, range)| {
+                !refused.iter().any(|(other, wider)| {
+                    other != index
+                        && wider.covers(range)
+                        && (wider.prefix_len < range.prefix_len || other < index)
+                })
+            })
+            .map(|(_, range)| **range)
+            .collect();
+        outermost.into_iter()
     }
 }
 

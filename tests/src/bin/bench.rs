@@ -1,5 +1,5 @@
 //! `bench`: how close sandboxd comes to the machine's own limits, measured
-//! in one run (issue 3).
+//! in one run.
 //!
 //! ```text
 //! cargo build --release --workspace --bins && cargo run --release -p sandboxd-tests --bin bench
@@ -36,21 +36,23 @@
 //! answers and the test image is built). `--only-output` runs only the
 //! output row (see `bench/output.rs`), which a full run measures after the
 //! other local-process rows; `--only-egress` runs only the egress rows
-//! (issue 12: row (c) and a runner's connects to 127.0.0.1 under each
+//! (row (c) and a runner's connects to 127.0.0.1 under each
 //! posture against `egress = "none"`, see `bench/egress.rs`), which a full
 //! run measures after the output row; `--only-view` runs only the view rows
-//! (issue 16: row (c) with `isolation = "full"` against `"uid-cgroup"`, on
+//! (row (c) with `isolation = "full"` against `"uid-cgroup"`, on
 //! the host's mounts and with 200 more, and each namespace's raw cost, see
 //! `bench/isolation.rs`), which a full run measures after the egress rows;
 //! `--only-commands` runs only the commands rows (exec to its proof
 //! against a setns'd fork+exec, output through the store against a raw
-//! pipe, memory per background command; see `bench/commands.rs`; a full
-//! run does not measure them);
-//! `--only-events` runs only the event-stream rows (issue 18, see
+//! pipe, memory per background command; see `bench/commands.rs`; and,
+//! where an engine answers, the docker tier's exec against the Engine's
+//! own create + start + inspect, see `bench/docker_exec.rs`; a full run
+//! does not measure them);
+//! `--only-events` runs only the event-stream rows (see
 //! `bench/events.rs`; a full run does not measure them); `--only-metrics`
-//! runs only the metrics rows (issue 19, probe and fast path with
+//! runs only the metrics rows (probe and fast path with
 //! `metrics_listen` on vs off, see `bench/metrics.rs`); `--only-lifecycle`
-//! runs only the lifecycle rows (issue 19: the idle watcher's daemon CPU
+//! runs only the lifecycle rows (the idle watcher's daemon CPU
 //! with many quiet sandboxes, probe with it on and off, resume against the
 //! fast path; see `bench/lifecycle.rs`; `--lifecycle-count N` holds N
 //! sandboxes per daemon instead of 1,000, `--lifecycle-isolation
@@ -66,13 +68,12 @@
 //! A full run ends with (s), a daemon of its
 //! own holding 10,000 running sandboxes (200 with `--quick`: see
 //! `bench/scale.rs`); `--scale-only` runs that row alone. `--only-node` runs only
-//! the node row (issue 21: the Node package against the Rust client, and the
-//! seed's in-process spawn; see `bench/node.rs`). The peer row (issue
-//! 20) sets rows (c) and (d) against the seed's own `local-process` driver
+//! the node row (the Node package against the Rust client, and the
+//! seed's in-process spawn; see `bench/node.rs`). The peer row sets rows (c) and (d) against the seed's own `local-process` driver
 //! run in Node (`bench/peer.mjs`), when `node` is on PATH; `--only-spawns`
 //! runs only rows (c), (d), (e) with their raw baselines, the peer row and,
 //! with `--compare`, row (c)/(e) in turn with the other daemon;
-//! `--only-prepared` runs only the prepared-sandbox rows (issue 20: row
+//! `--only-prepared` runs only the prepared-sandbox rows (row
 //! (c) warm and cold under both isolation settings in turn, (e), (d) with
 //! a pool of 64 and with none, the idle cost of a pool of 64, the peer
 //! row; see `bench/prepared.rs`);
@@ -93,6 +94,8 @@ mod commands;
 mod compare;
 #[path = "bench/docker.rs"]
 mod docker;
+#[path = "bench/docker_exec.rs"]
+mod docker_exec;
 #[path = "bench/egress.rs"]
 mod egress;
 #[path = "bench/events.rs"]
@@ -261,7 +264,7 @@ struct Options {
     only_spawns: bool,
     /// Run only the docker row.
     only_docker: bool,
-    /// Run only the prepared-sandbox rows (issue 20, item 1).
+    /// Run only the prepared-sandbox rows.
     only_prepared: bool,
     /// Row (s)'s count instead of the mode's.
     scale_count: Option<usize>,
@@ -543,7 +546,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         dir.path().join("raw"),
     )?;
     // The raw baseline's user; a root daemon gives each sandbox a uid of
-    // its own from `runner_uid_range`, which costs the same (issue 9).
+    // its own from `runner_uid_range`, which costs the same.
     let runner_user = identity.as_ref().map_or_else(
         || format!("{} (no switch)", machine.user),
         |i| {
@@ -657,13 +660,20 @@ async fn run(options: &Options) -> anyhow::Result<()> {
             commands::Asked {
                 execs: 300,
                 stream_bytes: 1 << 30,
-                // Each running command holds a session keyring, and the
-                // kernel's default kernel.keys.maxkeys is 200 per uid.
-                background: 150,
+                background: 1000,
             }
         };
         let figures = commands::measure(dir.path(), &binaries, &asked).await?;
-        let rows = commands::rows(&figures);
+        let mut rows = commands::rows(&figures);
+        match docker::unavailable().await {
+            Some(reason) => println!("x4 (docker exec) not measured: {reason}"),
+            None => {
+                step(started, "commands: docker exec against the Engine's own");
+                let count = if options.quick { 10 } else { 200 };
+                let figures = docker_exec::measure(dir.path(), &binaries, count).await?;
+                rows.extend(docker_exec::rows(&figures));
+            }
+        }
         print!("{}", report::table(&rows));
         let line = json!({
             "bench": "sandboxd",

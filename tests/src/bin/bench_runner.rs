@@ -10,7 +10,7 @@
 //! `bench-runner wrote N bytes`, and exits 0 — as fast as the reader lets it.
 //!
 //! `bench-runner --connect-loop HOST:PORT N` is the egress row's client
-//! (issue 12): N TCP connects to a listener of the benchmark's, one after
+//!: N TCP connects to a listener of the benchmark's, one after
 //! another, each closed at once, then one line on stdout,
 //! `bench-runner connects N refused R other O in U us slowest S us`, and
 //! exit 0. Only a

@@ -48,6 +48,9 @@
 //!   requests (see [`net`]).
 //! - `--probe tcp|udp ADDRESS`: one probe from here, `errno N` on stdout,
 //!   and exit (no workspace needed: for `docker exec`).
+//! - `--syscall-probe NAME`: make one system call a seccomp filter should
+//!   refuse (see [`syscalls::PROBES`]), `errno N` on stdout (0: it
+//!   succeeded), and exit; no workspace needed.
 //! - `--kernel-probes`: list the descriptors it started with first thing,
 //!   and before `pid` hold a session key and an abstract socket and write
 //!   `kernel-start.json` (see [`attack::hold_kernel_objects`]).
@@ -64,6 +67,8 @@
 mod attack;
 #[path = "runner_fixture/net.rs"]
 mod net;
+#[path = "runner_fixture/syscalls.rs"]
+mod syscalls;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -342,6 +347,12 @@ fn main() -> ExitCode {
     if let [flag, protocol, address] = &args[..] {
         if flag == "--probe" {
             println!("errno {}", net::probe(protocol, address));
+            return ExitCode::SUCCESS;
+        }
+    }
+    if let [flag, name] = &args[..] {
+        if flag == "--syscall-probe" {
+            println!("errno {}", syscalls::probe(name));
             return ExitCode::SUCCESS;
         }
     }

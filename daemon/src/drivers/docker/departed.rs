@@ -1,5 +1,5 @@
 //! The last output of a removed container, kept for the followers of its
-//! generation (issue 17, item 5).
+//! generation.
 //!
 //! A container's log goes with the container, and a follower polls: what
 //! the runner wrote between the follower's last read and the removal (its

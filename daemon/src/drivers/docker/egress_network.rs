@@ -8,7 +8,7 @@
 //! network exists and after it is recreated. It is created with
 //! inter-container communication off (`enable_icc=false`: Docker then
 //! drops every packet from one port of the bridge to another), so no
-//! container of the daemon reaches another over it (issue 16, item 10);
+//! container of the daemon reaches another over it;
 //! each still reaches the host and the outside as the posture allows. A
 //! network an older daemon made with it on is recreated once no container
 //! uses it; until then [`Icc::OnInUse`] says so, and `status` with it.

@@ -248,6 +248,9 @@ fn stale(observed: &Observed, env: &SandboxEnv, spec: &RunnerSpec) -> Option<&'s
         Some(QUEUE_CHANGED)
     } else if observed.image != spec.image {
         Some("the runner image changed")
+    } else if !observed.own_profile {
+        // Made by an earlier daemon, with another profile or none.
+        Some("its seccomp profile is not the daemon's")
     } else {
         None
     }
@@ -279,7 +282,10 @@ async fn create_and_start(
     // Recorded only once the container exists: until then its label is
     // the record, and a create lost to another creator takes no number.
     let generation = inner.generation(key, None) + 1;
-    let body = inner.spec.container(key, env, generation, uid);
+    let mut body = inner.spec.container(key, env, generation, uid);
+    let support = inner.support.learn(&inner.engine).await;
+    let honoured = support.is_ok_and(|support| support.root_size.is_ok());
+    super::spec::limit_root_size(&mut body, inner.spec.disk, honoured);
     let container = match containers::create(&inner.engine, key, body).await {
         Ok(container) => container,
         Err(error) if error.is_conflict() => {

@@ -12,7 +12,7 @@
 //! each stamps a line and then hands it to the log writer, so a line of
 //! one stream stamped a moment before a line of the other may land after
 //! it. A cursor made of "the stamp of the last entry read" therefore
-//! skipped an entry stamped before it that landed after it (issue 17: the
+//! skipped an entry stamped before it that landed after it (the
 //! stderr start line of a restarted runner went missing now and then).
 //!
 //! What is assumed instead is that the disorder is short: an entry lands
@@ -1076,7 +1076,7 @@ mod tests {
         assert_eq!((text(&chunk), chunk.at_end), ("abcd", true));
     }
 
-    /// The flake of issue 17: the engine's stderr copier stamped its line
+    /// A flake once seen: the engine's stderr copier stamped its line
     /// before the stdout copier stamped the others, but its line landed
     /// after them, and after a reader had read them. A cursor of "the stamp
     /// read last" passed over it.

@@ -15,13 +15,16 @@
 //! `reaper` (leaked connect sandboxes), `generation` (runner counts),
 //! `logs` (runner output, from the engine's log of the container),
 //! `lifecycle` and `cpu_source` (idle and lifetime limits), `pause`,
-//! `exec` (commands in a running sandbox).
+//! `exec` (commands in a running sandbox), `seccomp_profile` (the
+//! daemon's own profile on every container) and `engine_support` (what
+//! the engine can hold a container to: seccomp, a root file system size).
 
 mod containers;
 mod cpu_source;
 mod departed;
 mod egress_network;
 mod engine;
+mod engine_support;
 mod ensure;
 mod events;
 mod exec;
@@ -33,6 +36,7 @@ mod network_watch;
 mod observed;
 mod pause;
 mod reaper;
+mod seccomp_profile;
 pub(crate) mod spec;
 mod teardown;
 mod usage;
@@ -92,6 +96,8 @@ struct Inner {
     spec: RunnerSpec,
     stop_grace: std::time::Duration,
     generations: Arc<Generations>,
+    /// The records of live commands, for the next daemon to follow.
+    command_records: Arc<exec::record::CommandRecords>,
     exits: Arc<Exits>,
     key_locks: KeyLocks<SandboxKey>,
     /// Where starts, exits, teardowns and adoptions are announced.
@@ -102,6 +108,8 @@ struct Inner {
     departed: departed::DepartedLogs,
     /// The runs the idle and lifetime watcher follows (see [`lifecycle`]).
     watch: lifecycle::Watch,
+    /// What the engine can hold a container to (see [`engine_support`]).
+    support: engine_support::Learned,
     /// Set at shutdown: no command starts, and every command followed
     /// ends `daemon-stopped` (it goes on in its container, see [`exec`]).
     commands_stop: tokio::sync::watch::Sender<bool>,
@@ -226,11 +234,20 @@ impl DockerDriver {
             Arc::new(Generations::prepare(&config.state_dir).with_context(|| {
                 format!("cannot prepare {}/docker", config.state_dir.display())
             })?);
+        let command_records = Arc::new(
+            exec::record::CommandRecords::prepare(&config.state_dir).with_context(|| {
+                format!(
+                    "cannot prepare {}/docker/commands",
+                    config.state_dir.display()
+                )
+            })?,
+        );
         let inner = Arc::new(Inner {
             engine,
             spec,
             stop_grace: config.stop_grace,
             generations,
+            command_records,
             exits: Arc::new(Exits::default()),
             key_locks: KeyLocks::new(),
             events,
@@ -238,6 +255,7 @@ impl DockerDriver {
             departed: departed::DepartedLogs::default(),
             watch: lifecycle::Watch::default(),
             commands_stop: tokio::sync::watch::Sender::new(false),
+            support: engine_support::Learned::default(),
         });
         first_contact(&inner).await;
         let reaper = ReaperSettings {
@@ -346,6 +364,12 @@ async fn first_contact(inner: &Inner) {
         }
         Err(error) => {
             tracing::warn!(image = %inner.spec.image, %error, "cannot inspect the runner image")
+        }
+    }
+    match inner.support.learn(engine).await {
+        Ok(support) => engine_support::announce(support, inner.spec.disk),
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the engine's info: the disk limit is looked at again before the first create")
         }
     }
     match containers::list(engine, None).await {
@@ -493,7 +517,13 @@ impl Driver for DockerDriver {
                 Err(why) => IsolationFeature::not_in_force("network", why),
             }
         };
-        ("the runtime's own".to_string(), vec![network, runtime])
+        let known = self.inner.support.known();
+        let seccomp = engine_support::seccomp_feature(known);
+        let disk = engine_support::disk_feature(known, self.inner.spec.disk);
+        (
+            "the runtime's own".to_string(),
+            vec![network, runtime, seccomp, disk],
+        )
     }
 
     async fn deprovision(
@@ -522,6 +552,12 @@ impl Driver for DockerDriver {
         spec: &crate::started_command::CommandSpec,
     ) -> Result<crate::started_command::StartedCommand, SandboxError> {
         self.inner.exec(key, spec).await
+    }
+
+    /// The commands an earlier daemon started and left running in their
+    /// containers (their records in `<state_dir>/docker/commands`).
+    async fn recovered_commands(&self) -> Vec<crate::started_command::RecoveredCommand> {
+        self.inner.recovered_commands().await
     }
 
     async fn pause(
@@ -640,8 +676,7 @@ impl Driver for DockerDriver {
         // The egress table and the network serve this instance's
         // containers, which outlive the daemon: they stay while any is
         // left, and go with the last; and they serve every live daemon of
-        // the instance: only the last to stop removes them (issue 17,
-        // item 6).
+        // the instance: only the last to stop removes them.
         let holder = self
             .network_holder
             .lock()

@@ -5,7 +5,7 @@
 //! is the one the egress rules hold (its bridge interface) and keeps
 //! containers apart (inter-container communication off), making it when it
 //! is missing. Made on every new container, that check was an engine call
-//! on the caller's time each time (issue 20, item 3). Now its outcome is
+//! on the caller's time each time. Now its outcome is
 //! kept, and this watcher forgets it the moment the engine reports the
 //! network created or destroyed under that name — by anyone — and whenever
 //! the watcher's own event stream breaks, so the next ensure checks again.

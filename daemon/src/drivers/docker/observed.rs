@@ -92,6 +92,9 @@ pub struct Observed {
     pub image: String,
     /// The user its runner runs as (`Config.User`; empty: the image's).
     pub user: String,
+    /// Made with the daemon's seccomp profile as it is now (among
+    /// `HostConfig.SecurityOpt`); false for one an earlier daemon made.
+    pub own_profile: bool,
     labels: HashMap<String, String>,
     pub created_at_unix_ms: Option<u64>,
     pub started_at_unix_ms: Option<u64>,
@@ -153,6 +156,12 @@ impl Lookup {
             phase: Phase::from_status(state.status),
             image: config.image.unwrap_or_default(),
             user: config.user.unwrap_or_default(),
+            own_profile: inspect
+                .host_config
+                .and_then(|host| host.security_opt)
+                .unwrap_or_default()
+                .iter()
+                .any(|option| option == super::seccomp_profile::security_option()),
             labels,
             created_at_unix_ms: inspect.created.as_deref().and_then(unix_ms),
             started_at_unix_ms: state.started_at.as_deref().and_then(unix_ms),

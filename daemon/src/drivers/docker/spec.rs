@@ -45,6 +45,10 @@ pub struct RunnerSpec {
     pub memory: i64,
     pub nano_cpus: i64,
     pub pids_limit: i64,
+    /// `[limits] disk`: the container's root file system's size, where the
+    /// engine's storage driver honours one (see [`super::engine_support`]);
+    /// 0 = unlimited.
+    pub disk: u64,
     /// The grace `docker stop` from outside gets too, in whole seconds.
     pub stop_grace_secs: i64,
     pub backend_endpoint: String,
@@ -64,6 +68,7 @@ impl RunnerSpec {
             memory: i64::try_from(docker.memory).unwrap_or(i64::MAX),
             nano_cpus: (docker.cpus * 1e9).round() as i64,
             pids_limit: docker.pids_limit,
+            disk: config.limits.disk,
             stop_grace_secs: config.stop_grace.as_secs_f64().ceil() as i64,
             backend_endpoint: config.backend_endpoint.clone(),
             temporal_address: config.temporal_address.clone(),
@@ -133,7 +138,11 @@ impl RunnerSpec {
             // An init as PID 1 reaps the orphans a runner leaves (containerd#5708).
             init: Some(true),
             cap_drop: Some(vec!["ALL".to_string()]),
-            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            // The daemon's own seccomp profile, not the engine's default.
+            security_opt: Some(vec![
+                "no-new-privileges".to_string(),
+                super::seccomp_profile::security_option().to_string(),
+            ]),
             memory: Some(self.memory),
             // No swap beyond the memory limit.
             memory_swap: Some(self.memory),
@@ -148,6 +157,18 @@ impl RunnerSpec {
             mounts: Some(vec![workspace_mount(key)]),
             ..Default::default()
         }
+    }
+}
+
+/// Limits the container's root file system to `[limits] disk`, when the
+/// engine honours a size (`honoured`) and a limit is set: asked of an
+/// engine that does not, the create fails.
+pub fn limit_root_size(body: &mut ContainerCreateBody, disk: u64, honoured: bool) {
+    if !honoured || disk == 0 {
+        return;
+    }
+    if let Some(host) = body.host_config.as_mut() {
+        host.storage_opt = Some(HashMap::from([("size".to_string(), disk.to_string())]));
     }
 }
 
@@ -225,6 +246,7 @@ mod tests {
             memory: 2 << 30,
             nano_cpus: 2_000_000_000,
             pids_limit: 512,
+            disk: 1 << 30,
             stop_grace_secs: 10,
             backend_endpoint: String::new(),
             temporal_address: "temporal:7233".into(),
@@ -266,6 +288,11 @@ mod tests {
         let host = body.host_config.as_ref().unwrap();
         assert_eq!(host.init, Some(true));
         assert_eq!(host.cap_drop.as_deref(), Some(&["ALL".to_string()][..]));
+        let security = host.security_opt.as_ref().unwrap();
+        assert!(security
+            .iter()
+            .any(|option| option.starts_with("seccomp={")));
+        assert_eq!(host.storage_opt, None, "only where the engine honours it");
         let mount = &host.mounts.as_ref().unwrap()[0];
         assert_eq!(
             mount.source.as_deref(),
@@ -286,6 +313,21 @@ mod tests {
         let mount = &body.host_config.unwrap().mounts.unwrap()[0];
         assert_eq!(mount.source, None);
         assert_eq!(workspace_volume(&key), None);
+    }
+
+    #[test]
+    fn the_root_size_is_asked_only_where_honoured_and_set() {
+        let key = SandboxKey::new(Scope::Session, "s1");
+        let body = || spec().container(&key, &env("t"), 1, "0123456789abcdef0123456789abcdef");
+        let mut limited = body();
+        limit_root_size(&mut limited, 1 << 30, true);
+        let size = limited.host_config.unwrap().storage_opt.unwrap();
+        assert_eq!(size["size"], (1_u64 << 30).to_string());
+        for (disk, honoured) in [(1 << 30, false), (0, true)] {
+            let mut body = body();
+            limit_root_size(&mut body, disk, honoured);
+            assert_eq!(body.host_config.unwrap().storage_opt, None);
+        }
     }
 
     #[test]

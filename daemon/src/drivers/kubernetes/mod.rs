@@ -291,6 +291,13 @@ impl Driver for KubernetesDriver {
         exec::start(&self.inner, key, spec, &self.follows).await
     }
 
+    /// None: a command here is followed over its exec's stream, which
+    /// ends with the daemon that opened it (its proof then says
+    /// `daemon-stopped`); a later daemon has nothing to follow it by.
+    async fn recovered_commands(&self) -> Vec<crate::started_command::RecoveredCommand> {
+        Vec::new()
+    }
+
     /// A stop here: the Deployment scaled to 0 (see [`pause`]).
     async fn pause(
         &self,

@@ -112,8 +112,9 @@ struct Running {
     /// forgotten (oneshots: their one waiter is the deprovision that takes
     /// the record).
     ends: deprovision::EndWaits,
-    /// Set when the disk-limit watcher stops it: its exit says so.
-    over_disk_limit: bool,
+    /// Set when the disk watcher stops it (a disk limit, `disk-full`): its
+    /// exit says so.
+    disk_stop: Option<sandboxd_protocol::ExitReason>,
     /// Sent its SIGTERM by the daemon's stop, with every other runner at
     /// once (see [`Inner::signal_every_runner`]): its deprovision only
     /// waits.
@@ -241,10 +242,13 @@ impl LocalProcessDriver {
             }
             None => None,
         };
-        let (limit, sandboxes, uid_per_sandbox) =
-            (config.limits.disk, dirs.sandboxes.clone(), uids.is_some());
+        let (limits, sandboxes, uid_per_sandbox) = (
+            config.limits.clone(),
+            dirs.sandboxes.clone(),
+            uids.is_some(),
+        );
         let disk_limit = tokio::task::spawn_blocking(move || {
-            disk_limit::DiskLimit::choose(limit, &sandboxes, uid_per_sandbox)
+            disk_limit::DiskLimit::choose(&limits, &sandboxes, uid_per_sandbox)
         })
         .await?;
         let (catalog_dir, sandboxes) = (dirs.ledger.clone(), dirs.sandboxes.clone());
@@ -301,6 +305,7 @@ impl LocalProcessDriver {
                 .context("cannot open this daemon's own binary (/proc/self/exe)")?,
         );
         let (view, view_problem) = isolation::set_up_view(config, &dirs.exits, &init_binary).await;
+        let per_sandbox_uids = identity.uid_range().is_some();
         let settings = RunnerSettings {
             command: config.runner_command.clone(),
             args: config.runner_args.clone(),
@@ -309,9 +314,10 @@ impl LocalProcessDriver {
             temporal_address: config.temporal_address.clone(),
             inherited_env: launch::spawn::inherited_env(),
             runner_path: config.runner_path.clone().into(),
-            filters: Arc::new(isolation::kernel_filters::KernelFilters::for_this_host(
-                &config.runner_path,
-            )),
+            filters: Arc::new(
+                isolation::kernel_filters::KernelFilters::for_this_host(&config.runner_path)
+                    .with_session_keyring_per_uid(per_sandbox_uids),
+            ),
             oom_score_adj: config.runner_oom_score_adj,
             sandboxes_dir: dirs.sandboxes,
             logs_dir: dirs.logs,
@@ -410,11 +416,8 @@ impl LocalProcessDriver {
                 config.lifecycle,
             ));
         }
-        if let Some(limit) = inner.disk_limit.watched() {
-            tokio::spawn(disk_limit::watcher::keep_watching(
-                Arc::downgrade(&inner),
-                limit,
-            ));
+        if inner.disk_limit.needs_watcher() {
+            tokio::spawn(disk_limit::watcher::keep_watching(Arc::downgrade(&inner)));
         }
         Ok(LocalProcessDriver { inner })
     }
@@ -638,7 +641,7 @@ impl Inner {
         key: &SandboxKey,
         env: &SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
-        self.check_back_under_disk_limit(key)?;
+        self.check_disk_before_start(key)?;
         // Before the workspace is touched: it is never on disk unnamed.
         self.catalog.note_active(key, now_unix_ms());
         let child = self.spawn_as_its_uid(key, env).inspect_err(|error| {
@@ -694,7 +697,7 @@ impl Inner {
                 generation: record.generation,
                 started_at_unix_ms: now_unix_ms(),
                 ends: ends_rx,
-                over_disk_limit: false,
+                disk_stop: None,
                 signalled_at_stop: false,
                 life: lifecycle::RunState::new(self.logs.output_counter(&key.base_name), cpu_usage),
             });
@@ -1010,19 +1013,22 @@ async fn after_exit(
     // on the same file, and before a deprovision removes it.
     inner.logs.finish(&key.base_name).await;
     // What the daemon's own watchers decided about this generation.
-    let (over_disk_limit, limit_stop) = inner
+    let (disk_stop, limit_stop) = inner
         .records()
         .get(&key)
         .and_then(|record| record.running.as_ref())
         .filter(|running| running.generation == generation)
-        .map_or((false, None), |running| {
-            (running.over_disk_limit, running.life.stopping())
+        .map_or((None, None), |running| {
+            (running.disk_stop, running.life.stopping())
         });
-    if over_disk_limit {
-        exit.disk_limit_bytes = Some(inner.disk_limit.bytes);
+    if let Some(sandboxd_protocol::ExitReason::DiskLimit { limit_bytes }) = disk_stop {
+        exit.disk_limit_bytes = Some(limit_bytes);
     }
     // With what the cgroup and the disk watcher said added.
     exit.derive_reason();
+    if let Some(reason) = disk_stop.filter(|_| exit.disk_limit_bytes.is_none()) {
+        exit.reason = reason;
+    }
     // Stopped by the daemon for a [lifecycle] limit: that is why it ended
     // (unless its memory or disk limit ended it first).
     if let Some(reason) = limit_stop {
@@ -1030,6 +1036,8 @@ async fn after_exit(
             exit.reason,
             sandboxd_protocol::ExitReason::OutOfMemory { .. }
                 | sandboxd_protocol::ExitReason::DiskLimit { .. }
+                | sandboxd_protocol::ExitReason::DiskInodeLimit { .. }
+                | sandboxd_protocol::ExitReason::DiskFull
         ) {
             exit.reason = reason;
         }
@@ -1039,7 +1047,7 @@ async fn after_exit(
     // (or its next generation) without the end of this one recorded. Not
     // in a daemon stop: the ends are kept in memory only, followers are
     // cut off by then, and at 10,000 runners the trips to the blocking
-    // pool were a good part of the stop (issue 20, item 4).
+    // pool were a good part of the stop.
     if !stopping {
         let how = format!("generation {generation}: the runner exited ({exit})");
         let (logs, base) = (inner.logs.clone(), key.base_name.clone());
@@ -1204,6 +1212,14 @@ impl Driver for LocalProcessDriver {
             health.add(
                 sandboxd_protocol::HealthVerdict::Unhealthy,
                 "the group reaper is dead: runners may outlive a crashed daemon",
+            );
+        }
+        let reserve = self.inner.disk_limit.reserve.clone();
+        let short = tokio::task::spawn_blocking(move || reserve?.shortfall()).await;
+        if let Ok(Some(short)) = short {
+            health.add(
+                sandboxd_protocol::HealthVerdict::Degraded,
+                format!("{short}: new sandboxes are refused and writing ones stopped"),
             );
         }
         health
@@ -1382,6 +1398,12 @@ impl Driver for LocalProcessDriver {
         spec: &crate::started_command::CommandSpec,
     ) -> Result<crate::started_command::StartedCommand, SandboxError> {
         self.inner.exec(key, spec).await
+    }
+
+    /// None: a command is the daemon's child and ends with it, as the
+    /// runners do (its proof says `daemon-stopped`).
+    async fn recovered_commands(&self) -> Vec<crate::started_command::RecoveredCommand> {
+        Vec::new()
     }
 
     async fn pause(

@@ -86,7 +86,10 @@ pub fn empty(dir: &Path) {
     entries.flatten().for_each(|entry| delete(&entry.path()));
 }
 
-/// Removes a file or a whole tree; one already gone is fine.
+/// Removes a file or a whole tree; one already gone is fine. std's
+/// `remove_dir_all` works from directory descriptors (`openat`,
+/// `unlinkat`) without following links, so a tree a runner made deeper
+/// than `PATH_MAX` goes too (tested in `workspaces::walk`).
 pub fn remove(path: &Path) -> io::Result<()> {
     let removed = match std::fs::symlink_metadata(path) {
         Ok(metadata) if metadata.is_dir() => std::fs::remove_dir_all(path),

@@ -1,6 +1,6 @@
 //! `--only-calls probe|ensure|new|warm N`: a daemon, one running sandbox,
 //! and N calls of one kind on one connection — nothing else — so a tracer
-//! attached to the daemon counts the system calls one call costs (issue 9:
+//! attached to the daemon counts the system calls one call costs (the goal:
 //! "probe and the ensure fast path gain no syscall"). `new` is N sandboxes
 //! started cold (`isolation = "full"`, no pool), `warm` N taken from a pool
 //! of [`WARM_POOL`] that is full again (untimed) before each; each is

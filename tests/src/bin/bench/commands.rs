@@ -109,20 +109,7 @@ async fn interleaved_execs(
         ..ExecRequest::default()
     };
     for round in 0..count + 5 {
-        let started = Instant::now();
-        let command = client.exec(Scope::Session, ID, &request).await?;
-        let info = client
-            .command_wait(
-                Scope::Session,
-                ID,
-                &CommandRef::Id(command.command_id),
-                Duration::from_secs(30),
-            )
-            .await?;
-        let took = started.elapsed();
-        if info.proof.is_none() {
-            bail!("/bin/true did not end within 30 s");
-        }
+        let took = exec_to_proof(client, ID, &request).await?;
         let raw_took = raw.run_true()?;
         // The first rounds warm both paths up.
         if round >= 5 {
@@ -131,6 +118,30 @@ async fn interleaved_execs(
         }
     }
     Ok((exec, raws))
+}
+
+/// One `exec` in session sandbox `id` and `command_wait` until its proof:
+/// how long the two took.
+pub async fn exec_to_proof(
+    client: &SandboxdClient,
+    id: &str,
+    request: &ExecRequest,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let command = client.exec(Scope::Session, id, request).await?;
+    let info = client
+        .command_wait(
+            Scope::Session,
+            id,
+            &CommandRef::Id(command.command_id),
+            Duration::from_secs(30),
+        )
+        .await?;
+    let took = started.elapsed();
+    if info.proof.is_none() {
+        bail!("{:?} did not end within 30 s", request.argv);
+    }
+    Ok(took)
 }
 
 /// A thread of the bench inside the runner's namespaces, starting

@@ -1,5 +1,5 @@
-//! Row (c) against another `sandboxd` in the same run (`--compare PATH`,
-//! issue 9): the daemon before a change, measured beside this one, so the
+//! Row (c) against another `sandboxd` in the same run (`--compare PATH`):
+//! the daemon before a change, measured beside this one, so the
 //! goal "new sandbox p50 at most 25 % over the old tree's" is a ratio of
 //! two figures taken under the same load.
 //!
@@ -16,9 +16,9 @@
 //! daemon holds more than ten runners.
 //!
 //! The calls go through the bare tarpc stub, not the client library, for
-//! all four: the library refuses a daemon of another protocol version (the
-//! daemon before issue 9 speaks 2, this one 3, which only added a method at
-//! the end; `ensure` and `deprovision` are unchanged on the wire). So these
+//! all four: the library refuses a daemon of another protocol version (an
+//! older daemon speaks an older protocol version, which differs only in
+//! methods added at the end; `ensure` and `deprovision` are unchanged on the wire). So these
 //! figures are a little below row (c)'s, which go through the library.
 
 use std::future::Future;

@@ -82,22 +82,32 @@ pub async fn unavailable() -> Option<String> {
     None
 }
 
+/// The engine, and a docker-tier daemon of its own on the test image.
+pub async fn engine_and_daemon(
+    dir: &Path,
+    binaries: &Binaries,
+    prefix: &str,
+) -> anyhow::Result<(Docker, Daemon)> {
+    let docker = Docker::connect_with_local_defaults()?
+        .negotiate_version()
+        .await?;
+    let daemon = Daemon::start_with(
+        dir,
+        prefix,
+        binaries,
+        &format!("driver = \"docker\"\nrunner_image = \"{IMAGE}\"\n"),
+    )?;
+    Ok((docker, daemon))
+}
+
 /// Measures `count` rounds of the three ways to get a new running container.
 pub async fn measure(
     dir: &Path,
     binaries: &Binaries,
     count: usize,
 ) -> anyhow::Result<DockerFigures> {
-    let docker = Docker::connect_with_local_defaults()?
-        .negotiate_version()
-        .await?;
+    let (docker, mut daemon) = engine_and_daemon(dir, binaries, "docker-").await?;
     let run = std::process::id().to_string();
-    let mut daemon = Daemon::start_with(
-        dir,
-        "docker-",
-        binaries,
-        &format!("driver = \"docker\"\nrunner_image = \"{IMAGE}\"\n"),
-    )?;
     let client = SandboxdClient::connect(&daemon.socket)
         .await
         .context("connect to the docker-tier daemon")?

@@ -1,4 +1,4 @@
-//! The egress rows (issue 12): what the posture costs, each figure against
+//! The egress rows: what the posture costs, each figure against
 //! a daemon of this same binary with `egress = "none"` measured in the same
 //! run.
 //!

@@ -1,4 +1,4 @@
-//! The event stream's rows (issue 18): what a follower costs the hot paths
+//! The event stream's rows: what a follower costs the hot paths
 //! (probe, the fast path, row (c)'s new sandboxes) against the same daemon
 //! with no follower, and how soon a follower receives the `started` event
 //! of a sandbox after the ensure that started it has replied.

@@ -1,4 +1,4 @@
-//! The private view's rows (issue 16): row (c) with `isolation = "full"`
+//! The private view's rows: row (c) with `isolation = "full"`
 //! against `"uid-cgroup"`, both daemons of this binary taking new sandboxes
 //! in turn (`bench/compare.rs`), so each sees the same neighbours; then the
 //! same pair again with 200 more mounts on the host, since a new mount

@@ -210,7 +210,7 @@ fn policy(name: &str, id: &str) -> NetworkPolicy {
         sandboxd_protocol::egress::Posture::Relaxed
             .refused_ranges()
             .filter(|range| range.network.is_ipv4() == v4)
-            .map(ToString::to_string)
+            .map(|range| range.to_string())
             .collect()
     };
     let policy = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",

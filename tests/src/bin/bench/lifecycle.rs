@@ -1,4 +1,4 @@
-//! The lifecycle rows (issue 19): what the idle watcher costs, and resume
+//! The lifecycle rows: what the idle watcher costs, and resume
 //! against the fast path.
 //!
 //! Three daemons in turn, each holding the same number of quiet running

@@ -1,4 +1,4 @@
-//! The metrics rows (issue 19, item 7): what recording every call costs
+//! The metrics rows: what recording every call costs
 //! the hot paths. Two daemons of the same binary run side by side, one
 //! with `metrics_listen` and one without, and the probes and fast paths
 //! go to them in alternating rounds, so both sides see the same load

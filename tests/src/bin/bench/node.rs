@@ -1,4 +1,4 @@
-//! The node row (issue 21): ensure of a new sandbox and the fast path
+//! The node row: ensure of a new sandbox and the fast path
 //! through the Node package (`clients/node`, the Rust client library
 //! bound with napi-rs) against the same calls through the Rust client, on
 //! one daemon in the same run; and, for context, the seed's in-process

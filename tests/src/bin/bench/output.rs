@@ -1,4 +1,4 @@
-//! The output row (issue 9): a runner writing N bytes to stdout through
+//! The output row: a runner writing N bytes to stdout through
 //! the daemon — the most bytes its output takes on disk at any sample, and
 //! the daemon's CPU per MiB — against `cat` copying the same writer's bytes
 //! into a file, measured in the same run.

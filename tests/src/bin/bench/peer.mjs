@@ -1,4 +1,4 @@
-// The peer row's other side (issue 20): the seed's own `local-process`
+// The peer row's other side: the seed's own `local-process`
 // driver (package/src/sandbox/local-process.ts in the seed, see
 // /work/shared/reference/seeds/), written fresh here with the same logic —
 // mkdir of the workspace, spawn of the runner with the sandbox's env, a Map

@@ -1,4 +1,4 @@
-//! The peer row (issue 20): sandboxd's ensure of a new sandbox and its
+//! The peer row: sandboxd's ensure of a new sandbox and its
 //! burst rate against the seed's own `local-process` driver, which spawns
 //! each runner in-process and isolates nothing (`bench/peer.mjs`, written
 //! from the seed's logic). Run only when `node` is on PATH. The peer's

@@ -1,10 +1,12 @@
-//! The prepared-sandbox rows (issue 20, item 1; `--only-prepared`), all in
+//! The prepared-sandbox rows (`--only-prepared`), all in
 //! one run beside their raw baselines:
 //!
 //! - (c) a new sandbox with the pool warm (the pool full before each
 //!   ensure, which is not timed) and cold (`[pool]` 0), under
 //!   `isolation = "full"` and `"uid-cgroup"`, and warm under `"full"`
-//!   without parked runners (`park_runners = false`): five daemons of this binary
+//!   without parked runners (`park_runners = false`), and warm and cold
+//!   under `[network] mode = "private"` (`-private-net`, where pasta is
+//!   installed): seven daemons of this binary
 //!   and the raw mkdir+spawn baseline taking new sandboxes in turn, the
 //!   order rotating every round, every tenth round the ten new ones of
 //!   each deprovisioned (raw: SIGTERM+wait) in turn, so each sees the same
@@ -75,11 +77,11 @@ pub struct IdleCost {
     pub holders_pss_kib: u64,
 }
 
-fn config(isolation: &str, pool: u32, park_runners: bool) -> (String, String) {
+fn config(isolation: &str, pool: u32, park_runners: bool, network: &str) -> (String, String) {
     (
         format!("driver = \"local-process\"\nisolation = \"{isolation}\"\n"),
         format!(
-            "[pool]\nsession = {pool}\nworkflow = 0\nconnect = 0\npark_runners = {park_runners}\n"
+            "[pool]\nsession = {pool}\nworkflow = 0\nconnect = 0\npark_runners = {park_runners}\n[network]\nmode = \"{network}\"\n"
         ),
     )
 }
@@ -149,16 +151,18 @@ async fn in_turn(
     spawner: &RawSpawner,
     count: usize,
 ) -> anyhow::Result<(Vec<Contender>, Samples, Samples)> {
-    let plans: [(&'static str, &str, u32, bool); 5] = [
-        ("full-warm", "full", WARM_POOL, true),
-        ("full-cold", "full", 0, true),
-        ("uid-cgroup-warm", "uid-cgroup", WARM_POOL, true),
-        ("uid-cgroup-cold", "uid-cgroup", 0, true),
-        ("full-warm-unparked", "full", WARM_POOL, false),
+    let plans: [(&'static str, &str, u32, bool, &str); 7] = [
+        ("full-warm", "full", WARM_POOL, true, "host"),
+        ("full-cold", "full", 0, true, "host"),
+        ("uid-cgroup-warm", "uid-cgroup", WARM_POOL, true, "host"),
+        ("uid-cgroup-cold", "uid-cgroup", 0, true, "host"),
+        ("full-warm-unparked", "full", WARM_POOL, false, "host"),
+        ("full-warm-private-net", "full", WARM_POOL, true, "private"),
+        ("full-cold-private-net", "full", 0, true, "private"),
     ];
     let mut running = Vec::new();
-    for (name, isolation, pool, park_runners) in plans {
-        let (top, tables) = config(isolation, pool, park_runners);
+    for (name, isolation, pool, park_runners, network) in plans {
+        let (top, tables) = config(isolation, pool, park_runners, network);
         let daemon =
             Daemon::start_with_tables(dir, &format!("prep-{name}-"), binaries, &top, &tables)?;
         let client = connect(&daemon.socket).await?;
@@ -277,13 +281,13 @@ async fn bursts(
     count: usize,
     tasks: usize,
 ) -> anyhow::Result<((Duration, u64, u64), Duration, IdleCost)> {
-    let (top, tables) = config("full", 0, true);
+    let (top, tables) = config("full", 0, true, "host");
     let mut cold = Daemon::start_with_tables(dir, "prep-burst-cold-", binaries, &top, &tables)?;
     let cold_client = connect(&cold.socket).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_no_pool_kib = cold.rss_kib().unwrap_or(0);
 
-    let (top, tables) = config("full", BURST_POOL, true);
+    let (top, tables) = config("full", BURST_POOL, true, "host");
     let mut warm = Daemon::start_with_tables(dir, "prep-burst-warm-", binaries, &top, &tables)?;
     let warm_client = connect(&warm.socket).await?;
     wait_for_pool(&warm_client, BURST_POOL).await?;
@@ -359,6 +363,7 @@ pub fn rows(figures: &PreparedFigures, raw_rate: f64, burst: usize, tasks: usize
             baseline_what: "raw mkdir+spawn p50, in turn".into(),
             baseline: Some(raw_spawns.p50()),
             goal: match (warm, name.starts_with("full")) {
+                _ if name.ends_with("-private-net") => Goal::Info,
                 (true, true) if *name == "full-warm" => Goal::RatioAtMost(1.0),
                 (true, true) => Goal::Info,
                 (false, true) => Goal::RatioAtMost(1.5),

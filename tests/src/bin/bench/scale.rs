@@ -6,9 +6,9 @@
 //! ensured from 64 tasks; then its memory, the same probes again, `list`,
 //! and the time from SIGTERM to the daemon's exit with all of them running
 //! (every runner is stopped on the way). Goals: VmRSS at most 40 MiB and
-//! probe p50 at most 1.2× the one-sandbox p50 (issue 11); the stop at most
+//! probe p50 at most 1.2× the one-sandbox p50; the stop at most
 //! 1.2× a raw stop of as many contained runners, measured after the
-//! daemon's (issue 20; issue 11's 3 s where the raw stop cannot run).
+//! daemon's (an absolute 3 s where the raw stop cannot run).
 //!
 //! Each running sandbox costs the daemon a few descriptors (measured here,
 //! over a handful of sandboxes). Where the daemon's open-file limit cannot
@@ -176,8 +176,8 @@ pub async fn measure(
                 None => "— (no writable cgroup v2 for the raw stop)".into(),
             },
             baseline: raw_stop.map(|raw| raw.as_secs_f64()),
-            // Issue 20, item 4: against the raw stop of as many runners,
-            // measured in this run; issue 11's absolute 3 s where there
+            // Against the raw stop of as many runners, measured in this
+            // run; an absolute 3 s where there
             // is no raw stop to compare with.
             goal: match raw_stop {
                 Some(_) => Goal::RatioAtMost(1.2),

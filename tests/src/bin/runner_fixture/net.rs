@@ -1,6 +1,6 @@
 //! `--serve-net PORT` and `--probe tcp|udp ADDRESS`: the runner fixture as
 //! a network peer, for the tests that sandboxes have no road to each
-//! other (issue 16, items 6 and 10).
+//! other.
 //!
 //! `--serve-net PORT` listens on TCP and UDP on every address (`[::]`,
 //! dual stack, or `0.0.0.0` where IPv6 is off; PORT 0 lets the kernel

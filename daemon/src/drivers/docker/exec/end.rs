@@ -25,6 +25,7 @@ use tokio::sync::{oneshot, watch};
 use super::super::engine::{CallError, READ_TIMEOUT};
 use super::super::observed::{Lookup, Phase};
 use super::super::Inner;
+use super::record::CommandRecords;
 use crate::provisioner::SandboxKey;
 use crate::started_command::CommandEnd;
 
@@ -50,6 +51,9 @@ pub struct EndWatch {
     pub exited: Arc<AtomicBool>,
     /// True once the driver is shutting down.
     pub stop: watch::Receiver<bool>,
+    /// The command's record, let go once its end is known (kept when the
+    /// daemon stops first, for the next daemon to follow it).
+    pub record: Option<(Arc<CommandRecords>, String)>,
 }
 
 /// What the exec's inspect finally said.
@@ -62,17 +66,27 @@ enum Outcome {
 }
 
 impl EndWatch {
-    pub async fn wait(mut self) -> CommandEnd {
-        let stopping = async {
-            let _ = self.stop.wait_for(|stop| *stop).await;
-        };
-        tokio::select! {
-            _ = &mut self.done => {}
-            () = stopping => {
-                // The command goes on in its container; nobody follows it.
+    pub async fn wait(self) -> CommandEnd {
+        let mut stop = self.stop.clone();
+        let record = self.record.clone();
+        let end = tokio::select! {
+            end = self.follow() => end,
+            _ = stop.wait_for(|stop| *stop) => {
+                // The command goes on in its container; the next daemon
+                // follows it from its record.
                 return CommandEnd::from_status(None, None).because(ExitReason::DaemonStopped);
             }
+        };
+        if let Some((records, id)) = record {
+            if end.reason != ExitReason::DaemonStopped {
+                records.remove(&id);
+            }
         }
+        end
+    }
+
+    async fn follow(mut self) -> CommandEnd {
+        let _ = (&mut self.done).await;
         let outcome = self.outcome().await;
         self.exited.store(true, Ordering::Release);
         let Some(inner) = self.inner.upgrade() else {

@@ -15,6 +15,8 @@
 
 mod control;
 mod end;
+pub mod record;
+mod recover;
 mod streams;
 mod workdir;
 
@@ -102,18 +104,51 @@ impl Inner {
         }
         let (pid, attached) = self.wait_started(key, &spec.argv[0], attached).await?;
         tracing::debug!(scope = %key.scope, id = %key.shown_id(), pid, exec = %attached.exec_id, "command exec started");
-        Ok(self.started(key, spec.pty.is_some(), target, pid, attached))
+        self.keep_record(key, spec, &target, pid, &attached.exec_id);
+        Ok(self.started(key, spec, target, pid, attached))
+    }
+
+    /// Writes the command's record, for a later daemon to follow it. A
+    /// command whose record cannot be written still runs; only a restart
+    /// of the daemon loses it (`daemon-stopped`, and nothing after).
+    fn keep_record(
+        &self,
+        key: &SandboxKey,
+        spec: &CommandSpec,
+        target: &Target,
+        pid: u32,
+        exec_id: &str,
+    ) {
+        let record = record::CommandRecord {
+            id: spec.id.clone(),
+            scope: key.scope,
+            sandbox_id: key.id.clone(),
+            tag: spec.tag.clone(),
+            argv: spec.argv.clone(),
+            pty: spec.pty.is_some(),
+            started_at_unix_ms: crate::unix_time::now_unix_ms(),
+            timeout_ms: spec.timeout_ms,
+            exec_id: exec_id.to_string(),
+            container: target.container.clone(),
+            pid,
+            uid: target.uid.clone(),
+            generation: target.generation,
+        };
+        if let Err(error) = self.command_records.write(&record) {
+            tracing::warn!(scope = %key.scope, id = %key.shown_id(), command = %spec.id, %error, "cannot keep a command's record: a restart of the daemon will lose it");
+        }
     }
 
     /// What the store takes: the streams, a control and the end's watch.
     fn started(
         self: &Arc<Self>,
         key: &SandboxKey,
-        tty: bool,
+        spec: &CommandSpec,
         target: Target,
         pid: u32,
         attached: Attached,
     ) -> StartedCommand {
+        let tty = spec.pty.is_some();
         let host = control::Host::find(pid, target.init_pid, &target.container);
         let exited = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicI32::new(0));
@@ -126,6 +161,7 @@ impl Inner {
             sent: sent.clone(),
             exited: exited.clone(),
             stop: self.commands_stop.subscribe(),
+            record: Some((self.command_records.clone(), spec.id.clone())),
         };
         StartedCommand {
             pid,

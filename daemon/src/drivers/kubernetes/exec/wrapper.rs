@@ -108,6 +108,9 @@ mod tests {
 
     fn spec() -> CommandSpec {
         CommandSpec {
+            id: "0".repeat(32),
+            tag: None,
+            timeout_ms: None,
             argv: vec!["ls".into(), "-l".into(), "a b".into()],
             env: vec![("GREETING".into(), "hello world; $(rm -rf /)".into())],
             workdir: Some("src/app".into()),

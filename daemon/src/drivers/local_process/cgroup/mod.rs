@@ -18,6 +18,7 @@ pub mod freeze;
 pub mod kill;
 pub mod layout;
 pub mod limits;
+pub mod procs;
 pub mod setup;
 pub mod tree;
 pub mod usage;

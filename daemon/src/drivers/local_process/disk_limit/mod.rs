@@ -12,8 +12,16 @@
 //!   Its workspace is kept, so the operator can look; the next ensure
 //!   starts it again only once the workspace is back under the limit, and
 //!   otherwise fails naming its size.
+//!
+//! The watcher also holds `[limits] disk_inodes` (how many files a
+//! workspace may hold; a runner past it is stopped the same way) and the
+//! [reserve] of the state directory's file system, whichever mechanism
+//! holds the byte limit.
 
 pub mod project_quota;
+pub mod reserve;
+mod stopping;
+mod verdict;
 pub mod watcher;
 
 use std::path::Path;
@@ -37,13 +45,22 @@ pub struct DiskLimit {
     /// Bytes; 0 for none.
     pub bytes: u64,
     pub mechanism: Mechanism,
+    /// Files and directories a workspace may hold; 0 for no limit.
+    pub inodes: u64,
+    /// `[limits] state_reserve`, unless it is 0.
+    pub reserve: Option<reserve::Reserve>,
 }
 
 impl DiskLimit {
     /// Project quotas if `sandboxes` (the workspaces' directory) is on a
     /// file system that enforces them and sandboxes have their own uids,
     /// else the watcher. Blocking (one `quotactl`).
-    pub fn choose(bytes: u64, sandboxes: &Path, uid_per_sandbox: bool) -> DiskLimit {
+    pub fn choose(
+        limits: &crate::config::LimitsConfig,
+        sandboxes: &Path,
+        uid_per_sandbox: bool,
+    ) -> DiskLimit {
+        let bytes = limits.disk;
         let mechanism = if bytes == 0 {
             Mechanism::Unlimited
         } else if !uid_per_sandbox {
@@ -65,7 +82,38 @@ impl DiskLimit {
             }
             Mechanism::Unlimited => {}
         }
-        DiskLimit { bytes, mechanism }
+        DiskLimit {
+            bytes,
+            mechanism,
+            inodes: limits.disk_inodes,
+            reserve: reserve::Reserve::on(limits.state_reserve, sandboxes),
+        }
+    }
+
+    /// The inode limit the watcher holds, if any.
+    pub fn watched_inodes(&self) -> Option<u64> {
+        (self.inodes > 0).then_some(self.inodes)
+    }
+
+    /// Whether the watcher has anything to do.
+    pub fn needs_watcher(&self) -> bool {
+        self.watched().is_some() || self.watched_inodes().is_some() || self.reserve.is_some()
+    }
+
+    /// What `status` adds about the inode limit and the reserve.
+    fn also_held(&self) -> String {
+        let inodes = match self.inodes {
+            0 => "no limit on a workspace's files ([limits] disk_inodes = 0)".to_string(),
+            limit => format!("at most {limit} files and directories per workspace, by the watcher"),
+        };
+        let reserve = match &self.reserve {
+            Some(reserve) => format!(
+                "{}: below it new sandboxes are refused and writing ones stopped (disk-full)",
+                reserve.shown()
+            ),
+            None => "no state reserve ([limits] state_reserve = 0)".to_string(),
+        };
+        format!("; {inodes}; {reserve}")
     }
 
     /// The limit the watcher holds, if it is the mechanism.
@@ -81,7 +129,7 @@ impl DiskLimit {
     /// What `status` and `describe` say.
     pub fn feature(&self) -> IsolationFeature {
         let limit = show_bytes(self.bytes);
-        match &self.mechanism {
+        let mut feature = match &self.mechanism {
             Mechanism::Unlimited => {
                 IsolationFeature::not_in_force("disk-limit", "[limits] disk = 0: workspaces have no size limit")
             }
@@ -92,10 +140,13 @@ impl DiskLimit {
             Mechanism::Watcher { no_quota } => IsolationFeature::in_force(
                 "disk-limit",
                 format!(
-                    "{limit} per workspace by a watcher that measures running workspaces every {}s or more and stops a runner whose workspace outgrew it (it may overshoot in between); not by project quotas: {no_quota}",
-                    watcher::INTERVAL.as_secs()
+                    "{limit} per workspace by a watcher that measures running workspaces (deleted files held open included) every {}s, sooner while the file system fills (its free space read every {} ms), and stops a runner whose workspace outgrew it (it may overshoot by what it writes in between); not by project quotas: {no_quota}",
+                    watcher::INTERVAL.as_secs(),
+                    watcher::TICK.as_millis()
                 ),
             ),
-        }
+        };
+        feature.detail.push_str(&self.also_held());
+        feature
     }
 }

@@ -1,155 +1,221 @@
-//! The disk limit where the file system cannot hold it: every running
-//! workspace is measured (the allocated blocks of its tree, as
-//! `workspaces` sizes it), and a runner whose workspace outgrew the limit
-//! is stopped — its whole cgroup (or group) killed, as the kernel's OOM
-//! killer would — with the limit recorded as the reason of its exit.
+//! The disk limits where the file system cannot hold them, and the state
+//! reserve: every running sandbox is measured (the allocated blocks and
+//! the inodes of its workspace's tree, walked by descriptor, plus the
+//! deleted files its processes hold open: see [`walk`] and
+//! [`held_open`]), and a runner over `[limits] disk` or
+//! `[limits] disk_inodes` is stopped — its whole cgroup (or group)
+//! killed, as the kernel's OOM killer would — with the limit recorded as
+//! the reason of its exit. While the state directory's file system is
+//! below the [reserve](super::reserve), a runner whose sandbox grew since
+//! the last look is stopped too, for `disk-full`.
 //!
-//! A pass is one thread walking the workspaces one after another, on the
-//! blocking pool. Passes start every [`INTERVAL`], or four times as long as
-//! the last pass took if that is longer, so the watcher never takes more
-//! than a fifth of one core however many sandboxes run (a thousand
-//! workspaces of a thousand files each is about a million `lstat`s, a
-//! second or two). A workspace of more entries than a walk visits
-//! ([`MAX_ENTRIES_SIZED`]) counts as over the limit: its size cannot be
-//! told, and a runner could otherwise hide a large file behind a million
-//! empty ones.
+//! Every [`TICK`] the watcher reads the file system's free space (one
+//! `statvfs`). A pass — one thread walking the sandboxes one after
+//! another, on the blocking pool, the ones that grew most last time first,
+//! each stopped as soon as it is found over — starts:
+//! - every [`INTERVAL`], or four times as long as the last pass took if
+//!   that is longer (at most a fifth of one core however many sandboxes
+//!   run: a thousand workspaces of a thousand files each is about a
+//!   million `fstatat`s, a second or two);
+//! - sooner while the file system fills: once its used space grew by
+//!   [`trigger_bytes`] since the last pass started, or while it is below
+//!   the reserve, as soon as twice the last pass's time has gone by (at
+//!   most a third of a core while something writes fast). A runner writing
+//!   as fast as the disk takes it thus overshoots its limit by about a
+//!   tick and a pass of writing, not five seconds of it.
+//!
+//! [`walk`]: super::super::workspaces::walk
+//! [`held_open`]: super::super::workspaces::held_open
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use sandboxd_protocol::{show_bytes, SandboxError};
+use sandboxd_protocol::ExitReason;
 
-use super::super::workspaces::disk::{self, Measured, MAX_ENTRIES_SIZED};
-use super::super::{stop, Inner};
+use super::super::workspaces::disk::MAX_ENTRIES_SIZED;
+use super::super::workspaces::{held_open, walk};
+use super::super::Inner;
+use super::reserve::{space_of, Space};
+use super::verdict::{self, Limits, Usage};
 use crate::provisioner::SandboxKey;
 
-/// The shortest time between two passes.
+/// The longest time between two passes while anything is limited.
 pub const INTERVAL: Duration = Duration::from_secs(5);
+/// How often the file system's free space is read.
+pub const TICK: Duration = Duration::from_millis(100);
 
-/// True when `measured` is over `limit` (or could not be told).
-fn over(measured: Measured, limit: u64) -> bool {
-    !measured.complete || measured.bytes > limit
+/// Growth of the file system's used space that starts a pass early: a
+/// quarter of the byte limit, within [4 MiB, 256 MiB].
+pub fn trigger_bytes(limit: Option<u64>) -> u64 {
+    limit
+        .map_or(64 << 20, |limit| limit / 4)
+        .clamp(4 << 20, 256 << 20)
 }
 
-/// How `measured` reads in a message.
-fn shown(measured: Measured) -> String {
-    if measured.complete {
-        show_bytes(measured.bytes)
-    } else {
-        format!(
-            "more than {MAX_ENTRIES_SIZED} entries and at least {}",
-            show_bytes(measured.bytes)
-        )
-    }
+/// One running sandbox to look at.
+struct Look {
+    key: SandboxKey,
+    generation: u64,
+    workspace: PathBuf,
+    processes: Processes,
 }
 
-/// Measures every running workspace against `limit`, pass after pass,
-/// until the driver is gone.
-pub async fn keep_watching(inner: Weak<Inner>, limit: u64) {
-    let mut pause = INTERVAL;
+/// Where a sandbox's processes are listed.
+enum Processes {
+    /// Its cgroup v2 directory.
+    Cgroup(PathBuf),
+    /// Its process group (without cgroups).
+    Group(i32),
+}
+
+/// What the last look at a sandbox found.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    generation: u64,
+    bytes: u64,
+    grew: u64,
+}
+
+/// Watches until the driver is gone.
+pub async fn keep_watching(inner: Weak<Inner>) {
+    let mut seen: HashMap<SandboxKey, Seen> = HashMap::new();
+    let mut last_pass = Instant::now();
+    let mut cost = Duration::ZERO;
+    let mut used_at_last_pass: Option<u64> = None;
     loop {
-        tokio::time::sleep(pause).await;
+        tokio::time::sleep(TICK).await;
         let Some(inner) = inner.upgrade() else { return };
-        let running: Vec<(SandboxKey, u64, PathBuf)> = inner
-            .records()
-            .iter()
-            .filter_map(|(key, record)| {
-                let running = record.running.as_ref()?;
-                Some((
-                    key.clone(),
-                    running.generation,
-                    inner.settings.workspace(key),
-                ))
-            })
-            .collect();
-        let started = Instant::now();
-        let measured = tokio::task::spawn_blocking(move || {
-            running
-                .into_iter()
-                .map(|(key, generation, workspace)| (key, generation, disk::measure(&workspace)))
-                .filter(|(_, _, measured)| over(*measured, limit))
-                .collect::<Vec<_>>()
-        })
-        .await;
-        pause = INTERVAL.max(started.elapsed() * 4);
-        for (key, generation, measured) in measured.unwrap_or_default() {
-            inner
-                .stop_over_disk_limit(&key, generation, measured, limit)
-                .await;
+        let dir = inner.settings.sandboxes_dir.clone();
+        let space: Option<Space> = tokio::task::spawn_blocking(move || space_of(&dir))
+            .await
+            .ok()
+            .flatten();
+        let short = match (&inner.disk_limit.reserve, space) {
+            (Some(reserve), Some(space)) => reserve.shortfall_in(space),
+            _ => None,
+        };
+        let limits = Limits {
+            bytes: inner.disk_limit.watched(),
+            inodes: inner.disk_limit.watched_inodes(),
+        };
+        // Growth since the last pass started (or since the first look).
+        let grown = space.map_or(0, |space| {
+            let since = *used_at_last_pass.get_or_insert(space.used);
+            space.used.saturating_sub(since)
+        });
+        let since = last_pass.elapsed();
+        let limited = limits.bytes.is_some() || limits.inodes.is_some();
+        let routine = limited && since >= INTERVAL.max(cost * 4);
+        let filling = (limited && grown >= trigger_bytes(limits.bytes)) || short.is_some();
+        let early = filling && since >= cost * 2;
+        if !(routine || early) {
+            continue;
         }
+        used_at_last_pass = space.map(|space| space.used);
+        let started = Instant::now();
+        inner.pass(limits, short, &mut seen).await;
+        cost = started.elapsed();
+        last_pass = Instant::now();
     }
 }
 
 impl Inner {
-    /// Stops the runner of `generation` (not a later one) for outgrowing
-    /// the disk limit: marked first, so its exit records the reason.
-    async fn stop_over_disk_limit(
+    /// One pass over the running sandboxes; stops those over a limit, and
+    /// while `short` (below the reserve) those that grew.
+    async fn pass(
         self: &Arc<Self>,
-        key: &SandboxKey,
-        generation: u64,
-        measured: Measured,
-        limit: u64,
+        limits: Limits,
+        short: Option<String>,
+        seen: &mut HashMap<SandboxKey, Seen>,
     ) {
-        let pid = {
-            let mut records = self.records();
-            let Some(running) = records
-                .get_mut(key)
-                .and_then(|record| record.running.as_mut())
-                .filter(|running| running.generation == generation)
-            else {
-                return;
-            };
-            running.over_disk_limit = true;
-            running.pid
-        };
-        tracing::warn!(scope = %key.scope, id = %key.shown_id(), pid, size = %shown(measured), limit = %show_bytes(limit), "the workspace outgrew [limits] disk: stopping its runner");
-        match self.containment.tree() {
-            Some(tree) => {
-                let dirs = tree.dirs(&key.base_name);
-                let killed =
-                    tokio::task::spawn_blocking(move || super::super::cgroup::kill::kill(&dirs))
-                        .await;
-                if !matches!(killed, Ok(Ok(()))) {
-                    tracing::error!(pid, result = ?killed, "cannot kill the runner's cgroup; killing its group");
-                    stop::kill_group(pid as i32, nix::sys::signal::Signal::SIGKILL);
+        let mut looks = self.running_looks();
+        looks.sort_by_key(|look| std::cmp::Reverse(seen.get(&look.key).map_or(0, |s| s.grew)));
+        let max_entries = limits.inodes.unwrap_or(MAX_ENTRIES_SIZED);
+        let (found_tx, mut found) = tokio::sync::mpsc::unbounded_channel();
+        tokio::task::spawn_blocking(move || {
+            for look in looks {
+                let usage = measure(&look, max_entries);
+                if found_tx.send((look, usage)).is_err() {
+                    return;
                 }
             }
-            None => stop::kill_group(pid as i32, nix::sys::signal::Signal::SIGKILL),
+        });
+        let mut now_seen = HashMap::new();
+        while let Some((look, usage)) = found.recv().await {
+            let before = seen
+                .get(&look.key)
+                .filter(|before| before.generation == look.generation)
+                .map(|before| before.bytes);
+            let grew = before.map_or(0, |before| usage.bytes().saturating_sub(before));
+            now_seen.insert(
+                look.key.clone(),
+                Seen {
+                    generation: look.generation,
+                    bytes: usage.bytes(),
+                    grew,
+                },
+            );
+            let reason = verdict::over(usage, limits).or_else(|| {
+                short
+                    .as_ref()
+                    .filter(|_| grew > 0)
+                    .map(|_| ExitReason::DiskFull)
+            });
+            if let Some(reason) = reason {
+                let why = match (&reason, &short) {
+                    (ExitReason::DiskFull, Some(short)) => {
+                        format!("{short}; it grew by {grew} bytes since the last look")
+                    }
+                    _ => String::new(),
+                };
+                self.stop_for_disk(&look.key, look.generation, reason, usage, why)
+                    .await;
+            }
         }
+        *seen = now_seen;
     }
 
-    /// Refuses to start the runner of a sandbox last stopped for its disk
-    /// limit while its workspace is still over it. Blocking (a walk of the
-    /// workspace, only after such a stop).
-    pub(in crate::drivers::local_process) fn check_back_under_disk_limit(
-        &self,
-        key: &SandboxKey,
-    ) -> Result<(), SandboxError> {
-        let Some(limit) = self.disk_limit.watched() else {
-            return Ok(());
-        };
-        let stopped_for_it = self
-            .records()
-            .get(key)
-            .and_then(|record| record.last_exit.as_ref())
-            .is_some_and(|exit| exit.disk_limit_bytes.is_some());
-        if !stopped_for_it {
-            return Ok(());
+    /// Every running sandbox, with where its files and processes are.
+    fn running_looks(&self) -> Vec<Look> {
+        let tree = self.containment.tree();
+        self.records()
+            .iter()
+            .filter_map(|(key, record)| {
+                let running = record.running.as_ref()?;
+                let processes = match tree {
+                    Some(tree) => Processes::Cgroup(tree.dirs(&key.base_name).v2),
+                    None => Processes::Group(running.leader as i32),
+                };
+                Some(Look {
+                    key: key.clone(),
+                    generation: running.generation,
+                    workspace: self.settings.workspace(key),
+                    processes,
+                })
+            })
+            .collect()
+    }
+}
+
+/// What a sandbox takes now. Blocking.
+fn measure(look: &Look, max_entries: u64) -> Usage {
+    let tree = walk::measure(&look.workspace, max_entries);
+    let device = nix::sys::stat::lstat(&look.workspace).map(|stat| stat.st_dev);
+    let unlinked_bytes = match device {
+        Ok(device) => {
+            let pids = match &look.processes {
+                Processes::Cgroup(v2) => held_open::pids_in_cgroup(v2),
+                Processes::Group(pgid) => held_open::pids_in_group(*pgid),
+            };
+            held_open::unlinked_bytes(&pids, device)
         }
-        let workspace = self.settings.workspace(key);
-        let measured = disk::measure(&workspace);
-        if over(measured, limit) {
-            return Err(SandboxError::FailedPrecondition(format!(
-                "the workspace of {} '{}' ({}) holds {}, over the disk limit ({}) its runner was stopped for: remove files from it, or deprovision the sandbox",
-                key.scope,
-                key.id,
-                workspace.display(),
-                shown(measured),
-                show_bytes(limit)
-            )));
-        }
-        Ok(())
+        Err(_) => 0,
+    };
+    Usage {
+        tree,
+        unlinked_bytes,
     }
 }
 
@@ -158,18 +224,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_workspace_too_large_to_walk_counts_as_over() {
-        let small = Measured {
-            bytes: 10,
-            complete: true,
-        };
-        assert!(!over(small, 10));
-        assert!(over(Measured { bytes: 11, ..small }, 10));
-        let unwalked = Measured {
-            bytes: 0,
-            complete: false,
-        };
-        assert!(over(unwalked, 10));
-        assert!(shown(unwalked).contains("more than 1000000 entries"));
+    fn a_pass_starts_early_after_a_quarter_of_the_limit_was_written() {
+        assert_eq!(trigger_bytes(Some(64 << 20)), 16 << 20);
+        assert_eq!(trigger_bytes(Some(1 << 20)), 4 << 20);
+        assert_eq!(trigger_bytes(Some(10 << 30)), 256 << 20);
+        assert_eq!(trigger_bytes(None), 64 << 20);
     }
 }

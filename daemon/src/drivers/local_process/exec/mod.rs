@@ -15,6 +15,7 @@ mod control;
 mod end;
 mod fd_stream;
 mod stdio;
+mod view_terminal;
 mod workdir;
 
 use std::ffi::OsString;
@@ -69,15 +70,23 @@ impl Inner {
         let _key_guard = self.key_locks.lock(key).await;
         let target = self.exec_target(key, spec)?;
         let launch = self.command_launch(key, spec, &target)?;
+        let in_view = self.settings.view.is_some();
         let stdio = match spec.pty {
-            Some(size) => Stdio::terminal(size),
+            Some(size) => Stdio::terminal(size, in_view.then_some(target.leader)),
             None => Stdio::pipes(spec.stdin),
         }
-        .map_err(|error| unavailable(key, format!("its standard streams: {error}")))?;
+        .map_err(|error| match error.kind() {
+            // Its devpts holds `[limits] ptys`: the sandbox's to free.
+            std::io::ErrorKind::StorageFull => SandboxError::FailedPrecondition(format!(
+                "cannot run '{}' in {} on a terminal: {error}",
+                spec.argv[0],
+                key.what()
+            )),
+            _ => unavailable(key, format!("its standard streams: {error}")),
+        })?;
         let (placement, own_cgroup) = self.command_placement(key, spec)?;
         self.check_pids_room(key, &spec.argv[0])?;
         let oom_kills_before = self.oom_kills(key);
-        let in_view = self.settings.view.is_some();
         let Stdio {
             child,
             stdout,
@@ -364,15 +373,15 @@ impl Inner {
                 key.what()
             ));
         }
-        // Each command joins a session keyring of its own, as its runner
-        // did (see `isolation::keyring`), and the kernel holds every uid
-        // to a number of keys.
+        // Where runners share a uid (`run_as`) each command joins a
+        // session keyring of its own (see `isolation::keyring`), and the
+        // kernel holds every uid to a number of keys.
         if problem.contains("KEYCTL_JOIN_SESSION_KEYRING") && problem.contains("quota") {
             let max = std::fs::read_to_string("/proc/sys/kernel/keys/maxkeys")
                 .map(|text| text.trim().to_string())
                 .unwrap_or_else(|_| "?".into());
             return SandboxError::FailedPrecondition(format!(
-                "cannot run '{program}' in {}: its uid holds as many keys as the kernel allows one uid (kernel.keys.maxkeys = {max}); each running command holds a session keyring of its own, so this many commands at once need a higher kernel.keys.maxkeys: {problem}",
+                "cannot run '{program}' in {}: its uid holds as many keys as the kernel allows one uid (kernel.keys.maxkeys = {max}); where runners share a uid (run_as) each running command holds a session keyring of its own, so this many commands at once need a higher kernel.keys.maxkeys: {problem}",
                 key.what()
             ));
         }

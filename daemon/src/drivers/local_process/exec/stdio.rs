@@ -1,11 +1,22 @@
 //! A command's standard streams: three pipes (stdin `/dev/null` unless it
 //! is kept open), or one terminal for all three.
 //!
-//! The terminal is a pair the daemon opens from its own `/dev/ptmx`: the
-//! command gets the follower side as stdin, stdout and stderr (its
-//! controlling terminal, see `ExecPlan::with_controlling_terminal`); the
-//! daemon keeps the leader side, reads the command's output from it,
-//! writes its input to it and sets its size.
+//! The terminal is a pair the daemon opens: the command gets the follower
+//! side as stdin, stdout and stderr (its controlling terminal, see
+//! `ExecPlan::with_controlling_terminal`); the daemon keeps the leader
+//! side, reads the command's output from it, writes its input to it and
+//! sets its size.
+//!
+//! In a sandbox with a view, the pair comes from the devpts the view has
+//! on `/dev/pts` (its own, see `isolation::devpts`), so the command's
+//! terminal is a `/dev/pts/N` that exists there and counts against the
+//! sandbox's `[limits] ptys`, not the host's. It is reached through
+//! `/proc/<leader>/root` (the sandbox's group leader, the daemon's
+//! unreaped child), one name at a time with `O_NOFOLLOW`, and checked to
+//! be a devpts's `ptmx` before it is used; the follower is the leader's
+//! peer (`TIOCGPTPEER`), opened without any path. Without a view (the
+//! runner shares the host's `/dev`) the pair comes from the daemon's own
+//! `/dev/ptmx`.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -13,6 +24,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use sandboxd_protocol::PtySize;
+
+use super::view_terminal;
 
 /// The command's side (for the clone) and the daemon's.
 pub struct Stdio {
@@ -43,15 +56,22 @@ impl Stdio {
         })
     }
 
-    pub fn terminal(size: PtySize) -> io::Result<Stdio> {
-        let leader = open_leader()?;
+    /// A terminal of `size`; from the devpts of the view of the sandbox
+    /// whose group leader is `view_of`, when it has a view.
+    pub fn terminal(size: PtySize, view_of: Option<u32>) -> io::Result<Stdio> {
+        let (leader, follower) = match view_of {
+            Some(pid) => view_terminal::open_pair(pid)?,
+            None => {
+                let leader = open_leader()?;
+                let follower = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+                    .open(follower_path(&leader)?)?;
+                (leader, OwnedFd::from(follower))
+            }
+        };
         resize(&leader, size)?;
-        let follower = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
-            .open(follower_path(&leader)?)?;
-        let follower = OwnedFd::from(follower);
         Ok(Stdio {
             child: [follower.try_clone()?, follower.try_clone()?, follower],
             stdout: leader.try_clone()?,

@@ -1,6 +1,6 @@
 //! The kernel-side confinement every process-tier runner gets between
 //! clone and exec, detected and prepared once when the driver starts: a
-//! fresh session keyring ([`super::keyring`]), Landlock scoping
+//! session keyring of the sandbox's ([`super::keyring`]), Landlock scoping
 //! ([`super::landlock`]), a clean start ([`super::clean_start`]) and the
 //! seccomp filter ([`super::seccomp`]). [`ChildFilters`] is what the clone
 //! child reads; [`KernelFilters::features`] is what `status` says of them.
@@ -10,6 +10,7 @@ use std::os::fd::RawFd;
 use sandboxd_protocol::IsolationFeature;
 
 use super::clean_start::{ChildCleanStart, CleanStart};
+use super::keyring::{SessionNames, SESSION_NAME_CAPACITY};
 use super::landlock::LandlockScoping;
 use super::seccomp::SeccompPlan;
 
@@ -17,6 +18,9 @@ use super::seccomp::SeccompPlan;
 #[derive(Debug)]
 pub struct KernelFilters {
     keyring: Result<(), String>,
+    /// `Some` where each sandbox has a uid of its own: its processes share
+    /// one session keyring, joined by name (see [`super::keyring`]).
+    session_names: Option<SessionNames>,
     landlock: Result<LandlockScoping, String>,
     seccomp: Result<SeccompPlan, String>,
     clean_start: CleanStart,
@@ -31,6 +35,7 @@ impl KernelFilters {
             keyring: super::keyring::kernel_has_keyrings().map_err(|error| {
                 format!("not in force: the kernel has no keyrings ({error}): none to share")
             }),
+            session_names: None,
             landlock: LandlockScoping::for_this_host().map_err(|error| error.to_string()),
             seccomp: SeccompPlan::for_this_host().map_err(|error| error.to_string()),
             clean_start: CleanStart::for_this_daemon(),
@@ -44,6 +49,24 @@ impl KernelFilters {
         filters
     }
 
+    /// Gives each sandbox one session keyring for its runner and all its
+    /// commands, when `per_sandbox_uids` (each sandbox has a uid of its
+    /// own); else each process keeps joining a new one of its own.
+    pub fn with_session_keyring_per_uid(mut self, per_sandbox_uids: bool) -> KernelFilters {
+        self.session_names = per_sandbox_uids.then(SessionNames::new);
+        self
+    }
+
+    /// The name of the session keyring that processes of `uid` join, if
+    /// they join one by name.
+    pub fn session_name_of(&self, uid: u32) -> Option<[u8; SESSION_NAME_CAPACITY]> {
+        let names = self
+            .session_names
+            .as_ref()
+            .filter(|_| self.keyring.is_ok())?;
+        Some(names.of_uid(uid))
+    }
+
     /// What `status` and `describe` list.
     pub fn features(&self) -> Vec<IsolationFeature> {
         let feature = |name: &str, state: Result<String, &String>| match state {
@@ -55,7 +78,11 @@ impl KernelFilters {
             feature(
                 "keyring",
                 self.keyring.as_ref().map(|()| {
-                    "a fresh session keyring per runner, owned by its uid".to_string()
+                    if self.session_names.is_some() {
+                        "a session keyring per sandbox, owned by its uid, shared by its runner and commands; a uid's user and persistent keyrings cleared before it is handed out again".to_string()
+                    } else {
+                        "a fresh session keyring per runner and per command, owned by its uid".to_string()
+                    }
                 }),
             ),
             feature("seccomp", self.seccomp.as_ref().map(SeccompPlan::describe)),

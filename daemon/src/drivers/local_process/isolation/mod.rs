@@ -8,6 +8,7 @@
 //! in force or not, with how or why not.
 
 pub mod clean_start;
+pub mod devpts;
 pub mod init_binary;
 pub mod kernel_filters;
 pub mod keyring;
@@ -16,6 +17,7 @@ pub mod mount_program;
 pub mod mounts;
 pub mod namespaces;
 mod network;
+pub mod private_network;
 pub mod seccomp;
 
 use std::path::Path;
@@ -67,6 +69,10 @@ pub fn features(facts: &Facts<'_>) -> Vec<IsolationFeature> {
         facts.view,
         facts.view_problem,
     ));
+    features.push(network::namespace_feature(facts.view));
+    features.push(devpts::feature(
+        facts.view.map(|view| view.settings.devpts()),
+    ));
     features.sort_by(|a, b| a.name.cmp(&b.name));
     features
 }
@@ -95,12 +101,15 @@ pub async fn set_up_view(
         config.limits.memory,
         &config.state_dir,
         &config.socket,
-    );
+    )
+    .with_devpts(devpts::set_up(config.limits.ptys).await);
+    let network = network::set_up(config).await;
     (
         Some(Arc::new(View::new(
             settings,
             exits_dir.to_path_buf(),
             init_binary.clone(),
+            network,
         ))),
         None,
     )

@@ -13,7 +13,7 @@
 //!
 //! Building the view in the clone child, rather than in an init exec'd for
 //! the purpose, keeps the exec of the init (and its start-up) off the
-//! caller's time: see BENCHMARKS.md, "Issue 16".
+//! caller's time: see BENCHMARKS.md, the private view's rows.
 
 use std::cell::UnsafeCell;
 use std::ffi::CString;

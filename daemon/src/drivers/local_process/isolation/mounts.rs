@@ -26,7 +26,10 @@
 //! 4. the private tmpfs (`nosuid,nodev`; its pages are charged to the
 //!    memory cgroup of whoever writes them — the sandbox — and freed when
 //!    the namespace, its last user gone, is torn down): one per sandbox,
-//!    a directory of it on each of those paths (see [`TmpfsLayout`]);
+//!    a directory of it on each of those paths (see [`TmpfsLayout`]); a
+//!    fresh mqueue; and, where the daemon can, a devpts of its own on
+//!    `/dev/pts` with its `ptmx` bound on `/dev/ptmx` (see
+//!    [`super::devpts`]: only mounts, the host's `/dev` is not changed);
 //! 5. the hidden paths: an empty directory of the same tmpfs over a
 //!    directory, `/dev/null` over a file;
 //! 6. the binds back, on mount points made inside the directory that
@@ -37,6 +40,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::devpts::PrivateDevpts;
 use super::mount_program::{kernel_has_mount_setattr, Call, MountProgram, Step, MOUNT_ATTR_RDONLY};
 use crate::config::ViewConfig;
 
@@ -99,6 +103,9 @@ pub struct ViewSettings {
     /// Decided once, when the daemon starts: every view and `status`
     /// follow it.
     tmpfs: TmpfsLayout,
+    /// The devpts of its own each view gets, or why none (probed once,
+    /// see [`with_devpts`](Self::with_devpts)).
+    devpts: Result<PrivateDevpts, String>,
 }
 
 /// One path bound back into the view.
@@ -135,6 +142,8 @@ pub struct MountPlan {
     pub tmpfs: TmpfsLayout,
     /// Covered by an empty read-only tmpfs (a directory) or `/dev/null`.
     pub hidden: Vec<PathBuf>,
+    /// The mount options of the view's own devpts; `None`: the host's.
+    pub devpts: Option<String>,
     /// Bound back, in order, after the hiding.
     pub binds: Vec<Bind>,
 }
@@ -175,7 +184,21 @@ impl ViewSettings {
             read_write: view.read_write.clone(),
             tmp_size: view.tmp_size(memory_limit),
             tmpfs: TmpfsLayout::detect(),
+            devpts: Err("not asked for".to_string()),
         }
+    }
+
+    /// Every view built from now on gets `devpts` (once [`super::devpts::probe`]
+    /// said this daemon can mount it), or keeps the host's, for the reason
+    /// given.
+    pub fn with_devpts(mut self, devpts: Result<PrivateDevpts, String>) -> ViewSettings {
+        self.devpts = devpts;
+        self
+    }
+
+    /// The devpts of its own each view gets, or why none, for `status`.
+    pub fn devpts(&self) -> &Result<PrivateDevpts, String> {
+        &self.devpts
     }
 
     /// The paths hidden from every sandbox, for `status`.
@@ -252,6 +275,7 @@ impl ViewSettings {
             tmp_size: self.tmp_size,
             tmpfs: self.tmpfs,
             hidden: self.hidden.clone(),
+            devpts: self.devpts.as_ref().ok().map(PrivateDevpts::mount_options),
             binds,
         }
     }
@@ -322,6 +346,9 @@ impl MountPlan {
                 flags,
                 None,
             )?;
+        }
+        if let Some(options) = &self.devpts {
+            steps.private_devpts(options)?;
         }
         for path in &self.hidden {
             // Gone, or already out of sight under a private tmpfs: nothing
@@ -456,6 +483,29 @@ impl Steps {
             Some("mode=0755"),
         )?;
         self.mark_missing_as_fine();
+        Ok(())
+    }
+
+    /// A new devpts instance with `options` on `/dev/pts`, and its `ptmx`
+    /// bound on `/dev/ptmx` when that is a device node (a symbolic link
+    /// to `pts/ptmx` already leads there). On the host's `/dev`, which the
+    /// view shares, only mounts: nothing there is made or changed.
+    fn private_devpts(&mut self, options: &str) -> Result<(), MountError> {
+        let pts = Path::new("/dev/pts");
+        if !pts.is_dir() {
+            return Ok(());
+        }
+        let flags = libc::MS_NOSUID | libc::MS_NOEXEC;
+        let devpts = Some("devpts");
+        let what = "mount a devpts of its own on";
+        self.mount(what, pts, devpts, devpts, flags, Some(options))?;
+        let ptmx = Path::new("/dev/ptmx");
+        let is_device = std::fs::symlink_metadata(ptmx)
+            .is_ok_and(|meta| std::os::unix::fs::FileTypeExt::is_char_device(&meta.file_type()));
+        if is_device {
+            let source = Some("/dev/pts/ptmx");
+            self.mount("bind its ptmx on", ptmx, source, None, libc::MS_BIND, None)?;
+        }
         Ok(())
     }
 

@@ -25,6 +25,7 @@ use super::super::prepared::parked::{Holder, Lifeline, ParkedView, ViewMaker};
 use super::init_binary::InitBinary;
 use super::kernel_filters::KernelFilters;
 use super::mounts::ViewSettings;
+use super::private_network::{NetworkError, PrivateNetwork};
 use sandboxd_init::init::{ARG, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
 
 /// The namespaces every sandbox's init is cloned into.
@@ -70,6 +71,10 @@ pub struct View {
     exe: Arc<InitBinary>,
     /// Where each sandbox's init writes its runner's wait status.
     exits_dir: PathBuf,
+    /// `Ok`: each sandbox gets a network namespace of its own; `Err`: it
+    /// shares the host's, and why (`[network] mode = "host"`, or private
+    /// networking cannot be had here).
+    pub network: Result<Arc<PrivateNetwork>, String>,
 }
 
 /// A sandbox started in its view, not yet reaped.
@@ -103,11 +108,17 @@ impl StartError {
 
 impl View {
     /// A view whose sandboxes' init is `exe`; `exits_dir` must exist.
-    pub fn new(settings: ViewSettings, exits_dir: PathBuf, exe: Arc<InitBinary>) -> View {
+    pub fn new(
+        settings: ViewSettings,
+        exits_dir: PathBuf,
+        exe: Arc<InitBinary>,
+        network: Result<Arc<PrivateNetwork>, String>,
+    ) -> View {
         View {
             settings,
             exe,
             exits_dir,
+            network,
         }
     }
 
@@ -120,6 +131,7 @@ impl View {
             program,
             drop_bounding_set,
             lifeline: Lifeline::new()?,
+            network: self.network.as_ref().ok().cloned(),
         })
     }
 
@@ -269,6 +281,17 @@ impl View {
         output: [OwnedFd; 2],
         cgroup: Option<CgroupPlacement>,
     ) -> Result<ViewSpawn, StartError> {
+        // pasta configures the namespace while the view's plan is made. In
+        // the sandbox's cgroup; without one (the process-group fallback,
+        // where only `egress = "none"` runs) in the daemon's.
+        let network = match &self.network {
+            Ok(private) => Some(
+                private
+                    .start(cgroup.as_ref().map(|placement| &placement.v2_dir))
+                    .map_err(from_network)?,
+            ),
+            Err(_) => None,
+        };
         let mounts = self
             .settings
             .plan(&runner.cwd, &runner.program)
@@ -313,7 +336,18 @@ impl View {
             Some(placement) => init.in_cgroup(placement),
             None => init,
         };
+        let network = network
+            .map(|starting| starting.ready())
+            .transpose()
+            .map_err(from_network)?;
+        // Init is cloned into the namespace this thread is in.
+        let inside = network
+            .as_ref()
+            .map(|network| network.enter())
+            .transpose()
+            .map_err(from_network)?;
         let spawned = init.spawn();
+        drop(inside);
         // Our copies of the descriptors: only init and the runner hold them now.
         drop(init);
         let cloned = spawned.map_err(|error| {
@@ -334,8 +368,15 @@ impl View {
             init: cloned,
             runner_pid,
             status_file: Some(status_file),
-            holder: None,
+            holder: network.map(|network| Holder::of_network(network.into_pasta())),
         })
+    }
+}
+
+fn from_network(error: NetworkError) -> StartError {
+    StartError {
+        step: format!("the sandbox's network: {}", error.step),
+        error: error.error,
     }
 }
 

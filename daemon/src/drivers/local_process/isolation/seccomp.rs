@@ -30,6 +30,9 @@
 //!   `PER_LINUX`, `PER_LINUX32`, `UNAME26` and both): no
 //!   `ADDR_NO_RANDOMIZE`, `READ_IMPLIES_EXEC` or other ASLR-defeating flag.
 //!
+//! The list of refused calls is shared with the docker tier's seccomp
+//! profile: [`crate::drivers::refused_syscalls`].
+//!
 //! Allowed on purpose: `keyctl`, `add_key`, `request_key` (the runner has a
 //! session keyring of its own, see [`super::keyring`]), `ptrace` of its own
 //! processes (debuggers), `landlock_*` and `seccomp` (a runner may confine
@@ -49,6 +52,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::drivers::refused_syscalls::{self, CLONE_NEW_FLAGS, HARMLESS_PERSONALITIES};
 use seccompiler::{
     sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
     SeccompFilter, SeccompRule, TargetArch,
@@ -62,69 +66,13 @@ pub struct SeccompPlan {
     program: BpfProgram,
 }
 
-/// `open_tree_attr` (Linux 6.15): one number on every architecture, not
-/// yet in the libc crate.
-const SYS_OPEN_TREE_ATTR: i64 = 467;
-
-/// Every `CLONE_NEW*` flag `clone` takes (`CLONE_NEWTIME` only goes
-/// through `clone3` and `unshare`: in `clone` its bit is the exit signal's).
-const CLONE_NEW_FLAGS: [libc::c_int; 7] = [
-    libc::CLONE_NEWNS,
-    libc::CLONE_NEWCGROUP,
-    libc::CLONE_NEWUTS,
-    libc::CLONE_NEWIPC,
-    libc::CLONE_NEWUSER,
-    libc::CLONE_NEWPID,
-    libc::CLONE_NEWNET,
-];
-
-/// `personality` values that change nothing dangerous: the query
-/// (0xffffffff), `PER_LINUX`, `PER_LINUX32`, `UNAME26`, `UNAME26|PER_LINUX32`.
-const HARMLESS_PERSONALITIES: [u64; 5] = [0x0, 0x8, 0x2_0000, 0x2_0008, 0xffff_ffff];
-
-/// Refused with `EPERM` whatever their arguments.
+/// Refused with `EPERM` whatever their arguments: the list every tier
+/// shares (see [`refused_syscalls`]).
 fn refused_calls() -> Vec<i64> {
-    let mut calls = vec![
-        libc::SYS_unshare,
-        libc::SYS_setns,
-        libc::SYS_mount,
-        libc::SYS_umount2,
-        libc::SYS_pivot_root,
-        libc::SYS_move_mount,
-        libc::SYS_open_tree,
-        SYS_OPEN_TREE_ATTR,
-        libc::SYS_fsopen,
-        libc::SYS_fsconfig,
-        libc::SYS_fsmount,
-        libc::SYS_fspick,
-        libc::SYS_mount_setattr,
-        libc::SYS_bpf,
-        libc::SYS_perf_event_open,
-        libc::SYS_kexec_load,
-        libc::SYS_kexec_file_load,
-        libc::SYS_init_module,
-        libc::SYS_finit_module,
-        libc::SYS_delete_module,
-        libc::SYS_lookup_dcookie,
-        libc::SYS_syslog,
-        libc::SYS_userfaultfd,
-        libc::SYS_io_uring_setup,
-        libc::SYS_io_uring_enter,
-        libc::SYS_io_uring_register,
-        libc::SYS_open_by_handle_at,
-        libc::SYS_name_to_handle_at,
-        libc::SYS_swapon,
-        libc::SYS_swapoff,
-        libc::SYS_reboot,
-        libc::SYS_acct,
-        libc::SYS_settimeofday,
-        libc::SYS_clock_settime,
-        libc::SYS_quotactl,
-        libc::SYS_quotactl_fd,
-    ];
-    #[cfg(target_arch = "x86_64")]
-    calls.extend([libc::SYS_iopl, libc::SYS_ioperm]);
-    calls
+    refused_syscalls::always_refused()
+        .into_iter()
+        .map(|call| call.number)
+        .collect()
 }
 
 /// Why a filter could not be made.

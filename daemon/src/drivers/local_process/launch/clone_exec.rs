@@ -60,7 +60,7 @@
 
 use std::ffi::{CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -533,10 +533,11 @@ impl ExecPlan {
                 result => return result,
             }
         }
-        let procs = open_procs_in(&cgroup.v2_dir).map_err(|error| ExecError {
-            step: "open of the v2 cgroup.procs".to_string(),
-            error,
-        })?;
+        let procs = crate::drivers::local_process::cgroup::procs::open_procs_in(&cgroup.v2_dir)
+            .map_err(|error| ExecError {
+                step: "open of the v2 cgroup.procs".to_string(),
+                error,
+            })?;
         // Once only (the refusal is remembered): the child copies the
         // table, its descriptors where the refused clone3 had them.
         child.files_top = 0;
@@ -544,23 +545,6 @@ impl ExecPlan {
         child.push_procs(procs.as_raw_fd());
         CHILD_STACK.with(|stack| clone_vfork(stack, child, None, self.namespaces))
     }
-}
-
-/// `cgroup.procs` in the cgroup directory `dir`, for writing.
-fn open_procs_in(dir: &OwnedFd) -> io::Result<OwnedFd> {
-    // SAFETY: openat with a live directory descriptor and a C string.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c"cgroup.procs".as_ptr(),
-            libc::O_WRONLY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor openat just returned, owned by no one else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
@@ -597,6 +581,9 @@ struct ChildPlan {
     procs_len: usize,
     /// Pointers into the plan's [`KernelFilters`].
     filters: Option<ChildFilters>,
+    /// The sandbox's session keyring to join by name (NUL-terminated), or
+    /// `None`: a new anonymous one (see `isolation::keyring`).
+    session_keyring: Option<[u8; keyring::SESSION_NAME_CAPACITY]>,
     /// Non-zero: the child shares the daemon's descriptor table
     /// (`CLONE_FILES`) and first gives itself one of its own holding only
     /// the numbers below this, keeping `keep` (see `fd_band`).
@@ -639,6 +626,11 @@ impl ChildPlan {
             procs: [-1; MAX_PROCS_FDS],
             procs_len: 0,
             filters: plan.filters.as_ref().map(|filters| filters.child_plan()),
+            session_keyring: plan
+                .filters
+                .as_ref()
+                .zip(plan.privileges.user)
+                .and_then(|(filters, (uid, _))| filters.session_name_of(uid)),
             files_top: 0,
             keep: [-1; fd_band::SLOTS],
             keep_len: 0,
@@ -910,8 +902,15 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         // set, and not for root: empty all three here.
         clear_capability_sets(plan);
         // As the sandbox's uid, so the keyring is its own.
-        if let Some(filters) = &plan.filters {
-            if filters.join_session_keyring && !keyring::join_fresh_session() {
+        if plan
+            .filters
+            .is_some_and(|filters| filters.join_session_keyring)
+        {
+            let joined = match &plan.session_keyring {
+                Some(name) => keyring::join_named_session(name.as_ptr().cast()),
+                None => keyring::join_fresh_session(),
+            };
+            if !joined {
                 fail(plan, STEP_KEYRING);
             }
         }

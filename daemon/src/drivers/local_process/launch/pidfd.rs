@@ -31,6 +31,20 @@ pub fn open_watched(pid: libc::pid_t) -> io::Result<tokio::io::unix::AsyncFd<Own
     watched.map_err(io::Error::from)
 }
 
+/// Sends SIGKILL to the process of `pidfd`; one gone already is fine.
+pub fn kill(pidfd: &OwnedFd) {
+    // SAFETY: a live pidfd and a plain signal number.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+}
+
 /// Whether the process of `pidfd` has exited.
 pub fn has_exited(pidfd: &OwnedFd) -> bool {
     wait_readable(pidfd.as_raw_fd(), Duration::ZERO)

@@ -1,6 +1,6 @@
 //! Where each runner generation's output ends, so `logs --follow` stops
 //! after the last byte its generation wrote and never reads on into the
-//! next one (issue 17).
+//! next one.
 //!
 //! All generations of a sandbox write one output file, one after another:
 //! a generation's pump is drained ([`super::RunnerLogs::finish`]) before

@@ -1,4 +1,4 @@
-//! The host's side of a sandbox, made ahead of demand (issue 20, item 1):
+//! The host's side of a sandbox, made ahead of demand:
 //! its cgroups with the scope's limits written, a uid claimed host-wide,
 //! and a workspace directory owned by that uid — what a cold start makes
 //! on its caller's time ([`HostMaker::make`], on the pool's background

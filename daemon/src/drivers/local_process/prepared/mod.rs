@@ -1,4 +1,4 @@
-//! Sandboxes prepared ahead of demand (issue 20's warm pool): per scope, a
+//! Sandboxes prepared ahead of demand (a warm pool): per scope, a
 //! few sandboxes whose host parts are made ([`host_parts`]: cgroups with
 //! their limits, a uid claimed host-wide, a workspace directory owned by
 //! it) and, under `isolation = "full"`, whose view is built: new mount,
@@ -44,12 +44,13 @@ use parked_runner::{ParkedRunner, RunnerParker};
 use quiet::Quiet;
 
 /// One sandbox prepared ahead: its runner parked in it (unless parking is
-/// off), its host parts, and its view under `isolation = "full"`. Dropped
-/// in that order: the runner is gone before its uid is given back.
+/// off), its view under `isolation = "full"`, and its host parts. Dropped
+/// in that order: the runner is gone before its uid is given back, and
+/// the view's pasta (in its cgroup) before the cgroup is removed.
 pub struct Prepared {
     pub runner: Option<ParkedRunner>,
-    pub host: PreparedHost,
     pub view: Option<ParkedView>,
+    pub host: PreparedHost,
 }
 
 /// What every prepared sandbox is made from.
@@ -70,7 +71,12 @@ impl SandboxMaker {
     fn make(&self, exits: &ChildExits, background: &Background) -> Result<Prepared, String> {
         let host = self.host.make()?;
         let mut view = match &self.view {
-            Some(maker) => Some(maker.park(exits)?),
+            Some(maker) => {
+                let cgroup = host
+                    .placement_copy()
+                    .map_err(|error| format!("dup of a prepared sandbox's cgroups: {error}"))?;
+                Some(maker.park(exits, &cgroup)?)
+            }
             None => None,
         };
         let runner = match &self.runner {

@@ -36,8 +36,9 @@ use super::super::isolation::mount_program::{
 };
 use super::super::isolation::mounts::{cover_in, Cover, ViewSettings, READ_ONLY_COVER};
 use super::super::isolation::namespaces::NAMESPACES;
+use super::super::isolation::private_network::{Pasta, PrivateNetwork};
 use super::super::launch::child_exits::{ChildExits, RunnerProcess};
-use super::super::launch::clone_exec::{ExecPlan, Privileges};
+use super::super::launch::clone_exec::{CgroupPlacement, ExecPlan, Privileges};
 use super::super::launch::pidfd;
 use sandboxd_init::init::{DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
 use sandboxd_init::view_holder;
@@ -54,6 +55,9 @@ pub struct ViewMaker {
     pub drop_bounding_set: bool,
     /// Each holder's standard input: it ends when the daemon does.
     pub lifeline: Lifeline,
+    /// `Some`: each view gets its own network namespace, its pasta started
+    /// ahead in the prepared sandbox's cgroup.
+    pub network: Option<Arc<PrivateNetwork>>,
 }
 
 /// A pipe whose write end only the daemon holds (close-on-exec, so no
@@ -119,10 +123,20 @@ impl TakeError {
 }
 
 impl ViewMaker {
-    /// Builds one view in new namespaces and parks its holder. Call on the
+    /// Builds one view in new namespaces and parks its holder (in a
+    /// network namespace of its own, with its pasta in `cgroup`, the
+    /// prepared sandbox's, under `[network] mode = "private"`). Call on the
     /// pool's background thread (a spawner-like thread that lives as long as
     /// the daemon: the holder dies with it), whose children `exits` reaps.
-    pub fn park(&self, exits: &ChildExits) -> Result<ParkedView, String> {
+    pub fn park(&self, exits: &ChildExits, cgroup: &CgroupPlacement) -> Result<ParkedView, String> {
+        let network = match &self.network {
+            Some(private) => Some(
+                private
+                    .start(Some(&cgroup.v2_dir))
+                    .map_err(|error| format!("the view's network: {error}"))?,
+            ),
+            None => None,
+        };
         // Looked up as the plan is made, from the same host tree.
         let covers = self.settings.covers();
         let mounts = self
@@ -157,7 +171,20 @@ impl ViewMaker {
             Privileges::default(),
         )?
         .into_prepared_view(self.exe.fd(), NAMESPACES, mounts);
-        let cloned = plan.spawn().map_err(|error| error.to_string())?;
+        let network = network
+            .map(|starting| starting.ready())
+            .transpose()
+            .map_err(|error| format!("the view's network: {error}"))?;
+        // The holder is cloned into the namespace this thread is in.
+        let inside = network
+            .as_ref()
+            .map(|network| network.enter())
+            .transpose()
+            .map_err(|error| format!("the view's network: {error}"))?;
+        let spawned = plan.spawn();
+        drop(inside);
+        let pasta = network.map(|network| network.into_pasta());
+        let cloned = spawned.map_err(|error| error.to_string())?;
         // The plan holds the ready pipe's write end: without it, the holder
         // is the only writer, so its death reads as end-of-file.
         drop(plan);
@@ -165,7 +192,10 @@ impl ViewMaker {
         let view = match pidfd::open(cloned.pid) {
             Ok(pidfd) => ParkedView {
                 pid: cloned.pid,
-                holder: Holder { pidfd },
+                holder: Holder {
+                    pidfd: Some(pidfd),
+                    _pasta: pasta,
+                },
                 program: self.program.clone(),
                 covers,
                 _exit: exit,
@@ -229,7 +259,12 @@ impl ParkedView {
     /// park a runner inside, see `parked_runner`); back in the daemon's own
     /// when the returned value is dropped.
     pub fn enter_bare(&mut self) -> Result<InsideView, TakeError> {
-        enter_namespaces_of(&self.holder.pidfd, "setns into the prepared view")
+        let Some(pidfd) = &self.holder.pidfd else {
+            return Err(TakeError::at("a view without its holder")(
+                io::Error::from_raw_os_error(libc::ESRCH),
+            ));
+        };
+        enter_namespaces_of(pidfd, "setns into the prepared view")
     }
 
     /// The view, taken: from here on the holder lives exactly as long as
@@ -249,23 +284,32 @@ impl ParkedView {
 /// hierarchy, five on a hybrid host) is the slowest step of a warm start,
 /// while the runner itself is cloned straight into them
 /// (`CLONE_INTO_CGROUP`). The holder only reaps; it runs no sandbox code.
+///
+/// Under `[network] mode = "private"` it also holds the sandbox's pasta,
+/// ended with it (a cold sandbox's holder is only that).
 pub struct Holder {
-    pidfd: OwnedFd,
+    pidfd: Option<OwnedFd>,
+    /// Held for its drop, which ends it.
+    _pasta: Option<Pasta>,
+}
+
+impl Holder {
+    /// A cold sandbox's: only its pasta (its init is its leader).
+    pub fn of_network(pasta: Pasta) -> Holder {
+        Holder {
+            pidfd: None,
+            _pasta: Some(pasta),
+        }
+    }
 }
 
 impl Drop for Holder {
-    /// SIGKILL by its pidfd (gone already is fine).
+    /// SIGKILL by its pidfd (gone already is fine); the pasta drops after.
     fn drop(&mut self) {
-        // SAFETY: a live pidfd and a plain signal number.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
+        let Some(pidfd) = &self.pidfd else {
+            return;
         };
+        crate::drivers::local_process::launch::pidfd::kill(pidfd);
     }
 }
 
@@ -274,11 +318,13 @@ impl Drop for Holder {
 /// running sandbox's runner); back in the daemon's own when the returned
 /// value is dropped. `step` names the join in an error.
 pub fn enter_namespaces_of(pidfd: &OwnedFd, step: &str) -> Result<InsideView, TakeError> {
+    // The network namespace too: a sandbox's own under `[network] mode =
+    // "private"`, else the host's, which this thread is in already.
     HOST.with(|host| -> Result<InsideView, TakeError> {
         let host = host
             .as_ref()
             .map_err(|error| TakeError::at("unshare(CLONE_FS)")(clone_error(error)))?;
-        setns(pidfd.as_raw_fd(), NAMESPACES).map_err(TakeError::at(step))?;
+        setns(pidfd.as_raw_fd(), NAMESPACES | libc::CLONE_NEWNET).map_err(TakeError::at(step))?;
         Ok(InsideView {
             host: host.clone_fds(),
         })
@@ -287,7 +333,7 @@ pub fn enter_namespaces_of(pidfd: &OwnedFd, step: &str) -> Result<InsideView, Ta
 
 /// This spawner thread inside a prepared view's namespaces, until dropped.
 pub struct InsideView {
-    host: [RawFd; 3],
+    host: [RawFd; 4],
 }
 
 impl Drop for InsideView {
@@ -302,8 +348,12 @@ impl Drop for InsideView {
 }
 
 /// The daemon's own namespaces, each reached back by its own descriptor.
-const HOST_NAMESPACES: [libc::c_int; 3] =
-    [libc::CLONE_NEWNS, libc::CLONE_NEWPID, libc::CLONE_NEWIPC];
+const HOST_NAMESPACES: [libc::c_int; 4] = [
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWNET,
+];
 
 /// This thread's way back: its own file-system context (so it may change
 /// mount namespace) and descriptors of the daemon's namespaces.
@@ -317,18 +367,19 @@ impl HostNamespaces {
         if unsafe { libc::unshare(libc::CLONE_FS) } < 0 {
             return Err(io::Error::last_os_error());
         }
-        let fds = ["mnt", "pid", "ipc"]
+        let fds = ["mnt", "pid", "ipc", "net"]
             .into_iter()
             .map(|name| File::open(format!("/proc/thread-self/ns/{name}")).map(OwnedFd::from))
             .collect::<io::Result<Vec<_>>>()?;
         Ok(HostNamespaces { fds })
     }
 
-    fn clone_fds(&self) -> [RawFd; 3] {
+    fn clone_fds(&self) -> [RawFd; 4] {
         [
             self.fds[0].as_raw_fd(),
             self.fds[1].as_raw_fd(),
             self.fds[2].as_raw_fd(),
+            self.fds[3].as_raw_fd(),
         ]
     }
 }

@@ -247,16 +247,7 @@ impl Drop for ParkedRunner {
         if self.process.is_none() {
             return;
         }
-        // SAFETY: a live pidfd and a plain signal number.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
+        crate::drivers::local_process::launch::pidfd::kill(&self.pidfd);
         let deadline = Instant::now() + GONE_TIMEOUT;
         while !has_exited(&self.pidfd) && Instant::now() < deadline {
             wait_readable(self.pidfd.as_raw_fd(), Duration::from_millis(100));

@@ -4,7 +4,7 @@
 //! bench host) and the caller waking to its answer both come right after
 //! a start. A refill woken at once held the other vCPU, and the caller's
 //! thread waited 1.2–1.5 ms behind one of the two (`perf sched`; see
-//! BENCHMARKS.md, issue 20). Neither end can be observed from the driver:
+//! BENCHMARKS.md, the prepared rows). Neither end can be observed from the driver:
 //! a runner is any program, and the server writes the answer. So the wait
 //! is a time, [`AFTER_A_START`]: short next to the wait for the next take,
 //! which is what the pool is for, and long next to a start.

@@ -13,6 +13,10 @@
 //! as there are any: O(1), and no scan. Only once the range is used up are
 //! released uids handed out again, the one released longest ago first, so
 //! a uid rests as long as possible before a new sandbox gets it.
+//!
+//! A uid's user and persistent keyrings are emptied when it is released
+//! and again as it is handed out (see [`super::uid_keyrings`]); one whose
+//! keyrings cannot be emptied is skipped, as one another daemon claims.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::unix::fs::MetadataExt;
@@ -23,6 +27,7 @@ use sandboxd_protocol::SandboxError;
 
 use super::super::ledger::{Ledger, UidLedger};
 use super::uid_claims::UidClaims;
+use super::uid_keyrings::clear_keyrings_of;
 use super::uid_range::UidRange;
 use crate::provisioner::SandboxKey;
 
@@ -334,14 +339,7 @@ impl SandboxUids {
             .assign(
                 base,
                 || live_uids_in(range),
-                |uid| match claims.hold(uid, base) {
-                    Ok(()) => Ok(true),
-                    Err(error) if error.is_held() => {
-                        tracing::debug!(uid, %error, "skipping a uid another daemon claims");
-                        Ok(false)
-                    }
-                    Err(error) => Err(error.to_string()),
-                },
+                |uid| self.claim_cleared(uid, base),
             )
             .map_err(|problem| {
                 SandboxError::Unavailable(format!(
@@ -401,6 +399,12 @@ impl SandboxUids {
             let mut pool = self.pool();
             let released = pool.release(&key.base_name);
             if let Some(uid) = released {
+                // Its processes are gone (a survivor's keys stay; the uid
+                // is emptied again before it goes out, once none is left).
+                // Before the claim goes: no other daemon has it yet.
+                if let Err(error) = clear_keyrings_of(uid) {
+                    tracing::warn!(uid, %error, "cannot empty the keyrings of a released uid; tried again before it is handed out");
+                }
                 self.claims.release(uid);
             }
             released
@@ -419,13 +423,29 @@ impl SandboxUids {
     /// left: a pool must never hold the uids a sandbox started cold needs
     /// (`Ok(None)`: the prepared sandbox gets its uid at its take).
     pub fn assign_prepared(&self, name: &str, keep: u64) -> Result<Option<u32>, String> {
-        let claims = &self.claims;
         self.pool()
-            .assign_fresh(name, keep, |uid| match claims.hold(uid, name) {
-                Ok(()) => Ok(true),
-                Err(error) if error.is_held() => Ok(false),
-                Err(error) => Err(error.to_string()),
-            })
+            .assign_fresh(name, keep, |uid| self.claim_cleared(uid, name))
+    }
+
+    /// Claims `uid` host-wide for `name` and empties its keyrings, as a
+    /// uid is handed out: `Ok(false)` when another daemon claims it, or
+    /// when its keyrings cannot be emptied (its claim is dropped again and
+    /// the uid skipped: a sandbox must never find another's keys).
+    fn claim_cleared(&self, uid: u32, name: &str) -> Result<bool, String> {
+        match self.claims.hold(uid, name) {
+            Ok(()) => {}
+            Err(error) if error.is_held() => {
+                tracing::debug!(uid, %error, "skipping a uid another daemon claims");
+                return Ok(false);
+            }
+            Err(error) => return Err(error.to_string()),
+        }
+        if let Err(error) = clear_keyrings_of(uid) {
+            tracing::warn!(uid, %error, "skipping a uid whose keyrings cannot be emptied: a sandbox given it would find what the last one left there");
+            self.claims.release(uid);
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     /// Gives the uid prepared under `name` to `key`'s new sandbox: the

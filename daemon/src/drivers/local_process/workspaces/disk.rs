@@ -1,16 +1,17 @@
 //! What is on disk: the workspace directories under `<state>/sandboxes`,
 //! how much each takes, and when each was last written to.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
 use sandboxd_protocol::Scope;
 
+pub use super::walk::Measured;
+
 /// At most this many entries of one workspace are visited to size it: a
 /// runner cannot make a listing take forever with a tree of millions of
 /// files (the size is then a lower bound).
-pub const MAX_ENTRIES_SIZED: usize = 1_000_000;
+pub const MAX_ENTRIES_SIZED: u64 = 1_000_000;
 
 /// One workspace directory found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,42 +72,10 @@ pub fn bytes_on_disk(path: &Path) -> u64 {
     measure(path).bytes
 }
 
-/// What [`measure`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Measured {
-    pub bytes: u64,
-    /// False when the tree had more than [`MAX_ENTRIES_SIZED`] entries:
-    /// `bytes` is then a lower bound.
-    pub complete: bool,
-}
-
-/// [`bytes_on_disk`], saying whether the whole tree was visited. Blocking.
+/// [`bytes_on_disk`] with the tree's inodes, saying whether the whole tree
+/// was visited (see [`walk`](super::walk)). Blocking.
 pub fn measure(path: &Path) -> Measured {
-    let mut total = 0;
-    let mut visited = 0;
-    let mut pending = vec![path.to_path_buf()];
-    while let Some(next) = pending.pop() {
-        let Ok(metadata) = std::fs::symlink_metadata(&next) else {
-            continue;
-        };
-        total += metadata.blocks() * 512;
-        visited += 1;
-        if visited >= MAX_ENTRIES_SIZED {
-            return Measured {
-                bytes: total,
-                complete: pending.is_empty() && !metadata.is_dir(),
-            };
-        }
-        if metadata.is_dir() {
-            if let Ok(entries) = std::fs::read_dir(&next) {
-                pending.extend(entries.flatten().map(|entry| entry.path()));
-            }
-        }
-    }
-    Measured {
-        bytes: total,
-        complete: true,
-    }
+    super::walk::measure(path, MAX_ENTRIES_SIZED)
 }
 
 #[cfg(test)]

@@ -18,8 +18,10 @@
 
 mod catalog;
 pub mod disk;
+pub mod held_open;
 pub mod owner;
 pub mod scan;
+pub mod walk;
 
 use std::collections::HashSet;
 use std::path::PathBuf;

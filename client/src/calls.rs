@@ -92,7 +92,8 @@ impl SandboxdClient {
         sandbox_id: &str,
     ) -> Result<DeprovisionReport, ClientError> {
         validate::sandbox_id("sandbox_id", sandbox_id)?;
-        self.call(Resend::Once, |rpc, ctx| {
+        let within = self.deprovision_deadline().await;
+        self.call_within(within, Resend::Once, |rpc, ctx| {
             let sandbox_id = sandbox_id.to_string();
             async move { rpc.deprovision_connect(ctx, sandbox_id).await }
         })
@@ -231,7 +232,8 @@ impl SandboxdClient {
         id: &str,
         keep_workspace: bool,
     ) -> Result<DeprovisionReport, ClientError> {
-        self.call(Resend::Once, |rpc, ctx| {
+        let within = self.deprovision_deadline().await;
+        self.call_within(within, Resend::Once, |rpc, ctx| {
             let id = id.to_string();
             async move { rpc.deprovision(ctx, scope, id, keep_workspace).await }
         })

@@ -45,7 +45,7 @@ pub(crate) enum Resend {
     Never,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     path: PathBuf,
     /// The live connection. A std mutex: held only to clone or swap the
     /// pointer, never across an `.await`.
@@ -53,6 +53,8 @@ struct Shared {
     /// Serialises reconnects, so calls that fail together open one
     /// connection between them rather than one each.
     reconnecting: tokio::sync::Mutex<()>,
+    /// The daemon's `stop_grace`, once asked (see [`crate::stop_wait`]).
+    pub(crate) stop_grace: tokio::sync::OnceCell<Duration>,
 }
 
 impl SandboxdClient {
@@ -83,6 +85,7 @@ impl SandboxdClient {
                 path,
                 live: Mutex::new(Arc::new(connection)),
                 reconnecting: tokio::sync::Mutex::new(()),
+                stop_grace: tokio::sync::OnceCell::new(),
             }),
             deadline,
         })
@@ -98,6 +101,10 @@ impl SandboxdClient {
     /// The per-call deadline.
     pub fn deadline(&self) -> Duration {
         self.deadline
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     /// The socket this client talks to.

@@ -43,7 +43,8 @@ impl SandboxdClient {
         expect: &Expectation,
     ) -> Result<DeprovisionReport, ClientError> {
         validate::sandbox_id(crate::calls::id_field(scope), id)?;
-        self.call(Resend::Once, |rpc, ctx| {
+        let within = self.deprovision_deadline().await;
+        self.call_within(within, Resend::Once, |rpc, ctx| {
             let (id, expect) = (id.to_string(), expect.clone());
             async move {
                 rpc.deprovision_fenced(ctx, scope, id, keep_workspace, expect)
@@ -60,7 +61,8 @@ impl SandboxdClient {
         expect: &Expectation,
     ) -> Result<DeprovisionReport, ClientError> {
         validate::sandbox_id("sandbox_id", sandbox_id)?;
-        self.call(Resend::Once, |rpc, ctx| {
+        let within = self.deprovision_deadline().await;
+        self.call_within(within, Resend::Once, |rpc, ctx| {
             let (sandbox_id, expect) = (sandbox_id.to_string(), expect.clone());
             async move {
                 rpc.deprovision_connect_fenced(ctx, sandbox_id, expect)

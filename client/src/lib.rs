@@ -35,6 +35,7 @@ mod exec;
 mod fenced;
 mod lifecycle;
 mod socket_path;
+mod stop_wait;
 
 pub use builder::ClientBuilder;
 pub use client::SandboxdClient;

@@ -14,7 +14,11 @@ export interface SandboxEnvironment {
 export type SandboxProbeState = "absent" | "stopped" | "running";
 export type SandboxScope = "session" | "workflow" | "connect";
 
-/** The seed's SandboxProvisioner. */
+/**
+ * The seed's SandboxProvisioner. Each call has the client's deadline (10 s),
+ * except a deprovision, which waits at least the daemon's stop grace and 5 s
+ * more: a runner that ignores SIGTERM is given the whole grace.
+ */
 export interface SandboxProvisioner {
   ensureSessionSandbox(sessionId: string, env: SandboxEnvironment): Promise<void>;
   deprovisionSessionSandbox(sessionId: string): Promise<void>;

@@ -472,6 +472,11 @@ pub struct DaemonStatus {
     /// tier): empty where the driver keeps none. Added in protocol 9.
     #[serde(default)]
     pub pools: Vec<PoolStatus>,
+    /// How long a runner is given between SIGTERM and SIGKILL
+    /// (`stop_grace`): a deprovision may take that long, so a client's
+    /// deadline for it follows. Added in protocol 11.
+    #[serde(default)]
+    pub stop_grace_ms: u64,
 }
 
 /// One scope's pool of sandboxes prepared ahead of demand.

@@ -33,7 +33,12 @@ const TOKEN_MARK: &str = "node-secret-";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_package_passes_its_tests_against_a_real_daemon() {
     let addon = binaries::node_addon();
-    let mut daemon = TestDaemon::start(Options::default());
+    // Runners ignore SIGTERM when their queue says so, and are given 11 s
+    // for it: longer than the client's 10 s deadline, so the Node tests
+    // see a deprovision that takes longer than that succeed.
+    let mut options = Options::with_runner_args(&["--work-by-queue"]);
+    options.stop_grace = "11s".to_string();
+    let mut daemon = TestDaemon::start(options);
     let control = daemon.dir().join("control");
     std::fs::create_dir_all(&control).unwrap();
     let mismatch = daemon.dir().join("mismatch.sock");

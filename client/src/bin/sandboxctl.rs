@@ -308,10 +308,11 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             id,
             env,
             fence,
+            wait,
         } => {
             let env = sandbox_env(env)?;
             let expect = fence.expectation();
-            let client = connect().await?;
+            let client = wait.apply(connect().await?);
             let report = if expect.is_empty() {
                 client.ensure(scope, &id, &env).await?
             } else {
@@ -324,9 +325,10 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             id,
             keep_workspace,
             fence,
+            wait,
         } => {
             let expect = fence.expectation();
-            let client = connect().await?;
+            let client = wait.apply(connect().await?);
             let report = if expect.is_empty() {
                 client.deprovision(scope, &id, keep_workspace).await?
             } else {
@@ -338,22 +340,26 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 render::deprovision(scope, &id, report, keep_workspace)
             })
         }
-        Command::Pause { scope, id } => {
-            let report = connect().await?.pause(scope, &id).await?;
+        Command::Pause { scope, id, wait } => {
+            let report = wait.apply(connect().await?).pause(scope, &id).await?;
             emit(json, &report, |report| {
                 render::paused(scope, &id, report, true)
             })
         }
-        Command::Resume { scope, id } => {
-            let report = connect().await?.resume(scope, &id).await?;
+        Command::Resume { scope, id, wait } => {
+            let report = wait.apply(connect().await?).resume(scope, &id).await?;
             emit(json, &report, |report| {
                 render::paused(scope, &id, report, false)
             })
         }
-        Command::Connect(ConnectCommand::Create { request_id, env }) => {
+        Command::Connect(ConnectCommand::Create {
+            request_id,
+            env,
+            wait,
+        }) => {
             let env = sandbox_env(env)?;
-            let sandbox_id = connect()
-                .await?
+            let sandbox_id = wait
+                .apply(connect().await?)
                 .create_connect_sandbox(&request_id, &env)
                 .await?;
             let answer = serde_json::json!({ "request_id": request_id, "sandbox_id": sandbox_id });
@@ -406,9 +412,13 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             let check = EgressCheck::judge(posture, &addresses);
             emit(json, &check, render::egress_check)
         }
-        Command::Connect(ConnectCommand::Deprovision { sandbox_id, fence }) => {
+        Command::Connect(ConnectCommand::Deprovision {
+            sandbox_id,
+            fence,
+            wait,
+        }) => {
             let expect = fence.expectation();
-            let client = connect().await?;
+            let client = wait.apply(connect().await?);
             let report = if expect.is_empty() {
                 client.deprovision_connect_sandbox(&sandbox_id).await?
             } else {

@@ -185,6 +185,7 @@ impl Sandboxd for FakeDaemon {
             metrics: None,
             isolation: Vec::new(),
             pools: Vec::new(),
+            stop_grace_ms: 0,
         })
     }
 

@@ -113,3 +113,17 @@ test("a runner that dies is respawned by the next ensure", async () => {
 
   await driver.deprovisionSessionSandbox(id);
 });
+
+test("a deprovision outlasting the client's deadline still succeeds", async () => {
+  // This runner ignores SIGTERM (its queue says so), and the daemon of
+  // these tests gives it 11 s before the SIGKILL: past the client's 10 s
+  // deadline, which a deprovision outwaits by the daemon's stop grace.
+  const { driver } = provisioner();
+  const id = uniqueId("ses-ignore-term");
+  await driver.ensureSessionSandbox(id, sessionEnv(id, secretToken()));
+  await runnerEnv(await workspaceOf(driver, "session", id));
+  const started = Date.now();
+  await driver.deprovisionSessionSandbox(id);
+  assert.ok(Date.now() - started >= 10_000, "the runner was stopped before the grace ran out");
+  assert.equal(await driver.probe("session", id), "absent");
+});

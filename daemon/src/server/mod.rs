@@ -108,6 +108,7 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         },
         metrics,
         metrics_address,
+        stop_grace: config.stop_grace,
     });
     let daemon_commands = daemon.commands.clone();
     // Before the socket serves, so a caller never misses a command an

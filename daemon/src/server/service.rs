@@ -52,6 +52,8 @@ pub struct DaemonState {
     pub metrics: Option<Arc<Metrics>>,
     /// Where it is served.
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// `stop_grace`, for `status`.
+    pub stop_grace: std::time::Duration,
 }
 
 /// Records one call's latency when dropped: at its answer, or when the
@@ -424,6 +426,7 @@ impl Sandboxd for ConnectionService {
                 .metrics_address
                 .map(|address| format!("http://{address}/metrics")),
             pools: daemon.driver.pools(),
+            stop_grace_ms: u64::try_from(daemon.stop_grace.as_millis()).unwrap_or(u64::MAX),
         })
     }
 

@@ -215,6 +215,7 @@ pub fn daemon_state(driver: Arc<FakeDriver>, lists: AccessConfig) -> Arc<DaemonS
         runner_endpoints: Default::default(),
         metrics: None,
         metrics_address: None,
+        stop_grace: std::time::Duration::from_secs(10),
     })
 }
 

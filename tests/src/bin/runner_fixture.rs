@@ -61,7 +61,8 @@
 //!   `runner-fixture tick <n>` every N ms from a thread of its own.
 //! - `--work-by-queue`: `--busy` when its task queue (`STIGMER_TASK_QUEUE`)
 //!   contains `busy`, `--line-every-ms 1000` when it contains `lines`, else
-//!   quiet: one daemon's runners of different work, for the idle tests.
+//!   quiet; and `--ignore-term` when it contains `ignore-term`: one
+//!   daemon's runners of different work, for the idle and Node tests.
 
 #[path = "runner_fixture/attack.rs"]
 mod attack;
@@ -123,6 +124,7 @@ fn parse_flags() -> Result<Flags, String> {
             "--work-by-queue" => {
                 let queue = std::env::var("STIGMER_TASK_QUEUE").unwrap_or_default();
                 flags.busy |= queue.contains("busy");
+                flags.ignore_term |= queue.contains("ignore-term");
                 if queue.contains("lines") {
                     flags.line_every_ms = 1000;
                 }

@@ -41,8 +41,8 @@ pub fn arguments(command: &Command) -> Result<(), Failure> {
         Command::Probe { scope, id }
         | Command::Describe { scope, id }
         | Command::Deprovision { scope, id, .. }
-        | Command::Pause { scope, id }
-        | Command::Resume { scope, id }
+        | Command::Pause { scope, id, .. }
+        | Command::Resume { scope, id, .. }
         | Command::Logs { scope, id, .. }
         | Command::Commands { scope, id } => validate::sandbox_id(id_name(*scope), id),
         Command::Exec(args) => validate::sandbox_id(id_name(args.scope), &args.id),
@@ -56,9 +56,9 @@ pub fn arguments(command: &Command) -> Result<(), Failure> {
         Command::Ensure { scope, id, env, .. } => {
             validate::sandbox_id(id_name(*scope), id).and_then(|()| environment(env))
         }
-        Command::Connect(ConnectCommand::Create { request_id, env }) => {
-            validate::sandbox_id("REQUEST_ID", request_id).and_then(|()| environment(env))
-        }
+        Command::Connect(ConnectCommand::Create {
+            request_id, env, ..
+        }) => validate::sandbox_id("REQUEST_ID", request_id).and_then(|()| environment(env)),
         Command::Connect(ConnectCommand::Deprovision { sandbox_id, .. }) => {
             validate::sandbox_id("SANDBOX_ID", sandbox_id)
         }
@@ -100,6 +100,7 @@ mod tests {
                 token_env: None,
             },
             fence: Default::default(),
+            wait: crate::cli::WaitArgs { timeout: None },
         });
         assert!(text.contains("--task-queue"), "{text}");
     }

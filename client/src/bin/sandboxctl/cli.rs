@@ -141,6 +141,8 @@ pub enum Command {
         env: EnvArgs,
         #[command(flatten)]
         fence: FenceArgs,
+        #[command(flatten)]
+        wait: WaitArgs,
     },
 
     /// Tear a sandbox down (a missing one is success).
@@ -155,6 +157,8 @@ pub enum Command {
         keep_workspace: bool,
         #[command(flatten)]
         fence: FenceArgs,
+        #[command(flatten)]
+        wait: WaitArgs,
     },
 
     /// Freeze a sandbox's runner where it stands: same pid and generation,
@@ -166,6 +170,8 @@ pub enum Command {
         scope: Scope,
         /// The session id, execution id or connect sandbox id.
         id: String,
+        #[command(flatten)]
+        wait: WaitArgs,
     },
 
     /// Resume a paused sandbox's runner (same pid and generation).
@@ -175,6 +181,8 @@ pub enum Command {
         scope: Scope,
         /// The session id, execution id or connect sandbox id.
         id: String,
+        #[command(flatten)]
+        wait: WaitArgs,
     },
 
     /// Request-scoped connect sandboxes.
@@ -348,6 +356,8 @@ pub enum ConnectCommand {
         request_id: String,
         #[command(flatten)]
         env: EnvArgs,
+        #[command(flatten)]
+        wait: WaitArgs,
     },
 
     /// Tear a connect sandbox down (a missing one is success).
@@ -356,7 +366,32 @@ pub enum ConnectCommand {
         sandbox_id: String,
         #[command(flatten)]
         fence: FenceArgs,
+        #[command(flatten)]
+        wait: WaitArgs,
     },
+}
+
+/// How long a call that starts or stops a runner may wait for the daemon.
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// Give up on the daemon's answer after this long (300ms, 30s, 5m; at
+    /// most 10m) [default: 10s; a deprovision waits at least the daemon's
+    /// stop grace and 5s more, as a runner may take that long to stop].
+    #[arg(long, value_name = "DURATION", value_parser = crate::time::parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+}
+
+impl WaitArgs {
+    /// `client` with this deadline, when one was given.
+    pub fn apply(
+        &self,
+        client: sandboxd_client::SandboxdClient,
+    ) -> sandboxd_client::SandboxdClient {
+        match self.timeout {
+            Some(timeout) => client.with_deadline(timeout),
+            None => client,
+        }
+    }
 }
 
 /// What the runner is started with.
@@ -516,7 +551,9 @@ mod tests {
             "MY_TOKEN",
         ])
         .unwrap();
-        let Command::Connect(ConnectCommand::Create { request_id, env }) = cli.command.unwrap()
+        let Command::Connect(ConnectCommand::Create {
+            request_id, env, ..
+        }) = cli.command.unwrap()
         else {
             panic!("not connect create")
         };

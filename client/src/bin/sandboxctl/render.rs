@@ -32,6 +32,7 @@ pub fn status(status: &DaemonStatus) -> String {
         ),
         ("health", health(&status.health)),
         ("uptime", duration(status.uptime_secs)),
+        ("grace", stop_grace(status.stop_grace_ms)),
         ("socket", status.socket_path.clone()),
         ("state dir", status.state_dir.clone()),
         ("isolation", shown(&status.containment)),
@@ -51,6 +52,16 @@ pub fn status(status: &DaemonStatus) -> String {
             ),
         ),
     ]) + &isolation_lines(&status.isolation_mode, &status.isolation)
+}
+
+/// How long a runner has between SIGTERM and SIGKILL.
+fn stop_grace(ms: u64) -> String {
+    let shown = if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    };
+    format!("{shown} from SIGTERM to SIGKILL (a deprovision may take that long)")
 }
 
 /// `  in force   mount-namespace  private /tmp, …` lines under an
@@ -1000,6 +1011,7 @@ mod tests {
             runner_endpoints: Default::default(),
             metrics: None,
             pools: Vec::new(),
+            stop_grace_ms: 10_000,
             isolation: vec![
                 IsolationFeature::in_force("pid-namespace", "its own"),
                 IsolationFeature::not_in_force(
@@ -1019,6 +1031,10 @@ mod tests {
         );
         assert!(text.contains("driver:    local-process (ok)\n"), "{text}");
         assert!(text.contains("uptime:    1h 2m\n"), "{text}");
+        assert!(
+            text.contains("grace:     10 s from SIGTERM to SIGKILL"),
+            "{text}"
+        );
         assert!(text.contains("isolation: process groups\n"), "{text}");
         assert!(text.contains("isolation mode: full\n"), "{text}");
         assert!(

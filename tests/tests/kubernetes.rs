@@ -1392,21 +1392,36 @@ fn no_ingress_rule(spec: &Value) -> bool {
 }
 
 fn refused_by(posture: &str) -> (Value, Value) {
-    match posture {
-        "relaxed" => (json!(["169.254.0.0/16"]), json!(["fe80::/10"])),
+    let posture: sandboxd_protocol::egress::Posture = posture.parse().expect("a posture");
+    let family = |v4: bool| {
+        let ranges: Vec<String> = posture
+            .refused_ranges()
+            .filter(|range| range.network.is_ipv4() == v4)
+            .map(|range| range.to_string())
+            .collect();
+        ranges
+    };
+    let (v4, v6) = (family(true), family(false));
+    // The table is the protocol's (tested there); a few anchors here, so
+    // a policy that lost the metadata addresses cannot pass (under strict
+    // they lie in wider refused ranges, which stand for them).
+    let (v4_anchors, v6_anchors): (&[&str], &[&str]) = match posture.as_str() {
         "strict" => (
-            json!([
-                "127.0.0.0/8",
-                "10.0.0.0/8",
-                "172.16.0.0/12",
-                "192.168.0.0/16",
-                "169.254.0.0/16",
-                "0.0.0.0/8"
-            ]),
-            json!(["::1/128", "fc00::/7", "fe80::/10", "::/128"]),
+            &["10.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16"],
+            &["fc00::/7", "fe80::/10"],
         ),
-        other => panic!("no posture {other}"),
+        _ => (
+            &["169.254.0.0/16", "100.100.100.200/32"],
+            &["fe80::/10", "fd00:ec2::254/128", "64:ff9b::a9fe:0/112"],
+        ),
+    };
+    for anchor in v4_anchors {
+        assert!(v4.iter().any(|range| range == anchor), "{posture}: {v4:?}");
     }
+    for anchor in v6_anchors {
+        assert!(v6.iter().any(|range| range == anchor), "{posture}: {v6:?}");
+    }
+    (json!(v4), json!(v6))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -204,7 +204,12 @@ async fn output_that_cannot_be_written_is_dropped_with_a_marker_and_the_runner_g
         runner_args: vec!["-c".to_string(), script],
         // The test's directory is in /tmp, which is private to a sandbox
         // under `isolation = "full"`: shared with it, as an operator would.
-        extra_toml: format!("[view]\nread_write = [\"{}\"]", signals.display()),
+        // No reserve: the file system is filled on purpose, and the
+        // runner must start on it (the reserve has tests of its own).
+        extra_toml: format!(
+            "[view]\nread_write = [\"{}\"]\n[limits]\nstate_reserve = 0\n",
+            signals.display()
+        ),
         ..Options::default()
     });
     let state = Tmpfs::mount(daemon.state_dir(), 16 * MIB);

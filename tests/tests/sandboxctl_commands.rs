@@ -693,6 +693,10 @@ async fn exec_it_is_a_real_terminal_driven_by_tmux() {
         "-c",
         &inner,
     ]);
+    // Keys typed before the shell prompts are echoed by the terminal and
+    // then read after the prompt, so its output would follow the `$ ` on
+    // the prompt's line: wait for the prompt first.
+    tmux.wait_for_line("the shell's prompt", |line| line == "$");
     tmux.run(&["send-keys", "-t", "t", "echo h''i", "Enter"]);
     tmux.wait_for_line("hi", |line| line == "hi");
     tmux.run(&["send-keys", "-t", "t", "stty size", "Enter"]);

@@ -33,6 +33,7 @@ mod error;
 mod events;
 mod exec;
 mod fenced;
+mod files;
 mod lifecycle;
 mod socket_path;
 mod stop_wait;
@@ -60,5 +61,6 @@ pub use sandboxd_protocol::{
     EventCommand, ExecRequest, ExecStarted, OutputStream, PtySize, StreamFigures,
 };
 pub use sandboxd_protocol::{Event, EventCursor, EventKind, EventsReply, ExitReason, Expectation};
+pub use sandboxd_protocol::{FileChunk, FileList, FileStat, FileType, PutChunk, PutReport};
 pub use sandboxd_protocol::{Health, HealthVerdict, PauseReport, Shown};
 pub use sandboxd_protocol::{SandboxUsage, Usage};

@@ -61,6 +61,11 @@ pub enum Call {
     CommandSignal,
     CommandResize,
     Commands,
+    PutFile,
+    GetFile,
+    StatFile,
+    ListFiles,
+    RemoveFile,
 }
 
 /// What a call can do, which decides who may make it.
@@ -76,7 +81,7 @@ pub enum CallClass {
 
 impl Call {
     /// Every call, in the service's order (the order of the enum).
-    pub const ALL: [Call; 25] = [
+    pub const ALL: [Call; 30] = [
         Call::ProtocolVersion,
         Call::Ensure,
         Call::Deprovision,
@@ -102,6 +107,11 @@ impl Call {
         Call::CommandSignal,
         Call::CommandResize,
         Call::Commands,
+        Call::PutFile,
+        Call::GetFile,
+        Call::StatFile,
+        Call::ListFiles,
+        Call::RemoveFile,
     ];
 
     /// The method's name on the wire, for messages and logs.
@@ -132,6 +142,11 @@ impl Call {
             Call::CommandSignal => "command_signal",
             Call::CommandResize => "command_resize",
             Call::Commands => "commands",
+            Call::PutFile => "put_file",
+            Call::GetFile => "get_file",
+            Call::StatFile => "stat_file",
+            Call::ListFiles => "list_files",
+            Call::RemoveFile => "remove_file",
         }
     }
 
@@ -165,6 +180,13 @@ impl Call {
             // Reads, but of what a command printed or was given as
             // arguments, which may hold a credential (as `logs`).
             Call::CommandOutput | Call::CommandWait | Call::Commands => CallClass::Mutate,
+            // Writing and removing files changes what the runner runs on.
+            Call::PutFile | Call::RemoveFile => CallClass::Mutate,
+            // Reads, but of a workspace's contents: a file may hold the
+            // credential the runner was handed, and even names, sizes and
+            // times tell what it works on. As `logs`, they take the lists
+            // that may start the runner, not the read lists.
+            Call::GetFile | Call::StatFile | Call::ListFiles => CallClass::Mutate,
         }
     }
 }
@@ -244,7 +266,7 @@ mod tests {
     use super::*;
 
     const DAEMON_UID: u32 = 990;
-    const ALL_CALLS: [Call; 25] = Call::ALL;
+    const ALL_CALLS: [Call; 30] = Call::ALL;
 
     fn policy() -> AccessPolicy {
         AccessPolicy::new(
@@ -274,7 +296,7 @@ mod tests {
             .collect()
     }
 
-    const EVERYTHING: [&str; 25] = [
+    const EVERYTHING: [&str; 30] = [
         "protocol_version",
         "ensure",
         "deprovision",
@@ -300,6 +322,11 @@ mod tests {
         "command_signal",
         "command_resize",
         "commands",
+        "put_file",
+        "get_file",
+        "stat_file",
+        "list_files",
+        "remove_file",
     ];
     const READ_ONLY: [&str; 8] = [
         "protocol_version",

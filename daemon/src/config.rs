@@ -8,6 +8,7 @@
 mod commands;
 mod lifecycle;
 mod network;
+mod runner_env;
 mod state_reserve;
 
 use std::path::{Path, PathBuf};
@@ -553,6 +554,7 @@ struct FileConfig {
     runner_command: Option<String>,
     runner_args: Option<Vec<String>>,
     runner_path: Option<String>,
+    runner: Option<runner_env::RunnerFile>,
     runner_image: Option<String>,
     backend_endpoint: Option<String>,
     temporal_address: Option<String>,
@@ -663,6 +665,8 @@ pub struct Config {
     pub lifecycle: LifecycleConfig,
     /// `[commands]`: the bounds of the commands' output store.
     pub commands: CommandsConfig,
+    /// `[runner] env`: given to every process-tier runner and command.
+    pub runner_env: Vec<(String, String)>,
 }
 
 /// Reads one environment variable; unset and empty are both "not given".
@@ -792,6 +796,7 @@ impl Config {
             pool: file.pool.unwrap_or_default(),
             commands: file.commands.unwrap_or_default().checked()?,
             lifecycle,
+            runner_env: file.runner.unwrap_or_default().checked()?,
         };
         config.validate()?;
         Ok(config)
@@ -1359,6 +1364,7 @@ mod tests {
                 || key == "network"
                 || key == "pool"
                 || key == "commands"
+                || key == "runner"
             {
                 assert!(text.contains(&format!("\n[{key}]\n")), "no [{key}] table");
                 continue;

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sandboxd_protocol::{
-    naming, DeprovisionReport, EgressStatus, EnsureReport, Expectation, LogChunk, LogStart,
-    PauseReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo, Scope, WorkspaceInfo,
+    naming, DeprovisionReport, EgressStatus, EnsureReport, Expectation, FileChunk, FileList,
+    FileStat, LogChunk, LogStart, PauseReport, ProbeState, PutChunk, PutReport, SandboxEnv,
+    SandboxError, SandboxInfo, Scope, WorkspaceInfo,
 };
 
 use crate::config::Config;
@@ -183,6 +184,37 @@ pub trait Driver: Send + Sync + 'static {
         spec: &crate::started_command::CommandSpec,
     ) -> Result<crate::started_command::StartedCommand, SandboxError>;
 
+    /// One chunk of an upload into `key`'s workspace (see
+    /// [`sandboxd_protocol::files`]), written as the sandbox's user beneath
+    /// its workspace; the file takes its place after the last chunk. A
+    /// tier that cannot move files says so here, by name.
+    async fn put_file(&self, key: &SandboxKey, chunk: &PutChunk)
+        -> Result<PutReport, SandboxError>;
+
+    /// At most `max` bytes (already clamped) of a file in the workspace,
+    /// from `offset`, read as the sandbox's user.
+    async fn get_file(
+        &self,
+        key: &SandboxKey,
+        path: &str,
+        offset: u64,
+        max: u32,
+    ) -> Result<FileChunk, SandboxError>;
+
+    /// One file's facts in the workspace, its last symlink not followed.
+    async fn stat_file(&self, key: &SandboxKey, path: &str) -> Result<FileStat, SandboxError>;
+
+    /// A directory's entries in the workspace.
+    async fn list_files(&self, key: &SandboxKey, path: &str) -> Result<FileList, SandboxError>;
+
+    /// Removes a file, symlink or directory in the workspace.
+    async fn remove_file(
+        &self,
+        key: &SandboxKey,
+        path: &str,
+        recursive: bool,
+    ) -> Result<(), SandboxError>;
+
     /// Commands an earlier daemon started that this tier can follow
     /// again (read once, at start, before the socket serves). A tier whose
     /// commands end with the daemon that started them has none, and says
@@ -250,6 +282,13 @@ pub trait Driver: Send + Sync + 'static {
             self.name()
         )))
     }
+}
+
+/// The refusal of a file call by a tier that does not move files yet.
+pub fn files_not_on(tier: &str, call: &str) -> SandboxError {
+    SandboxError::FailedPrecondition(format!(
+        "{call} is not yet on the {tier} tier: files move in and out of sandboxes of the local-process tier only"
+    ))
 }
 
 /// The uid and generation of the incarnation `info` describes, or `None`

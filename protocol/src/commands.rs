@@ -24,9 +24,9 @@ pub const MAX_COMMAND_WAIT_MS: u32 = 60_000;
 /// The most arguments a command may have.
 pub const MAX_COMMAND_ARGS: usize = 4096;
 /// The most bytes of argv and environment together.
-pub const MAX_COMMAND_ARGV_ENV_BYTES: usize = 1024 * 1024;
+pub const MAX_COMMAND_ARGV_ENV_BYTES: usize = crate::wire::MAX_REQUEST_DATA;
 /// The most bytes one `command_input` call writes.
-pub const MAX_COMMAND_INPUT: usize = 1024 * 1024;
+pub const MAX_COMMAND_INPUT: usize = crate::wire::MAX_REQUEST_DATA;
 /// The longest tag, in bytes.
 pub const MAX_TAG_LEN: usize = 128;
 

@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod exit_reason;
 pub mod fence;
+pub mod files;
 pub mod lifecycle;
 pub mod naming;
 pub mod service;
@@ -21,6 +22,7 @@ pub mod types;
 pub mod usage;
 pub mod validate;
 pub mod validate_command;
+pub mod validate_files;
 pub mod wire;
 
 pub use commands::{
@@ -31,6 +33,7 @@ pub use error::SandboxError;
 pub use events::{Event, EventCommand, EventCursor, EventKind, EventsReply};
 pub use exit_reason::ExitReason;
 pub use fence::Expectation;
+pub use files::{FileChunk, FileList, FileStat, FileType, PutChunk, PutReport};
 pub use lifecycle::PauseReport;
 pub use service::{Sandboxd, SandboxdClient, PROTOCOL_VERSION};
 pub use shown::Shown;

@@ -8,9 +8,9 @@
 
 use crate::{
     CommandInfo, CommandOutput, CommandRef, DaemonStatus, DeprovisionReport, EnsureReport,
-    EventCursor, EventsReply, ExecRequest, ExecStarted, Expectation, LogChunk, LogStart,
-    OutputRead, PauseReport, ProbeState, SandboxEnv, SandboxError, SandboxInfo, SandboxUsage,
-    Scope, WorkspaceInfo,
+    EventCursor, EventsReply, ExecRequest, ExecStarted, Expectation, FileChunk, FileList, FileStat,
+    LogChunk, LogStart, OutputRead, PauseReport, ProbeState, PutChunk, PutReport, SandboxEnv,
+    SandboxError, SandboxInfo, SandboxUsage, Scope, WorkspaceInfo,
 };
 
 /// Bump on any change to the service or the types it carries.
@@ -179,4 +179,36 @@ pub trait Sandboxd {
     /// The sandbox's commands: live ones and the proofs still kept, oldest
     /// first. Added in protocol 10.
     async fn commands(scope: Scope, id: String) -> Result<Vec<CommandInfo>, SandboxError>;
+    /// One chunk of an upload of one file into the sandbox's workspace
+    /// (see [`crate::files`]), written as the sandbox's user. Added in
+    /// protocol 11.
+    async fn put_file(scope: Scope, id: String, chunk: PutChunk)
+        -> Result<PutReport, SandboxError>;
+
+    /// At most `max` bytes (clamped to [`crate::files::MAX_FILE_CHUNK`])
+    /// of a file in the workspace, from `offset`, read as the sandbox's
+    /// user. Added in protocol 11.
+    async fn get_file(
+        scope: Scope,
+        id: String,
+        path: String,
+        offset: u64,
+        max: u32,
+    ) -> Result<FileChunk, SandboxError>;
+
+    /// One file's facts (a symlink is not followed). Added in protocol 11.
+    async fn stat_file(scope: Scope, id: String, path: String) -> Result<FileStat, SandboxError>;
+
+    /// A directory's entries (`""` or `.`: the workspace). Added in
+    /// protocol 11.
+    async fn list_files(scope: Scope, id: String, path: String) -> Result<FileList, SandboxError>;
+
+    /// Removes a file, a symlink (never what it points at), or a directory
+    /// (with everything in it when `recursive`). Added in protocol 11.
+    async fn remove_file(
+        scope: Scope,
+        id: String,
+        path: String,
+        recursive: bool,
+    ) -> Result<(), SandboxError>;
 }

@@ -19,6 +19,12 @@ use tokio_util::codec::LengthDelimitedCodec;
 /// The largest request a daemon reads.
 pub const MAX_REQUEST_LEN: usize = 1024 * 1024;
 
+/// The most data (bytes, arguments) one request may carry: the rest of
+/// [`MAX_REQUEST_LEN`] is room for the call's other fields, so a request
+/// at this bound still fits its frame (a frame past it closes the
+/// connection before any error could be sent).
+pub const MAX_REQUEST_DATA: usize = MAX_REQUEST_LEN - 16 * 1024;
+
 /// The largest reply a daemon sends and a client reads: a `list` of more
 /// than 100,000 sandboxes, the most one daemon is sized for.
 pub const MAX_REPLY_LEN: usize = 64 * 1024 * 1024;

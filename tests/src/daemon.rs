@@ -233,6 +233,15 @@ impl TestDaemon {
             .collect();
         writeln!(text, "runner_args = [{}]", args.join(", ")).unwrap();
         writeln!(text, "log_level = {}", toml_string(&options.log_level)).unwrap();
+        // Marks every runner and command of this test (see
+        // `leftover_processes`): their own paths are the view's
+        // `/workspace`, not this directory.
+        writeln!(
+            text,
+            "runner = {{ env = {{ {TEST_DIR_VARIABLE} = {} }} }}",
+            toml_string(&self.env_prefix())
+        )
+        .unwrap();
         if let Some(egress) = &options.egress {
             writeln!(text, "egress = {}", toml_string(egress)).unwrap();
         }
@@ -618,8 +627,9 @@ impl TestDaemon {
             .remove(&naming::base_name(scope, id))
     }
 
-    /// Live processes whose environment points into this test's directory:
-    /// every runner and grandchild this test caused, whoever reaped them.
+    /// Live processes whose environment points into this test's directory
+    /// (every runner and command gets [`TEST_DIR_VARIABLE`]): every runner
+    /// and grandchild this test caused, whoever reaped them.
     pub fn leftover_processes(&self) -> Vec<u32> {
         procs::processes_with_env_prefix(&self.env_prefix())
     }
@@ -805,6 +815,10 @@ fn read_ledger(dir: &Path) -> (HashMap<String, (u32, u64)>, Vec<String>) {
 }
 
 /// Runs a command to completion, killing it after `timeout`.
+/// The variable (`[runner] env`) that holds the test's directory in every
+/// runner and command of its daemon.
+pub const TEST_DIR_VARIABLE: &str = "SANDBOXD_TEST_DIR";
+
 pub fn run_with_timeout(mut command: Command, timeout: Duration) -> Output {
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = procs::spawn(&mut command)

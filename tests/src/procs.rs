@@ -158,18 +158,37 @@ pub fn innermost_pid(pid: u32) -> Option<u32> {
 /// The host pid of the live process of the sandbox with `workspace` that
 /// sees itself as `inner` (a pid the runner fixture wrote, which under
 /// `isolation = "full"` is a pid of the sandbox's own namespace): found
-/// among the processes whose `WORKSPACE_ROOT_DIR` is `workspace`. `inner`
-/// itself when none is (the process is gone: the number as written).
+/// among the processes whose `WORKSPACE_ROOT_DIR` is `workspace` (see
+/// [`in_workspace`]). `inner` itself when none is (the process is gone:
+/// the number as written).
 pub fn host_pid_in_sandbox(workspace: &Path, inner: u32) -> u32 {
-    let wanted = workspace.to_string_lossy();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return inner;
     };
     entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| innermost_pid(pid) == Some(inner))
-        .find(|&pid| env_of(pid, "WORKSPACE_ROOT_DIR").as_deref() == Some(&*wanted))
+        .find(|&pid| in_workspace(pid, workspace))
         .unwrap_or(inner)
+}
+
+/// Whether `pid`'s `WORKSPACE_ROOT_DIR` is the host's `workspace`: that
+/// path itself (no view), or in its view (`/workspace`, the same for
+/// every sandbox) the same directory, looked up through
+/// `/proc/<pid>/root`, which walks the process's own mount namespace.
+pub fn in_workspace(pid: u32, workspace: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(seen) = env_of(pid, "WORKSPACE_ROOT_DIR") else {
+        return false;
+    };
+    if Path::new(&seen) == workspace {
+        return true;
+    }
+    let inside = std::fs::metadata(format!("/proc/{pid}/root{seen}"));
+    match (inside, std::fs::metadata(workspace)) {
+        (Ok(inside), Ok(host)) => (inside.dev(), inside.ino()) == (host.dev(), host.ino()),
+        _ => false,
+    }
 }
 
 /// One variable of a live process's environment, read from `/proc/<pid>/environ`.

@@ -39,9 +39,9 @@ async fn start(daemon: &TestDaemon, id: &str) {
 async fn run_python(daemon: &TestDaemon, client: &SandboxdClient, id: &str, script: &str) {
     let workspace = daemon.workspace(Scope::Session, id);
     std::fs::write(workspace.join("attack.py"), script).unwrap();
-    let line = format!("cd {} && exec python3 attack.py", workspace.display());
+    // A command starts in its workspace (`/workspace` in a view).
     client
-        .exec(Scope::Session, id, &shell(&line))
+        .exec(Scope::Session, id, &shell("exec python3 attack.py"))
         .await
         .unwrap_or_else(|error| panic!("exec in {id}: {error}\n{}", daemon.log_text()));
 }

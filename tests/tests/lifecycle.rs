@@ -556,9 +556,13 @@ async fn connect_sandboxes_are_created_once_and_deprovisioned_idempotently() {
     );
     let info = client.describe(Scope::Connect, &sandbox_id).await.unwrap();
     let pid = info.pid.expect("a running connect sandbox has a pid");
-    let workspace = std::path::PathBuf::from(
-        procs::env_after_exec(pid, "WORKSPACE_ROOT_DIR").expect("the runner's workspace"),
+    assert_eq!(
+        procs::env_after_exec(pid, "WORKSPACE_ROOT_DIR").as_deref(),
+        Some("/workspace"),
+        "its view's path"
     );
+    let workspace = daemon.state_dir().join("sandboxes").join(&info.name);
+    assert!(workspace.is_dir(), "{}", workspace.display());
     assert!(
         workspace.starts_with(daemon.state_dir().join("sandboxes")),
         "{}",

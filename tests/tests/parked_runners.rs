@@ -121,7 +121,12 @@ async fn a_new_sandbox_is_the_runner_parked_for_it(isolation: &str) {
     let env = runner_env(&workspace);
     assert_eq!(env["STIGMER_TASK_QUEUE"], "session:parked");
     assert_eq!(env["STIGMER_TOKEN"], "tok");
-    assert_eq!(env["WORKSPACE_ROOT_DIR"], workspace.display().to_string());
+    // At /workspace in a view; at its host path without one.
+    let seen = match isolation {
+        "full" => std::path::PathBuf::from("/workspace"),
+        _ => workspace.clone(),
+    };
+    assert_eq!(env["WORKSPACE_ROOT_DIR"], seen.display().to_string());
     let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&workspace).unwrap());
     assert_eq!(
         procs::uid_of(pid),
@@ -130,7 +135,7 @@ async fn a_new_sandbox_is_the_runner_parked_for_it(isolation: &str) {
     );
     assert_eq!(
         std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(),
-        workspace
+        seen
     );
     assert_eq!(nice_of(pid), Some(0), "a parked runner keeps nice 0");
     let log = daemon.runner_log(Scope::Session, "parked");

@@ -77,14 +77,18 @@ fn view_from_inside(daemon: &TestDaemon, id: &str) -> Vec<(String, String)> {
     let seen = probe(
         daemon,
         id,
-        "echo mounts=$(awk '{split($6, o, \",\"); print $5 \":\" o[1]}' /proc/self/mountinfo | sort | tr '\\n' ' ')\n\
+        &(String::from("echo mounts=$(awk '{split($6, o, \",\"); print $5 \":\" o[1]}' /proc/self/mountinfo | sort | tr '\\n' ' ')\n\
          echo processes=$(ls /proc | grep -c '^[0-9]')\n\
          echo pid=$$\n\
          echo uid=$(id -u)\n\
          echo tmp=$(touch /tmp/x 2>/dev/null && echo writable || echo no)\n\
          echo workspace=$(touch \"$WORKSPACE_ROOT_DIR/x\" 2>/dev/null && echo writable || echo no)\n\
          echo system=$(touch /usr/x 2>/dev/null && echo writable || echo read-only)\n\
-         echo others=$(ls \"$(dirname \"$WORKSPACE_ROOT_DIR\")\" | tr '\\n' ' ')\n",
+         echo home=$HOME:$(pwd)\n")
+            + &format!(
+                "echo others=$(ls -A {}/sandboxes 2>&1 | grep -c sbx-)\n",
+                daemon.state_dir().display()
+            )),
     );
     let dir = daemon.dir().display().to_string();
     let mut view: Vec<(String, String)> = seen
@@ -166,21 +170,22 @@ async fn a_sandbox_in_a_prepared_view_sees_exactly_what_a_cold_one_sees() {
             "{own} missing: {cold_mounts:?}"
         );
     }
-    let workspace = warm_mounts
-        .keys()
-        .find(|point| point.starts_with("DIR/state/sandboxes/"))
-        .expect("the workspace is mounted in the warm view");
+    // At /workspace, and nowhere under the daemon's state directory.
+    let workspace = "/workspace";
+    assert!(
+        !warm_mounts
+            .keys()
+            .any(|point| point.starts_with("DIR/state")),
+        "{warm_mounts:?}"
+    );
     assert_eq!(warm_mounts[workspace], ["rw"]);
     assert_eq!(cold_mounts.get(workspace), Some(&vec!["rw".to_string()]));
     let warm_view: HashMap<_, _> = warm_view.into_iter().collect();
     assert_eq!(warm_view["tmp"], "writable");
     assert_eq!(warm_view["workspace"], "writable");
     assert_eq!(warm_view["system"], "read-only");
-    assert_eq!(
-        Some(warm_view["others"].as_str()),
-        workspace.rsplit('/').next(),
-        "other workspaces are in sight"
-    );
+    assert_eq!(warm_view["home"], "/workspace:/workspace");
+    assert_eq!(warm_view["others"], "0", "workspaces are in sight");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -195,20 +195,19 @@ async fn two_private_sandboxes_bind_the_same_port_at_once() {
     ensure(&client, "first").await;
     ensure(&client, "second").await;
     let port = 47_321;
-    // The first holds the port until the test lets it go.
+    // The first holds the port until the test lets it go (its view has
+    // its workspace at /workspace, the host path outside).
     let release = daemon.workspace(Scope::Session, "first").join("release");
     let bound = daemon.workspace(Scope::Session, "first").join("bound");
     let holder = format!(
         r#"
 import os, socket, time
 s = socket.socket(); s.bind(("127.0.0.1", {port})); s.listen(1)
-open("{bound}", "w").close()
-while not os.path.exists("{release}"):
+open("/workspace/bound", "w").close()
+while not os.path.exists("/workspace/release"):
     time.sleep(0.05)
 print("released")
-"#,
-        bound = bound.display(),
-        release = release.display()
+"#
     );
     let holding = {
         let client = client.clone();

@@ -66,11 +66,12 @@ async fn a_runner_gets_the_env_contract_and_nothing_of_the_daemons_environment()
     let env = runner_env(&workspace);
     let get = |name: &str| env.get(name).map(String::as_str);
 
-    let ws = workspace.display().to_string();
+    // Where its view mounts the workspace (the host's path is not in it).
+    let ws = "/workspace";
     assert_eq!(get("MODE"), Some("local"));
     assert_eq!(get("STIGMER_TASK_QUEUE"), Some("session:env-1"));
-    assert_eq!(get("WORKSPACE_ROOT_DIR"), Some(ws.as_str()));
-    assert_eq!(get("HOME"), Some(ws.as_str()), "HOME is the workspace");
+    assert_eq!(get("WORKSPACE_ROOT_DIR"), Some(ws));
+    assert_eq!(get("HOME"), Some(ws), "HOME is the workspace");
     assert_eq!(get("STIGMER_TOKEN"), Some("tok-env-1"));
     assert_eq!(
         get("STIGMER_BACKEND_ENDPOINT"),
@@ -89,7 +90,13 @@ async fn a_runner_gets_the_env_contract_and_nothing_of_the_daemons_environment()
     assert_eq!(get("LANG"), Some("C.UTF-8"), "LANG is inherited");
     assert_eq!(get("TZ"), Some("Europe/Berlin"), "TZ is inherited");
 
-    let allowed: BTreeSet<&str> = CONTRACT.into_iter().collect();
+    // `[runner] env`, as the tests' daemons are configured.
+    assert_eq!(
+        get(sandboxd_tests::daemon::TEST_DIR_VARIABLE),
+        Some(format!("{}/", daemon.dir().display()).as_str())
+    );
+    let mut allowed: BTreeSet<&str> = CONTRACT.into_iter().collect();
+    allowed.insert(sandboxd_tests::daemon::TEST_DIR_VARIABLE);
     let leaked: Vec<&String> = env
         .keys()
         .filter(|key| !allowed.contains(key.as_str()))

@@ -30,6 +30,8 @@ mod events;
 mod exec;
 #[path = "sandboxctl/figures.rs"]
 mod figures;
+#[path = "sandboxctl/files.rs"]
+mod files;
 #[path = "sandboxctl/follow_output.rs"]
 mod follow_output;
 #[path = "sandboxctl/generated.rs"]
@@ -390,6 +392,13 @@ async fn run(cli: Cli) -> Result<String, Failure> {
         Command::Exec(args) => exec::run(&connect().await?, args, json).await,
         Command::Commands { scope, id } => {
             commands::print(&connect().await?, scope, &id, json).await
+        }
+        Command::Cp {
+            source,
+            destination,
+        } => files::copy(&connect().await?, &source, &destination).await,
+        Command::Ls { scope, id, path } => {
+            files::list(&connect().await?, scope, &id, &path, json).await
         }
         Command::Attach {
             scope,

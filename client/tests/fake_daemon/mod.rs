@@ -408,6 +408,59 @@ impl Sandboxd for FakeDaemon {
     ) -> Result<Vec<sandboxd_protocol::CommandInfo>, SandboxError> {
         Err(not_served("commands"))
     }
+
+    async fn put_file(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _chunk: sandboxd_protocol::PutChunk,
+    ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
+        Err(not_served("put_file"))
+    }
+
+    async fn get_file(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _path: String,
+        _offset: u64,
+        _max: u32,
+    ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
+        Err(not_served("get_file"))
+    }
+
+    async fn stat_file(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _path: String,
+    ) -> Result<sandboxd_protocol::FileStat, SandboxError> {
+        Err(not_served("stat_file"))
+    }
+
+    async fn list_files(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _path: String,
+    ) -> Result<sandboxd_protocol::FileList, SandboxError> {
+        Err(not_served("list_files"))
+    }
+
+    async fn remove_file(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _path: String,
+        _recursive: bool,
+    ) -> Result<(), SandboxError> {
+        Err(not_served("remove_file"))
+    }
 }
 
 /// The stand-in serves the calls its tests use; the daemon's own tests

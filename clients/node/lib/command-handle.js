@@ -10,8 +10,11 @@ import { InvalidArgumentError } from "./errors.js";
 
 /** How long one wait for the proof lasts at the daemon before it is asked again. */
 const WAIT_MS = 30_000;
-/** The most one input call carries (the protocol's MAX_COMMAND_INPUT). */
-const INPUT_PIECE_BYTES = 1024 * 1024;
+/**
+ * The most one input call carries (the protocol's MAX_COMMAND_INPUT: a
+ * request frame's 1 MiB less 16 KiB of room for the call's other fields).
+ */
+const INPUT_PIECE_BYTES = 1024 * 1024 - 16 * 1024;
 
 /**
  * The handle on command `facts.commandId` of sandbox (scope, id). `calls`

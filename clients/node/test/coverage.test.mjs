@@ -43,6 +43,11 @@ const NOT_BOUND = new Map([
   ["ensureFenced", "an ensure that refuses a changed incarnation"],
   ["pause", "freezing a sandbox's runner"],
   ["resume", "thawing it"],
+  ["putFile", "files into a sandbox, in chunks (sandboxctl cp)"],
+  ["getFile", "files out of a sandbox, in chunks (sandboxctl cp)"],
+  ["statFile", "one file's facts in a workspace"],
+  ["listFiles", "a workspace's directory (sandboxctl ls)"],
+  ["removeFile", "removing a file in a workspace"],
 ]);
 
 /** The `pub async fn` names of the Rust client's `impl SandboxdClient` blocks, in camelCase. */

@@ -21,6 +21,7 @@ mod command_calls;
 mod connection;
 mod deadline;
 mod differences;
+mod file_calls;
 mod service;
 mod socket;
 mod supervision;

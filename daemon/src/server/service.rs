@@ -656,6 +656,59 @@ impl Sandboxd for ConnectionService {
     ) -> Result<Vec<CommandInfo>, SandboxError> {
         self.commands_call(scope, id).await
     }
+
+    async fn put_file(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        chunk: sandboxd_protocol::PutChunk,
+    ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
+        self.put_file_call(scope, id, chunk).await
+    }
+
+    async fn get_file(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        path: String,
+        offset: u64,
+        max: u32,
+    ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
+        self.get_file_call(scope, id, path, offset, max).await
+    }
+
+    async fn stat_file(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        path: String,
+    ) -> Result<sandboxd_protocol::FileStat, SandboxError> {
+        self.stat_file_call(scope, id, path).await
+    }
+
+    async fn list_files(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        path: String,
+    ) -> Result<sandboxd_protocol::FileList, SandboxError> {
+        self.list_files_call(scope, id, path).await
+    }
+
+    async fn remove_file(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        path: String,
+        recursive: bool,
+    ) -> Result<(), SandboxError> {
+        self.remove_file_call(scope, id, path, recursive).await
+    }
 }
 
 impl ConnectionService {

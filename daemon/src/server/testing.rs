@@ -120,6 +120,50 @@ impl Driver for FakeDriver {
         ))
     }
 
+    /// The server's unit tests move no files: refused by name.
+    async fn put_file(
+        &self,
+        _key: &SandboxKey,
+        _chunk: &sandboxd_protocol::PutChunk,
+    ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
+        Err(crate::provisioner::files_not_on("fake", "put_file"))
+    }
+
+    async fn get_file(
+        &self,
+        _key: &SandboxKey,
+        _path: &str,
+        _offset: u64,
+        _max: u32,
+    ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
+        Err(crate::provisioner::files_not_on("fake", "get_file"))
+    }
+
+    async fn stat_file(
+        &self,
+        _key: &SandboxKey,
+        _path: &str,
+    ) -> Result<sandboxd_protocol::FileStat, SandboxError> {
+        Err(crate::provisioner::files_not_on("fake", "stat_file"))
+    }
+
+    async fn list_files(
+        &self,
+        _key: &SandboxKey,
+        _path: &str,
+    ) -> Result<sandboxd_protocol::FileList, SandboxError> {
+        Err(crate::provisioner::files_not_on("fake", "list_files"))
+    }
+
+    async fn remove_file(
+        &self,
+        _key: &SandboxKey,
+        _path: &str,
+        _recursive: bool,
+    ) -> Result<(), SandboxError> {
+        Err(crate::provisioner::files_not_on("fake", "remove_file"))
+    }
+
     async fn recovered_commands(&self) -> Vec<crate::started_command::RecoveredCommand> {
         Vec::new()
     }

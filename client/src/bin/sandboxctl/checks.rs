@@ -8,7 +8,7 @@
 //! it: the rules are the daemon's, not the command line's syntax.
 
 use sandboxd_client::{ClientError, SandboxError, Scope};
-use sandboxd_protocol::{validate, validate_command};
+use sandboxd_protocol::{validate, validate_command, validate_files};
 
 use crate::cli::{Command, ConnectCommand, EnvArgs};
 use crate::Failure;
@@ -46,6 +46,21 @@ pub fn arguments(command: &Command) -> Result<(), Failure> {
         | Command::Logs { scope, id, .. }
         | Command::Commands { scope, id } => validate::sandbox_id(id_name(*scope), id),
         Command::Exec(args) => validate::sandbox_id(id_name(args.scope), &args.id),
+        Command::Ls { scope, id, path } => {
+            validate::sandbox_id(id_name(*scope), id).and_then(|()| validate_files::path(path))
+        }
+        Command::Cp {
+            source,
+            destination,
+        } => [source, destination].into_iter().try_for_each(|end| {
+            match crate::files::End::parse(end) {
+                crate::files::End::Sandbox { scope, id, path } => {
+                    validate::sandbox_id(id_name(scope), &id)
+                        .and_then(|()| validate_files::path(&path))
+                }
+                crate::files::End::Local(_) => Ok(()),
+            }
+        }),
         Command::Attach {
             scope, id, command, ..
         }

@@ -249,6 +249,31 @@ pub enum Command {
         id: String,
     },
 
+    /// Copy one file into or out of a sandbox's workspace, as the
+    /// sandbox's user: `cp ./file session:ses_42:sub/file`, `cp
+    /// session:ses_42:out.txt -` (to stdout). A path in a sandbox is
+    /// SCOPE:ID:PATH, relative to its workspace; `-` is stdin or stdout.
+    Cp {
+        /// A local file (or - for stdin), or SCOPE:ID:PATH.
+        source: String,
+        /// SCOPE:ID:PATH (a directory there takes the file's name), or a
+        /// local path (or - for stdout).
+        destination: String,
+    },
+
+    /// List a directory of a sandbox's workspace (the workspace itself
+    /// without PATH): name, type, size, mode and when it was modified.
+    Ls {
+        /// session, workflow or connect.
+        #[arg(value_parser = any_scope())]
+        scope: Scope,
+        /// The session id, execution id or connect sandbox id.
+        id: String,
+        /// Relative to the workspace.
+        #[arg(default_value = "")]
+        path: String,
+    },
+
     /// Print a command's output from the first byte still kept, follow it
     /// to the command's end, and exit with its code. Interrupting it leaves
     /// the command running.

@@ -556,6 +556,51 @@ impl Driver for DockerDriver {
 
     /// The commands an earlier daemon started and left running in their
     /// containers (their records in `<state_dir>/docker/commands`).
+    /// Not yet: the Engine's archive endpoints (a tar each way) are the way,
+    /// and are left for a later change; refused by name until then.
+    async fn put_file(
+        &self,
+        _key: &SandboxKey,
+        _chunk: &sandboxd_protocol::PutChunk,
+    ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
+        Err(crate::provisioner::files_not_on("docker", "put_file"))
+    }
+
+    async fn get_file(
+        &self,
+        _key: &SandboxKey,
+        _path: &str,
+        _offset: u64,
+        _max: u32,
+    ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
+        Err(crate::provisioner::files_not_on("docker", "get_file"))
+    }
+
+    async fn stat_file(
+        &self,
+        _key: &SandboxKey,
+        _path: &str,
+    ) -> Result<sandboxd_protocol::FileStat, SandboxError> {
+        Err(crate::provisioner::files_not_on("docker", "stat_file"))
+    }
+
+    async fn list_files(
+        &self,
+        _key: &SandboxKey,
+        _path: &str,
+    ) -> Result<sandboxd_protocol::FileList, SandboxError> {
+        Err(crate::provisioner::files_not_on("docker", "list_files"))
+    }
+
+    async fn remove_file(
+        &self,
+        _key: &SandboxKey,
+        _path: &str,
+        _recursive: bool,
+    ) -> Result<(), SandboxError> {
+        Err(crate::provisioner::files_not_on("docker", "remove_file"))
+    }
+
     async fn recovered_commands(&self) -> Vec<crate::started_command::RecoveredCommand> {
         self.inner.recovered_commands().await
     }

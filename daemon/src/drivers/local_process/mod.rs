@@ -17,6 +17,7 @@ mod deferred;
 mod deprovision;
 mod disk_limit;
 mod exec;
+mod files;
 mod isolation;
 mod launch;
 mod ledger;
@@ -314,6 +315,7 @@ impl LocalProcessDriver {
             temporal_address: config.temporal_address.clone(),
             inherited_env: launch::spawn::inherited_env(),
             runner_path: config.runner_path.clone().into(),
+            extra_env: config.runner_env.clone(),
             filters: Arc::new(
                 isolation::kernel_filters::KernelFilters::for_this_host(&config.runner_path)
                     .with_session_keyring_per_uid(per_sandbox_uids),
@@ -1398,6 +1400,49 @@ impl Driver for LocalProcessDriver {
         spec: &crate::started_command::CommandSpec,
     ) -> Result<crate::started_command::StartedCommand, SandboxError> {
         self.inner.exec(key, spec).await
+    }
+
+    async fn put_file(
+        &self,
+        key: &SandboxKey,
+        chunk: &sandboxd_protocol::PutChunk,
+    ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
+        self.inner.put_file(key, chunk).await
+    }
+
+    async fn get_file(
+        &self,
+        key: &SandboxKey,
+        path: &str,
+        offset: u64,
+        max: u32,
+    ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
+        self.inner.get_file(key, path, offset, max).await
+    }
+
+    async fn stat_file(
+        &self,
+        key: &SandboxKey,
+        path: &str,
+    ) -> Result<sandboxd_protocol::FileStat, SandboxError> {
+        self.inner.stat_file(key, path).await
+    }
+
+    async fn list_files(
+        &self,
+        key: &SandboxKey,
+        path: &str,
+    ) -> Result<sandboxd_protocol::FileList, SandboxError> {
+        self.inner.list_files(key, path).await
+    }
+
+    async fn remove_file(
+        &self,
+        key: &SandboxKey,
+        path: &str,
+        recursive: bool,
+    ) -> Result<(), SandboxError> {
+        self.inner.remove_file(key, path, recursive).await
     }
 
     /// None: a command is the daemon's child and ends with it, as the

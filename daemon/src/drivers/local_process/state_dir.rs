@@ -11,6 +11,7 @@
 //!   ledger/journal        0700 / 0600 what this daemon spawned (see ledger.rs)
 //!   ledger/workspaces           0600 whose each workspace is (workspaces/catalog.rs)
 //!   exits/<base>          0700 / 0644 a runner's wait status, by its init (sandbox-init/src/init.rs)
+//!   identities/<uid>.*    0700 / 0644 a view's /etc/passwd and /etc/group (isolation/passwd_entry.rs)
 //! ```
 
 use std::fs::{DirBuilder, File, OpenOptions};

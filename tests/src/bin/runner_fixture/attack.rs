@@ -214,10 +214,19 @@ pub fn hold_kernel_objects(workspace: &Path, start_fds: Vec<(i32, String)>) -> R
     // test daemons running side by side both have a session `a`, and the
     // abstract namespace is the host's (the second bind failed with
     // EADDRINUSE and its runner exited 4: CI), so a digest of the whole
-    // path tells them apart.
+    // path tells them apart. In a view every workspace is `/workspace`:
+    // there the test's directory (the harness's `[runner] env`) and the
+    // task queue tell them apart instead.
+    let unique = match (
+        std::env::var_os("SANDBOXD_TEST_DIR"),
+        std::env::var_os("STIGMER_TASK_QUEUE"),
+    ) {
+        (Some(dir), Some(queue)) => Path::new(&dir).join(queue),
+        _ => workspace.to_path_buf(),
+    };
     let me = workspace.file_name().map_or_else(
         || std::process::id().to_string(),
-        |name| format!("{}-{:016x}", name.to_string_lossy(), path_digest(workspace)),
+        |name| format!("{}-{:016x}", name.to_string_lossy(), path_digest(&unique)),
     );
     let description = format!("sandboxd-test-runner-key-{me}");
     let key = add_session_key(&description, b"runner-secret")?;

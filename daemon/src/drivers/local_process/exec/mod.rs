@@ -182,8 +182,15 @@ impl Inner {
         target: &Target,
     ) -> Result<Launch, SandboxError> {
         let workspace = self.settings.workspace(key);
-        let cwd = workdir::resolve(&workspace, spec.workdir.as_deref())?;
-        let env = self.command_env(&workspace, &target.task_queue, spec);
+        // Resolved on the host's path; started where the view mounts it.
+        let resolved = workdir::resolve(&workspace, spec.workdir.as_deref())?;
+        let seen = self.settings.workspace_seen(&workspace);
+        let cwd = match resolved.strip_prefix(&workspace) {
+            Ok(relative) if relative.as_os_str().is_empty() => seen.clone(),
+            Ok(relative) => seen.join(relative),
+            Err(_) => resolved,
+        };
+        let env = self.command_env(&seen, &target.task_queue, spec);
         let path = env
             .iter()
             .find(|(name, _)| name == "PATH")
@@ -226,6 +233,10 @@ impl Inner {
             if !value.is_empty() {
                 env.push((name.into(), value.into()));
             }
+        }
+        for (name, value) in &settings.extra_env {
+            env.retain(|(kept, _)| kept.as_os_str() != name.as_str());
+            env.push((name.into(), value.into()));
         }
         if spec.pty.is_some() && !spec.env.iter().any(|(name, _)| name == "TERM") {
             env.push(("TERM".into(), "xterm".into()));

@@ -17,8 +17,10 @@ pub mod mount_program;
 pub mod mounts;
 pub mod namespaces;
 mod network;
+pub mod passwd_entry;
 pub mod private_network;
 pub mod seccomp;
+pub mod workspace_mount;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -70,6 +72,7 @@ pub fn features(facts: &Facts<'_>) -> Vec<IsolationFeature> {
         facts.view_problem,
     ));
     features.push(network::namespace_feature(facts.view));
+    features.push(at_home_feature(facts.view));
     features.push(devpts::feature(
         facts.view.map(|view| view.settings.devpts()),
     ));
@@ -102,12 +105,18 @@ pub async fn set_up_view(
         &config.state_dir,
         &config.socket,
     )
-    .with_devpts(devpts::set_up(config.limits.ptys).await);
+    .with_devpts(devpts::set_up(config.limits.ptys).await)
+    .with_workspace_at(
+        workspace_mount::workspace_mount_point().inspect_err(|problem| {
+            tracing::warn!(%problem, "views mount each workspace at its host path");
+        }),
+    );
     let network = network::set_up(config).await;
     (
         Some(Arc::new(View::new(
             settings,
             exits_dir.to_path_buf(),
+            config.state_dir.join("identities"),
             init_binary.clone(),
             network,
         ))),
@@ -170,6 +179,33 @@ fn namespace_features(
             "System V and POSIX IPC private, gone with the sandbox",
         ),
     ]
+}
+
+/// `at-home`: the workspace at `/workspace` and a passwd entry for the
+/// sandbox's uid, in its view (see `workspace_mount`, `passwd_entry`).
+fn at_home_feature(view: Option<&View>) -> IsolationFeature {
+    const NAME: &str = "at-home";
+    let Some(view) = view else {
+        return IsolationFeature::not_in_force(
+            NAME,
+            "no view: the workspace at its host path, the sandbox's uid without a passwd entry",
+        );
+    };
+    let passwd =
+        "a passwd and group entry for the sandbox's uid (home its workspace), over the host's";
+    match view.settings.workspace_at() {
+        Ok(inside) => IsolationFeature::in_force(
+            NAME,
+            format!(
+                "workspace at {} (HOME, WORKSPACE_ROOT_DIR); {passwd}",
+                inside.display()
+            ),
+        ),
+        Err(problem) => IsolationFeature::not_in_force(
+            NAME,
+            format!("workspace at its host path ({problem}); {passwd}"),
+        ),
+    }
 }
 
 fn uid_feature(identity: &RunnerIdentity) -> IsolationFeature {

@@ -4,7 +4,12 @@
 //! and `/dev/shm` (and a fresh `/dev/mqueue`); `/root`, `/home`,
 //! `/run/user`, the daemon's state and socket directories hidden — so no
 //! other sandbox's workspace is in sight — and the sandbox's own workspace
-//! bound back, writable, at the very path `WORKSPACE_ROOT_DIR` names.
+//! bound back, writable, at [`WORKSPACE`] (what `WORKSPACE_ROOT_DIR` and
+//! `HOME` name, as on the container tiers: a short path, so Unix sockets
+//! under it fit their 108 bytes), or at its host path where `/workspace`
+//! cannot be made on the host; and the view's own `/etc/passwd` and
+//! `/etc/group` with an entry for the sandbox's uid (see
+//! [`super::passwd_entry`]).
 //!
 //! [`ViewSettings`] is built once from the config; [`MountPlan`] is one
 //! sandbox's, made by the daemon (serialisable, unit-testable without
@@ -42,7 +47,12 @@ use std::path::{Path, PathBuf};
 
 use super::devpts::PrivateDevpts;
 use super::mount_program::{kernel_has_mount_setattr, Call, MountProgram, Step, MOUNT_ATTR_RDONLY};
+use super::passwd_entry::{IdentityFiles, GROUP, PASSWD};
 use crate::config::ViewConfig;
+
+/// Where a sandbox sees its workspace, when the host has (or the daemon
+/// could make) this empty directory to mount it on.
+pub const WORKSPACE: &str = "/workspace";
 
 /// The private tmpfs mounts every sandbox gets (those that exist here).
 const PRIVATE_TMP: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
@@ -106,13 +116,30 @@ pub struct ViewSettings {
     /// The devpts of its own each view gets, or why none (probed once,
     /// see [`with_devpts`](Self::with_devpts)).
     devpts: Result<PrivateDevpts, String>,
+    /// Where every view mounts its workspace: [`WORKSPACE`], or why not
+    /// (then at its host path).
+    workspace_inside: Result<PathBuf, String>,
 }
 
-/// One path bound back into the view.
+/// One path of the host bound into the view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bind {
+    /// The host's path, opened before anything is hidden.
     pub path: PathBuf,
+    /// Where it is mounted in the view (mostly `path` itself).
+    pub target: PathBuf,
     pub writable: bool,
+}
+
+impl Bind {
+    /// `path` bound back at the same path.
+    pub fn back(path: &Path, writable: bool) -> Bind {
+        Bind {
+            path: path.to_path_buf(),
+            target: path.to_path_buf(),
+            writable,
+        }
+    }
 }
 
 /// The mount that covers a path in every view: a private tmpfs (writable)
@@ -185,6 +212,27 @@ impl ViewSettings {
             tmp_size: view.tmp_size(memory_limit),
             tmpfs: TmpfsLayout::detect(),
             devpts: Err("not asked for".to_string()),
+            workspace_inside: Err("not asked for".to_string()),
+        }
+    }
+
+    /// Every view built from now on mounts its workspace at `inside`
+    /// (see `workspace_mount`), or at its host path, for the reason given.
+    pub fn with_workspace_at(mut self, inside: Result<PathBuf, String>) -> ViewSettings {
+        self.workspace_inside = inside;
+        self
+    }
+
+    /// Where every view mounts its workspace, or why at its host path.
+    pub fn workspace_at(&self) -> &Result<PathBuf, String> {
+        &self.workspace_inside
+    }
+
+    /// Where a sandbox whose workspace is `host` on the host sees it.
+    pub fn workspace_inside(&self, host: &Path) -> PathBuf {
+        match &self.workspace_inside {
+            Ok(inside) => inside.clone(),
+            Err(_) => host.to_path_buf(),
         }
     }
 
@@ -255,20 +303,12 @@ impl ViewSettings {
     /// The plan of a sandbox whose workspace is `workspace` and whose
     /// runner is `program`: both always in its view, the workspace writable.
     pub fn plan(&self, workspace: &Path, program: &Path) -> MountPlan {
-        let mut binds = vec![Bind {
-            path: program.to_path_buf(),
-            writable: false,
-        }];
-        binds.extend(self.read_only.iter().map(|path| Bind {
-            path: path.clone(),
-            writable: false,
-        }));
-        binds.extend(self.read_write.iter().map(|path| Bind {
-            path: path.clone(),
-            writable: true,
-        }));
+        let mut binds = vec![Bind::back(program, false)];
+        binds.extend(self.read_only.iter().map(|path| Bind::back(path, false)));
+        binds.extend(self.read_write.iter().map(|path| Bind::back(path, true)));
         binds.push(Bind {
             path: workspace.to_path_buf(),
+            target: self.workspace_inside(workspace),
             writable: true,
         });
         MountPlan {
@@ -282,6 +322,19 @@ impl ViewSettings {
 }
 
 impl MountPlan {
+    /// This plan with `files` bound read-only over the view's
+    /// `/etc/passwd` and `/etc/group`.
+    pub fn with_identity(mut self, files: &IdentityFiles) -> MountPlan {
+        for (path, target) in [(&files.passwd, PASSWD), (&files.group, GROUP)] {
+            self.binds.push(Bind {
+                path: path.clone(),
+                target: PathBuf::from(target),
+                writable: false,
+            });
+        }
+        self
+    }
+
     /// The view as the system calls that build it (see
     /// [`MountProgram`]), for a sandbox's clone child to run in its new
     /// mount namespace, as root, before the runner starts; `/proc` of the
@@ -378,9 +431,9 @@ impl MountPlan {
             steps.push("let go of the private tmpfs", root, Call::CloseTmpfs);
         }
         for (slot, bind_back) in self.binds.iter().enumerate() {
-            let path = &bind_back.path;
+            let path = &bind_back.target;
             if let Some((cover, _)) = covers.iter().find(|(cover, _)| path.starts_with(cover)) {
-                let source_is_dir = std::fs::metadata(path)
+                let source_is_dir = std::fs::metadata(&bind_back.path)
                     .map_err(fails("make a mount point at", path))?
                     .is_dir();
                 steps.mount_point(cover, path, source_is_dir)?;
@@ -720,16 +773,36 @@ mod tests {
         assert_eq!(
             plan.binds,
             [
-                Bind {
-                    path: "/root/bin/runner".into(),
-                    writable: false
-                },
-                Bind {
-                    path: "/var/lib/sandboxd/sandboxes/sbx-a".into(),
-                    writable: true
-                },
+                Bind::back(Path::new("/root/bin/runner"), false),
+                Bind::back(Path::new("/var/lib/sandboxd/sandboxes/sbx-a"), true),
             ]
         );
+    }
+
+    #[test]
+    fn the_workspace_goes_to_workspace_and_the_identity_over_etc() {
+        let settings = settings(ViewConfig::default()).with_workspace_at(Ok(WORKSPACE.into()));
+        let host = Path::new("/var/lib/sandboxd/sandboxes/sbx-a");
+        let files = IdentityFiles {
+            passwd: "/var/lib/sandboxd/identities/7.passwd".into(),
+            group: "/var/lib/sandboxd/identities/7.group".into(),
+        };
+        let plan = settings.plan(host, Path::new("/usr/bin/runner"));
+        let binds = plan.with_identity(&files).binds;
+        let target = |path: &str| binds.iter().find(|bind| bind.path == Path::new(path));
+        let workspace = target(host.to_str().unwrap()).unwrap();
+        assert_eq!(
+            (workspace.target.to_str(), workspace.writable),
+            (Some(WORKSPACE), true)
+        );
+        let passwd = target("/var/lib/sandboxd/identities/7.passwd").unwrap();
+        assert_eq!(
+            (passwd.target.to_str(), passwd.writable),
+            (Some(PASSWD), false)
+        );
+        let group = target("/var/lib/sandboxd/identities/7.group").unwrap();
+        assert_eq!(group.target, Path::new(GROUP));
+        assert_eq!(settings.workspace_inside(host), Path::new(WORKSPACE));
     }
 
     #[test]

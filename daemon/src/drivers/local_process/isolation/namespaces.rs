@@ -25,6 +25,7 @@ use super::super::prepared::parked::{Holder, Lifeline, ParkedView, ViewMaker};
 use super::init_binary::InitBinary;
 use super::kernel_filters::KernelFilters;
 use super::mounts::ViewSettings;
+use super::passwd_entry::{self, IdentityFiles};
 use super::private_network::{NetworkError, PrivateNetwork};
 use sandboxd_init::init::{ARG, DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
 
@@ -71,6 +72,9 @@ pub struct View {
     exe: Arc<InitBinary>,
     /// Where each sandbox's init writes its runner's wait status.
     exits_dir: PathBuf,
+    /// Where the views' `/etc/passwd` and `/etc/group` are written (see
+    /// [`passwd_entry`]).
+    identities_dir: PathBuf,
     /// `Ok`: each sandbox gets a network namespace of its own; `Err`: it
     /// shares the host's, and why (`[network] mode = "host"`, or private
     /// networking cannot be had here).
@@ -111,6 +115,7 @@ impl View {
     pub fn new(
         settings: ViewSettings,
         exits_dir: PathBuf,
+        identities_dir: PathBuf,
         exe: Arc<InitBinary>,
         network: Result<Arc<PrivateNetwork>, String>,
     ) -> View {
@@ -118,8 +123,23 @@ impl View {
             settings,
             exe,
             exits_dir,
+            identities_dir,
             network,
         }
+    }
+
+    /// The view's own `/etc/passwd` and `/etc/group` for `runner`'s user,
+    /// written now; `None` when the host's know it (see [`passwd_entry`]),
+    /// or when they cannot be written (a full state directory): the
+    /// sandbox still starts, its uid unnamed, and the log says why.
+    fn identity_of(&self, runner: &RunnerLaunch) -> Option<IdentityFiles> {
+        let (uid, gid) = runner.privileges.user?;
+        passwd_entry::write_for(&self.identities_dir, uid, gid, &runner.cwd)
+            .inspect_err(|error| {
+                tracing::warn!(uid, %error, "cannot write the view's /etc/passwd: the sandbox's uid has no entry in its view");
+            })
+            .ok()
+            .flatten()
     }
 
     /// What the pool's views (see `prepared`) are made from: views for
@@ -135,20 +155,27 @@ impl View {
         })
     }
 
-    /// Mounts `workspace` into a taken `view` (for its parked runner, see
-    /// `prepared::parked_runner`), under the cover a cold view would give it.
+    /// Mounts `runner`'s workspace and identity into a taken `view` (for
+    /// its parked runner, see `prepared::parked_runner`), under the cover a
+    /// cold view would give it.
     pub fn mount_workspace(
         &self,
         view: &mut ParkedView,
-        workspace: &Path,
+        runner: &RunnerLaunch,
     ) -> Result<(), StartError> {
-        let cover = view.cover_of(workspace);
-        view.enter(workspace, cover.as_ref())
-            .map(drop)
-            .map_err(|error| StartError {
-                step: error.step,
-                error: error.error,
-            })
+        let identity = self.identity_of(runner);
+        let cover = view.cover_of(&runner.cwd);
+        view.enter(
+            &runner.workspace,
+            &runner.cwd,
+            cover.as_ref(),
+            identity.as_ref(),
+        )
+        .map(drop)
+        .map_err(|error| StartError {
+            step: error.step,
+            error: error.error,
+        })
     }
 
     /// Starts `runner` (under `filters`, as the daemon starts any runner)
@@ -203,7 +230,14 @@ impl View {
             Ok(null) => null,
             Err(error) => return Ok(Err(StartError::at("open /dev/null")(error))),
         };
-        let inside = match view.enter(&runner.cwd, cover.as_ref()) {
+        let identity = self.identity_of(runner);
+        let entered = view.enter(
+            &runner.workspace,
+            &runner.cwd,
+            cover.as_ref(),
+            identity.as_ref(),
+        );
+        let inside = match entered {
             Ok(inside) => inside,
             Err(error) => {
                 let for_good = error.error.raw_os_error() == Some(libc::EPERM);
@@ -292,14 +326,14 @@ impl View {
             ),
             Err(_) => None,
         };
-        let mounts = self
-            .settings
-            .plan(&runner.cwd, &runner.program)
-            .prepare()
-            .map_err(|error| StartError {
-                step: format!("{} {}", error.step, error.path.display()),
-                error: error.error,
-            })?;
+        let mut plan = self.settings.plan(&runner.workspace, &runner.program);
+        if let Some(identity) = self.identity_of(runner) {
+            plan = plan.with_identity(&identity);
+        }
+        let mounts = plan.prepare().map_err(|error| StartError {
+            step: format!("{} {}", error.step, error.path.display()),
+            error: error.error,
+        })?;
         let [stdout, stderr] = output;
         let null = File::open("/dev/null").map_err(StartError::at("open /dev/null"))?;
         let duplicate = |fd: &OwnedFd| fd.try_clone().map_err(StartError::at("dup of stdio"));

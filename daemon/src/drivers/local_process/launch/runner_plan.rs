@@ -24,8 +24,10 @@ pub struct RunnerLaunch {
     pub program: PathBuf,
     pub args: Vec<String>,
     pub env: Vec<(OsString, OsString)>,
-    /// The workspace.
+    /// The workspace as the runner sees it: `/workspace` in a view.
     pub cwd: PathBuf,
+    /// The workspace's path on the host (what a view mounts at `cwd`).
+    pub workspace: PathBuf,
     pub privileges: Privileges,
 }
 

@@ -39,6 +39,8 @@ pub struct RunnerSettings {
     pub inherited_env: Vec<(&'static str, OsString)>,
     /// The `PATH` a runner gets (`runner_path`), not the daemon's.
     pub runner_path: OsString,
+    /// `[runner] env`: after the contract's, for every runner and command.
+    pub extra_env: Vec<(String, String)>,
     /// Keyring, Landlock, clean start and seccomp, prepared once.
     pub filters: Arc<KernelFilters>,
     pub sandboxes_dir: PathBuf,
@@ -149,6 +151,7 @@ impl RunnerSettings {
         };
         let program = self.resolve_command().map_err(unavailable)?;
         let workspace = self.workspace(key);
+        let seen = self.workspace_seen(&workspace);
         let privileges = self.identity.privileges(sandbox_uid);
         // Every I/O error below names the open-file limit when it is the
         // reason (EMFILE): a daemon holding thousands of runners meets it.
@@ -201,10 +204,10 @@ impl RunnerSettings {
         ];
         vars.extend(
             [
-                ("HOME", workspace.as_os_str()),
+                ("HOME", seen.as_os_str()),
                 ("MODE", OsStr::new("local")),
                 ("STIGMER_TASK_QUEUE", OsStr::new(&env.task_queue)),
-                ("WORKSPACE_ROOT_DIR", workspace.as_os_str()),
+                ("WORKSPACE_ROOT_DIR", seen.as_os_str()),
             ]
             .map(|(name, value)| (OsStr::new(name), value)),
         );
@@ -214,6 +217,10 @@ impl RunnerSettings {
                 .filter(|(_, value)| !value.is_empty())
                 .map(|(name, value)| (OsStr::new(name), OsStr::new(value))),
         );
+        for (name, value) in &self.extra_env {
+            vars.retain(|(kept, _)| *kept != OsStr::new(name));
+            vars.push((OsStr::new(name), OsStr::new(value)));
+        }
         let launch = RunnerLaunch {
             program: program.clone(),
             args: self.args.clone(),
@@ -221,7 +228,8 @@ impl RunnerSettings {
                 .into_iter()
                 .map(|(name, value)| (name.to_os_string(), value.to_os_string()))
                 .collect(),
-            cwd: workspace.clone(),
+            cwd: seen.clone(),
+            workspace: workspace.clone(),
             privileges,
         };
         let unusable = |why: String, for_good: bool| {
@@ -348,7 +356,7 @@ impl RunnerSettings {
     ) -> Result<Started, parked_runner::StartError> {
         if let (Some(settings), Some(parked_view)) = (&self.view, view.as_mut()) {
             settings
-                .mount_workspace(parked_view, &launch.cwd)
+                .mount_workspace(parked_view, launch)
                 .map_err(|error| parked_runner::StartError::Unused {
                     for_good: error.error.raw_os_error() == Some(libc::EPERM),
                     why: format!("{}: {}", error.step, error.error),
@@ -389,6 +397,15 @@ impl RunnerSettings {
             holder,
             process: Some(process),
         })
+    }
+
+    /// Where a runner whose workspace is `host` sees it: `/workspace` in
+    /// a view (see `isolation::workspace_mount`), else `host`.
+    pub fn workspace_seen(&self, host: &Path) -> PathBuf {
+        match &self.view {
+            Some(view) => view.settings.workspace_inside(host),
+            None => host.to_path_buf(),
+        }
     }
 
     /// `<sandboxes>/<base>`, 0700, owned by the runner's user (`user`, when

@@ -36,6 +36,7 @@ use super::super::isolation::mount_program::{
 };
 use super::super::isolation::mounts::{cover_in, Cover, ViewSettings, READ_ONLY_COVER};
 use super::super::isolation::namespaces::NAMESPACES;
+use super::super::isolation::passwd_entry::{IdentityFiles, GROUP, PASSWD};
 use super::super::isolation::private_network::{Pasta, PrivateNetwork};
 use super::super::launch::child_exits::{ChildExits, RunnerProcess};
 use super::super::launch::clone_exec::{CgroupPlacement, ExecPlan, Privileges};
@@ -230,29 +231,45 @@ impl ParkedView {
     }
 
     /// Joins the view's namespaces on this (spawner) thread and mounts
-    /// `workspace` (a directory of the daemon's) at the same path inside,
-    /// under `cover` (the mount that hides its parent in the view, see
-    /// [`ParkedView::cover_of`]). The thread is back in the daemon's own
-    /// namespaces when the returned value is dropped; on an error it is
-    /// back already.
+    /// `workspace` (a directory of the daemon's) at `inside` (`/workspace`,
+    /// or the same path), under `cover` (the mount that hides its parent in
+    /// the view, see [`ParkedView::cover_of`]), and `identity` read-only
+    /// over the view's `/etc/passwd` and `/etc/group`, as a cold view
+    /// would. The thread is back in the daemon's own namespaces when the
+    /// returned value is dropped; on an error it is back already.
     pub fn enter(
         &mut self,
         workspace: &Path,
+        inside: &Path,
         cover: Option<&Cover>,
+        identity: Option<&IdentityFiles>,
     ) -> Result<InsideView, TakeError> {
-        let tree = detached_copy(workspace).map_err(TakeError::at(format!(
+        let tree = detached_copy(workspace, false).map_err(TakeError::at(format!(
             "open_tree of the workspace {}",
             workspace.display()
         )))?;
-        let inside = self.enter_bare()?;
-        if let Some(cover) = cover {
-            make_mount_point(cover, workspace)?;
+        let mut files = Vec::new();
+        for (path, target) in identity
+            .iter()
+            .flat_map(|files| [(&files.passwd, PASSWD), (&files.group, GROUP)])
+        {
+            let copy = detached_copy(path, true)
+                .map_err(TakeError::at(format!("open_tree of {}", path.display())))?;
+            files.push((copy, target));
         }
-        move_into(&tree, workspace).map_err(TakeError::at(format!(
+        let entered = self.enter_bare()?;
+        if let Some(cover) = cover {
+            make_mount_point(cover, inside)?;
+        }
+        move_into(&tree, inside).map_err(TakeError::at(format!(
             "move_mount of the workspace onto {}",
-            workspace.display()
+            inside.display()
         )))?;
-        Ok(inside)
+        for (copy, target) in &files {
+            move_into(copy, Path::new(target))
+                .map_err(TakeError::at(format!("move_mount onto {target}")))?;
+        }
+        Ok(entered)
     }
 
     /// Joins the view's namespaces on this thread, mounting nothing (to
@@ -459,9 +476,9 @@ fn c_path(path: &Path) -> io::Result<CString> {
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-/// A detached bind of `dir` (in the daemon's mount namespace), writable,
-/// `nosuid,nodev`, as the cold view binds a workspace back.
-fn detached_copy(dir: &Path) -> io::Result<OwnedFd> {
+/// A detached bind of `dir` (in the daemon's mount namespace), writable
+/// (or `read_only`), `nosuid,nodev`, as the cold view binds it.
+fn detached_copy(dir: &Path, read_only: bool) -> io::Result<OwnedFd> {
     let path = c_path(dir)?;
     // SAFETY: open_tree with a C string; the result is a new descriptor.
     let fd = unsafe {
@@ -477,9 +494,13 @@ fn detached_copy(dir: &Path) -> io::Result<OwnedFd> {
     }
     // SAFETY: a descriptor the kernel just returned, owned by no one else.
     let tree = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let (attr_set, attr_clr) = match read_only {
+        true => (MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_RDONLY, 0),
+        false => (MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, MOUNT_ATTR_RDONLY),
+    };
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-        attr_clr: MOUNT_ATTR_RDONLY,
+        attr_set,
+        attr_clr,
         propagation: 0,
         userns_fd: 0,
     };

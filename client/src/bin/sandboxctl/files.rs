@@ -1,0 +1,240 @@
+//! `sandboxctl cp` and `sandboxctl ls`: files in and out of a sandbox's
+//! workspace, one file at a time, in chunks of at most 1 MiB.
+//!
+//! A path in a sandbox is written `SCOPE:ID:PATH` (`session:ses_42:out.txt`),
+//! PATH relative to its workspace; anything else is a local path, `-`
+//! standing for stdin or stdout.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+
+use sandboxd_client::{FileList, FileType, PutChunk, SandboxdClient, Scope};
+use sandboxd_protocol::files::MAX_FILE_CHUNK;
+
+use crate::render::table;
+use crate::time::{ago, now_unix_ms};
+use crate::Failure;
+
+/// One end of a copy.
+#[derive(Debug, PartialEq, Eq)]
+pub enum End {
+    Local(String),
+    Sandbox {
+        scope: Scope,
+        id: String,
+        path: String,
+    },
+}
+
+impl End {
+    /// `SCOPE:ID:PATH` when it starts with a scope's name, else local.
+    pub fn parse(text: &str) -> End {
+        let mut parts = text.splitn(3, ':');
+        let (Some(scope), Some(id), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            return End::Local(text.to_string());
+        };
+        match scope.parse::<Scope>() {
+            Ok(scope) if !id.is_empty() => End::Sandbox {
+                scope,
+                id: id.to_string(),
+                path: path.to_string(),
+            },
+            _ => End::Local(text.to_string()),
+        }
+    }
+}
+
+/// `sandboxctl cp SRC DST`: one end local, the other in a sandbox.
+pub async fn copy(
+    client: &SandboxdClient,
+    source: &str,
+    destination: &str,
+) -> Result<String, Failure> {
+    match (End::parse(source), End::parse(destination)) {
+        (End::Local(from), End::Sandbox { scope, id, path }) => {
+            let path = into_dir(client, scope, &id, &path, &from).await?;
+            let sent = upload(client, scope, &id, &path, &from).await?;
+            Ok(format!("{sent} bytes to {scope}:{id}:{path}\n"))
+        }
+        (End::Sandbox { scope, id, path }, End::Local(to)) => {
+            download(client, scope, &id, &path, &to).await?;
+            Ok(String::new())
+        }
+        (End::Local(_), End::Local(_)) => Err(Failure::Usage(
+            "cp copies in or out of a sandbox: write one end as SCOPE:ID:PATH (session:ses_42:out.txt)".into(),
+        )),
+        (End::Sandbox { .. }, End::Sandbox { .. }) => Err(Failure::Usage(
+            "cp copies between this host and a sandbox: one end must be a local path (or -)"
+                .into(),
+        )),
+    }
+}
+
+/// `path` itself, or the source's name inside it when it names a
+/// directory (empty, ending in `/`, or a directory in the sandbox).
+async fn into_dir(
+    client: &SandboxdClient,
+    scope: Scope,
+    id: &str,
+    path: &str,
+    from: &str,
+) -> Result<String, Failure> {
+    let is_dir = path.is_empty()
+        || path.ends_with('/')
+        || client
+            .stat_file(scope, id, path)
+            .await
+            .is_ok_and(|stat| stat.file_type == FileType::Dir);
+    if !is_dir {
+        return Ok(path.to_string());
+    }
+    let name = std::path::Path::new(from)
+        .file_name()
+        .filter(|_| from != "-")
+        .ok_or_else(|| {
+            Failure::Usage(format!(
+                "'{path}' is a directory: name the file to write from stdin"
+            ))
+        })?;
+    let dir = path.trim_end_matches('/');
+    let name = name.to_string_lossy();
+    Ok(if dir.is_empty() {
+        name.into_owned()
+    } else {
+        format!("{dir}/{name}")
+    })
+}
+
+/// Sends `from` (a file, or stdin for `-`) chunk by chunk; answers the
+/// bytes sent.
+async fn upload(
+    client: &SandboxdClient,
+    scope: Scope,
+    id: &str,
+    path: &str,
+    from: &str,
+) -> Result<u64, Failure> {
+    let cannot = |error: std::io::Error| Failure::Usage(format!("cannot read {from}: {error}"));
+    let (mut reader, mode): (Box<dyn Read>, u32) = if from == "-" {
+        (Box::new(std::io::stdin()), 0o644)
+    } else {
+        let file = std::fs::File::open(from).map_err(cannot)?;
+        let mode = file.metadata().map_err(cannot)?.permissions().mode() & 0o777;
+        (Box::new(file), mode)
+    };
+    let mut offset = 0;
+    let mut current = read_chunk(&mut reader).map_err(cannot)?;
+    loop {
+        let next = if current.len() == MAX_FILE_CHUNK as usize {
+            read_chunk(&mut reader).map_err(cannot)?
+        } else {
+            Vec::new()
+        };
+        let last = next.is_empty();
+        let chunk = PutChunk {
+            path: path.to_string(),
+            offset,
+            data: current,
+            last,
+            mode,
+        };
+        offset = client.put_file(scope, id, &chunk).await?.received;
+        if last {
+            return Ok(offset);
+        }
+        current = next;
+    }
+}
+
+/// Up to one chunk's bytes: fewer only at the end.
+fn read_chunk(reader: &mut dyn Read) -> std::io::Result<Vec<u8>> {
+    let mut chunk = Vec::with_capacity(MAX_FILE_CHUNK as usize);
+    reader
+        .take(u64::from(MAX_FILE_CHUNK))
+        .read_to_end(&mut chunk)?;
+    Ok(chunk)
+}
+
+/// Fetches `path` chunk by chunk into `to` (a file, or stdout for `-`).
+async fn download(
+    client: &SandboxdClient,
+    scope: Scope,
+    id: &str,
+    path: &str,
+    to: &str,
+) -> Result<(), Failure> {
+    let cannot = |error: std::io::Error| Failure::Output(format!("cannot write {to}: {error}"));
+    let mut writer: Box<dyn Write> = if to == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        let mut target = std::path::PathBuf::from(to);
+        if target.is_dir() {
+            let name = std::path::Path::new(path).file_name().unwrap_or_default();
+            target.push(name);
+        }
+        Box::new(std::fs::File::create(&target).map_err(cannot)?)
+    };
+    let mut offset = 0;
+    loop {
+        let chunk = client
+            .get_file(scope, id, path, offset, MAX_FILE_CHUNK)
+            .await?;
+        writer.write_all(&chunk.data).map_err(cannot)?;
+        offset += chunk.data.len() as u64;
+        if chunk.eof || chunk.data.is_empty() {
+            break;
+        }
+    }
+    writer.flush().map_err(cannot)
+}
+
+/// `sandboxctl ls SCOPE ID [PATH]`.
+pub async fn list(
+    client: &SandboxdClient,
+    scope: Scope,
+    id: &str,
+    path: &str,
+    json: bool,
+) -> Result<String, Failure> {
+    let listed = client.list_files(scope, id, path).await?;
+    crate::emit(json, &listed, |listed| render(listed, now_unix_ms()))
+}
+
+/// NAME, TYPE, SIZE, MODE and MODIFIED, one a row.
+pub fn render(listed: &FileList, now_unix_ms: u64) -> String {
+    let header = ["NAME", "TYPE", "SIZE", "MODE", "MODIFIED"].map(str::to_string);
+    let rows = listed.entries.iter().map(|entry| {
+        [
+            entry.name.escape_debug().to_string(),
+            entry.file_type.as_str().to_string(),
+            entry.size.to_string(),
+            format!("{:04o}", entry.mode),
+            ago(entry.mtime_unix_ms, now_unix_ms),
+        ]
+    });
+    let mut text = table(std::iter::once(header).chain(rows).collect());
+    if listed.truncated {
+        text.push_str("(more entries not shown)\n");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sandbox_end_starts_with_a_scope() {
+        assert_eq!(
+            End::parse("session:ses_42:sub/file"),
+            End::Sandbox {
+                scope: Scope::Session,
+                id: "ses_42".into(),
+                path: "sub/file".into()
+            }
+        );
+        assert_eq!(End::parse("./a:b:c"), End::Local("./a:b:c".into()));
+        assert_eq!(End::parse("-"), End::Local("-".into()));
+        assert_eq!(End::parse("session::x"), End::Local("session::x".into()));
+    }
+}

@@ -1,0 +1,101 @@
+//! Files in and out of a sandbox (protocol 11; see
+//! [`sandboxd_protocol::files`]): the calls as the daemon serves them.
+//! `sandboxctl cp` sends and fetches whole files with them, chunk by chunk.
+
+use sandboxd_protocol::{
+    validate, validate_files, FileChunk, FileList, FileStat, PutChunk, PutReport, Scope,
+};
+
+use crate::calls::id_field;
+use crate::client::Resend;
+use crate::{ClientError, SandboxdClient};
+
+impl SandboxdClient {
+    /// One chunk of an upload of one file (at most
+    /// [`sandboxd_protocol::files::MAX_FILE_CHUNK`] bytes). Never re-sent
+    /// after a broken connection (the lost attempt may have been written):
+    /// [`SandboxdClient::stat_file`] cannot see a partial upload, so start
+    /// over at 0, or resume at the offset the daemon's refusal names.
+    pub async fn put_file(
+        &self,
+        scope: Scope,
+        id: &str,
+        chunk: &PutChunk,
+    ) -> Result<PutReport, ClientError> {
+        validate::sandbox_id(id_field(scope), id)?;
+        validate_files::put_chunk(chunk)?;
+        self.call(Resend::Never, |rpc, ctx| {
+            let (id, chunk) = (id.to_string(), chunk.clone());
+            async move { rpc.put_file(ctx, scope, id, chunk).await }
+        })
+        .await
+    }
+
+    /// At most `max` bytes of a file in the workspace, from `offset`.
+    pub async fn get_file(
+        &self,
+        scope: Scope,
+        id: &str,
+        path: &str,
+        offset: u64,
+        max: u32,
+    ) -> Result<FileChunk, ClientError> {
+        validate::sandbox_id(id_field(scope), id)?;
+        validate_files::file_path(path)?;
+        self.call(Resend::Once, |rpc, ctx| {
+            let (id, path) = (id.to_string(), path.to_string());
+            async move { rpc.get_file(ctx, scope, id, path, offset, max).await }
+        })
+        .await
+    }
+
+    /// One file's facts (a symlink is not followed).
+    pub async fn stat_file(
+        &self,
+        scope: Scope,
+        id: &str,
+        path: &str,
+    ) -> Result<FileStat, ClientError> {
+        validate::sandbox_id(id_field(scope), id)?;
+        validate_files::path(path)?;
+        self.call(Resend::Once, |rpc, ctx| {
+            let (id, path) = (id.to_string(), path.to_string());
+            async move { rpc.stat_file(ctx, scope, id, path).await }
+        })
+        .await
+    }
+
+    /// A directory's entries (`""`: the workspace).
+    pub async fn list_files(
+        &self,
+        scope: Scope,
+        id: &str,
+        path: &str,
+    ) -> Result<FileList, ClientError> {
+        validate::sandbox_id(id_field(scope), id)?;
+        validate_files::path(path)?;
+        self.call(Resend::Once, |rpc, ctx| {
+            let (id, path) = (id.to_string(), path.to_string());
+            async move { rpc.list_files(ctx, scope, id, path).await }
+        })
+        .await
+    }
+
+    /// Removes a file, a symlink, or a directory (its contents too when
+    /// `recursive`). Not re-sent: a second try would report the file gone.
+    pub async fn remove_file(
+        &self,
+        scope: Scope,
+        id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> Result<(), ClientError> {
+        validate::sandbox_id(id_field(scope), id)?;
+        validate_files::file_path(path)?;
+        self.call(Resend::Never, |rpc, ctx| {
+            let (id, path) = (id.to_string(), path.to_string());
+            async move { rpc.remove_file(ctx, scope, id, path, recursive).await }
+        })
+        .await
+    }
+}

@@ -1,0 +1,99 @@
+//! The calls on files in sandboxes (`put_file` and the rest), as the
+//! service's methods call them: authorize → validate → the tier → reply.
+
+use sandboxd_protocol::files::MAX_FILE_CHUNK;
+use sandboxd_protocol::validate_files;
+use sandboxd_protocol::{FileChunk, FileList, FileStat, PutChunk, PutReport, SandboxError, Scope};
+
+use super::service::ConnectionService;
+use crate::access::Call;
+use crate::provisioner::SandboxKey;
+
+impl ConnectionService {
+    pub(super) async fn put_file_call(
+        &self,
+        scope: Scope,
+        id: String,
+        chunk: PutChunk,
+    ) -> Result<PutReport, SandboxError> {
+        let _timer = self.authorize(Call::PutFile)?;
+        let key = super::service::key(scope, super::service::id_field(scope), id)?;
+        validate_files::put_chunk(&chunk)?;
+        let result = self.daemon.driver.put_file(&key, &chunk).await;
+        log_refusal("put_file", &key, &chunk.path, &result);
+        if let Ok(report) = &result {
+            if report.complete {
+                tracing::info!(scope = %key.scope, id = %key.shown_id(), path = %chunk.path.escape_debug(), bytes = report.received, "file put into the sandbox");
+            }
+        }
+        result
+    }
+
+    pub(super) async fn get_file_call(
+        &self,
+        scope: Scope,
+        id: String,
+        path: String,
+        offset: u64,
+        max: u32,
+    ) -> Result<FileChunk, SandboxError> {
+        let _timer = self.authorize(Call::GetFile)?;
+        let key = super::service::key(scope, super::service::id_field(scope), id)?;
+        validate_files::file_path(&path)?;
+        let max = max.clamp(1, MAX_FILE_CHUNK);
+        let result = self.daemon.driver.get_file(&key, &path, offset, max).await;
+        log_refusal("get_file", &key, &path, &result);
+        result
+    }
+
+    pub(super) async fn stat_file_call(
+        &self,
+        scope: Scope,
+        id: String,
+        path: String,
+    ) -> Result<FileStat, SandboxError> {
+        let _timer = self.authorize(Call::StatFile)?;
+        let key = super::service::key(scope, super::service::id_field(scope), id)?;
+        validate_files::path(&path)?;
+        self.daemon.driver.stat_file(&key, &path).await
+    }
+
+    pub(super) async fn list_files_call(
+        &self,
+        scope: Scope,
+        id: String,
+        path: String,
+    ) -> Result<FileList, SandboxError> {
+        let _timer = self.authorize(Call::ListFiles)?;
+        let key = super::service::key(scope, super::service::id_field(scope), id)?;
+        validate_files::path(&path)?;
+        self.daemon.driver.list_files(&key, &path).await
+    }
+
+    pub(super) async fn remove_file_call(
+        &self,
+        scope: Scope,
+        id: String,
+        path: String,
+        recursive: bool,
+    ) -> Result<(), SandboxError> {
+        let _timer = self.authorize(Call::RemoveFile)?;
+        let key = super::service::key(scope, super::service::id_field(scope), id)?;
+        validate_files::file_path(&path)?;
+        let result = self.daemon.driver.remove_file(&key, &path, recursive).await;
+        log_refusal("remove_file", &key, &path, &result);
+        if result.is_ok() {
+            tracing::info!(scope = %key.scope, id = %key.shown_id(), path = %path.escape_debug(), recursive, "file removed from the sandbox");
+        }
+        result
+    }
+}
+
+/// One line for a refused file call that got past validation: a refusal
+/// there is the sandbox's doing (a planted link) or the host's, worth
+/// seeing in the log.
+fn log_refusal<T>(call: &str, key: &SandboxKey, path: &str, result: &Result<T, SandboxError>) {
+    if let Err(error) = result {
+        tracing::warn!(call, scope = %key.scope, id = %key.shown_id(), path = %path.escape_debug(), kind = error.kind(), %error, "file call refused");
+    }
+}

@@ -554,8 +554,6 @@ impl Driver for DockerDriver {
         self.inner.exec(key, spec).await
     }
 
-    /// The commands an earlier daemon started and left running in their
-    /// containers (their records in `<state_dir>/docker/commands`).
     /// Not yet: the Engine's archive endpoints (a tar each way) are the way,
     /// and are left for a later change; refused by name until then.
     async fn put_file(
@@ -601,6 +599,8 @@ impl Driver for DockerDriver {
         Err(crate::provisioner::files_not_on("docker", "remove_file"))
     }
 
+    /// The commands an earlier daemon started and left running in their
+    /// containers (their records in `<state_dir>/docker/commands`).
     async fn recovered_commands(&self) -> Vec<crate::started_command::RecoveredCommand> {
         self.inner.recovered_commands().await
     }

@@ -291,9 +291,6 @@ impl Driver for KubernetesDriver {
         exec::start(&self.inner, key, spec, &self.follows).await
     }
 
-    /// None: a command here is followed over its exec's stream, which
-    /// ends with the daemon that opened it (its proof then says
-    /// `daemon-stopped`); a later daemon has nothing to follow it by.
     /// Not yet: it would take a tar through an exec in the pod; refused by
     /// name until then.
     async fn put_file(
@@ -342,6 +339,9 @@ impl Driver for KubernetesDriver {
         ))
     }
 
+    /// None: a command here is followed over its exec's stream, which
+    /// ends with the daemon that opened it (its proof then says
+    /// `daemon-stopped`); a later daemon has nothing to follow it by.
     async fn recovered_commands(&self) -> Vec<crate::started_command::RecoveredCommand> {
         Vec::new()
     }

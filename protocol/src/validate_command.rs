@@ -128,31 +128,7 @@ fn env(env: &[(String, String)]) -> Result<(), SandboxError> {
 
 /// A working directory: relative to the workspace, no `..`, no NUL.
 pub fn workdir(dir: &str) -> Result<(), SandboxError> {
-    if dir.contains('\0') {
-        return Err(invalid(
-            "workdir",
-            format_args!("\"{}\" contains a NUL byte", shown(dir)),
-        ));
-    }
-    if dir.starts_with('/') {
-        return Err(invalid(
-            "workdir",
-            format_args!(
-                "\"{}\" is absolute: give it relative to the workspace",
-                shown(dir)
-            ),
-        ));
-    }
-    if dir.split('/').any(|part| part == "..") {
-        return Err(invalid(
-            "workdir",
-            format_args!(
-                "\"{}\" goes up with '..': it must stay inside the workspace",
-                shown(dir)
-            ),
-        ));
-    }
-    Ok(())
+    crate::validate_files::inside_workspace("workdir", dir)
 }
 
 /// A tag: 1–128 bytes of `[A-Za-z0-9_.:-]`.

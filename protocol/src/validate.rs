@@ -59,6 +59,37 @@ fn check_no_control(field: &str, value: &str) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// `value` of `field` names a place in the workspace: no NUL, not
+/// absolute, never up with `..` (the daemon still resolves it beneath the
+/// workspace, so a symlink cannot lead out either).
+pub fn inside_workspace(field: &str, value: &str) -> Result<(), SandboxError> {
+    if value.contains('\0') {
+        return Err(invalid(
+            field,
+            format_args!("\"{}\" contains a NUL byte", shown(value)),
+        ));
+    }
+    if value.starts_with('/') {
+        return Err(invalid(
+            field,
+            format_args!(
+                "\"{}\" is absolute: give it relative to the workspace",
+                shown(value)
+            ),
+        ));
+    }
+    if value.split('/').any(|part| part == "..") {
+        return Err(invalid(
+            field,
+            format_args!(
+                "\"{}\" goes up with '..': it must stay inside the workspace",
+                shown(value)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A sandbox id (session id, execution id, connect request id): 1–253 bytes,
 /// no NUL or other control characters, no `/`, and not `.` or `..`.
 ///

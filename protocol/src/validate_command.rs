@@ -128,7 +128,7 @@ fn env(env: &[(String, String)]) -> Result<(), SandboxError> {
 
 /// A working directory: relative to the workspace, no `..`, no NUL.
 pub fn workdir(dir: &str) -> Result<(), SandboxError> {
-    crate::validate_files::inside_workspace("workdir", dir)
+    crate::validate::inside_workspace("workdir", dir)
 }
 
 /// A tag: 1–128 bytes of `[A-Za-z0-9_.:-]`.

@@ -3,39 +3,8 @@
 //! field and the rule broken.
 
 use crate::files::{PutChunk, MAX_FILE_CHUNK, MAX_PATH_LEN};
-use crate::validate::{invalid, shown};
+use crate::validate::{inside_workspace, invalid, shown};
 use crate::SandboxError;
-
-/// `value` of `field` names a place in the workspace: no NUL, not
-/// absolute, never up with `..` (the daemon still resolves it beneath the
-/// workspace, so a symlink cannot lead out either).
-pub fn inside_workspace(field: &str, value: &str) -> Result<(), SandboxError> {
-    if value.contains('\0') {
-        return Err(invalid(
-            field,
-            format_args!("\"{}\" contains a NUL byte", shown(value)),
-        ));
-    }
-    if value.starts_with('/') {
-        return Err(invalid(
-            field,
-            format_args!(
-                "\"{}\" is absolute: give it relative to the workspace",
-                shown(value)
-            ),
-        ));
-    }
-    if value.split('/').any(|part| part == "..") {
-        return Err(invalid(
-            field,
-            format_args!(
-                "\"{}\" goes up with '..': it must stay inside the workspace",
-                shown(value)
-            ),
-        ));
-    }
-    Ok(())
-}
 
 /// A path in the workspace: relative, no `..`, no NUL, at most
 /// [`MAX_PATH_LEN`] bytes. Empty or `.` is the workspace itself.

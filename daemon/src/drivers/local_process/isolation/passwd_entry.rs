@@ -13,7 +13,7 @@
 //! and the host's files are not touched.
 //!
 //! Files are named by uid: a uid belongs to one sandbox at a time, each
-//! start rewrites them (the host's databases may have changed), and their
+//! start checks them (the host's databases may have changed), and their
 //! number is bounded by the uid pool. A view keeps the inode it bound,
 //! so the rename of a rewrite never changes a running sandbox's view.
 
@@ -95,10 +95,16 @@ fn free_name(database: &str, id: u32) -> String {
     }
 }
 
-/// `path` holding `text`, `0644`, written beside it and renamed over it.
-/// The temporary name is this write's own: sandboxes that share a uid
-/// (`run_as` a number the host does not name) may start at once.
+/// `path` holding `text`, `0644`, written beside it and renamed over it;
+/// left as it is when it holds `text` already (the usual case: the host's
+/// databases rarely change, and a new inode per start costs the start
+/// more than reading the file back). The temporary name is this write's
+/// own: sandboxes that share a uid (`run_as` a number the host does not
+/// name) may start at once.
 fn replace(path: &Path, text: &str) -> io::Result<()> {
+    if std::fs::read(path).is_ok_and(|held| held == text.as_bytes()) {
+        return Ok(());
+    }
     static WRITES: AtomicU64 = AtomicU64::new(0);
     let n = WRITES.fetch_add(1, Ordering::Relaxed);
     let mut temporary = path.as_os_str().to_owned();
@@ -131,6 +137,19 @@ mod tests {
             format!("{host}\nx\n"),
             "a host file without its last newline"
         );
+    }
+
+    #[test]
+    fn a_copy_that_holds_the_text_already_is_not_written_again() {
+        let dir = crate::test_dir::TestDir::new("passwd-unchanged");
+        let path = dir.0.join("1.passwd");
+        replace(&path, "a\n").unwrap();
+        let first = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
+        replace(&path, "a\n").unwrap();
+        let same = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
+        assert_eq!(first, same, "rewritten though unchanged");
+        replace(&path, "b\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "b\n");
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! the peer, gone, can make no call) and, in theory, with pid reuse.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 /// The name of the directory the per-sandbox cgroups live in, beside the
 /// daemon's own leaf.
@@ -83,13 +84,21 @@ fn parse_cgroup(text: &str) -> Vec<String> {
 }
 
 /// The sandbox a cgroup path lies in: the component after a `sandboxes`
-/// directory, when `is_sandbox` says it names one of the driver's.
-pub fn sandbox_of_cgroup(path: &str, is_sandbox: impl Fn(&str) -> bool) -> Option<String> {
+/// directory, when `is_sandbox(dir, name)` says it names one of the
+/// driver's. `dir` is that `sandboxes` directory's path in the hierarchy
+/// (`sandboxd-1a2b/sandboxes`): another daemon's sandboxes have the same
+/// kind of names (`prepared-0`) under a directory of its own.
+pub fn sandbox_of_cgroup(path: &str, is_sandbox: impl Fn(&Path, &str) -> bool) -> Option<String> {
     let components: Vec<&str> = path.split('/').filter(|part| !part.is_empty()).collect();
-    components
-        .windows(2)
-        .find(|pair| pair[0] == SANDBOXES_CGROUP_DIR && is_sandbox(pair[1]))
-        .map(|pair| pair[1].to_string())
+    (1..components.len())
+        .find(|&at| {
+            components[at - 1] == SANDBOXES_CGROUP_DIR
+                && is_sandbox(
+                    &components[..at].iter().collect::<PathBuf>(),
+                    components[at],
+                )
+        })
+        .map(|at| components[at].to_string())
 }
 
 /// The whole check, for a driver that knows its running sandboxes' base
@@ -98,7 +107,7 @@ pub fn sandbox_of_cgroup(path: &str, is_sandbox: impl Fn(&str) -> bool) -> Optio
 /// runner's pid; see [`workspace_of`]).
 pub fn origin_of(
     pid: i32,
-    is_sandbox: impl Fn(&str) -> bool,
+    is_sandbox: impl Fn(&Path, &str) -> bool,
     runners: &HashMap<i32, String>,
     starting: impl Fn(i32) -> Option<String>,
 ) -> PeerOrigin {
@@ -192,7 +201,7 @@ mod tests {
             });
         }
         let mut child = command.spawn().unwrap();
-        let origin = origin_of(child.id() as i32, |_| false, &HashMap::new(), |_| None);
+        let origin = origin_of(child.id() as i32, |_, _| false, &HashMap::new(), |_| None);
         let _ = child.kill();
         let _ = child.wait();
         assert!(
@@ -203,7 +212,7 @@ mod tests {
         assert_eq!(
             origin_of(
                 std::process::id() as i32,
-                |_| false,
+                |_, _| false,
                 &HashMap::new(),
                 |_| None
             ),
@@ -245,7 +254,8 @@ mod tests {
 
     #[test]
     fn finds_a_sandbox_in_v1_and_v2_paths_and_only_ours() {
-        let ours = |name: &str| name == "sbx-ses-0123456789ab";
+        let ours =
+            |dir: &Path, name: &str| dir.ends_with("sandboxes") && name == "sbx-ses-0123456789ab";
         let text = "12:pids:/sandboxd/sandboxes/sbx-ses-0123456789ab\n\
                     0::/system.slice/sandboxd.service/sandboxes/sbx-ses-0123456789ab/inner\n";
         let paths = parse_cgroup(text);
@@ -264,17 +274,31 @@ mod tests {
     }
 
     #[test]
+    fn a_sandbox_of_the_same_name_under_another_daemons_tree_is_not_ours() {
+        let own = Path::new("/sys/fs/cgroup/unified/sandboxd-aaaa/sandboxes");
+        let ours = |dir: &Path, name: &str| own.ends_with(dir) && name == "prepared-0";
+        assert_eq!(
+            sandbox_of_cgroup("/sandboxd-aaaa/sandboxes/prepared-0", ours).as_deref(),
+            Some("prepared-0")
+        );
+        assert_eq!(
+            sandbox_of_cgroup("/sandboxd-bbbb/sandboxes/prepared-0", ours),
+            None
+        );
+    }
+
+    #[test]
     fn our_own_process_is_outside_unless_its_session_is_a_runner() {
         let me = std::process::id() as i32;
         let none = HashMap::new();
         assert_eq!(
-            origin_of(me, |_| false, &none, |_| None),
+            origin_of(me, |_, _| false, &none, |_| None),
             PeerOrigin::Outside
         );
         let ids = session_and_group(me).unwrap();
         let runners = HashMap::from([(ids.session, "sbx-ses-000000000000".to_string())]);
         assert_eq!(
-            origin_of(me, |_| false, &runners, |_| None),
+            origin_of(me, |_, _| false, &runners, |_| None),
             PeerOrigin::Sandbox {
                 base_name: "sbx-ses-000000000000".to_string(),
                 how: "its session"
@@ -313,7 +337,9 @@ mod tests {
         std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
         let origin = origin_of(
             pid,
-            |name| name == "sbx-ses-abcdefabcdef",
+            |dir, name| {
+                dir.ends_with(format!("{base}/sandboxes")) && name == "sbx-ses-abcdefabcdef"
+            },
             &HashMap::new(),
             |_| None,
         );

@@ -40,8 +40,13 @@ impl Inner {
             (names, runners)
         };
         let sandboxes_dir = self.containment.tree().map(|tree| &tree.sandboxes().v2);
-        let is_sandbox = |name: &str| {
-            names.contains_key(name) || sandboxes_dir.is_some_and(|dir| dir.join(name).is_dir())
+        // Under this daemon's own `sandboxes` directory only: another
+        // daemon's sandboxes have names like ours (`prepared-0`).
+        let is_sandbox = |dir: &std::path::Path, name: &str| match sandboxes_dir {
+            Some(own) => {
+                own.ends_with(dir) && (names.contains_key(name) || own.join(name).is_dir())
+            }
+            None => names.contains_key(name),
         };
         let starting =
             |leader: i32| peer_origin::workspace_of(leader, &self.settings.sandboxes_dir);

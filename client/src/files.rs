@@ -1,6 +1,7 @@
-//! Files in and out of a sandbox (protocol 11; see
-//! [`sandboxd_protocol::files`]): the calls as the daemon serves them.
-//! `sandboxctl cp` sends and fetches whole files with them, chunk by chunk.
+//! Files in and out of a sandbox (protocol 11, tar streams protocol 12;
+//! see [`sandboxd_protocol::files`]): the calls as the daemon serves them.
+//! `sandboxctl cp` sends and fetches whole files and trees with them,
+//! chunk by chunk.
 
 use sandboxd_protocol::{
     validate, validate_files, FileChunk, FileList, FileStat, PutChunk, PutReport, Scope,
@@ -95,6 +96,44 @@ impl SandboxdClient {
         self.call(Resend::Never, |rpc, ctx| {
             let (id, path) = (id.to_string(), path.to_string());
             async move { rpc.remove_file(ctx, scope, id, path, recursive).await }
+        })
+        .await
+    }
+
+    /// One chunk of a tar stream unpacked into the directory `chunk.path`
+    /// (`""`: the workspace) after its last chunk. Never re-sent, as
+    /// [`SandboxdClient::put_file`].
+    pub async fn put_tar(
+        &self,
+        scope: Scope,
+        id: &str,
+        chunk: &PutChunk,
+    ) -> Result<PutReport, ClientError> {
+        validate::sandbox_id(id_field(scope), id)?;
+        validate_files::tar_chunk(chunk)?;
+        self.call(Resend::Never, |rpc, ctx| {
+            let (id, chunk) = (id.to_string(), chunk.clone());
+            async move { rpc.put_tar(ctx, scope, id, chunk).await }
+        })
+        .await
+    }
+
+    /// At most `max` bytes of a tar stream of `path` (a file, or a
+    /// directory with everything in it; `""`: the workspace), from
+    /// `offset`.
+    pub async fn get_tar(
+        &self,
+        scope: Scope,
+        id: &str,
+        path: &str,
+        offset: u64,
+        max: u32,
+    ) -> Result<FileChunk, ClientError> {
+        validate::sandbox_id(id_field(scope), id)?;
+        validate_files::path(path)?;
+        self.call(Resend::Once, |rpc, ctx| {
+            let (id, path) = (id.to_string(), path.to_string());
+            async move { rpc.get_tar(ctx, scope, id, path, offset, max).await }
         })
         .await
     }

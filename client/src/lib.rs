@@ -37,6 +37,7 @@ mod files;
 mod lifecycle;
 mod socket_path;
 mod stop_wait;
+mod tar_stream;
 
 pub use builder::ClientBuilder;
 pub use client::SandboxdClient;
@@ -45,6 +46,7 @@ pub use error::ClientError;
 pub use events::StreamItem;
 pub use exec::{ExecHandle, OutputEvent, OutputFollower, RunOptions, RunOutcome};
 pub use socket_path::{default_socket_path, SOCKET_ENV, SYSTEM_SOCKET, USER_SOCKET_SUFFIX};
+pub use tar_stream::TarStreamError;
 
 /// The egress postures and their address table (SPEC §9): the one table
 /// the control plane and the daemon both judge addresses with.
@@ -64,3 +66,4 @@ pub use sandboxd_protocol::{Event, EventCursor, EventKind, EventsReply, ExitReas
 pub use sandboxd_protocol::{FileChunk, FileList, FileStat, FileType, PutChunk, PutReport};
 pub use sandboxd_protocol::{Health, HealthVerdict, PauseReport, Shown};
 pub use sandboxd_protocol::{SandboxUsage, Usage};
+pub use sandboxd_protocol::{ViewEntry, ViewKind};

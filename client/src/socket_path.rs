@@ -4,7 +4,7 @@
 //! started by the same user with no flags find each other: root uses the
 //! system path, anyone else their runtime directory — unless no daemon of
 //! theirs listens there and the system daemon's socket exists: then that
-//! one, so a member of the system daemon's group (the README's access
+//! one, so a member of the system daemon's group (docs/install.md's access
 //! model) needs no `--socket` on every call. `SANDBOXD_SOCKET` overrides
 //! all of it, for tests and unusual layouts.
 

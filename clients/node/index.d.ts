@@ -29,7 +29,7 @@ export interface SandboxProvisioner {
   probe(scope: SandboxScope, id: string): Promise<SandboxProbeState>;
 }
 
-/** The seed's SandboxDriverConfig (the daemon's own configuration wins; see README). */
+/** The seed's SandboxDriverConfig (the daemon's own configuration wins; see docs/control-plane.md). */
 export interface SandboxDriverConfig {
   readonly backendEndpoint: string;
   readonly temporalAddress: string;
@@ -78,6 +78,22 @@ export interface ExitInfo {
   readonly reason: unknown;
 }
 
+/**
+ * One path a process-tier sandbox's view adds over the host's tree
+ * (`isolation = "full"`), and the setting that put it there.
+ */
+export interface ViewEntry {
+  /** The path as the sandbox sees it. */
+  readonly path: string;
+  readonly kind: "read-only" | "read-write" | "hidden" | "private-tmpfs" | "own-instance" | "workspace";
+  /** `built-in`, or the config key: `[view] read_only`, `[view] read_write`, `[view] hidden`, `state_dir`, `socket`, `runner_command`, `[limits] ptys`. */
+  readonly source: string;
+  /** How, in a few words (a tmpfs's size, a hidden path absent on the host, a path bound back under a hidden one). */
+  readonly detail: string;
+  /** Where it is on the host when that is one sandbox's (the workspace); else `null`. */
+  readonly hostPath: string | null;
+}
+
 /** One sandbox's facts (never the token). Fields the daemon adds later appear as extra keys. */
 export interface SandboxInfo {
   /** `sbx-<code>-<hex12>`, the runtime object's name. */
@@ -101,6 +117,8 @@ export interface SandboxInfo {
   readonly usage?: Record<string, number | string | null> | null;
   /** Set while paused (protocol 8): since when; `state` then says `stopped`. */
   readonly pausedSinceUnixMs?: number | null;
+  /** Each path its view adds and why, the workspace with its host path (`describe` only, process tier; empty elsewhere). */
+  readonly view?: readonly ViewEntry[];
   readonly [more: string]: unknown;
 }
 
@@ -120,6 +138,8 @@ export interface DaemonStatus {
   };
   readonly socketPath: string;
   readonly stateDir: string;
+  /** Each path every sandbox's view adds and why (process tier under `isolation = "full"`; empty elsewhere). */
+  readonly view?: readonly ViewEntry[];
   readonly [more: string]: unknown;
 }
 
@@ -179,7 +199,77 @@ export interface SandboxdProvisioner extends SandboxProvisioner {
     argv: readonly string[],
     options?: RunCommandOptions,
   ): Promise<RunCommandResult>;
+  /**
+   * Writes a whole file into the sandbox's workspace (protocol 11), as the
+   * sandbox's user, in chunks of MAX_FILE_CHUNK bytes. `path` is relative
+   * to the workspace and its directory must exist; the file takes its
+   * place only after the last chunk (an upload that fails midway leaves
+   * nothing at `path`: call again to start over). `data` is the bytes, a
+   * string (UTF-8), or an async iterable of them (a Node Readable, say).
+   * `mode` defaults to 0o644; setuid, setgid and sticky are dropped.
+   * Works on a stopped sandbox whose workspace is kept. A bad path is an
+   * InvalidArgumentError naming it; a link that leads out of the
+   * workspace a PermissionDeniedError.
+   */
+  putFile(
+    scope: SandboxScope,
+    id: string,
+    path: string,
+    data: FileData,
+    options?: { readonly mode?: number },
+  ): Promise<PutReport>;
+  /** A whole file of the workspace, read as the sandbox's user, chunk by chunk until its end. */
+  getFile(scope: SandboxScope, id: string, path: string): Promise<Buffer>;
+  /** One file's facts (a symlink is not followed); NotFoundError when there is none. */
+  statFile(scope: SandboxScope, id: string, path: string): Promise<FileStat>;
+  /** A directory's entries by name (`""`, the default: the workspace itself). */
+  listFiles(scope: SandboxScope, id: string, path?: string): Promise<FileList>;
+  /** Removes a file, a symlink (never what it points at) or a directory (with everything in it only when `recursive`). */
+  removeFile(scope: SandboxScope, id: string, path: string, options?: { readonly recursive?: boolean }): Promise<void>;
+  /**
+   * Unpacks a tar archive into the existing directory `dir` of the
+   * workspace (`""`: the workspace itself; protocol 12), as the sandbox's
+   * user, after its last chunk, merging into directories already there:
+   * a corrupt or refused archive leaves nothing behind. An absolute name, a `..`, a device node or a link that leads
+   * out is refused by its name; modes lose setuid, setgid and sticky.
+   */
+  putTar(scope: SandboxScope, id: string, dir: string, archive: FileData): Promise<PutReport>;
+  /**
+   * A tar stream of `path` (a file, or a directory with everything in it;
+   * `""`, the default: the whole workspace; protocol 12), read chunk by
+   * chunk as it is iterated: `Buffer.concat` of what it yields is the archive.
+   */
+  getTar(scope: SandboxScope, id: string, path?: string): AsyncIterableIterator<Buffer>;
   readonly socketPath: string;
+}
+
+/** What putFile and putTar take: bytes, a string (UTF-8), or an async iterable of them. */
+export type FileData = Uint8Array | string | AsyncIterable<Uint8Array | string>;
+
+/** What an upload ended with. */
+export interface PutReport {
+  /** The bytes the daemon received. */
+  readonly received: number;
+  /** True: the file is at its path (the archive unpacked). */
+  readonly complete: boolean;
+}
+
+/** One file's facts, as statFile and listFiles give them. */
+export interface FileStat {
+  /** Its name in its directory (`.` for the workspace itself). */
+  readonly name: string;
+  readonly fileType: "file" | "dir" | "symlink" | "other";
+  readonly size: number;
+  /** Permission bits and the setuid, setgid and sticky bits. */
+  readonly mode: number;
+  readonly mtimeUnixMs: number;
+}
+
+/** A directory's entries, by name. */
+export interface FileList {
+  readonly entries: readonly FileStat[];
+  /** True when the directory holds more than the daemon lists at once (10,000). */
+  readonly truncated: boolean;
 }
 
 /** Which incarnation a fenced call expects (`uid` and/or `generation` from an ensure or describe). */
@@ -372,6 +462,8 @@ export declare const newSandboxdProvisioner: (options: {
 }) => SandboxdProvisioner;
 
 export declare const SYSTEM_SOCKET: "/run/stigmer/sandboxd.sock";
+/** The most bytes one file or tar chunk carries: 1 MiB less 16 KiB (1032192). */
+export declare const MAX_FILE_CHUNK: number;
 export declare function sandboxdSocket(): string;
 export declare const SANDBOXD_PROVISIONER_TYPE: "sandboxd";
 

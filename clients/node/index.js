@@ -4,6 +4,7 @@
 export { newSandboxdProvisioner, sandboxdSocket, SYSTEM_SOCKET } from "./lib/provisioner.js";
 export { sandboxdExtension, SANDBOXD_PROVISIONER_TYPE } from "./lib/extension.js";
 export { configDifferences } from "./lib/config-check.js";
+export { MAX_FILE_CHUNK } from "./lib/files.js";
 export {
   SandboxdError,
   InvalidArgumentError,

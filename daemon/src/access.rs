@@ -21,6 +21,7 @@
 
 use sandboxd_protocol::SandboxError;
 
+pub use crate::calls::{Call, CallClass};
 use crate::config::AccessConfig;
 
 /// The credentials of a connected peer, as `SO_PEERCRED` reported them when
@@ -31,164 +32,6 @@ pub struct Peer {
     pub gid: u32,
     /// Absent only on platforms that do not report it.
     pub pid: Option<i32>,
-}
-
-/// One call of the service, as access control sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Call {
-    ProtocolVersion,
-    Ensure,
-    Deprovision,
-    CreateConnect,
-    DeprovisionConnect,
-    Probe,
-    Describe,
-    List,
-    Status,
-    Logs,
-    Workspaces,
-    EnsureFenced,
-    DeprovisionFenced,
-    DeprovisionConnectFenced,
-    Events,
-    Usage,
-    Pause,
-    Resume,
-    Exec,
-    CommandOutput,
-    CommandWait,
-    CommandInput,
-    CommandSignal,
-    CommandResize,
-    Commands,
-    PutFile,
-    GetFile,
-    StatFile,
-    ListFiles,
-    RemoveFile,
-}
-
-/// What a call can do, which decides who may make it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallClass {
-    /// Harmless and needed to diagnose a mismatch: everyone.
-    Open,
-    /// Reads state.
-    Read,
-    /// Creates, starts or destroys sandboxes.
-    Mutate,
-}
-
-impl Call {
-    /// Every call, in the service's order (the order of the enum).
-    pub const ALL: [Call; 30] = [
-        Call::ProtocolVersion,
-        Call::Ensure,
-        Call::Deprovision,
-        Call::CreateConnect,
-        Call::DeprovisionConnect,
-        Call::Probe,
-        Call::Describe,
-        Call::List,
-        Call::Status,
-        Call::Logs,
-        Call::Workspaces,
-        Call::EnsureFenced,
-        Call::DeprovisionFenced,
-        Call::DeprovisionConnectFenced,
-        Call::Events,
-        Call::Usage,
-        Call::Pause,
-        Call::Resume,
-        Call::Exec,
-        Call::CommandOutput,
-        Call::CommandWait,
-        Call::CommandInput,
-        Call::CommandSignal,
-        Call::CommandResize,
-        Call::Commands,
-        Call::PutFile,
-        Call::GetFile,
-        Call::StatFile,
-        Call::ListFiles,
-        Call::RemoveFile,
-    ];
-
-    /// The method's name on the wire, for messages and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Call::ProtocolVersion => "protocol_version",
-            Call::Ensure => "ensure",
-            Call::Deprovision => "deprovision",
-            Call::CreateConnect => "create_connect",
-            Call::DeprovisionConnect => "deprovision_connect",
-            Call::Probe => "probe",
-            Call::Describe => "describe",
-            Call::List => "list",
-            Call::Status => "status",
-            Call::Logs => "logs",
-            Call::Workspaces => "workspaces",
-            Call::EnsureFenced => "ensure_fenced",
-            Call::DeprovisionFenced => "deprovision_fenced",
-            Call::DeprovisionConnectFenced => "deprovision_connect_fenced",
-            Call::Events => "events",
-            Call::Usage => "usage",
-            Call::Pause => "pause",
-            Call::Resume => "resume",
-            Call::Exec => "exec",
-            Call::CommandOutput => "command_output",
-            Call::CommandWait => "command_wait",
-            Call::CommandInput => "command_input",
-            Call::CommandSignal => "command_signal",
-            Call::CommandResize => "command_resize",
-            Call::Commands => "commands",
-            Call::PutFile => "put_file",
-            Call::GetFile => "get_file",
-            Call::StatFile => "stat_file",
-            Call::ListFiles => "list_files",
-            Call::RemoveFile => "remove_file",
-        }
-    }
-
-    pub fn class(self) -> CallClass {
-        match self {
-            Call::ProtocolVersion => CallClass::Open,
-            Call::Probe | Call::Describe | Call::List | Call::Status => CallClass::Read,
-            Call::Ensure | Call::Deprovision | Call::CreateConnect | Call::DeprovisionConnect => {
-                CallClass::Mutate
-            }
-            // A read, but of whatever the runner printed — which may be a
-            // credential it was handed. So it takes the lists that may
-            // start the runner in the first place, not the read lists.
-            Call::Logs => CallClass::Mutate,
-            // Names, sizes and times, as `list` shows: a read.
-            Call::Workspaces => CallClass::Read,
-            Call::EnsureFenced | Call::DeprovisionFenced | Call::DeprovisionConnectFenced => {
-                CallClass::Mutate
-            }
-            // Events carry what describe shows (never a token or output).
-            Call::Events => CallClass::Read,
-            // Figures describe shows: a read.
-            Call::Usage => CallClass::Read,
-            // They stop and start a runner's work, as ensure and
-            // deprovision do.
-            Call::Pause | Call::Resume => CallClass::Mutate,
-            // Running code in a sandbox is what starting its runner is.
-            Call::Exec | Call::CommandInput | Call::CommandSignal | Call::CommandResize => {
-                CallClass::Mutate
-            }
-            // Reads, but of what a command printed or was given as
-            // arguments, which may hold a credential (as `logs`).
-            Call::CommandOutput | Call::CommandWait | Call::Commands => CallClass::Mutate,
-            // Writing and removing files changes what the runner runs on.
-            Call::PutFile | Call::RemoveFile => CallClass::Mutate,
-            // Reads, but of a workspace's contents: a file may hold the
-            // credential the runner was handed, and even names, sizes and
-            // times tell what it works on. As `logs`, they take the lists
-            // that may start the runner, not the read lists.
-            Call::GetFile | Call::StatFile | Call::ListFiles => CallClass::Mutate,
-        }
-    }
 }
 
 /// Where a peer stands before any call, from its credentials alone: what
@@ -266,7 +109,7 @@ mod tests {
     use super::*;
 
     const DAEMON_UID: u32 = 990;
-    const ALL_CALLS: [Call; 30] = Call::ALL;
+    const ALL_CALLS: &[Call] = Call::ALL;
 
     fn policy() -> AccessPolicy {
         AccessPolicy::new(
@@ -290,13 +133,14 @@ mod tests {
 
     fn allowed(policy: &AccessPolicy, peer: Peer) -> Vec<&'static str> {
         ALL_CALLS
-            .into_iter()
+            .iter()
+            .copied()
             .filter(|call| policy.decide(&peer, *call).is_ok())
             .map(Call::name)
             .collect()
     }
 
-    const EVERYTHING: [&str; 30] = [
+    const EVERYTHING: [&str; 32] = [
         "protocol_version",
         "ensure",
         "deprovision",
@@ -327,6 +171,8 @@ mod tests {
         "stat_file",
         "list_files",
         "remove_file",
+        "put_tar",
+        "get_tar",
     ];
     const READ_ONLY: [&str; 8] = [
         "protocol_version",

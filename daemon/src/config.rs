@@ -6,6 +6,7 @@
 //! an operator's config is reported instead of silently ignored.
 
 mod commands;
+mod driver_name;
 mod lifecycle;
 mod network;
 mod runner_env;
@@ -18,13 +19,17 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 
 pub use crate::connection_limits::ConnectionsConfig;
+pub use crate::duration::parse_duration;
+use crate::duration::split_number;
 use crate::egress::EgressSetting;
 use crate::instance::Instance;
 pub use commands::CommandsConfig;
+pub use driver_name::UnknownDriver;
 #[cfg(test)]
 pub use lifecycle::ScopeLimits;
 pub use lifecycle::{LifecycleConfig, OnIdle, DEFAULT_CONNECT_TTL};
 pub use network::{NetworkConfig, NetworkMode};
+pub use runner_env::LIMIT_VARIABLES;
 pub use state_reserve::StateReserve;
 
 /// Where the file is read from when `--config` is not given (and it exists).
@@ -116,6 +121,10 @@ pub struct DockerConfig {
     /// it may be one this daemon is creating right now.
     #[serde(deserialize_with = "deserialize_duration")]
     pub connect_creation_grace: Duration,
+    /// The OCI runtime of every runner container (`runsc` for gVisor, a
+    /// kernel of its own between the runner and the host's); `None` is the
+    /// engine's default. Checked at start against the engine's runtimes.
+    pub runtime: Option<String>,
 }
 
 impl Default for DockerConfig {
@@ -130,6 +139,7 @@ impl Default for DockerConfig {
             pids_limit: 512,
             connect_ttl: None,
             connect_creation_grace: Duration::from_secs(120),
+            runtime: None,
         }
     }
 }
@@ -170,6 +180,9 @@ impl DockerConfig {
         }
         if self.connect_ttl.is_some_and(|ttl| ttl.is_zero()) {
             bail!("[docker] connect_ttl must be longer than 0");
+        }
+        if self.runtime.as_deref().is_some_and(str::is_empty) {
+            bail!("[docker] runtime must not be empty (leave it out for the engine's default)");
         }
         Ok(())
     }
@@ -288,7 +301,8 @@ pub struct ViewConfig {
     pub read_only: Vec<PathBuf>,
     /// Writable (a shared cache), even under a hidden path.
     pub read_write: Vec<PathBuf>,
-    /// Out of sight: an empty read-only directory (or an empty file).
+    /// Out of sight: an empty read-only directory (or, over a file,
+    /// `/dev/null` on a `nodev` mount, which cannot be opened).
     pub hidden: Vec<PathBuf>,
     /// The size of each private tmpfs (`/tmp`, `/var/tmp`, `/dev/shm`);
     /// default `[limits] memory` (or 2 GiB when that is unlimited). Their
@@ -401,6 +415,10 @@ pub struct KubernetesConfig {
     /// A connect sandbox younger than this is never touched by the reaper.
     #[serde(deserialize_with = "deserialize_duration")]
     pub connect_creation_grace: Duration,
+    /// The RuntimeClass (node.k8s.io/v1) every runner pod names in
+    /// `runtimeClassName` (one whose handler is gVisor's `runsc`, say);
+    /// `None` is the cluster's default runtime. Checked at start.
+    pub runtime_class: Option<String>,
 }
 
 impl Default for KubernetesConfig {
@@ -421,6 +439,7 @@ impl Default for KubernetesConfig {
             image_pull_secrets: Vec::new(),
             connect_ttl: None,
             connect_creation_grace: Duration::from_secs(120),
+            runtime_class: None,
         }
     }
 }
@@ -513,8 +532,28 @@ impl KubernetesConfig {
         if self.connect_ttl.is_some_and(|ttl| ttl.is_zero()) {
             bail!("[kubernetes] connect_ttl must be longer than 0");
         }
+        if let Some(class) = &self.runtime_class {
+            if !is_dns_subdomain(class) {
+                bail!(
+                    "[kubernetes] runtime_class '{class}' is not a RuntimeClass name: at most 253 \
+                     lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+                );
+            }
+        }
         Ok(())
     }
+}
+
+/// A Kubernetes object name (RFC 1123 subdomain), as the API server checks
+/// a RuntimeClass's: said at start rather than by a refused pod.
+fn is_dns_subdomain(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    name.len() <= 253
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
 }
 
 /// `containment`: how the process tier contains its runners.
@@ -726,7 +765,7 @@ impl Config {
             .or_else(|| env("SANDBOX_PROVISIONER_TYPE"))
             .or(file.driver)
             .unwrap_or_else(|| "local-process".to_string());
-        crate::provisioner::check_driver_name(&driver)?;
+        driver_name::check(&driver)?;
         let config = Config {
             source_file,
             driver,
@@ -931,31 +970,6 @@ fn default_state_dir(is_root: bool) -> anyhow::Result<PathBuf> {
         "no data directory for this user: pass --state-dir or set it in the config file",
     )?;
     Ok(data.join("stigmer").join("sandboxd"))
-}
-
-/// The trimmed text, its leading digits, and the unit after them.
-fn split_number(text: &str) -> (&str, &str, &str) {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    (text, number, unit)
-}
-
-/// `10s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
-pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
-    let (text, number, unit) = split_number(text);
-    let value: u64 = number
-        .parse()
-        .map_err(|_| anyhow::anyhow!("'{text}' is not a duration like 10s, 500ms or 2m"))?;
-    Ok(match unit {
-        "" | "s" => Duration::from_secs(value),
-        "ms" => Duration::from_millis(value),
-        "m" => Duration::from_secs(value.saturating_mul(60)),
-        "h" => Duration::from_secs(value.saturating_mul(3600)),
-        other => bail!("unknown duration unit '{other}' in '{text}': use ms, s, m or h"),
-    })
 }
 
 /// The default `workspace_ttl`: a week.
@@ -1269,6 +1283,30 @@ mod tests {
         assert!(error.to_string().contains("minimum"), "{error}");
         let error = resolve("[docker]\ncommand = []", &[], Flags::default()).unwrap_err();
         assert!(error.to_string().contains("command"), "{error}");
+    }
+
+    #[test]
+    fn runtime_keys_default_to_the_engines_and_the_clusters_own() {
+        let config = resolve("", &[], Flags::default()).unwrap();
+        assert_eq!(config.docker.runtime, None);
+        assert_eq!(config.kubernetes.runtime_class, None);
+        let file = "[docker]\nruntime = \"runsc\"\n[kubernetes]\nruntime_class = \"gvisor\"";
+        let config = resolve(file, &[], Flags::default()).unwrap();
+        assert_eq!(config.docker.runtime.as_deref(), Some("runsc"));
+        assert_eq!(config.kubernetes.runtime_class.as_deref(), Some("gvisor"));
+
+        let error = resolve("[docker]\nruntime = \"\"", &[], Flags::default()).unwrap_err();
+        assert!(error.to_string().contains("[docker] runtime"), "{error}");
+        for bad in ["", "gVisor", "-gvisor", "g_visor", &"a".repeat(254)] {
+            let file = format!("[kubernetes]\nruntime_class = \"{bad}\"");
+            let error = resolve(&file, &[], Flags::default()).unwrap_err();
+            assert!(
+                error.to_string().contains("[kubernetes] runtime_class"),
+                "{bad}: {error}"
+            );
+        }
+        let file = "[kubernetes]\nruntime_class = \"gvisor.runsc-1\"";
+        assert!(resolve(file, &[], Flags::default()).is_ok());
     }
 
     #[test]

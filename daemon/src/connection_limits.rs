@@ -77,7 +77,7 @@ fn deserialize_duration<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
-    crate::config::parse_duration(&text)
+    crate::duration::parse_duration(&text)
         .map_err(|error| serde::de::Error::custom(format!("{error:#}")))
 }
 

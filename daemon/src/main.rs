@@ -1,6 +1,7 @@
 //! `sandboxd`: flags → config → run. Nothing else lives here.
 
 mod access;
+mod calls;
 mod census;
 mod child_output;
 mod commands;
@@ -8,6 +9,7 @@ mod config;
 mod connection_limits;
 mod digest;
 mod drivers;
+mod duration;
 mod egress;
 mod events;
 mod fd_limit;
@@ -20,6 +22,7 @@ mod man_page;
 mod metrics;
 mod peer_origin;
 mod provisioner;
+mod sandbox_key;
 mod server;
 mod shutdown;
 mod slice;

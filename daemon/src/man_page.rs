@@ -67,7 +67,7 @@ const FILES: [(&str, &str); 6] = [
     ),
     (
         "/run/stigmer/holders",
-        "holder locks: which daemons live hold which egress table and docker network (see the README)",
+        "holder locks: which daemons live hold which egress table and docker network (see docs/security.md)",
     ),
     (
         "/usr/local/share/doc/sandboxd/README.md",
@@ -101,11 +101,44 @@ pub fn render(command: Command) -> std::io::Result<String> {
     roff.push_str(&items(&ENVIRONMENT));
     roff.push_str(".SH \"FILES\"\n");
     roff.push_str(&items(&FILES));
+    roff.push_str(".SH \"CALLS\"\n");
+    roff.push_str(&calls());
     roff.push_str(".SH \"METRICS\"\n");
     roff.push_str(&text(METRICS));
     roff.push_str(".SH \"SEE ALSO\"\n");
     roff.push_str(&text("sandboxctl(1)"));
     Ok(roff)
+}
+
+/// The service's calls, from the daemon's own table of them: who may make
+/// each (`[access]`), whether it changes anything, and the tiers that
+/// serve it.
+fn calls() -> String {
+    let rows: Vec<(String, String)> = crate::calls::Call::ALL
+        .iter()
+        .map(|call| {
+            let who = match call.class() {
+                crate::calls::CallClass::Open => "anyone",
+                crate::calls::CallClass::Read => "the read or mutate lists",
+                crate::calls::CallClass::Mutate => "the mutate lists",
+            };
+            let changes = if call.mutates() {
+                "changes state"
+            } else {
+                "reads"
+            };
+            let tiers = call.tiers().join(", ");
+            (
+                call.name().to_string(),
+                format!("{who}; {changes}; served by {tiers}"),
+            )
+        })
+        .collect();
+    let entries: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|(name, meaning)| (name.as_str(), meaning.as_str()))
+        .collect();
+    items(&entries)
 }
 
 /// A roff text line: backslashes escaped, dashes made minus signs, a

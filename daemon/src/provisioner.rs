@@ -1,51 +1,18 @@
-//! The driver seam: what every isolation tier implements, and selection by name.
+//! The driver seam: what every isolation tier implements (the tier is
+//! chosen above it, in [`crate::drivers::select`]).
 //!
 //! Server code never knows which tier it talks to, and a driver never knows
 //! about sockets, peers or tarpc. Inputs reaching a driver are already
 //! validated.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use sandboxd_protocol::{
-    naming, DeprovisionReport, EgressStatus, EnsureReport, Expectation, FileChunk, FileList,
-    FileStat, LogChunk, LogStart, PauseReport, ProbeState, PutChunk, PutReport, SandboxEnv,
-    SandboxError, SandboxInfo, Scope, WorkspaceInfo,
+    DeprovisionReport, EgressStatus, EnsureReport, Expectation, FileChunk, FileList, FileStat,
+    LogChunk, LogStart, PauseReport, ProbeState, PutChunk, PutReport, SandboxEnv, SandboxError,
+    SandboxInfo, Scope, WorkspaceInfo,
 };
 
-use crate::config::Config;
-use crate::events::EventHub;
-
-/// One sandbox's identity: scope, full id, and the base name derived from them.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SandboxKey {
-    pub scope: Scope,
-    pub id: String,
-    /// `sbx-<code>-<hex12>`: the only id-derived string used in paths and names.
-    pub base_name: String,
-}
-
-impl SandboxKey {
-    /// The id as a person should read it, for logs: see [`sandboxd_protocol::Shown`].
-    pub fn shown_id(&self) -> sandboxd_protocol::Shown<'_> {
-        sandboxd_protocol::Shown(&self.id)
-    }
-
-    /// `session 'ses_1' (sbx-ses-…)`, for messages.
-    pub fn what(&self) -> String {
-        format!("{} '{}' ({})", self.scope, self.shown_id(), self.base_name)
-    }
-
-    pub fn new(scope: Scope, id: impl Into<String>) -> Self {
-        let id = id.into();
-        let base_name = naming::base_name(scope, &id);
-        SandboxKey {
-            scope,
-            id,
-            base_name,
-        }
-    }
-}
+pub use crate::sandbox_key::SandboxKey;
 
 /// An isolation tier.
 ///
@@ -83,6 +50,13 @@ pub trait Driver: Send + Sync + 'static {
                 "each sandbox is a container of the runtime, with its own namespaces",
             )],
         )
+    }
+
+    /// Each path every sandbox's view adds over the host's tree, and what
+    /// put it there, for `status`; empty where the tier builds no view of
+    /// its own (a container's is the runtime's).
+    fn view(&self) -> Vec<sandboxd_protocol::ViewEntry> {
+        Vec::new()
     }
 
     /// The verdict on the runtime's health, with reasons, for `status`
@@ -129,15 +103,13 @@ pub trait Driver: Send + Sync + 'static {
 
     /// The live figures of `key`'s runner (memory, tasks, CPU time, …),
     /// read now; `None` when it is not running or the tier has none (the
-    /// default: the kubernetes tier without a metrics API). `with_disk`
+    /// kubernetes tier, without a metrics API). `with_disk`
     /// asks for the workspace's size too, which may cost a walk of it.
     async fn usage(
         &self,
-        _key: &SandboxKey,
-        _with_disk: bool,
-    ) -> Result<Option<sandboxd_protocol::Usage>, SandboxError> {
-        Ok(None)
-    }
+        key: &SandboxKey,
+        with_disk: bool,
+    ) -> Result<Option<sandboxd_protocol::Usage>, SandboxError>;
 
     /// Every sandbox the driver owns, optionally of one scope, in any order.
     async fn list(&self, scope: Option<Scope>) -> Result<Vec<SandboxInfo>, SandboxError>;
@@ -215,6 +187,22 @@ pub trait Driver: Send + Sync + 'static {
         recursive: bool,
     ) -> Result<(), SandboxError>;
 
+    /// One chunk of a tar stream for `key`'s workspace (see
+    /// [`sandboxd_protocol::files`]): kept as an upload is, unpacked into
+    /// the directory `chunk.path` after the last chunk, as the sandbox's
+    /// user beneath its workspace, all or nothing.
+    async fn put_tar(&self, key: &SandboxKey, chunk: &PutChunk) -> Result<PutReport, SandboxError>;
+
+    /// At most `max` bytes (already clamped) of a tar stream of `path` in
+    /// the workspace, from `offset`, read as the sandbox's user.
+    async fn get_tar(
+        &self,
+        key: &SandboxKey,
+        path: &str,
+        offset: u64,
+        max: u32,
+    ) -> Result<FileChunk, SandboxError>;
+
     /// Commands an earlier daemon started that this tier can follow
     /// again (read once, at start, before the socket serves). A tier whose
     /// commands end with the daemon that started them has none, and says
@@ -255,39 +243,31 @@ pub trait Driver: Send + Sync + 'static {
 
     /// Every workspace the tier keeps on this host's disk, optionally of
     /// one scope, running or not. Tiers whose workspaces live elsewhere
-    /// (Docker volumes, a cluster) keep the default: a clear refusal.
-    async fn workspaces(&self, _scope: Option<Scope>) -> Result<Vec<WorkspaceInfo>, SandboxError> {
-        Err(SandboxError::FailedPrecondition(format!(
-            "the {} tier keeps no workspaces on this host's disk; workspaces are listed for the local-process tier",
-            self.name()
-        )))
-    }
+    /// (Docker volumes, a cluster) refuse with [`no_host_workspaces`].
+    async fn workspaces(&self, scope: Option<Scope>) -> Result<Vec<WorkspaceInfo>, SandboxError>;
 
     /// Freezes the sandbox's runner where it stands (see
     /// [`sandboxd_protocol::lifecycle`]); one already paused is success, one
-    /// with no running runner a failed precondition. A tier that cannot
-    /// pause keeps the default: a clear refusal.
-    async fn pause(&self, _key: &SandboxKey) -> Result<PauseReport, SandboxError> {
-        Err(SandboxError::FailedPrecondition(format!(
-            "the {} tier cannot pause a sandbox",
-            self.name()
-        )))
-    }
+    /// with no running runner a failed precondition.
+    async fn pause(&self, key: &SandboxKey) -> Result<PauseReport, SandboxError>;
 
     /// Thaws a paused sandbox's runner (same pid and generation); one not
     /// paused is success.
-    async fn resume(&self, _key: &SandboxKey) -> Result<PauseReport, SandboxError> {
-        Err(SandboxError::FailedPrecondition(format!(
-            "the {} tier cannot pause or resume a sandbox",
-            self.name()
-        )))
-    }
+    async fn resume(&self, key: &SandboxKey) -> Result<PauseReport, SandboxError>;
 }
 
-/// The refusal of a file call by a tier that does not move files yet.
+/// The refusal of `workspaces` by a tier whose workspaces are not on this
+/// host's disk.
+pub fn no_host_workspaces(tier: &str) -> SandboxError {
+    SandboxError::FailedPrecondition(format!(
+        "the {tier} tier keeps no workspaces on this host's disk; workspaces are listed for the local-process tier"
+    ))
+}
+
+/// The refusal of a file call by a tier that does not move files.
 pub fn files_not_on(tier: &str, call: &str) -> SandboxError {
     SandboxError::FailedPrecondition(format!(
-        "{call} is not yet on the {tier} tier: files move in and out of sandboxes of the local-process tier only"
+        "{call} is not on the {tier} tier: files move in and out of sandboxes of the local-process and docker tiers"
     ))
 }
 
@@ -296,113 +276,4 @@ pub fn files_not_on(tier: &str, call: &str) -> SandboxError {
 pub fn incarnation(info: &SandboxInfo) -> Option<(&str, u64)> {
     (info.state != ProbeState::Absent || !info.uid.is_empty())
         .then_some((info.uid.as_str(), info.generation))
-}
-
-/// Every driver name, built or not, in the order the error message lists them.
-pub const KNOWN_DRIVERS: [&str; 3] = ["docker", "kubernetes", "local-process"];
-
-/// `'docker', 'kubernetes', 'local-process'`, for the unknown-driver error.
-fn known_drivers() -> String {
-    KNOWN_DRIVERS.map(|name| format!("'{name}'")).join(", ")
-}
-
-/// ` (did you mean 'docker'?)` for a name a typo or two away from a known
-/// one, else nothing.
-fn suggestion(name: &str) -> String {
-    KNOWN_DRIVERS
-        .iter()
-        .map(|known| (edit_distance(name, known), known))
-        .filter(|(distance, _)| *distance <= 2)
-        .min()
-        .map_or_else(String::new, |(_, known)| {
-            format!(" (did you mean '{known}'?)")
-        })
-}
-
-/// Levenshtein distance over characters (the names are a few bytes long).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(ca != *cb);
-            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
-        }
-        previous = current;
-    }
-    previous[b.len()]
-}
-
-/// The configuration's check of a driver name: an unknown one is refused
-/// before anything starts, with the known names and the likely intended one.
-pub fn check_driver_name(name: &str) -> Result<(), SelectError> {
-    if KNOWN_DRIVERS.contains(&name) {
-        Ok(())
-    } else {
-        Err(SelectError::Unknown(name.to_string()))
-    }
-}
-
-/// Why no driver could be built.
-#[derive(Debug, thiserror::Error)]
-pub enum SelectError {
-    #[error("unknown sandbox provisioner type '{0}'{hint} — known types: {known}", hint = suggestion(.0), known = known_drivers())]
-    Unknown(String),
-    #[error("{0}")]
-    Setup(String),
-}
-
-/// Builds the driver the configuration names. Never falls back to another
-/// tier: a typo must not silently run unisolated.
-pub async fn select(
-    config: &Config,
-    events: Arc<EventHub>,
-) -> Result<Arc<dyn Driver>, SelectError> {
-    if config.lifecycle.any_idle() && config.driver == "kubernetes" {
-        tracing::warn!(driver = %config.driver, "[lifecycle] idle is applied by the local-process and docker tiers only: without a metrics API the kubernetes tier has no per-pod CPU figure, so it ignores idle (max_lifetime is applied; pause, a scale to 0, still works on request)");
-    }
-    match config.driver.as_str() {
-        "local-process" => {
-            let driver = crate::drivers::local_process::LocalProcessDriver::start(config, events)
-                .await
-                .map_err(|error| SelectError::Setup(format!("{error:#}")))?;
-            Ok(Arc::new(driver))
-        }
-        "docker" => {
-            let driver = crate::drivers::docker::DockerDriver::start(config, events)
-                .await
-                .map_err(|error| SelectError::Setup(format!("{error:#}")))?;
-            Ok(Arc::new(driver))
-        }
-        "kubernetes" => {
-            let driver = crate::drivers::kubernetes::KubernetesDriver::start(config, events)
-                .await
-                .map_err(|error| SelectError::Setup(format!("{error:#}")))?;
-            Ok(Arc::new(driver))
-        }
-        other => Err(SelectError::Unknown(other.to_string())),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unknown_driver_names_every_known_type_and_the_likely_one() {
-        assert_eq!(
-            SelectError::Unknown("lcoal-process".into()).to_string(),
-            "unknown sandbox provisioner type 'lcoal-process' (did you mean 'local-process'?) — known types: 'docker', 'kubernetes', 'local-process'"
-        );
-        assert_eq!(
-            check_driver_name("dokcer").unwrap_err().to_string(),
-            "unknown sandbox provisioner type 'dokcer' (did you mean 'docker'?) — known types: 'docker', 'kubernetes', 'local-process'"
-        );
-        assert_eq!(
-            SelectError::Unknown("podman".into()).to_string(),
-            "unknown sandbox provisioner type 'podman' — known types: 'docker', 'kubernetes', 'local-process'"
-        );
-        assert!(check_driver_name("kubernetes").is_ok());
-    }
 }

@@ -65,7 +65,7 @@ pub struct StartedCommand {
 /// and followed again from now on. Its output before now is not kept.
 pub struct RecoveredCommand {
     pub id: String,
-    pub key: crate::provisioner::SandboxKey,
+    pub key: crate::sandbox_key::SandboxKey,
     pub tag: Option<String>,
     pub argv: Vec<String>,
     pub pty: bool,

@@ -17,9 +17,17 @@
 //! workspace: a file the sandbox could not read is not read, a file it
 //! writes is its own, and a link it planted cannot lead out.
 //!
-//! Whole trees (a tar stream each way) can follow as `put_tar` and
-//! `get_tar` with the same chunk types: [`PutChunk`] with `path` naming the
-//! directory and [`FileChunk`] carrying the stream.
+//! Whole trees move as tar streams with the same chunk types: `put_tar`
+//! sends a stream in [`PutChunk`]s whose `path` names the directory it is
+//! unpacked into (the stream is kept in a hidden partial file, as an
+//! upload is, and unpacked after its last chunk: entries go to a hidden
+//! directory beside their place and are moved into it only when the whole
+//! archive unpacked, so a corrupt or refused archive leaves nothing
+//! behind); `get_tar` answers [`FileChunk`]s of a stream of a path, where
+//! `size` is the bytes of the stream made so far and `eof` marks its end.
+//! In an archive put in, an absolute name, a `..`, a device node or a
+//! link that leads out of the workspace is refused by its name; modes lose
+//! setuid, setgid and sticky; owners are the sandbox's user.
 
 use serde::{Deserialize, Serialize};
 

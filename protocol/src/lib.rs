@@ -23,6 +23,7 @@ pub mod usage;
 pub mod validate;
 pub mod validate_command;
 pub mod validate_files;
+pub mod view;
 pub mod wire;
 
 pub use commands::{
@@ -39,3 +40,4 @@ pub use service::{Sandboxd, SandboxdClient, PROTOCOL_VERSION};
 pub use shown::Shown;
 pub use types::*;
 pub use usage::{SandboxUsage, Usage};
+pub use view::{ViewEntry, ViewKind};

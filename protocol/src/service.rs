@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// Bump on any change to the service or the types it carries.
-pub const PROTOCOL_VERSION: u32 = 11;
+pub const PROTOCOL_VERSION: u32 = 12;
 
 #[tarpc::service]
 pub trait Sandboxd {
@@ -211,4 +211,22 @@ pub trait Sandboxd {
         path: String,
         recursive: bool,
     ) -> Result<(), SandboxError>;
+
+    /// One chunk of a tar stream unpacked into the workspace directory
+    /// `chunk.path` (`""`: the workspace) after its last chunk, as the
+    /// sandbox's user (see [`crate::files`]; `chunk.mode` is unused: modes
+    /// come from the archive). Added in protocol 12.
+    async fn put_tar(scope: Scope, id: String, chunk: PutChunk) -> Result<PutReport, SandboxError>;
+
+    /// At most `max` bytes (clamped to [`crate::files::MAX_FILE_CHUNK`])
+    /// of a tar stream of `path` (a file or a directory with everything in
+    /// it; `""`: the whole workspace), from `offset`, read as the
+    /// sandbox's user. Added in protocol 12.
+    async fn get_tar(
+        scope: Scope,
+        id: String,
+        path: String,
+        offset: u64,
+        max: u32,
+    ) -> Result<FileChunk, SandboxError>;
 }

@@ -327,6 +327,12 @@ pub struct SandboxInfo {
     /// [`crate::lifecycle`]). Added in protocol 8.
     #[serde(default)]
     pub paused_since_unix_ms: Option<u64>,
+    /// Each path the sandbox's view adds over the host's tree, and what
+    /// put it there, its workspace with its host path (filled in by
+    /// `describe` on the process tier under `isolation = "full"`; empty
+    /// in `list` and elsewhere).
+    #[serde(default)]
+    pub view: Vec<crate::ViewEntry>,
 }
 
 /// One mechanism that keeps sandboxes apart (a uid of its own, a cgroup,
@@ -416,6 +422,7 @@ impl SandboxInfo {
             uid: String::new(),
             usage: None,
             paused_since_unix_ms: None,
+            view: Vec::new(),
         }
     }
 }
@@ -477,6 +484,11 @@ pub struct DaemonStatus {
     /// deadline for it follows. Added in protocol 11.
     #[serde(default)]
     pub stop_grace_ms: u64,
+    /// Each path every sandbox's view adds over the host's tree, and what
+    /// put it there (process tier, `isolation = "full"`; empty where
+    /// sandboxes have no view of their own).
+    #[serde(default)]
+    pub view: Vec<crate::ViewEntry>,
 }
 
 /// One scope's pool of sandboxes prepared ahead of demand.
@@ -648,4 +660,8 @@ pub struct WorkspaceInfo {
     /// When `workspace_ttl` removes it if it stays unused; `None` when it
     /// is running or the TTL is off.
     pub expires_at_unix_ms: Option<u64>,
+    /// Where it is on the host (a sandbox sees it at `/workspace`). Added
+    /// in protocol 12.
+    #[serde(default)]
+    pub host_path: String,
 }

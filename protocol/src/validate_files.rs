@@ -39,6 +39,24 @@ pub fn file_path(value: &str) -> Result<(), SandboxError> {
 /// Every field of one `put_file` chunk.
 pub fn put_chunk(chunk: &PutChunk) -> Result<(), SandboxError> {
     file_path(&chunk.path)?;
+    chunk_data(chunk)?;
+    if chunk.mode > 0o7777 {
+        return Err(invalid(
+            "mode",
+            format_args!("{:o} is not a file mode (at most 7777 octal)", chunk.mode),
+        ));
+    }
+    Ok(())
+}
+
+/// Every field of one `put_tar` chunk: its path names a directory, which
+/// may be the workspace itself; the mode is not used.
+pub fn tar_chunk(chunk: &PutChunk) -> Result<(), SandboxError> {
+    path(&chunk.path)?;
+    chunk_data(chunk)
+}
+
+fn chunk_data(chunk: &PutChunk) -> Result<(), SandboxError> {
     if chunk.data.len() > MAX_FILE_CHUNK as usize {
         return Err(invalid(
             "data",
@@ -46,12 +64,6 @@ pub fn put_chunk(chunk: &PutChunk) -> Result<(), SandboxError> {
                 "is {} bytes, more than the limit of {MAX_FILE_CHUNK} a call",
                 chunk.data.len()
             ),
-        ));
-    }
-    if chunk.mode > 0o7777 {
-        return Err(invalid(
-            "mode",
-            format_args!("{:o} is not a file mode (at most 7777 octal)", chunk.mode),
         ));
     }
     Ok(())

@@ -56,3 +56,15 @@ pub async fn proof_of(
         .expect("command_wait");
     info.proof.expect("the command ended within the wait")
 }
+
+/// Runs `script` through `sh -c` in session `id`'s sandbox and asserts it
+/// exited 0 within `wait`.
+pub async fn run_ok(client: &SandboxdClient, id: &str, script: &str, wait: Duration) {
+    let started = client
+        .exec(Scope::Session, id, &shell(script))
+        .await
+        .expect("exec");
+    let command = CommandRef::Id(started.command_id);
+    let proof = proof_of(client, id, &command, wait).await;
+    assert_eq!(proof.exit_code, Some(0), "{script}: {proof:?}");
+}

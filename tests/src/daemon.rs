@@ -42,6 +42,9 @@ pub struct Options {
     pub example_runner: bool,
     /// More top-level TOML lines (`key = value`).
     pub extra_toml: String,
+    /// More `[runner] env` variables, beside the one every test daemon
+    /// sets (the file's `runner` table is the test library's).
+    pub runner_env: Vec<(String, String)>,
     /// The body of an `[access]` table, when the test wants one.
     pub access_toml: Option<String>,
     /// Variables added to the daemon's environment.
@@ -93,6 +96,7 @@ impl Default for Options {
             runner_command: None,
             example_runner: false,
             extra_toml: String::new(),
+            runner_env: Vec::new(),
             access_toml: None,
             env: Vec::new(),
             args: Vec::new(),
@@ -236,9 +240,14 @@ impl TestDaemon {
         // Marks every runner and command of this test (see
         // `leftover_processes`): their own paths are the view's
         // `/workspace`, not this directory.
+        let more: String = options
+            .runner_env
+            .iter()
+            .map(|(name, value)| format!(", {name} = {}", toml_string(value)))
+            .collect();
         writeln!(
             text,
-            "runner = {{ env = {{ {TEST_DIR_VARIABLE} = {} }} }}",
+            "runner = {{ env = {{ {TEST_DIR_VARIABLE} = {}{more} }} }}",
             toml_string(&self.env_prefix())
         )
         .unwrap();

@@ -9,6 +9,7 @@ pub mod binaries;
 pub mod commands;
 pub mod daemon;
 pub mod executables;
+pub mod noise;
 pub mod procs;
 pub mod raw;
 pub mod runner;
@@ -24,6 +25,7 @@ pub use runner::{
     wait_for_runner, RUNNER_TIMEOUT,
 };
 pub mod activation;
+pub mod derived_image;
 pub mod docker_image;
 pub mod docker_leftovers;
 pub mod events;

@@ -21,15 +21,12 @@ use sandboxd_client::{
 };
 use sandboxd_protocol::naming::base_name;
 use sandboxd_tests::commands::{request, shell};
-use sandboxd_tests::docker_image::{
-    docker, docker_ok, engine_ready, inspect, unique_id, volume_dir, Cleanup, TEST_IMAGE,
-};
+use sandboxd_tests::derived_image::derived_image;
+use sandboxd_tests::docker_image::{engine_ready, inspect, unique_id, volume_dir, Cleanup};
 use sandboxd_tests::{sandbox_env, wait_until, Options, TestDaemon};
 
 /// The runner image with a few of this host's programs added.
 const TOOLS_IMAGE: &str = "sandboxd-test-runner-tools:latest";
-/// The label that says which runner image it was made from.
-const BASE_LABEL: &str = "sandboxd.test.base-image";
 /// What the commands here run.
 const TOOLS: [&str; 8] = ["sh", "cat", "stty", "tty", "sleep", "id", "readlink", "env"];
 const WAIT: Duration = Duration::from_secs(30);
@@ -46,90 +43,10 @@ fn tools_image() -> &'static str {
 }
 
 fn build_tools_image() -> Result<(), String> {
-    let base = docker_ok(&["image", "inspect", "--format", "{{.Id}}", TEST_IMAGE]);
-    let label = format!("{{{{ index .Config.Labels \"{BASE_LABEL}\" }}}}");
-    let have = docker(&["image", "inspect", "--format", &label, TOOLS_IMAGE]);
-    if String::from_utf8_lossy(&have.stdout).trim() == base {
-        return Ok(());
-    }
-    let old = docker(&["image", "inspect", "--format", "{{.Id}}", TOOLS_IMAGE]);
-    let root = tempfile_dir();
-    for tool in TOOLS {
-        copy_with_libraries(&which(tool)?, &root.join("usr/bin").join(tool))?;
-    }
-    std::fs::create_dir_all(root.join("bin")).map_err(|error| error.to_string())?;
-    std::os::unix::fs::symlink("/usr/bin/sh", root.join("bin/sh")).map_err(|e| e.to_string())?;
-    let builder = format!("sandboxd-tools-build-{}", std::process::id());
-    let _ = docker(&["rm", "-f", &builder]);
-    docker_ok(&["create", "--name", &builder, TEST_IMAGE]);
-    let copied = docker(&[
-        "cp",
-        &format!("{}/.", root.display()),
-        &format!("{builder}:/"),
-    ]);
-    let change = format!("LABEL {BASE_LABEL}={base}");
-    let committed = docker(&["commit", "--change", &change, &builder, TOOLS_IMAGE]);
-    let _ = docker(&["rm", "-f", &builder]);
-    let _ = std::fs::remove_dir_all(&root);
-    for (step, output) in [("cp", copied), ("commit", committed)] {
-        if !output.status.success() {
-            return Err(format!(
-                "docker {step}: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            ));
-        }
-    }
-    // The one made from an earlier runner image, now untagged.
-    let old = String::from_utf8_lossy(&old.stdout).trim().to_string();
-    if old.starts_with("sha256:") {
-        let _ = docker(&["image", "rm", &old]);
-    }
-    Ok(())
-}
-
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("sandboxd-tools-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir
-}
-
-fn which(tool: &str) -> Result<std::path::PathBuf, String> {
-    ["/usr/bin", "/bin"]
-        .iter()
-        .map(|dir| Path::new(dir).join(tool))
-        .find(|path| path.is_file())
-        .and_then(|path| std::fs::canonicalize(path).ok())
-        .ok_or_else(|| format!("no {tool} on this host"))
-}
-
-/// Copies `program` to `to`, and each library `ldd` names to its own path
-/// under the same root.
-fn copy_with_libraries(program: &Path, to: &Path) -> Result<(), String> {
-    let root = to.ancestors().nth(3).expect("ROOT/usr/bin/NAME");
-    let copy = |from: &Path, to: &Path| {
-        std::fs::create_dir_all(to.parent().expect("a parent"))
-            .and_then(|()| std::fs::copy(from, to).map(drop))
-            .map_err(|error| format!("copy {}: {error}", from.display()))
-    };
-    copy(program, to)?;
-    let ldd = std::process::Command::new("ldd")
-        .arg(program)
-        .output()
-        .map_err(|error| format!("ldd: {error}"))?;
-    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let library = match fields.as_slice() {
-            [_, "=>", path, ..] if path.starts_with('/') => *path,
-            [path, ..] if path.starts_with('/') => *path,
-            _ => continue,
-        };
-        copy(
-            Path::new(library),
-            &root.join(library.trim_start_matches('/')),
-        )?;
-    }
-    Ok(())
+    derived_image(TOOLS_IMAGE, &TOOLS, |root| {
+        std::fs::create_dir_all(root.join("bin")).map_err(|error| error.to_string())?;
+        std::os::unix::fs::symlink("/usr/bin/sh", root.join("bin/sh")).map_err(|e| e.to_string())
+    })
 }
 
 /// One daemon on the tools image and one running session sandbox. Fields

@@ -8,10 +8,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandboxd_client::{
-    ClientError, CommandRef, FileType, PutChunk, SandboxError, SandboxdClient, Scope,
-};
-use sandboxd_tests::commands::shell;
+use sandboxd_client::{ClientError, FileType, PutChunk, SandboxError, SandboxdClient, Scope};
+use sandboxd_tests::noise::noise;
 use sandboxd_tests::{Options, TestDaemon};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -19,13 +17,7 @@ const CHUNK: usize = sandboxd_protocol::files::MAX_FILE_CHUNK as usize;
 
 /// Runs `script` in session `id`'s sandbox and waits for it to exit 0.
 async fn run(client: &SandboxdClient, id: &str, script: &str) {
-    let started = client
-        .exec(Scope::Session, id, &shell(script))
-        .await
-        .expect("exec");
-    let command = CommandRef::Id(started.command_id);
-    let proof = sandboxd_tests::commands::proof_of(client, id, &command, WAIT).await;
-    assert_eq!(proof.exit_code, Some(0), "{script}: {proof:?}");
+    sandboxd_tests::commands::run_ok(client, id, script, WAIT).await;
 }
 
 /// Uploads `data` to `path` in chunks of [`CHUNK`] bytes.
@@ -68,19 +60,6 @@ async fn download(client: &SandboxdClient, id: &str, path: &str) -> Result<Vec<u
             return Ok(data);
         }
     }
-}
-
-/// Bytes no two runs share a pattern of (a seeded xorshift).
-fn noise(len: usize) -> Vec<u8> {
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
 }
 
 fn sandbox_error(result: Result<impl std::fmt::Debug, ClientError>) -> SandboxError {

@@ -22,6 +22,14 @@ const CONTRACT: [&str; 10] = [
     "STIGMER_TOKEN",
 ];
 
+/// The sandbox's limits in force, told by the daemon too.
+const LIMITS: [&str; 4] = [
+    "SANDBOXD_MEMORY_LIMIT_BYTES",
+    "SANDBOXD_CPU_QUOTA",
+    "SANDBOXD_PIDS_LIMIT",
+    "SANDBOXD_DISK_LIMIT_BYTES",
+];
+
 fn daemon_env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
     [
         ("SECRET_DAEMON_VAR", "x"),
@@ -97,6 +105,8 @@ async fn a_runner_gets_the_env_contract_and_nothing_of_the_daemons_environment()
     );
     let mut allowed: BTreeSet<&str> = CONTRACT.into_iter().collect();
     allowed.insert(sandboxd_tests::daemon::TEST_DIR_VARIABLE);
+    // The sandbox's limits (see tests/tests/honest_limits.rs).
+    allowed.extend(LIMITS);
     let leaked: Vec<&String> = env
         .keys()
         .filter(|key| !allowed.contains(key.as_str()))

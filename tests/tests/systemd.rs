@@ -597,6 +597,11 @@ fn install_into_a_destdir_puts_every_file_with_its_mode() {
             .into_iter()
             .map(|page| (format!("/usr/local/share/man/man1/{page}"), 0o644)),
     )
+    .chain(
+        doc_pages()
+            .into_iter()
+            .map(|page| (format!("/usr/local/share/doc/sandboxd/{page}"), 0o644)),
+    )
     .collect();
     expected.sort();
     assert_eq!(files_and_modes(&destdir), expected);
@@ -791,6 +796,26 @@ fn journal_fields(datagram: &[u8]) -> std::collections::BTreeMap<String, String>
 }
 
 /// The file names of every page `sandboxctl man-page --list` names.
+/// The manual's pages past the README (`docs/*.md`, `docs/tiers/*.md`),
+/// relative to the checkout: the installer puts each beside the README.
+fn doc_pages() -> Vec<String> {
+    ["docs", "docs/tiers"]
+        .iter()
+        .flat_map(|dir| {
+            fs::read_dir(repo().join(dir))
+                .unwrap()
+                .flatten()
+                .map(|entry| entry.path())
+                .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
+                .map(|path| {
+                    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                    format!("{dir}/{name}")
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 fn sandboxctl_man_pages() -> Vec<String> {
     let output = Command::new(binaries::sandboxctl())
         .args(["man-page", "--list"])

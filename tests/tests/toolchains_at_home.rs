@@ -15,13 +15,18 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// What `script` prints in session `id`'s sandbox; it must exit 0.
 async fn run(daemon: &TestDaemon, id: &str, script: &str) -> String {
+    run_within(daemon, id, script, WAIT).await
+}
+
+/// [`run`], waiting up to `wait` for the end.
+async fn run_within(daemon: &TestDaemon, id: &str, script: &str, wait: Duration) -> String {
     let client = daemon.client().await;
     let started = client
         .exec(Scope::Session, id, &shell(script))
         .await
         .unwrap_or_else(|error| panic!("exec: {error}\n{}", daemon.log_text()));
     let command = CommandRef::Id(started.command_id);
-    let read = |stream| sandboxd_tests::commands::read_all(&client, id, &command, stream, WAIT);
+    let read = |stream| sandboxd_tests::commands::read_all(&client, id, &command, stream, wait);
     let (stdout, proof) = read(OutputStream::Stdout).await;
     let (stderr, _) = read(OutputStream::Stderr).await;
     let (stdout, stderr) = (
@@ -76,6 +81,12 @@ async fn a_toolchain_is_at_home(daemon: &TestDaemon, id: &str) {
         run(daemon, id, &format!("python3 -c \"{socket}\"")).await,
         "bound\n"
     );
+    // ssh-keygen looks its user up (without an entry: exit 255, "No user
+    // exists for uid").
+    if std::path::Path::new("/usr/bin/ssh-keygen").exists() {
+        let keygen = "ssh-keygen -q -t ed25519 -N '' -f /workspace/id_test && echo made";
+        assert_eq!(run(daemon, id, keygen).await, "made\n");
+    }
     // The name from the entry (without one git stops at "unable to look
     // up current user"); the address only where the host's name has a
     // domain, which this one may lack, so it is given here.
@@ -188,4 +199,24 @@ async fn without_a_view_the_host_path_stays_and_status_says_so() {
         .find(|feature| feature.name == "at-home")
         .unwrap();
     assert!(!at_home.in_force, "{at_home:?}");
+}
+
+/// CPython's own tests of the calls a toolchain leans on (users and
+/// groups, sockets of every family the sandbox may open), from Debian's
+/// `libpython3.11-testsuite`, run inside as the sandbox's user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpythons_posix_and_socket_tests_pass_inside() {
+    let suite = std::path::Path::new("/usr/lib/python3.11/test/test_posix.py");
+    if !suite.exists() || !std::path::Path::new("/usr/bin/python3.11").exists() {
+        eprintln!(
+            "SKIPPED: CPython's test suite is not installed here (apt-get install libpython3.11-testsuite)"
+        );
+        return;
+    }
+    let daemon = TestDaemon::start(Options::default());
+    sandboxd_tests::start_session(&daemon, "cpython").await;
+    let script =
+        "cd /workspace && /usr/bin/python3.11 -m test test_posix test_socket 2>&1 | tail -5";
+    let out = run_within(&daemon, "cpython", script, Duration::from_secs(900)).await;
+    assert!(out.contains("Tests result: SUCCESS"), "{out}");
 }

@@ -52,12 +52,16 @@ mod time;
 mod token;
 #[path = "sandboxctl/top.rs"]
 mod top;
+#[path = "sandboxctl/tree_copy.rs"]
+mod tree_copy;
 #[path = "sandboxctl/tty.rs"]
 mod tty;
 #[path = "sandboxctl/units.rs"]
 mod units;
 #[path = "sandboxctl/versions.rs"]
 mod versions;
+#[path = "sandboxctl/view.rs"]
+mod view;
 
 use std::io::{self, Write as _};
 use std::path::PathBuf;

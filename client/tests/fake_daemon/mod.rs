@@ -154,6 +154,7 @@ impl Sandboxd for FakeDaemon {
             uid: String::new(),
             usage: None,
             paused_since_unix_ms: None,
+            view: Vec::new(),
         })
     }
 
@@ -186,6 +187,7 @@ impl Sandboxd for FakeDaemon {
             isolation: Vec::new(),
             pools: Vec::new(),
             stop_grace_ms: 0,
+            view: Vec::new(),
         })
     }
 
@@ -258,6 +260,7 @@ impl Sandboxd for FakeDaemon {
             last_run_unix_ms: Some(1_714_566_896_000),
             running: false,
             expires_at_unix_ms: None,
+            host_path: "/var/lib/sandboxd/sandboxes/kept".to_string(),
         };
         Ok(Vec::from_iter(
             scope
@@ -460,6 +463,28 @@ impl Sandboxd for FakeDaemon {
         _recursive: bool,
     ) -> Result<(), SandboxError> {
         Err(not_served("remove_file"))
+    }
+
+    async fn put_tar(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _chunk: sandboxd_protocol::PutChunk,
+    ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
+        Err(not_served("put_tar"))
+    }
+
+    async fn get_tar(
+        self,
+        _: Context,
+        _scope: Scope,
+        _id: String,
+        _path: String,
+        _offset: u64,
+        _max: u32,
+    ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
+        Err(not_served("get_tar"))
     }
 }
 

@@ -22,6 +22,7 @@ import { configDifferences } from "./config-check.js";
 import { camel } from "./shape.js";
 import { limiter, maxInFlightFromEnv, MAX_POLLS_IN_FLIGHT } from "./limiter.js";
 import { commandCalls } from "./commands.js";
+import { fileCalls } from "./files.js";
 
 /** The system daemon's socket, used when SANDBOXD_SOCKET is unset or empty. */
 export const SYSTEM_SOCKET = "/run/stigmer/sandboxd.sock";
@@ -116,6 +117,8 @@ export const newSandboxdProvisioner = ({ config, logger }) => {
     },
     /** Commands in a sandbox: exec, attach, commands, runCommand (lib/commands.js). */
     ...commandCalls(client, { call, poll }),
+    /** Files in a sandbox's workspace: putFile, getFile, statFile, listFiles, removeFile, putTar, getTar (lib/files.js). */
+    ...fileCalls(client, { call }),
     /** The socket this provisioner talks to. */
     get socketPath() {
       return client.socketPath;

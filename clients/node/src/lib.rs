@@ -13,5 +13,6 @@
 mod error;
 mod native_client;
 mod native_commands;
+mod native_files;
 
 pub use native_client::NativeClient;

@@ -67,7 +67,7 @@ fn stream_of(stream: &str) -> napi::Result<OutputStream> {
     }
 }
 
-fn offset_of(offset: i64) -> napi::Result<u64> {
+pub(crate) fn offset_of(offset: i64) -> napi::Result<u64> {
     u64::try_from(offset)
         .map_err(|_| invalid_argument(format!("offset must be 0 or more, not {offset}")))
 }
@@ -78,7 +78,7 @@ fn terminal_side(what: &str, value: u32) -> napi::Result<u16> {
 }
 
 /// A count as a JavaScript number (saturating; never reached in practice).
-fn number(value: u64) -> i64 {
+pub(crate) fn number(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 

@@ -1,8 +1,9 @@
 // What this package offers against what it could: every call of the Rust
 // client library is bound by the addon or listed below as not bound (with
-// why), and every member of the driver and of a command handle is typed
-// in index.d.ts. A call added on either side fails here until it is
-// bound, typed, or listed.
+// why), every bound call is offered by the driver (or a command handle)
+// under a member index.d.ts types, and every member of the driver and of
+// a command handle is typed there. A call added on either side fails here
+// until it is bound, offered, typed, or listed.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, readdirSync } from "node:fs";
@@ -33,6 +34,9 @@ const COMPOSED_IN_JS = new Map([
   ["execHandle", "exec"],
   ["attach", "attach"],
   ["runCommand", "runCommand"],
+  ["putTarFrom", "putTar"],
+  ["putTarFromAsync", "putTar"],
+  ["getTarInto", "getTar"],
 ]);
 
 /** Rust calls the control plane has not needed yet; `sandboxctl` offers them. */
@@ -43,11 +47,24 @@ const NOT_BOUND = new Map([
   ["ensureFenced", "an ensure that refuses a changed incarnation"],
   ["pause", "freezing a sandbox's runner"],
   ["resume", "thawing it"],
-  ["putFile", "files into a sandbox, in chunks (sandboxctl cp)"],
-  ["getFile", "files out of a sandbox, in chunks (sandboxctl cp)"],
-  ["statFile", "one file's facts in a workspace"],
-  ["listFiles", "a workspace's directory (sandboxctl ls)"],
-  ["removeFile", "removing a file in a workspace"],
+]);
+
+/**
+ * Where the driver offers a Rust call under another name: a driver
+ * member, a command handle's member (`CommandHandle.…`), or the factory
+ * itself. Every other call is the driver member COMPOSED_IN_JS names, or
+ * the one of its own name.
+ */
+const SURFACES_AS = new Map([
+  ["connect", "newSandboxdProvisioner"],
+  ["connectDefault", "newSandboxdProvisioner"],
+  ["deprovision", "deprovisionSessionSandbox"],
+  ["deprovisionConnectFenced", "deprovisionFenced"],
+  ["commandOutput", "CommandHandle.stdout"],
+  ["commandWait", "CommandHandle.wait"],
+  ["commandInput", "CommandHandle.stdin"],
+  ["commandSignal", "CommandHandle.signal"],
+  ["commandResize", "CommandHandle.resize"],
 ]);
 
 /** The `pub async fn` names of the Rust client's `impl SandboxdClient` blocks, in camelCase. */
@@ -113,4 +130,26 @@ test("every member of the driver and of a command handle is typed", async (t) =>
   const result = await driver.runCommand("session", id, ["true"]);
   const resultTyped = typedMembers("RunCommandResult");
   assert.deepEqual(Object.keys(result).sort(), [...resultTyped].sort());
+});
+
+test("every call of the Rust client that is bound is offered by the driver and typed", () => {
+  const { driver } = provisioner();
+  const typings = readFileSync(path.join(packageDir, "index.d.ts"), "utf8");
+  const typed = new Set([...typedMembers("SandboxProvisioner"), ...typedMembers("SandboxdProvisioner")]);
+  const handleTyped = typedMembers("CommandHandle");
+  const calls = rustCalls();
+  assert.ok(calls.has("putFile") && calls.has("getTar"), [...calls].join(","));
+  for (const call of calls) {
+    if (NOT_BOUND.has(call)) continue;
+    const where = SURFACES_AS.get(call) ?? COMPOSED_IN_JS.get(call) ?? call;
+    if (where === "newSandboxdProvisioner") {
+      assert.match(typings, /^export declare const newSandboxdProvisioner\b/m, call);
+    } else if (where.startsWith("CommandHandle.")) {
+      const member = where.slice("CommandHandle.".length);
+      assert.ok(handleTyped.has(member), `${call}: CommandHandle.${member} is not in index.d.ts`);
+    } else {
+      assert.equal(typeof driver[where], "function", `${call}: the driver has no ${where}`);
+      assert.ok(typed.has(where), `${call}: driver.${where} is not in index.d.ts`);
+    }
+  }
 });

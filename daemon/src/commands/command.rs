@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use super::output::OutputStore;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::started_command::{CommandControl, InputWriter};
 
 /// What a command was started as.

@@ -10,7 +10,7 @@ use sandboxd_protocol::{EventKind, EventsReply};
 
 use super::CommandTable;
 use crate::events::EventHub;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// How many events one read takes.
 const BATCH: usize = 256;

@@ -27,7 +27,7 @@ use sandboxd_protocol::{
 
 use crate::config::CommandsConfig;
 use crate::events::EventHub;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::started_command::{RecoveredCommand, StartedCommand};
 use crate::unix_time::now_unix_ms;
 pub use command::Command;

@@ -1,10 +1,11 @@
-//! `[runner] env`: variables every process-tier runner and command gets,
+//! `[runner] env`: variables every runner and command gets (every tier),
 //! after the contract's own (an operator's `GOFLAGS`, `EMAIL`, a proxy).
 //!
 //! The contract's names are refused rather than silently overridden or
 //! ignored: `HOME`, `WORKSPACE_ROOT_DIR`, `MODE`, `TEMPORAL_SERVICE_ADDRESS`
-//! and every `STIGMER_*` are the daemon's to set, and `PATH` is
-//! `runner_path` (the kernel filters' own lookups follow it).
+//! and every `STIGMER_*` are the daemon's to set, as are the sandbox's
+//! limits ([`LIMIT_VARIABLES`]: a runner must be able to trust them), and
+//! `PATH` is `runner_path` (the kernel filters' own lookups follow it).
 
 use std::collections::BTreeMap;
 
@@ -17,6 +18,16 @@ use serde::Deserialize;
 pub struct RunnerFile {
     pub env: BTreeMap<String, String>,
 }
+
+/// The sandbox's own limits, as every process-tier runner and command is
+/// told them (each only where that limit is in force): what `free` and
+/// `/proc/meminfo` cannot say, since they show the host's.
+pub const LIMIT_VARIABLES: [&str; 4] = [
+    "SANDBOXD_MEMORY_LIMIT_BYTES",
+    "SANDBOXD_CPU_QUOTA",
+    "SANDBOXD_PIDS_LIMIT",
+    "SANDBOXD_DISK_LIMIT_BYTES",
+];
 
 /// Names only the daemon sets.
 const RESERVED: [&str; 5] = [
@@ -41,7 +52,10 @@ impl RunnerFile {
             if value.contains('\0') {
                 bail!("[runner] env: the value of {name} contains a NUL byte");
             }
-            if RESERVED.contains(&name.as_str()) || name.starts_with("STIGMER_") {
+            if RESERVED.contains(&name.as_str())
+                || LIMIT_VARIABLES.contains(&name.as_str())
+                || name.starts_with("STIGMER_")
+            {
                 let instead = match name.as_str() {
                     "PATH" => " (set runner_path instead)",
                     _ => "",
@@ -82,6 +96,8 @@ mod tests {
             ("", "not a variable name"),
             ("HOME", "set by the daemon"),
             ("STIGMER_TOKEN", "set by the daemon"),
+            ("SANDBOXD_CPU_QUOTA", "set by the daemon"),
+            ("SANDBOXD_MEMORY_LIMIT_BYTES", "set by the daemon"),
             ("PATH", "runner_path"),
         ] {
             let error = checked(&[(bad, "v")]).unwrap_err().to_string();

@@ -1,5 +1,7 @@
 //! The isolation tiers behind [`crate::provisioner::Driver`].
 
+pub mod archive_names;
+pub mod cgroup_files;
 pub mod differs;
 pub mod docker;
 use std::future::Future;
@@ -11,6 +13,7 @@ pub mod kubernetes;
 pub mod lifecycle;
 pub mod local_process;
 pub mod refused_syscalls;
+pub mod select;
 
 /// Runs `work` in a task of its own and waits for it. The server drops a
 /// call's future at the caller's deadline; work that must not stop halfway

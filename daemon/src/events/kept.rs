@@ -6,7 +6,7 @@
 
 use sandboxd_protocol::{Event, EventCommand, EventCursor, EventKind, ExitInfo, Scope};
 
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 pub struct Kept {
     pub seq: u64,

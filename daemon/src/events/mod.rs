@@ -16,7 +16,7 @@ use std::time::Duration;
 use sandboxd_protocol::{Event, EventCommand, EventCursor, EventKind, EventsReply, ExitInfo};
 use tokio::sync::Notify;
 
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::unix_time::now_unix_ms;
 use kept::Kept;
 

@@ -336,7 +336,7 @@ mod tests {
     #[test]
     fn every_call_has_its_histogram_at_its_own_index() {
         let metrics = Metrics::new("fake");
-        for (index, call) in Call::ALL.into_iter().enumerate() {
+        for (index, call) in Call::ALL.iter().copied().enumerate() {
             assert_eq!(call as usize, index, "{call:?}");
             metrics.call(call, Duration::from_millis(1));
         }

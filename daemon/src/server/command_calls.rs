@@ -14,7 +14,7 @@ use sandboxd_protocol::{
 use super::service::ConnectionService;
 use crate::access::Call;
 use crate::commands::Command;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::started_command::CommandSpec;
 
 impl ConnectionService {

@@ -7,7 +7,7 @@ use sandboxd_protocol::{FileChunk, FileList, FileStat, PutChunk, PutReport, Sand
 
 use super::service::ConnectionService;
 use crate::access::Call;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 impl ConnectionService {
     pub(super) async fn put_file_call(
@@ -85,6 +85,44 @@ impl ConnectionService {
         if result.is_ok() {
             tracing::info!(scope = %key.scope, id = %key.shown_id(), path = %path.escape_debug(), recursive, "file removed from the sandbox");
         }
+        result
+    }
+}
+
+impl ConnectionService {
+    pub(super) async fn put_tar_call(
+        &self,
+        scope: Scope,
+        id: String,
+        chunk: PutChunk,
+    ) -> Result<PutReport, SandboxError> {
+        let _timer = self.authorize(Call::PutTar)?;
+        let key = super::service::key(scope, super::service::id_field(scope), id)?;
+        validate_files::tar_chunk(&chunk)?;
+        let result = self.daemon.driver.put_tar(&key, &chunk).await;
+        log_refusal("put_tar", &key, &chunk.path, &result);
+        if let Ok(report) = &result {
+            if report.complete {
+                tracing::info!(scope = %key.scope, id = %key.shown_id(), path = %chunk.path.escape_debug(), bytes = report.received, "archive unpacked into the sandbox");
+            }
+        }
+        result
+    }
+
+    pub(super) async fn get_tar_call(
+        &self,
+        scope: Scope,
+        id: String,
+        path: String,
+        offset: u64,
+        max: u32,
+    ) -> Result<FileChunk, SandboxError> {
+        let _timer = self.authorize(Call::GetTar)?;
+        let key = super::service::key(scope, super::service::id_field(scope), id)?;
+        validate_files::path(&path)?;
+        let max = max.clamp(1, MAX_FILE_CHUNK);
+        let result = self.daemon.driver.get_tar(&key, &path, offset, max).await;
+        log_refusal("get_tar", &key, &path, &result);
         result
     }
 }

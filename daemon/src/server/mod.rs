@@ -41,7 +41,6 @@ use anyhow::Context as _;
 
 use crate::access::AccessPolicy;
 use crate::config::Config;
-use crate::provisioner;
 use crate::shutdown::StopSignals;
 use crate::systemd::Handoff;
 
@@ -77,7 +76,7 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         .as_ref()
         .and_then(|listener| listener.local_addr().ok());
     let events = crate::events::EventHub::new(config.events_ring);
-    let driver = provisioner::select(&config, events.clone()).await?;
+    let driver = crate::drivers::select::select(&config, events.clone()).await?;
     let metrics = metrics_listener.map(|listener| {
         let metrics = Arc::new(crate::metrics::Metrics::new(driver.name()));
         tokio::spawn(crate::metrics::follow::follow(

@@ -427,6 +427,7 @@ impl Sandboxd for ConnectionService {
                 .map(|address| format!("http://{address}/metrics")),
             pools: daemon.driver.pools(),
             stop_grace_ms: u64::try_from(daemon.stop_grace.as_millis()).unwrap_or(u64::MAX),
+            view: daemon.driver.view(),
         })
     }
 
@@ -708,6 +709,28 @@ impl Sandboxd for ConnectionService {
         recursive: bool,
     ) -> Result<(), SandboxError> {
         self.remove_file_call(scope, id, path, recursive).await
+    }
+
+    async fn put_tar(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        chunk: sandboxd_protocol::PutChunk,
+    ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
+        self.put_tar_call(scope, id, chunk).await
+    }
+
+    async fn get_tar(
+        self,
+        _: Context,
+        scope: Scope,
+        id: String,
+        path: String,
+        offset: u64,
+        max: u32,
+    ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
+        self.get_tar_call(scope, id, path, offset, max).await
     }
 }
 

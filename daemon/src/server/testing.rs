@@ -164,8 +164,61 @@ impl Driver for FakeDriver {
         Err(crate::provisioner::files_not_on("fake", "remove_file"))
     }
 
+    async fn put_tar(
+        &self,
+        _key: &SandboxKey,
+        _chunk: &sandboxd_protocol::PutChunk,
+    ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
+        Err(crate::provisioner::files_not_on("fake", "put_tar"))
+    }
+
+    async fn get_tar(
+        &self,
+        _key: &SandboxKey,
+        _path: &str,
+        _offset: u64,
+        _max: u32,
+    ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
+        Err(crate::provisioner::files_not_on("fake", "get_tar"))
+    }
+
     async fn recovered_commands(&self) -> Vec<crate::started_command::RecoveredCommand> {
         Vec::new()
+    }
+
+    async fn workspaces(
+        &self,
+        _scope: Option<Scope>,
+    ) -> Result<Vec<sandboxd_protocol::WorkspaceInfo>, SandboxError> {
+        Err(crate::provisioner::no_host_workspaces("fake"))
+    }
+
+    async fn usage(
+        &self,
+        _key: &SandboxKey,
+        _with_disk: bool,
+    ) -> Result<Option<sandboxd_protocol::Usage>, SandboxError> {
+        Ok(None)
+    }
+
+    /// The server's unit tests pause nothing: refused as a tier that
+    /// cannot would.
+    async fn pause(
+        &self,
+        _key: &SandboxKey,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        Err(SandboxError::FailedPrecondition(
+            "the fake tier cannot pause a sandbox".into(),
+        ))
+    }
+
+    async fn resume(
+        &self,
+        _key: &SandboxKey,
+    ) -> Result<sandboxd_protocol::PauseReport, SandboxError> {
+        Err(SandboxError::FailedPrecondition(
+            "the fake tier cannot pause or resume a sandbox".into(),
+        ))
     }
 
     async fn probe(&self, key: &SandboxKey) -> Result<ProbeState, SandboxError> {

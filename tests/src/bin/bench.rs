@@ -85,6 +85,14 @@
 //! the in-process stand-in API server (figures meaningless) unless
 //! `SANDBOXD_TEST_KUBECONFIG` names a real cluster; `--no-kubernetes`
 //! skips it and `--only-kubernetes` runs nothing else.
+//! `--only-peers` runs only the peers rows: one static program started
+//! under each sandbox installed here (bubblewrap, runc or crun, `runsc do`,
+//! `docker run`), a raw exec, and sandboxd cold, prepared and through
+//! `sandboxctl`, each timed to the program's own first-instruction clock
+//! (see `bench/peers.rs`); a full run measures them after the output row.
+//! `--only-files` runs only the files rows: a tree copied in and out with
+//! put_tar/get_tar and put_file/get_file against `tar -c | tar -x` (see
+//! `bench/files.rs`).
 
 #[path = "bench/calls.rs"]
 mod calls;
@@ -100,6 +108,8 @@ mod docker_exec;
 mod egress;
 #[path = "bench/events.rs"]
 mod events;
+#[path = "bench/files.rs"]
+mod files;
 #[path = "bench/isolation.rs"]
 mod isolation;
 #[path = "bench/kubernetes.rs"]
@@ -116,6 +126,14 @@ mod node;
 mod output;
 #[path = "bench/peer.rs"]
 mod peer;
+#[path = "bench/peers.rs"]
+mod peers;
+#[path = "bench/peers_host.rs"]
+mod peers_host;
+#[path = "bench/peers_program.rs"]
+mod peers_program;
+#[path = "bench/peers_sandboxd.rs"]
+mod peers_sandboxd;
 #[path = "bench/prepared.rs"]
 mod prepared;
 #[path = "bench/raw.rs"]
@@ -266,6 +284,8 @@ struct Options {
     only_docker: bool,
     /// Run only the prepared-sandbox rows.
     only_prepared: bool,
+    /// Run only the peers rows (the same program under each sandbox).
+    only_peers: bool,
     /// Row (s)'s count instead of the mode's.
     scale_count: Option<usize>,
     lifecycle_count: Option<usize>,
@@ -315,6 +335,7 @@ fn parse_args() -> Result<Options, String> {
         only_spawns: false,
         only_docker: false,
         only_prepared: false,
+        only_peers: false,
         scale_count: None,
         lifecycle_count: None,
         lifecycle_isolation: "full".to_string(),
@@ -333,11 +354,14 @@ fn parse_args() -> Result<Options, String> {
             "--only-commands" => options.only_commands = true,
             "--only-metrics" => options.only_metrics = true,
             "--only-lifecycle" => options.only_lifecycle = true,
+            // Dispatched in `run` (see `bench/files.rs`).
+            "--only-files" => {}
             "--scale-only" => options.scale_only = true,
             "--only-node" => options.only_node = true,
             "--only-spawns" => options.only_spawns = true,
             "--only-docker" => options.only_docker = true,
             "--only-prepared" => options.only_prepared = true,
+            "--only-peers" => options.only_peers = true,
             "--lifecycle-isolation" => {
                 options.lifecycle_isolation = isolation_arg(&arg, args.next())?
             }
@@ -395,7 +419,7 @@ fn parse_args() -> Result<Options, String> {
             "-h" | "--help" => {
                 println!(
                     "usage: bench [--quick] [--keep] [--burst-connections N] [--daemon PATH] [--compare PATH] \
-                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-commands] [--only-metrics] [--only-lifecycle] [--lifecycle-count N] [--lifecycle-isolation full|uid-cgroup] [--only-calls probe|ensure|new|warm N] [--scale-only] [--only-node] [--only-spawns] [--only-prepared] [--only-docker] [--scale-count N] [--scale-isolation full|uid-cgroup] [--no-kubernetes] [--only-kubernetes]\n\n\
+                     [--no-docker] [--only-output] [--only-egress] [--only-view] [--only-events] [--only-commands] [--only-metrics] [--only-lifecycle] [--lifecycle-count N] [--lifecycle-isolation full|uid-cgroup] [--only-calls probe|ensure|new|warm N] [--scale-only] [--only-node] [--only-spawns] [--only-prepared] [--only-peers] [--only-docker] [--scale-count N] [--scale-isolation full|uid-cgroup] [--no-kubernetes] [--only-kubernetes]\n\n\
                      Runs the release sandboxd against its baselines and prints a table and one \
                      JSON line.\nBuild first: cargo build --release --workspace --bins"
                 );
@@ -529,6 +553,9 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     };
     if options.only_kubernetes {
         return run_kubernetes_only(options, counts).await;
+    }
+    if std::env::args().any(|arg| arg == "--only-files") {
+        return files::run_only(options.quick, options.keep).await;
     }
     let machine = machine::Machine::read();
     let load_start = machine::load_average();
@@ -805,6 +832,31 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         println!("{line}");
         return Ok(());
     }
+    if options.only_peers {
+        step(
+            started,
+            "peers: one static program under each sandbox installed here",
+        );
+        let asked = if options.quick {
+            peers::QUICK
+        } else {
+            peers::FULL
+        };
+        let figures = peers::measure(dir.path(), &binaries, asked, options.no_docker).await?;
+        let rows = peers::rows(&figures);
+        print!("{}", report::table(&rows));
+        println!("\n{}", peers::summary(&figures));
+        let line = json!({
+            "bench": "sandboxd",
+            "mode": if options.quick { "quick" } else { "full" },
+            "date": date,
+            "only": "peers",
+            "peers": peers::json(&figures),
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        println!("{line}");
+        return Ok(());
+    }
     if options.only_prepared {
         let setting = Spawns {
             binaries: &binaries,
@@ -1043,6 +1095,17 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         counts.output_cap,
     )
     .await?;
+    step(
+        started,
+        "peers: one static program under each sandbox installed here",
+    );
+    let peers_asked = if options.quick {
+        peers::QUICK
+    } else {
+        peers::FULL
+    };
+    let peers_figures =
+        peers::measure(dir.path(), &binaries, peers_asked, options.no_docker).await?;
     step(
         started,
         "egress: new sandboxes and a runner's connects, posture vs none",
@@ -1345,6 +1408,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         rows.extend(peer::rows(peer, &new_serial, burst_rate));
     }
     rows.extend(output::rows(&output_figures));
+    rows.extend(peers::rows(&peers_figures));
     rows.extend(egress::rows(&egress_figures));
     rows.extend(isolation::rows(&view_figures));
     let docker_note = match &docker_figures {
@@ -1393,6 +1457,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
     println!("\ninfo: {scale_info}");
     println!("info: {}", egress::info(&egress_figures));
     println!("info: {}", isolation::info(&view_figures));
+    println!("\n{}", peers::summary(&peers_figures));
     println!(
         "\ninfo: (d) burst over {} connection(s); (g) {} probes (one per {:?}) during a second \
          burst ({:.0} ensures/s); daemon warm VmRSS before the burst {rss_warm} KiB; group \
@@ -1448,6 +1513,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         "state_dir_fs": { "type": fs_type, "file_create_p50_us": file_creates.p50(), "file_create_before_c_p50_us": file_creates_later.p50(), "mkdir_p50_us": dir_creates.p50() },
         "docker": docker_note,
         "kubernetes": kubernetes_note,
+        "peers": peers::json(&peers_figures),
         "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
     });
     println!("{line}");

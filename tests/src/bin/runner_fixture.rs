@@ -48,6 +48,9 @@
 //!   requests (see [`net`]).
 //! - `--probe tcp|udp ADDRESS`: one probe from here, `errno N` on stdout,
 //!   and exit (no workspace needed: for `docker exec`).
+//! - `--uname`: print `release <uname -r>` and `version <the first line
+//!   of /proc/version>` to stdout, and exit (no workspace needed: for
+//!   `docker exec`, to see which kernel answers the runner).
 //! - `--syscall-probe NAME`: make one system call a seccomp filter should
 //!   refuse (see [`syscalls::PROBES`]), `errno N` on stdout (0: it
 //!   succeeded), and exit; no workspace needed.
@@ -342,6 +345,23 @@ fn open_descriptors() -> Vec<(i32, String)> {
     fds
 }
 
+/// `uname -r`: the release of the kernel that answers this process.
+fn kernel_release() -> String {
+    // SAFETY: utsname is arrays of c_char only, for which all zeroes is a value.
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uname writes into the struct it is given, which outlives the call.
+    if unsafe { libc::uname(&mut uts) } != 0 {
+        return format!("unknown ({})", std::io::Error::last_os_error());
+    }
+    let bytes: Vec<u8> = uts
+        .release
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 fn main() -> ExitCode {
     // First, before anything here opens one: what it was started with.
     let start_fds = open_descriptors();
@@ -351,6 +371,14 @@ fn main() -> ExitCode {
             println!("errno {}", net::probe(protocol, address));
             return ExitCode::SUCCESS;
         }
+    }
+    if args == ["--uname"] {
+        let release = kernel_release();
+        let version = std::fs::read_to_string("/proc/version")
+            .unwrap_or_else(|error| format!("unreadable ({error})"));
+        println!("release {release}");
+        println!("version {}", version.lines().next().unwrap_or_default());
+        return ExitCode::SUCCESS;
     }
     if let [flag, name] = &args[..] {
         if flag == "--syscall-probe" {

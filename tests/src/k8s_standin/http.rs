@@ -9,7 +9,8 @@
 //! (get, merge patch); `deployments/scale` (get, patch, update); `pods/log`
 //! (get, with `limitBytes` and `tailLines`); `pods/exec` (a WebSocket:
 //! see [super::exec], a stand-in for the kubelet); `selfsubjectaccessreviews`
-//! (create). Anything else is a 404 `Status`.
+//! (create); node.k8s.io/v1 `runtimeclasses`, cluster-wide (get, list,
+//! create, delete: see [super::runtime_class]). Anything else is a 404 `Status`.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +37,8 @@ enum Route {
     Log(String, String),
     Exec(String, String),
     AccessReview,
+    RuntimeClasses,
+    RuntimeClass(String),
 }
 
 fn route(path: &str) -> Option<Route> {
@@ -50,6 +53,10 @@ fn route(path: &str) -> Option<Route> {
     };
     let owned = |text: &&str| text.to_string();
     match rest {
+        ["runtimeclasses"] if group == "node.k8s.io" => Some(Route::RuntimeClasses),
+        ["runtimeclasses", name] if group == "node.k8s.io" => {
+            Some(Route::RuntimeClass(owned(name)))
+        }
         ["namespaces"] if group.is_empty() => Some(Route::Namespaces),
         ["namespaces", namespace] if group.is_empty() => Some(Route::Namespace(owned(namespace))),
         ["namespaces", namespace, resource] => Some(Route::Collection(
@@ -206,6 +213,18 @@ fn attributes(
             "authorization.k8s.io".into(),
             String::new(),
         ),
+        Route::RuntimeClasses => (
+            verb(true),
+            "runtimeclasses".into(),
+            "node.k8s.io".into(),
+            String::new(),
+        ),
+        Route::RuntimeClass(_) => (
+            verb(false),
+            "runtimeclasses".into(),
+            "node.k8s.io".into(),
+            String::new(),
+        ),
     }
 }
 
@@ -216,7 +235,8 @@ fn object_name(route: &Route) -> String {
         | Route::Scale(_, name)
         | Route::Status(_, _, name)
         | Route::Log(_, name)
-        | Route::Exec(_, name) => name.clone(),
+        | Route::Exec(_, name)
+        | Route::RuntimeClass(name) => name.clone(),
         _ => String::new(),
     }
 }
@@ -343,6 +363,16 @@ async fn answer(
         }
         (Route::Namespace(name), Method::GET) => ok(store.get_namespace(&name)?),
         (Route::Namespace(name), Method::DELETE) => ok(store.delete_namespace(&name)?),
+        (Route::RuntimeClasses, Method::GET) if !watch => {
+            let revision = store.revision();
+            ok(store.runtime_classes.list(revision)?)
+        }
+        (Route::RuntimeClasses, Method::POST) => {
+            let revision = store.stamp();
+            created(store.runtime_classes.create(&body, revision)?)
+        }
+        (Route::RuntimeClass(name), Method::GET) => ok(store.runtime_classes.get(&name)?),
+        (Route::RuntimeClass(name), Method::DELETE) => ok(store.runtime_classes.delete(&name)?),
         (Route::Collection(kind, namespace), Method::GET) if watch => {
             store.require_namespace(&namespace)?;
             let after = match resource_version {

@@ -27,7 +27,9 @@
 //!   writes, a test writes here);
 //! - watches ([watch]): `?watch=1` from a `resourceVersion`, 410 `Expired`
 //!   when it is older than the history kept;
-//! - RBAC for the daemon's identity ([rbac]) and SelfSubjectAccessReview.
+//! - RBAC for the daemon's identity ([rbac]) and SelfSubjectAccessReview;
+//! - node.k8s.io/v1 RuntimeClasses, cluster-wide ([runtime_class]): get,
+//!   list, create, delete.
 //!
 //! Not simulated: controllers (no ReplicaSets; pods appear only when a test
 //! inserts them), watch bookmarks, strategic merge (taken as a merge patch),
@@ -39,6 +41,7 @@ mod fields;
 mod http;
 mod network_policy;
 mod rbac;
+mod runtime_class;
 mod selector;
 mod status;
 mod store;

@@ -107,6 +107,8 @@ pub struct Store {
     /// Where those commands run (a test's directory): the stand-in's
     /// "container working directory", which a test gives.
     pub exec_dir: Option<std::path::PathBuf>,
+    /// The cluster-wide RuntimeClasses ([`super::runtime_class`]).
+    pub runtime_classes: super::runtime_class::RuntimeClasses,
 }
 
 type Outcome = Result<Value, Failure>;
@@ -211,7 +213,7 @@ fn validate(kind: Kind, name: &str, old: Option<&Value>, new: &Value) -> Result<
 }
 
 impl Store {
-    fn stamp(&mut self) -> String {
+    pub(super) fn stamp(&mut self) -> String {
         self.revision += 1;
         self.revision.to_string()
     }

@@ -249,15 +249,21 @@ pub enum Command {
         id: String,
     },
 
-    /// Copy one file into or out of a sandbox's workspace, as the
-    /// sandbox's user: `cp ./file session:ses_42:sub/file`, `cp
-    /// session:ses_42:out.txt -` (to stdout). A path in a sandbox is
-    /// SCOPE:ID:PATH, relative to its workspace; `-` is stdin or stdout.
+    /// Copy a file or a directory into or out of a sandbox's workspace,
+    /// as the sandbox's user: `cp ./file session:ses_42:sub/file`, `cp
+    /// ./dir session:ses_42:sub` (a directory, as a tar stream), `cp
+    /// session:ses_42:sub/dir ./out`, `cp session:ses_42:out.txt -` (a
+    /// file's bytes to stdout), `cp session:ses_42:dir -` and `cp -
+    /// session:ses_42:dir` (a tar stream on stdout or stdin, as docker cp
+    /// has it). A path in a sandbox is SCOPE:ID:PATH, relative to its
+    /// workspace; a directory copied into an existing directory lands
+    /// under its own name, to a new path under that path's name.
     Cp {
-        /// A local file (or - for stdin), or SCOPE:ID:PATH.
+        /// A local file or directory (or - for stdin: a tar stream when
+        /// the destination is a directory), or SCOPE:ID:PATH.
         source: String,
-        /// SCOPE:ID:PATH (a directory there takes the file's name), or a
-        /// local path (or - for stdout).
+        /// SCOPE:ID:PATH (a directory there takes the source's name), or a
+        /// local path (or - for stdout: a tar stream of a directory).
         destination: String,
     },
 

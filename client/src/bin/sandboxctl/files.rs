@@ -1,9 +1,11 @@
 //! `sandboxctl cp` and `sandboxctl ls`: files in and out of a sandbox's
-//! workspace, one file at a time, in chunks of at most 1 MiB.
+//! workspace, one file at a time, in chunks of at most 1 MiB; whole
+//! directories go as tar streams ([`crate::tree_copy`]).
 //!
 //! A path in a sandbox is written `SCOPE:ID:PATH` (`session:ses_42:out.txt`),
 //! PATH relative to its workspace; anything else is a local path, `-`
-//! standing for stdin or stdout.
+//! standing for stdin or stdout: a file's bytes when the other end is a
+//! file, a tar stream when it is a directory (as `docker cp` has it).
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -13,6 +15,7 @@ use sandboxd_protocol::files::MAX_FILE_CHUNK;
 
 use crate::render::table;
 use crate::time::{ago, now_unix_ms};
+use crate::tree_copy;
 use crate::Failure;
 
 /// One end of a copy.
@@ -52,11 +55,21 @@ pub async fn copy(
 ) -> Result<String, Failure> {
     match (End::parse(source), End::parse(destination)) {
         (End::Local(from), End::Sandbox { scope, id, path }) => {
+            if from == "-" && names_dir(client, scope, &id, &path).await {
+                return tree_copy::stdin_in(client, scope, &id, &path).await;
+            }
+            if from != "-" && std::fs::symlink_metadata(&from).is_ok_and(|meta| meta.is_dir()) {
+                return tree_copy::dir_in(client, scope, &id, &from, &path).await;
+            }
             let path = into_dir(client, scope, &id, &path, &from).await?;
             let sent = upload(client, scope, &id, &path, &from).await?;
             Ok(format!("{sent} bytes to {scope}:{id}:{path}\n"))
         }
         (End::Sandbox { scope, id, path }, End::Local(to)) => {
+            if tree_copy::sandbox_kind(client, scope, &id, &path).await == Some(FileType::Dir) {
+                tree_copy::dir_out(client, scope, &id, &path, &to).await?;
+                return Ok(String::new());
+            }
             download(client, scope, &id, &path, &to).await?;
             Ok(String::new())
         }
@@ -68,6 +81,13 @@ pub async fn copy(
                 .into(),
         )),
     }
+}
+
+/// Whether `path` in the sandbox names a directory: empty, ending in
+/// `/`, or one there.
+async fn names_dir(client: &SandboxdClient, scope: Scope, id: &str, path: &str) -> bool {
+    path.ends_with('/')
+        || tree_copy::sandbox_kind(client, scope, id, path).await == Some(FileType::Dir)
 }
 
 /// `path` itself, or the source's name inside it when it names a

@@ -52,6 +52,7 @@ pub fn status(status: &DaemonStatus) -> String {
             ),
         ),
     ]) + &isolation_lines(&status.isolation_mode, &status.isolation)
+        + &crate::view::lines(&status.view)
 }
 
 /// How long a runner has between SIGTERM and SIGKILL.
@@ -304,17 +305,20 @@ pub fn workspaces(workspaces: &[WorkspaceInfo], now_unix_ms: u64) -> String {
 
 /// The workspaces' table: by default SCOPE, ID, SIZE, LAST-RUN, STATE and
 /// EXPIRES, the ids cut to what the others leave of `style.width`; with
-/// `wide`, the base NAME too and every id in full.
+/// `wide`, the base NAME and the host PATH too and every id in full.
 pub fn workspaces_styled(
     workspaces: &[WorkspaceInfo],
     now_unix_ms: u64,
     style: ListStyle,
 ) -> String {
+    if workspaces.is_empty() {
+        return "no workspaces are kept on this host\n".to_string();
+    }
     let header = [
-        "NAME", "SCOPE", "ID", "SIZE", "LAST-RUN", "STATE", "EXPIRES",
+        "NAME", "SCOPE", "ID", "SIZE", "LAST-RUN", "STATE", "EXPIRES", "PATH",
     ]
     .map(str::to_string);
-    let rows: Vec<[String; 7]> = workspaces
+    let rows: Vec<[String; 8]> = workspaces
         .iter()
         .map(|info| {
             [
@@ -329,6 +333,7 @@ pub fn workspaces_styled(
                 if info.running { "running" } else { "stopped" }.to_string(),
                 info.expires_at_unix_ms
                     .map_or_else(|| MISSING.to_string(), |at| ago(at, now_unix_ms)),
+                or_missing(&info.host_path),
             ]
         })
         .collect();
@@ -347,8 +352,8 @@ pub fn workspaces_styled(
         })
         .sum();
     let id_width = style.width.saturating_sub(others + 2 * 5).max(MIN_ID_WIDTH);
-    let narrow = |row: [String; 7]| {
-        let [_, scope, id, size, last_run, state, expires] = row;
+    let narrow = |row: [String; 8]| {
+        let [_, scope, id, size, last_run, state, expires, _] = row;
         [
             scope,
             ellipsized(&id, id_width),
@@ -429,7 +434,7 @@ pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
         lines.push(("image", shown(image)));
     }
     lines.extend([
-        ("uid", or_missing(&info.uid)),
+        ("incarnation", or_missing(&info.uid)),
         ("generation", info.generation.to_string()),
         (
             "started",
@@ -491,7 +496,7 @@ pub fn describe(info: &SandboxInfo, now_unix_ms: u64) -> String {
             lines.push(("pending", shown(why)));
         }
     }
-    key_values(&lines)
+    key_values(&lines) + &crate::view::lines(&info.view)
 }
 
 /// `session abc: running (created, generation 1, pid 123)`.
@@ -666,7 +671,14 @@ mod tests {
             uid: String::new(),
             usage: None,
             paused_since_unix_ms: None,
+            view: Vec::new(),
         }
+    }
+
+    #[test]
+    fn no_workspaces_is_said_in_words_not_as_a_bare_header() {
+        let text = workspaces(&[], NOW);
+        assert_eq!(text, "no workspaces are kept on this host\n");
     }
 
     #[test]
@@ -679,6 +691,7 @@ mod tests {
             last_run_unix_ms: Some(NOW - 120_000),
             running: false,
             expires_at_unix_ms: Some(NOW + 3_600_000),
+            host_path: "/var/lib/sandboxd/sandboxes/sbx-ses-ba7816bf8f01".into(),
         };
         let nameless = WorkspaceInfo {
             name: "sbx-wfx-2cf24dba5fb0".into(),
@@ -688,6 +701,7 @@ mod tests {
             last_run_unix_ms: None,
             running: false,
             expires_at_unix_ms: None,
+            host_path: String::new(),
         };
         let text = workspaces(&[known, nameless], NOW);
         let lines: Vec<Vec<&str>> = text
@@ -696,7 +710,7 @@ mod tests {
             .collect();
         assert_eq!(
             lines[0],
-            ["NAME", "SCOPE", "ID", "SIZE", "LAST-RUN", "STATE", "EXPIRES"]
+            ["NAME", "SCOPE", "ID", "SIZE", "LAST-RUN", "STATE", "EXPIRES", "PATH"]
         );
         assert_eq!(
             lines[1],
@@ -712,7 +726,8 @@ mod tests {
                 "stopped",
                 "in",
                 "1h",
-                "0m"
+                "0m",
+                "/var/lib/sandboxd/sandboxes/sbx-ses-ba7816bf8f01"
             ]
         );
         assert_eq!(
@@ -725,6 +740,7 @@ mod tests {
                 "B",
                 "-",
                 "stopped",
+                "-",
                 "-"
             ]
         );
@@ -963,6 +979,7 @@ mod tests {
             last_run_unix_ms: Some(NOW - 11_100_000),
             running: false,
             expires_at_unix_ms: Some(NOW + 590_000_000),
+            host_path: String::new(),
         };
         let style = ListStyle {
             wide: false,
@@ -1012,6 +1029,7 @@ mod tests {
             metrics: None,
             pools: Vec::new(),
             stop_grace_ms: 10_000,
+            view: Vec::new(),
             isolation: vec![
                 IsolationFeature::in_force("pid-namespace", "its own"),
                 IsolationFeature::not_in_force(

@@ -18,7 +18,7 @@ use sandboxd_protocol::Scope;
 use super::engine::{CallError, Engine, READ_TIMEOUT, WRITE_TIMEOUT};
 use super::observed::Lookup;
 use crate::instance::Instance;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// How long a removal under way may take before we report it.
 const REMOVAL_WAIT: Duration = Duration::from_secs(30);

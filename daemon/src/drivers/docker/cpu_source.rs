@@ -18,7 +18,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::drivers::local_process::cgroup::usage::CpuUsage;
+use crate::drivers::cgroup_files::CpuUsage;
 
 /// Where the cgroup hierarchies are mounted.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";

@@ -26,6 +26,8 @@ pub struct Support {
     /// `Ok(how)`: the root file system's size can be limited; `Err(why)`:
     /// it cannot.
     pub root_size: Result<String, String>,
+    /// The runtimes registered with the engine (see [`super::runtime`]).
+    pub runtimes: super::runtime::Runtimes,
 }
 
 /// Learned once, then kept.
@@ -127,6 +129,7 @@ impl Support {
         Support {
             seccomp,
             root_size: root_size(driver, backing, pquota),
+            runtimes: super::runtime::Runtimes::of(info),
         }
     }
 }

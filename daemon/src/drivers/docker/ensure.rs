@@ -27,7 +27,7 @@ use super::spec::RunnerSpec;
 use super::teardown;
 use super::Inner;
 use crate::drivers::differs::{differing_fields, token_digest, RunsWith, TokenDigest};
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// How many looks at the container one ensure takes before giving up on a
 /// container that keeps changing under it.
@@ -251,6 +251,13 @@ fn stale(observed: &Observed, env: &SandboxEnv, spec: &RunnerSpec) -> Option<&'s
     } else if !observed.own_profile {
         // Made by an earlier daemon, with another profile or none.
         Some("its seccomp profile is not the daemon's")
+    } else if spec
+        .runtime
+        .as_ref()
+        .is_some_and(|wanted| observed.runtime.as_ref() != Some(wanted))
+    {
+        // Made under another runtime, before [docker] runtime named this one.
+        Some("its runtime is not [docker] runtime")
     } else {
         None
     }

@@ -27,7 +27,7 @@ use super::engine::Engine;
 use super::observed::exit_info;
 use super::spec::{LABEL_GENERATION, LABEL_UID};
 use crate::events::EventHub;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// An exit the engine reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,7 +285,7 @@ mod tests {
     #[test]
     fn die_events_record_the_last_exit_once_and_oom_marks_it() {
         let exits = Exits::default();
-        let key = crate::provisioner::SandboxKey::new(sandboxd_protocol::Scope::Session, "s1");
+        let key = crate::sandbox_key::SandboxKey::new(sandboxd_protocol::Scope::Session, "s1");
         let new = exits
             .record(&event("die", "c1", "3", 5_000_000_000))
             .unwrap();

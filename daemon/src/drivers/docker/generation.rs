@@ -16,7 +16,7 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 pub struct Generations {
     dir: PathBuf,

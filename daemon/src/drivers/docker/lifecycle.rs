@@ -37,9 +37,9 @@ use sandboxd_protocol::ExitReason;
 use super::observed::{key_of, unix_ms, Lookup, Observed, Phase};
 use super::{containers, cpu_source, teardown, usage, Inner};
 use crate::config::{LifecycleConfig, OnIdle};
+use crate::drivers::cgroup_files::CpuUsage;
 use crate::drivers::lifecycle::{tick, IdleWindow, LifeClock};
-use crate::drivers::local_process::cgroup::usage::CpuUsage;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::unix_time::now_unix_ms;
 
 /// How many engine calls (inspects of new runs, fallback reads) one tick

@@ -65,7 +65,7 @@ use super::engine::CallError;
 use super::events::short;
 use super::observed::{Lookup, Observed, Phase};
 use super::Inner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// The longest an entry is taken to land after its stamp (see the module's
 /// documentation). The engine stamps a line and hands it to its log writer

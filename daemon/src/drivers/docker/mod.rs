@@ -15,9 +15,11 @@
 //! `reaper` (leaked connect sandboxes), `generation` (runner counts),
 //! `logs` (runner output, from the engine's log of the container),
 //! `lifecycle` and `cpu_source` (idle and lifetime limits), `pause`,
-//! `exec` (commands in a running sandbox), `seccomp_profile` (the
-//! daemon's own profile on every container) and `engine_support` (what
-//! the engine can hold a container to: seccomp, a root file system size).
+//! `exec` (commands in a running sandbox), `files` (files in and out,
+//! through the engine's archive endpoints), `seccomp_profile` (the
+//! daemon's own profile on every container), `engine_support` (what
+//! the engine can hold a container to: seccomp, a root file system size)
+//! and `runtime` (`[docker] runtime`, such as gVisor's `runsc`).
 
 mod containers;
 mod cpu_source;
@@ -28,6 +30,7 @@ mod engine_support;
 mod ensure;
 mod events;
 mod exec;
+mod files;
 mod generation;
 mod health;
 mod lifecycle;
@@ -36,6 +39,7 @@ mod network_watch;
 mod observed;
 mod pause;
 mod reaper;
+mod runtime;
 mod seccomp_profile;
 pub(crate) mod spec;
 mod teardown;
@@ -110,6 +114,8 @@ struct Inner {
     watch: lifecycle::Watch,
     /// What the engine can hold a container to (see [`engine_support`]).
     support: engine_support::Learned,
+    /// Uploads kept until their last chunk (see [`files`]).
+    files: files::Files,
     /// Set at shutdown: no command starts, and every command followed
     /// ends `daemon-stopped` (it goes on in its container, see [`exec`]).
     commands_stop: tokio::sync::watch::Sender<bool>,
@@ -191,6 +197,16 @@ impl DockerDriver {
     /// watcher and the connect reaper.
     pub async fn start(config: &Config, events: Arc<EventHub>) -> anyhow::Result<DockerDriver> {
         let mut spec = RunnerSpec::from_config(config).map_err(anyhow::Error::msg)?;
+        let host = config
+            .docker
+            .host
+            .clone()
+            .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string());
+        let engine = Arc::new(Engine::new(&host).map_err(anyhow::Error::msg)?);
+        let support = engine_support::Learned::default();
+        // Before anything is made on the host: a runtime the engine lacks
+        // would fail every ensure.
+        check_runtime(&engine, &support, spec.runtime.as_deref()).await?;
         // The default network is replaced by the daemon's own, on every
         // posture: its containers cannot reach each other there, and under
         // a posture its bridge is what the rules hold. Any other network
@@ -224,12 +240,6 @@ impl DockerDriver {
                 ),
             )
         });
-        let host = config
-            .docker
-            .host
-            .clone()
-            .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string());
-        let engine = Arc::new(Engine::new(&host).map_err(anyhow::Error::msg)?);
         let generations =
             Arc::new(Generations::prepare(&config.state_dir).with_context(|| {
                 format!("cannot prepare {}/docker", config.state_dir.display())
@@ -255,7 +265,13 @@ impl DockerDriver {
             departed: departed::DepartedLogs::default(),
             watch: lifecycle::Watch::default(),
             commands_stop: tokio::sync::watch::Sender::new(false),
-            support: engine_support::Learned::default(),
+            support,
+            files: files::Files::prepare(&config.state_dir).with_context(|| {
+                format!(
+                    "cannot prepare {}/docker/uploads",
+                    config.state_dir.display()
+                )
+            })?,
         });
         first_contact(&inner).await;
         let reaper = ReaperSettings {
@@ -338,6 +354,33 @@ async fn announce_ended_meanwhile(inner: &Inner, key: &SandboxKey, uid: &str, ge
             tracing::warn!(scope = %key.scope, id = %key.id, %error, "cannot inspect an adopted container")
         }
     }
+}
+
+/// Fails when `[docker] runtime` (`wanted`) is not among the engine's
+/// runtimes, naming those it has. An engine that does not answer now is
+/// not checked (the daemon serves either way, as at first contact): its
+/// create then refuses an unknown runtime by name.
+async fn check_runtime(
+    engine: &Engine,
+    support: &engine_support::Learned,
+    wanted: Option<&str>,
+) -> anyhow::Result<()> {
+    let Some(wanted) = wanted else {
+        return Ok(());
+    };
+    match support.learn(engine).await {
+        Ok(known) => {
+            known.runtimes.check(wanted).map_err(anyhow::Error::msg)?;
+            if let Some(warning) = known.runtimes.warning(Some(wanted)) {
+                tracing::warn!("{warning}");
+            }
+            tracing::info!(runtime = %wanted, engine = %engine.address(), "[docker] runtime is the engine's: every runner container runs under it");
+        }
+        Err(error) => {
+            tracing::warn!(runtime = %wanted, engine = %engine.address(), %error, "cannot read the engine's runtimes: [docker] runtime is not checked; a create under a runtime the engine lacks fails")
+        }
+    }
+    Ok(())
 }
 
 /// Logs what the engine looks like at start: reachable or not, the runner
@@ -491,10 +534,9 @@ impl Driver for DockerDriver {
 
     fn isolation(&self) -> (String, Vec<sandboxd_protocol::IsolationFeature>) {
         use sandboxd_protocol::IsolationFeature;
-        let runtime = IsolationFeature::in_force(
-            "runtime",
-            "each sandbox is a container of the runtime, with its own namespaces",
-        );
+        let known = self.inner.support.known();
+        let wanted = self.inner.spec.runtime.as_deref();
+        let runtime = runtime::feature(known.map(|support| &support.runtimes), wanted);
         let network = if !self.own_network {
             IsolationFeature::not_in_force(
                 "network",
@@ -517,8 +559,10 @@ impl Driver for DockerDriver {
                 Err(why) => IsolationFeature::not_in_force("network", why),
             }
         };
-        let known = self.inner.support.known();
-        let seccomp = engine_support::seccomp_feature(known);
+        let seccomp = match known.and_then(|support| support.runtimes.seccomp_ignored(wanted)) {
+            Some(why) => IsolationFeature::not_in_force("seccomp", why),
+            None => engine_support::seccomp_feature(known),
+        };
         let disk = engine_support::disk_feature(known, self.inner.spec.disk);
         (
             "the runtime's own".to_string(),
@@ -554,55 +598,79 @@ impl Driver for DockerDriver {
         self.inner.exec(key, spec).await
     }
 
-    /// Not yet: the Engine's archive endpoints (a tar each way) are the way,
-    /// and are left for a later change; refused by name until then.
+    /// The file calls, through the Engine's archive endpoints (see [`files`]).
     async fn put_file(
         &self,
-        _key: &SandboxKey,
-        _chunk: &sandboxd_protocol::PutChunk,
+        key: &SandboxKey,
+        chunk: &sandboxd_protocol::PutChunk,
     ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
-        Err(crate::provisioner::files_not_on("docker", "put_file"))
+        self.inner.put_file(key, chunk).await
     }
 
     async fn get_file(
         &self,
-        _key: &SandboxKey,
-        _path: &str,
-        _offset: u64,
-        _max: u32,
+        key: &SandboxKey,
+        path: &str,
+        offset: u64,
+        max: u32,
     ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
-        Err(crate::provisioner::files_not_on("docker", "get_file"))
+        self.inner.get_file(key, path, offset, max).await
     }
 
     async fn stat_file(
         &self,
-        _key: &SandboxKey,
-        _path: &str,
+        key: &SandboxKey,
+        path: &str,
     ) -> Result<sandboxd_protocol::FileStat, SandboxError> {
-        Err(crate::provisioner::files_not_on("docker", "stat_file"))
+        self.inner.stat_file(key, path).await
     }
 
     async fn list_files(
         &self,
-        _key: &SandboxKey,
-        _path: &str,
+        key: &SandboxKey,
+        path: &str,
     ) -> Result<sandboxd_protocol::FileList, SandboxError> {
-        Err(crate::provisioner::files_not_on("docker", "list_files"))
+        self.inner.list_files(key, path).await
     }
 
     async fn remove_file(
         &self,
-        _key: &SandboxKey,
-        _path: &str,
-        _recursive: bool,
+        key: &SandboxKey,
+        path: &str,
+        recursive: bool,
     ) -> Result<(), SandboxError> {
-        Err(crate::provisioner::files_not_on("docker", "remove_file"))
+        self.inner.remove_file(key, path, recursive).await
+    }
+
+    async fn put_tar(
+        &self,
+        key: &SandboxKey,
+        chunk: &sandboxd_protocol::PutChunk,
+    ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
+        self.inner.put_tar(key, chunk).await
+    }
+
+    async fn get_tar(
+        &self,
+        key: &SandboxKey,
+        path: &str,
+        offset: u64,
+        max: u32,
+    ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
+        self.inner.get_tar(key, path, offset, max).await
     }
 
     /// The commands an earlier daemon started and left running in their
     /// containers (their records in `<state_dir>/docker/commands`).
     async fn recovered_commands(&self) -> Vec<crate::started_command::RecoveredCommand> {
         self.inner.recovered_commands().await
+    }
+
+    async fn workspaces(
+        &self,
+        _scope: Option<Scope>,
+    ) -> Result<Vec<sandboxd_protocol::WorkspaceInfo>, SandboxError> {
+        Err(crate::provisioner::no_host_workspaces("docker"))
     }
 
     async fn pause(
@@ -625,7 +693,20 @@ impl Driver for DockerDriver {
 
     async fn describe(&self, key: &SandboxKey) -> Result<SandboxInfo, SandboxError> {
         let lookup = self.inner.inspect(key).await?;
-        Ok(self.inner.info(key, &lookup))
+        let mut info = self.inner.info(key, &lookup);
+        if let Lookup::Ours(observed) = &lookup {
+            // The container's own, which may predate the configured one.
+            let runtime = observed
+                .runtime
+                .as_deref()
+                .unwrap_or("not said by the engine");
+            info.isolation
+                .push(sandboxd_protocol::IsolationFeature::in_force(
+                    "runtime",
+                    format!("the container runs under the engine's runtime '{runtime}'"),
+                ));
+        }
+        Ok(info)
     }
 
     async fn usage(

@@ -17,7 +17,7 @@ use super::spec::{
     LABEL_CALLER_CLASS, LABEL_GENERATION, LABEL_TASK_QUEUE, LABEL_TOKEN_SHA256, LABEL_UID,
 };
 use crate::instance::Instance;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// The container's lifecycle phase, as the ensure state machine cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +74,9 @@ impl Phase {
 }
 
 /// One inspect of the name a sandbox's container would have.
+// Held for one call and never stored in bulk: a Box would add an
+// allocation to every inspect for no saving.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Lookup {
     Absent,
@@ -95,6 +98,9 @@ pub struct Observed {
     /// Made with the daemon's seccomp profile as it is now (among
     /// `HostConfig.SecurityOpt`); false for one an earlier daemon made.
     pub own_profile: bool,
+    /// The runtime it was made with (`HostConfig.Runtime`, the engine's
+    /// default filled in by the engine); `None` when not said.
+    pub runtime: Option<String>,
     labels: HashMap<String, String>,
     pub created_at_unix_ms: Option<u64>,
     pub started_at_unix_ms: Option<u64>,
@@ -151,17 +157,18 @@ impl Lookup {
         }
         let state = inspect.state.unwrap_or_default();
         let finished_at_unix_ms = state.finished_at.as_deref().and_then(unix_ms);
+        let host = inspect.host_config.unwrap_or_default();
         Lookup::Ours(Observed {
             id,
             phase: Phase::from_status(state.status),
             image: config.image.unwrap_or_default(),
             user: config.user.unwrap_or_default(),
-            own_profile: inspect
-                .host_config
-                .and_then(|host| host.security_opt)
+            own_profile: host
+                .security_opt
                 .unwrap_or_default()
                 .iter()
                 .any(|option| option == super::seccomp_profile::security_option()),
+            runtime: host.runtime.filter(|runtime| !runtime.is_empty()),
             labels,
             created_at_unix_ms: inspect.created.as_deref().and_then(unix_ms),
             started_at_unix_ms: state.started_at.as_deref().and_then(unix_ms),
@@ -253,6 +260,7 @@ impl Observed {
             uid: self.uid().to_string(),
             usage: None,
             paused_since_unix_ms: None,
+            view: Vec::new(),
         }
     }
 }

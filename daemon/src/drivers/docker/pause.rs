@@ -14,7 +14,7 @@ use sandboxd_protocol::{EventKind, PauseReport, SandboxError};
 use super::containers;
 use super::observed::{Lookup, Observed, Phase};
 use super::Inner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::unix_time::now_unix_ms;
 
 /// When each paused container was paused, in milliseconds since the Unix

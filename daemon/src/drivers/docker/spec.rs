@@ -14,7 +14,7 @@ use crate::drivers::differs::token_digest;
 
 use crate::config::Config;
 use crate::instance::Instance;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// The generation the container was created at (starts after that are
 /// counted in the [generation file](super::generation)).
@@ -45,6 +45,9 @@ pub struct RunnerSpec {
     pub memory: i64,
     pub nano_cpus: i64,
     pub pids_limit: i64,
+    /// `[docker] runtime`: `HostConfig.Runtime` of every container; `None`
+    /// is the engine's default.
+    pub runtime: Option<String>,
     /// `[limits] disk`: the container's root file system's size, where the
     /// engine's storage driver honours one (see [`super::engine_support`]);
     /// 0 = unlimited.
@@ -53,6 +56,8 @@ pub struct RunnerSpec {
     pub stop_grace_secs: i64,
     pub backend_endpoint: String,
     pub temporal_address: String,
+    /// `[runner] env`: after the contract's, for every runner and command.
+    pub extra_env: Vec<(String, String)>,
 }
 
 impl RunnerSpec {
@@ -68,10 +73,12 @@ impl RunnerSpec {
             memory: i64::try_from(docker.memory).unwrap_or(i64::MAX),
             nano_cpus: (docker.cpus * 1e9).round() as i64,
             pids_limit: docker.pids_limit,
+            runtime: docker.runtime.clone(),
             disk: config.limits.disk,
             stop_grace_secs: config.stop_grace.as_secs_f64().ceil() as i64,
             backend_endpoint: config.backend_endpoint.clone(),
             temporal_address: config.temporal_address.clone(),
+            extra_env: config.runner_env.clone(),
         })
     }
 
@@ -130,7 +137,33 @@ impl RunnerSpec {
         if !env.stigmer_token.is_empty() {
             vars.push(format!("STIGMER_TOKEN={}", env.stigmer_token.expose()));
         }
+        vars.extend(self.limit_env());
+        vars.extend(
+            self.extra_env
+                .iter()
+                .map(|(name, value)| format!("{name}={value}")),
+        );
         vars
+    }
+
+    /// The container's limits, as the process tier tells its sandboxes
+    /// theirs (`free` in a container shows the host's memory too); each
+    /// only when set. The disk limit is left out: whether the storage
+    /// driver holds it is known only to the engine.
+    fn limit_env(&self) -> Vec<String> {
+        let [memory, cpu, pids, _] = crate::config::LIMIT_VARIABLES;
+        let cpus = self.nano_cpus as f64 / 1e9;
+        [
+            (memory, (self.memory > 0).then(|| self.memory.to_string())),
+            (cpu, (self.nano_cpus > 0).then(|| cpus.to_string())),
+            (
+                pids,
+                (self.pids_limit > 0).then(|| self.pids_limit.to_string()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some(format!("{name}={}", value?)))
+        .collect()
     }
 
     fn host_config(&self, key: &SandboxKey) -> HostConfig {
@@ -155,6 +188,7 @@ impl RunnerSpec {
                 maximum_retry_count: None,
             }),
             mounts: Some(vec![workspace_mount(key)]),
+            runtime: self.runtime.clone(),
             ..Default::default()
         }
     }
@@ -246,10 +280,12 @@ mod tests {
             memory: 2 << 30,
             nano_cpus: 2_000_000_000,
             pids_limit: 512,
+            runtime: None,
             disk: 1 << 30,
             stop_grace_secs: 10,
             backend_endpoint: String::new(),
             temporal_address: "temporal:7233".into(),
+            extra_env: vec![("EMAIL".into(), "dev@example.com".into())],
         }
     }
 
@@ -279,6 +315,14 @@ mod tests {
         assert!(vars.contains(&"STIGMER_TOKEN=hunter2".to_string()));
         assert!(vars.contains(&"WORKSPACE_ROOT_DIR=/workspace".to_string()));
         assert!(vars.contains(&"TEMPORAL_SERVICE_ADDRESS=temporal:7233".to_string()));
+        for told in [
+            "SANDBOXD_MEMORY_LIMIT_BYTES=2147483648",
+            "SANDBOXD_CPU_QUOTA=2",
+            "SANDBOXD_PIDS_LIMIT=512",
+            "EMAIL=dev@example.com",
+        ] {
+            assert!(vars.contains(&told.to_string()), "{told}: {vars:?}");
+        }
         assert!(
             !vars
                 .iter()
@@ -293,12 +337,24 @@ mod tests {
             .iter()
             .any(|option| option.starts_with("seccomp={")));
         assert_eq!(host.storage_opt, None, "only where the engine honours it");
+        assert_eq!(host.runtime, None, "the engine's default unless configured");
         let mount = &host.mounts.as_ref().unwrap()[0];
         assert_eq!(
             mount.source.as_deref(),
             Some(format!("{}-workspace", key.base_name).as_str())
         );
         assert_eq!(mount.target.as_deref(), Some("/workspace"));
+    }
+
+    #[test]
+    fn a_configured_runtime_is_every_containers() {
+        let key = SandboxKey::new(Scope::Connect, "c1");
+        let spec = RunnerSpec {
+            runtime: Some("runsc".into()),
+            ..spec()
+        };
+        let body = spec.container(&key, &env(""), 1, "0123456789abcdef0123456789abcdef");
+        assert_eq!(body.host_config.unwrap().runtime.as_deref(), Some("runsc"));
     }
 
     #[test]

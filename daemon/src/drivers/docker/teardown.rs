@@ -16,7 +16,7 @@ use super::events::short;
 use super::observed::{labels_match, Lookup, Observed, Phase};
 use super::spec::workspace_volume;
 use super::Inner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// How long a SIGKILLed container may take to be reaped before we report it.
 const KILL_WAIT: Duration = Duration::from_secs(30);

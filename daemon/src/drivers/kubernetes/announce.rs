@@ -41,7 +41,7 @@ use super::shapes::{object_name, ANNOTATION_TASK_QUEUE, ANNOTATION_TOKEN_SHA256}
 use super::watch::Update;
 use crate::events::EventHub;
 use crate::instance::{Instance, LABEL_INSTANCE};
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// What a Deployment said when last seen.
 #[derive(Clone)]

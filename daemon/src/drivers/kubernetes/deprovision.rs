@@ -16,7 +16,7 @@ use super::errors::Action;
 use super::observe::Lookup;
 use super::shapes::{claim_name, has_claim, secret_name};
 use super::Inner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 const DELETE_DEPLOYMENT: Action = Action::new("delete", "deployments");
 const DELETE_SECRET: Action = Action::new("delete", "secrets");

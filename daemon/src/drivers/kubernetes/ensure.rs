@@ -25,7 +25,7 @@ use super::observe::{annotation, differs_from, generation_of, state_of, Lookup};
 use super::shapes::{has_claim, secret_name, ANNOTATION_TOKEN_SHA256, FIELD_MANAGER};
 use super::Inner;
 use crate::drivers::differs::token_digest;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// How many looks at the Deployment one ensure takes before giving up on
 /// one that keeps changing under it.

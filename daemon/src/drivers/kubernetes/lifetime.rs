@@ -39,7 +39,7 @@ use super::observe::{
 use super::shapes::{merge_params, object_name, ANNOTATION_STOPPED_FOR};
 use super::Inner;
 use crate::config::LifecycleConfig;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::unix_time::now_unix_ms;
 
 const STOP: Action = Action::new("patch", "deployments");

@@ -25,7 +25,7 @@ use super::errors::{Action, CallError};
 use super::observe::{runner_status, Lookup};
 use super::shapes::CONTAINER;
 use super::Inner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 const GET_LOG: Action = Action::new("get", "pods/log");
 

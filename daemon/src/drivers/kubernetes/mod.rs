@@ -25,6 +25,7 @@ mod ensure;
 mod errors;
 mod exec;
 mod lifetime;
+mod limit_env;
 mod logs;
 mod network_policy;
 mod observe;
@@ -32,6 +33,7 @@ mod pause;
 mod pending;
 mod permissions;
 mod reaper;
+mod runtime_class;
 mod shapes;
 mod watch;
 
@@ -118,6 +120,9 @@ impl KubernetesDriver {
     ) -> anyhow::Result<KubernetesDriver> {
         let shape = RunnerShape::from_config(config).map_err(anyhow::Error::msg)?;
         let cluster = Cluster::connect(&config.kubernetes).await?;
+        if let Some(class) = &config.kubernetes.runtime_class {
+            runtime_class::check(&cluster, class).await?;
+        }
         tracing::info!(server = %cluster.server, namespace = %cluster.namespace, image = %shape.image, timeout = ?cluster.timeout, "kubernetes driver ready");
         let inner = Arc::new(Inner {
             cluster,
@@ -202,7 +207,10 @@ impl Driver for KubernetesDriver {
                 IsolationFeature::in_force("network", network_policy::SEPARATION),
                 IsolationFeature::in_force(
                     "runtime",
-                    "each sandbox is a pod of the cluster, with its own namespaces",
+                    match &self.inner.shape.runtime_class {
+                        Some(class) => format!("each sandbox is a pod of the cluster under [kubernetes] runtime_class '{class}' (its runtimeClassName), with its own namespaces"),
+                        None => "each sandbox is a pod of the cluster, under the cluster's default runtime, with its own namespaces".to_string(),
+                    },
                 ),
             ],
         )
@@ -339,11 +347,45 @@ impl Driver for KubernetesDriver {
         ))
     }
 
+    async fn put_tar(
+        &self,
+        _key: &SandboxKey,
+        _chunk: &sandboxd_protocol::PutChunk,
+    ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
+        Err(crate::provisioner::files_not_on("kubernetes", "put_tar"))
+    }
+
+    async fn get_tar(
+        &self,
+        _key: &SandboxKey,
+        _path: &str,
+        _offset: u64,
+        _max: u32,
+    ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
+        Err(crate::provisioner::files_not_on("kubernetes", "get_tar"))
+    }
+
     /// None: a command here is followed over its exec's stream, which
     /// ends with the daemon that opened it (its proof then says
     /// `daemon-stopped`); a later daemon has nothing to follow it by.
     async fn recovered_commands(&self) -> Vec<crate::started_command::RecoveredCommand> {
         Vec::new()
+    }
+
+    async fn workspaces(
+        &self,
+        _scope: Option<Scope>,
+    ) -> Result<Vec<sandboxd_protocol::WorkspaceInfo>, SandboxError> {
+        Err(crate::provisioner::no_host_workspaces("kubernetes"))
+    }
+
+    /// None: without a metrics API this tier has no live figures of a pod.
+    async fn usage(
+        &self,
+        _key: &SandboxKey,
+        _with_disk: bool,
+    ) -> Result<Option<sandboxd_protocol::Usage>, SandboxError> {
+        Ok(None)
     }
 
     /// A stop here: the Deployment scaled to 0 (see [`pause`]).

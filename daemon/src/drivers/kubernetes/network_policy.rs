@@ -52,7 +52,7 @@ use super::errors::{Action, CallError};
 use super::shapes::{labels, FIELD_MANAGER};
 use super::Inner;
 use crate::egress::EgressSetting;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 pub const APPLY_POLICY: Action = Action::new("patch", "networkpolicies");
 pub const DELETE_POLICY: Action = Action::new("delete", "networkpolicies");

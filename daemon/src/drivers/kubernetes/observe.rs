@@ -26,7 +26,7 @@ use super::shapes::{
 use super::Inner;
 use crate::drivers::differs::{differing_fields, RunsWith, TokenDigest};
 use crate::instance::{Instance, LABEL_INSTANCE};
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 const GET_DEPLOYMENT: Action = Action::new("get", "deployments");
 const LIST_DEPLOYMENTS: Action = Action::new("list", "deployments");
@@ -228,6 +228,7 @@ impl Inner {
         let context = Self::context(key, "describe");
         let pods = self.sandbox_pods(key, &context).await?;
         let mut info = info(key, &deployment, pods.first());
+        info.isolation.push(runtime_of(&deployment));
         if let (Some(pod), Some(cluster)) = (pods.first(), info.cluster.as_mut()) {
             if super::pending::is_pending(pod) {
                 cluster.pending_reason = Some(super::pending::why(self, pod).await);
@@ -309,6 +310,26 @@ pub fn exit_of(terminated: &ContainerStateTerminated) -> ExitInfo {
 /// in `container_id`, its runner's start, restarts and last termination;
 /// `cluster` adds the desired and ready replicas, the pod's phase and the
 /// last termination's reason.
+/// describe's `runtime`: the RuntimeClass the Deployment's pods name,
+/// which may predate `[kubernetes] runtime_class`.
+fn runtime_of(deployment: &Deployment) -> sandboxd_protocol::IsolationFeature {
+    let class = deployment
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|pod| pod.runtime_class_name.as_deref());
+    sandboxd_protocol::IsolationFeature::in_force(
+        "runtime",
+        match class {
+            Some(class) => format!("the sandbox's pods name RuntimeClass '{class}'"),
+            None => {
+                "the sandbox's pods name no RuntimeClass: the cluster's default runtime".to_string()
+            }
+        },
+    )
+}
+
 pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> SandboxInfo {
     let generation = generation_of(deployment);
     let image = deployment
@@ -376,5 +397,6 @@ pub fn info(key: &SandboxKey, deployment: &Deployment, pod: Option<&Pod>) -> San
         uid: uid_of(deployment),
         usage: None,
         paused_since_unix_ms: None,
+        view: Vec::new(),
     }
 }

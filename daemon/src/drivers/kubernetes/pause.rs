@@ -13,7 +13,7 @@ use super::errors::Action;
 use super::observe::{generation_of, state_of, Lookup};
 use super::shapes::{merge_params, object_name};
 use super::Inner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 const SCALE: Action = Action::new("patch", "deployments/scale");
 

@@ -24,7 +24,7 @@ use crate::drivers::differs::token_digest;
 
 use crate::config::Config;
 use crate::instance::Instance;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// The field manager of every write: a human's `kubectl scale` or label is
 /// another manager's field, and sandboxd's own fields are restored by its
@@ -76,10 +76,14 @@ pub struct RunnerShape {
     pub storage_class: Option<String>,
     pub image_pull_policy: String,
     pub image_pull_secrets: Vec<String>,
+    /// `[kubernetes] runtime_class`: the pod's `runtimeClassName`.
+    pub runtime_class: Option<String>,
     /// The pod's termination grace, in whole seconds (the daemon's stop_grace).
     pub stop_grace_secs: i64,
     pub backend_endpoint: String,
     pub temporal_address: String,
+    /// `[runner] env`: after the contract's and the limits'.
+    pub extra_env: Vec<(String, String)>,
 }
 
 /// The Deployment's name: the base name, prefixed by a named instance's
@@ -130,9 +134,11 @@ impl RunnerShape {
             storage_class: k8s.storage_class.clone(),
             image_pull_policy: k8s.image_pull_policy.clone(),
             image_pull_secrets: k8s.image_pull_secrets.clone(),
+            runtime_class: k8s.runtime_class.clone(),
             stop_grace_secs: config.stop_grace.as_secs_f64().ceil() as i64,
             backend_endpoint: config.backend_endpoint.clone(),
             temporal_address: config.temporal_address.clone(),
+            extra_env: config.runner_env.clone(),
         })
     }
 
@@ -262,6 +268,7 @@ impl RunnerShape {
             automount_service_account_token: Some(false),
             termination_grace_period_seconds: Some(self.stop_grace_secs),
             image_pull_secrets: pull_secrets,
+            runtime_class_name: self.runtime_class.clone(),
             containers: vec![Container {
                 name: CONTAINER.to_string(),
                 image: Some(self.image.clone()),
@@ -327,6 +334,8 @@ impl RunnerShape {
                 }),
             });
         }
+        vars.extend(super::limit_env::limit_vars(&self.cpu_limit));
+        vars.extend(self.extra_env.iter().map(|(name, text)| value(name, text)));
         vars
     }
 }
@@ -350,9 +359,11 @@ mod tests {
             storage_class: None,
             image_pull_policy: "IfNotPresent".to_string(),
             image_pull_secrets: vec![],
+            runtime_class: None,
             stop_grace_secs: 10,
             backend_endpoint: "http://backend:1".to_string(),
             temporal_address: String::new(),
+            extra_env: vec![("EMAIL".to_string(), "dev@example.com".to_string())],
         }
     }
 
@@ -400,6 +411,41 @@ mod tests {
             "empty is unset: {text}"
         );
         assert!(shape.secret(&key, &env("")).data.is_none());
+    }
+
+    #[test]
+    fn the_runner_is_told_its_limits_and_gets_runner_env() {
+        let key = SandboxKey::new(Scope::Session, "s");
+        let deployment = shape().deployment(&key, &env(""), 1, Some(1));
+        let text = serde_json::to_string(&deployment).unwrap();
+        assert!(
+            text.contains(r#"{"name":"SANDBOXD_CPU_QUOTA","value":"2"}"#),
+            "{text}"
+        );
+        assert!(text.contains(r#""resource":"limits.memory""#), "{text}");
+        assert!(
+            text.contains(r#"{"name":"EMAIL","value":"dev@example.com"}"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_runtime_class_is_named_only_when_configured() {
+        let key = SandboxKey::new(Scope::Session, "s");
+        let pod = |shape: RunnerShape| {
+            shape
+                .deployment(&key, &env(""), 1, Some(1))
+                .spec
+                .template
+                .spec
+                .unwrap()
+        };
+        assert_eq!(pod(shape()).runtime_class_name, None);
+        let gvisor = RunnerShape {
+            runtime_class: Some("gvisor".to_string()),
+            ..shape()
+        };
+        assert_eq!(pod(gvisor).runtime_class_name.as_deref(), Some("gvisor"));
     }
 
     #[test]

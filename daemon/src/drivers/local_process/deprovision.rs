@@ -25,7 +25,7 @@ use sandboxd_protocol::{
 use tokio::sync::{oneshot, Notify};
 
 use super::{disk_limit, now_unix_ms, stop, trash, Inner, Running};
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// How long, past the stop, the runner's watcher may take to report its
 /// cgroup emptied and removed (it waits up to 30 s for the emptying).

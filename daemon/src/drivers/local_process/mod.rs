@@ -17,13 +17,16 @@ mod deferred;
 mod deprovision;
 mod disk_limit;
 mod exec;
+mod executable;
 mod files;
 mod isolation;
 mod launch;
 mod ledger;
 mod lifecycle;
+mod limit_env;
 mod logs;
 mod peer_check;
+mod pidfd;
 mod prepared;
 pub mod reaper;
 
@@ -178,6 +181,8 @@ struct Inner {
     stop_remover: Mutex<Option<cgroup::setup::StopRemover>>,
     /// Where runner starts, exits and teardowns are announced.
     events: Arc<EventHub>,
+    /// `get_tar`'s download sessions (see [`files::Downloads`]).
+    tar_downloads: files::Downloads,
     /// Held for the daemon's life: one daemon per state directory.
     _state_lock: nix::fcntl::Flock<std::fs::File>,
 }
@@ -316,6 +321,10 @@ impl LocalProcessDriver {
             inherited_env: launch::spawn::inherited_env(),
             runner_path: config.runner_path.clone().into(),
             extra_env: config.runner_env.clone(),
+            limit_env: limit_env::limit_env(
+                containment.tree().map(|tree| tree.as_ref()),
+                disk_limit.by_quota().or(disk_limit.watched()),
+            ),
             filters: Arc::new(
                 isolation::kernel_filters::KernelFilters::for_this_host(&config.runner_path)
                     .with_session_keyring_per_uid(per_sandbox_uids),
@@ -403,6 +412,7 @@ impl LocalProcessDriver {
             view_problem,
             stop_remover: Mutex::new(None),
             events,
+            tar_downloads: files::Downloads::default(),
             _state_lock: state_lock,
         });
         inner.start_prepared(&config.pool);
@@ -671,7 +681,7 @@ impl Inner {
             .containment
             .tree()
             .filter(|_| self.lifecycle.of(key.scope).idle.is_some())
-            .and_then(|tree| cgroup::usage::CpuUsage::of(&tree.dirs(&key.base_name)));
+            .and_then(|tree| cgroup::usage::cpu_usage_of(&tree.dirs(&key.base_name)));
         // Outside the table's lock: the catalog appends to its journal.
         let known = self.records().get(key).map(|record| record.uid.clone());
         let (uid, new_incarnation) = known.map_or_else(|| self.uid_for(key), |uid| (uid, false));
@@ -871,6 +881,16 @@ impl Inner {
         })
     }
 
+    /// Each path the view adds (see `ViewSettings::entries`), the
+    /// workspace `workspace` on the host; none without a view.
+    fn view_entries(&self, workspace: &std::path::Path) -> Vec<sandboxd_protocol::ViewEntry> {
+        let Some(view) = &self.settings.view else {
+            return Vec::new();
+        };
+        let program = self.settings.resolve_command().ok();
+        view.settings.entries(program.as_deref(), workspace)
+    }
+
     /// What kept `record`'s runner apart, as it was started; for a stopped
     /// one, what its next runner will get.
     fn isolation_of(&self, record: &Record) -> Vec<sandboxd_protocol::IsolationFeature> {
@@ -910,6 +930,7 @@ impl Inner {
             uid: record.uid.clone(),
             usage: None,
             paused_since_unix_ms: running.and_then(|running| running.life.paused_since_unix_ms()),
+            view: Vec::new(),
         }
     }
 }
@@ -1201,7 +1222,7 @@ impl Driver for LocalProcessDriver {
         let mut health = sandboxd_protocol::Health::healthy();
         match self.inner.settings.resolve_command() {
             Err(problem) => health.add(sandboxd_protocol::HealthVerdict::Unhealthy, problem),
-            Ok(program) if !launch::spawn::is_executable_file(&program) => health.add(
+            Ok(program) if !executable::is_executable_file(&program) => health.add(
                 sandboxd_protocol::HealthVerdict::Unhealthy,
                 format!(
                     "runner command {} is not an executable file: every ensure will fail",
@@ -1273,6 +1294,11 @@ impl Driver for LocalProcessDriver {
         (mode, features)
     }
 
+    fn view(&self) -> Vec<sandboxd_protocol::ViewEntry> {
+        let sandboxes = &self.inner.settings.sandboxes_dir;
+        self.inner.view_entries(&sandboxes.join("<sandbox name>"))
+    }
+
     fn pools(&self) -> Vec<sandboxd_protocol::PoolStatus> {
         self.inner
             .prepared
@@ -1333,6 +1359,7 @@ impl Driver for LocalProcessDriver {
         let mut info = self.inner.info(key, record);
         if let Some(record) = record {
             info.isolation = self.inner.isolation_of(record);
+            info.view = self.inner.view_entries(&self.inner.settings.workspace(key));
         }
         Ok(info)
     }
@@ -1443,6 +1470,24 @@ impl Driver for LocalProcessDriver {
         recursive: bool,
     ) -> Result<(), SandboxError> {
         self.inner.remove_file(key, path, recursive).await
+    }
+
+    async fn put_tar(
+        &self,
+        key: &SandboxKey,
+        chunk: &sandboxd_protocol::PutChunk,
+    ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
+        self.inner.put_tar(key, chunk).await
+    }
+
+    async fn get_tar(
+        &self,
+        key: &SandboxKey,
+        path: &str,
+        offset: u64,
+        max: u32,
+    ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
+        self.inner.get_tar(key, path, offset, max).await
     }
 
     /// None: a command is the daemon's child and ends with it, as the

@@ -9,7 +9,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 use super::cgroup::kill::{self, Dirs};
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// Signals every process in the group; a group already gone is fine.
 pub fn kill_group(pgid: i32, signal: Signal) {
@@ -98,5 +98,5 @@ pub async fn stop_runner(
 /// caller took the record, and its watcher reaps it only at its exit), so
 /// it names the leader and no other process.
 fn leader_exit(pid: u32) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
-    super::launch::pidfd::open_watched(pid as libc::pid_t).ok()
+    super::pidfd::open_watched(pid as libc::pid_t).ok()
 }

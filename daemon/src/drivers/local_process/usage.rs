@@ -6,7 +6,7 @@ use sandboxd_protocol::Usage;
 
 use super::workspaces::disk;
 use super::{now_unix_ms, Inner};
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 impl Inner {
     /// The figures of `key`'s runner, `None` when it is not running or no

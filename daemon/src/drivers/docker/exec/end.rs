@@ -26,7 +26,7 @@ use super::super::engine::{CallError, READ_TIMEOUT};
 use super::super::observed::{Lookup, Phase};
 use super::super::Inner;
 use super::record::CommandRecords;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::started_command::CommandEnd;
 
 /// How long the container's state may lag the exec's exit: the engine

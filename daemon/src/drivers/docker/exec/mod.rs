@@ -30,7 +30,7 @@ use sandboxd_protocol::{SandboxEnv, SandboxError, Token};
 use super::engine::{CallError, READ_TIMEOUT, WRITE_TIMEOUT};
 use super::observed::{Lookup, Phase};
 use super::Inner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::started_command::{self, CommandSpec, StartedCommand};
 
 /// How long an exec the engine has started may take to have a pid.

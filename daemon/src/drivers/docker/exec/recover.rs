@@ -15,7 +15,7 @@ use super::super::observed::Lookup;
 use super::super::Inner;
 use super::record::CommandRecord;
 use super::{control, end};
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::started_command::{OutputReader, RecoveredCommand, StartedCommand};
 
 impl Inner {

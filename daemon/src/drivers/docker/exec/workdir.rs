@@ -16,7 +16,7 @@ use sandboxd_protocol::SandboxError;
 
 use super::super::engine::{Engine, READ_TIMEOUT};
 use super::super::spec::WORKSPACE;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// Go's `os.ModeDir`, in the stat's mode.
 const MODE_DIR: u32 = 1 << 31;

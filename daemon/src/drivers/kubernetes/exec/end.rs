@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::observe::{runner_status, state_of, Lookup};
 use super::super::Inner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::started_command::CommandEnd;
 
 /// What the stream's last word says, before the pod is asked.

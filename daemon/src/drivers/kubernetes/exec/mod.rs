@@ -30,7 +30,7 @@ use super::errors::Action;
 use super::observe::{generation_of, runner_status, state_of, uid_of, Lookup};
 use super::shapes::CONTAINER;
 use super::Inner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::started_command::{CommandSpec, OutputReader, StartedCommand};
 pub use follow::Follows;
 use follow::UntilStopped;

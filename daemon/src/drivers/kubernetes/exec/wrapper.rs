@@ -18,7 +18,7 @@
 use sandboxd_protocol::SandboxError;
 
 use super::super::shapes::WORKSPACE;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::started_command::CommandSpec;
 
 /// The wrapper script (`$0` is `sandboxd-exec`, `$1` the directory).

@@ -100,7 +100,7 @@ impl CgroupTree {
         }
         let placement = super::tree::open_placement_at(&sandbox.v2, &procs)
             .map_err(|error| format!("open the command's cgroup: {error}"))?;
-        Ok((placement, made))
+        Ok((self.on_cpus(placement, &self.cgroup_name(base_name)), made))
     }
 }
 

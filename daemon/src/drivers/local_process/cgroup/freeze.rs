@@ -148,7 +148,8 @@ mod tests {
             return;
         };
         let freezer = Freezer::of(&dirs).expect("cgroup.freeze in a v2 cgroup");
-        let cpu = CpuUsage::of(&dirs).expect("cpu.stat in a v2 cgroup");
+        let cpu = crate::drivers::local_process::cgroup::usage::cpu_usage_of(&dirs)
+            .expect("cpu.stat in a v2 cgroup");
         let busy = |cpu: &CpuUsage| {
             let before = cpu.read_usec().unwrap();
             std::thread::sleep(Duration::from_millis(200));

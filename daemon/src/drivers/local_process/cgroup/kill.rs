@@ -17,6 +17,8 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub use crate::drivers::cgroup_files::event_value;
+
 /// One cgroup in every hierarchy it has a directory in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dirs {
@@ -198,14 +200,6 @@ pub(super) fn wait_for_event(
         // signal mask.
         unsafe { libc::ppoll(&mut changed, 1, &wait, std::ptr::null()) };
     }
-}
-
-/// The number after `key` in a `key value` per line file.
-pub fn event_value(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|line| {
-        let (name, value) = line.split_once(' ')?;
-        (name == key).then(|| value.trim().parse().ok())?
-    })
 }
 
 /// Removes the cgroup in every hierarchy; one already gone is fine. A

@@ -14,6 +14,7 @@
 //! calls `setsid` leaves. `status` says which one is in force.
 
 pub mod command;
+pub mod cpus;
 pub mod freeze;
 pub mod kill;
 pub mod layout;

@@ -13,7 +13,7 @@ use super::super::cgroup::limits::Limits;
 use super::super::cgroup::tree::{CgroupTree, TreeSettings};
 use super::super::cgroup::Containment;
 use crate::config::{Config, ContainmentMode};
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// How long a killed cgroup may take to empty.
 const EMPTY_WAIT: Duration = Duration::from_secs(30);

@@ -291,7 +291,9 @@ impl CgroupTree {
         self.adopted().remove(base_name);
         let dirs = self.sandboxes.child(base_name);
         let created = self.make(&dirs);
-        let placement = created.and_then(|()| self.limit_and_open(&dirs));
+        let placement = created
+            .and_then(|()| self.limit_and_open(&dirs))
+            .map(|placement| self.on_cpus(placement, base_name));
         if placement.is_err() {
             let _ = kill::remove(&dirs);
         }
@@ -338,7 +340,24 @@ impl CgroupTree {
     /// Opens what the clone needs to start a process in `base_name`'s
     /// cgroup as it is (a command beside its running runner).
     pub fn open_existing(&self, base_name: &str) -> io::Result<CgroupPlacement> {
-        open_placement(&self.dirs(base_name))
+        let placement = open_placement(&self.dirs(base_name))?;
+        Ok(self.on_cpus(placement, &self.cgroup_name(base_name)))
+    }
+
+    /// The cpu limit in force, in CPUs (`None`: unlimited or unenforced).
+    pub fn cpu_limit(&self) -> Option<f64> {
+        self.cpu
+            .and((self.limits.cpu > 0.0).then_some(self.limits.cpu))
+    }
+
+    /// `placement`, with the CPUs the processes of the cgroup `name`
+    /// start on (see [`super::cpus`]).
+    pub(super) fn on_cpus(&self, mut placement: CgroupPlacement, name: &str) -> CgroupPlacement {
+        placement.cpus = self
+            .cpu_limit()
+            .and_then(|quota| super::cpus::mask_for(quota, name))
+            .map(Box::new);
+        placement
     }
 
     /// What the sandbox's cgroup counted; read before it is removed.
@@ -404,7 +423,7 @@ impl CgroupTree {
         super::usage::FigureDirs {
             memory: place(self.memory),
             pids: place(self.pids),
-            cpu: super::usage::CpuUsage::of(&dirs),
+            cpu: super::usage::cpu_usage_of(&dirs),
             v2: dirs.v2,
         }
     }
@@ -450,7 +469,11 @@ pub(super) fn open_placement_at(v2: &Path, v1_procs: &[PathBuf]) -> io::Result<C
         .iter()
         .map(|procs| open(procs, libc::O_WRONLY))
         .collect::<io::Result<_>>()?;
-    Ok(CgroupPlacement { v2_dir, v1_procs })
+    Ok(CgroupPlacement {
+        v2_dir,
+        v1_procs,
+        cpus: None,
+    })
 }
 
 /// `sandboxd` for the default state directory, else `sandboxd-<hash>`.

@@ -15,11 +15,10 @@
 //! its figure `None`: a kernel without `memory.peak` (before 5.19) shows
 //! no peak rather than a wrong one.
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use super::kill::event_value;
 use super::kill::Dirs;
+pub use crate::drivers::cgroup_files::{event_value, CpuUsage};
 
 /// Where one sandbox's figures are (see [`super::CgroupTree::figure_dirs`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,47 +75,17 @@ impl FigureDirs {
     }
 }
 
-/// Where one sandbox's CPU use is read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CpuUsage {
-    /// `cpu.stat` (`usage_usec`) in this v2 directory.
-    V2(PathBuf),
-    /// `cpuacct.usage` (nanoseconds) in this v1 directory.
-    V1(PathBuf),
-}
-
-impl CpuUsage {
-    /// Where `dirs`' CPU use is read, or `None` where no file says it.
-    pub fn of(dirs: &Dirs) -> Option<CpuUsage> {
-        let stat = dirs.v2.join("cpu.stat");
-        if stat.exists() {
-            return Some(CpuUsage::V2(stat));
-        }
-        dirs.v1
-            .iter()
-            .map(|dir| dir.join("cpuacct.usage"))
-            .find(|file| file.exists())
-            .map(CpuUsage::V1)
+/// Where `dirs`' CPU use is read, or `None` where no file says it.
+pub fn cpu_usage_of(dirs: &Dirs) -> Option<CpuUsage> {
+    let stat = dirs.v2.join("cpu.stat");
+    if stat.exists() {
+        return Some(CpuUsage::V2(stat));
     }
-
-    /// The CPU time used so far, in microseconds; `None` when it cannot
-    /// be read (the cgroup is gone).
-    pub fn read_usec(&self) -> Option<u64> {
-        // One open and one read into the stack: no size lookup, no
-        // allocation (this runs for every watched runner at every tick).
-        let mut buffer = [0u8; 512];
-        let path = match self {
-            CpuUsage::V2(file) | CpuUsage::V1(file) => file,
-        };
-        let read = std::fs::File::open(path)
-            .and_then(|mut file| file.read(&mut buffer))
-            .ok()?;
-        let text = std::str::from_utf8(&buffer[..read]).ok()?;
-        match self {
-            CpuUsage::V2(_) => event_value(text, "usage_usec"),
-            CpuUsage::V1(_) => text.trim().parse::<u64>().ok().map(|nanos| nanos / 1000),
-        }
-    }
+    dirs.v1
+        .iter()
+        .map(|dir| dir.join("cpuacct.usage"))
+        .find(|file| file.exists())
+        .map(CpuUsage::V1)
 }
 
 /// A file holding one number (`max` is no number: `None`).

@@ -9,7 +9,7 @@ use super::super::workspaces::disk;
 use super::super::workspaces::walk;
 use super::super::{stop, Inner};
 use super::verdict::{self, Limits, Usage};
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 impl Inner {
     /// Stops the runner of `generation` (not a later one) for `reason`:

@@ -39,7 +39,7 @@ use super::super::workspaces::{held_open, walk};
 use super::super::Inner;
 use super::reserve::{space_of, Space};
 use super::verdict::{self, Limits, Usage};
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// The longest time between two passes while anything is limited.
 pub const INTERVAL: Duration = Duration::from_secs(5);

@@ -17,7 +17,7 @@ use sandboxd_protocol::ExitReason;
 use super::super::cgroup::command::CommandCgroup;
 use super::super::launch::child_exits::RunnerProcess;
 use super::super::Inner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::started_command::CommandEnd;
 
 pub struct EndWatch {

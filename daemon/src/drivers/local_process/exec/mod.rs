@@ -28,10 +28,10 @@ use sandboxd_protocol::SandboxError;
 
 use super::cgroup::{self, command::CommandCgroup};
 use super::launch::clone_exec::{CgroupPlacement, Cloned, ExecPlan, Privileges};
-use super::launch::pidfd;
+use super::pidfd;
 use super::prepared::parked::enter_namespaces_of;
 use super::Inner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use crate::started_command::{self, CommandSpec, StartedCommand};
 use fd_stream::FdStream;
 use stdio::Stdio;
@@ -234,6 +234,9 @@ impl Inner {
                 env.push((name.into(), value.into()));
             }
         }
+        for (name, value) in &settings.limit_env {
+            env.push((name.into(), value.into()));
+        }
         for (name, value) in &settings.extra_env {
             env.retain(|(kept, _)| kept.as_os_str() != name.as_str());
             env.push((name.into(), value.into()));
@@ -362,7 +365,7 @@ fn find_program(name: &str, path: &OsString, cwd: &Path) -> PathBuf {
         .flatten()
         .chain(dirs)
         .map(|dir| dir.join(name))
-        .find(|candidate| super::launch::spawn::is_executable_file(candidate))
+        .find(|candidate| super::executable::is_executable_file(candidate))
         .or_else(|| first.map(|dir| dir.join(name)))
         .unwrap_or_else(|| Path::new("/usr/bin").join(name))
 }

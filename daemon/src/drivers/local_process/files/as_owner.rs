@@ -47,7 +47,7 @@ where
 }
 
 /// This thread's file-system credentials become `owner`'s, checked.
-fn become_owner(owner: Owner) -> Result<(), SandboxError> {
+pub(super) fn become_owner(owner: Owner) -> Result<(), SandboxError> {
     let failed = |what: &str, error: std::io::Error| {
         SandboxError::Internal(format!(
             "cannot take uid {} gid {} for file work ({what}): {error}",

@@ -7,7 +7,13 @@
 
 mod as_owner;
 mod beneath;
+mod downloads;
 mod ops;
+mod tar_check;
+mod tar_in;
+mod tar_out;
+
+pub use downloads::Downloads;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,7 +24,7 @@ use sandboxd_protocol::{
 
 use super::users::identity::RunnerUsers;
 use super::Inner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 use as_owner::Owner;
 use beneath::Beneath;
 
@@ -36,6 +42,18 @@ pub enum Failure {
     OverDiskLimit,
     NotEmpty,
     TooDeep,
+    /// An archive's entry refused by its name: what it is and why.
+    BadEntry {
+        name: String,
+        why: String,
+    },
+    /// The stream put in is no whole tar archive.
+    Corrupt(String),
+    /// An entry of the archive and what stands in its way at its place.
+    Conflict(String, &'static str),
+    /// A failure at one entry below the call's path (its path in the
+    /// workspace).
+    AtEntry(String, std::io::Error),
 }
 
 impl From<std::io::Error> for Failure {
@@ -127,13 +145,11 @@ impl Inner {
         .await
     }
 
-    pub(super) async fn put_file(
-        self: &Arc<Self>,
-        key: &SandboxKey,
-        chunk: &PutChunk,
-    ) -> Result<PutReport, SandboxError> {
-        let room = match self.disk_limit.bytes {
-            0 => None,
+    /// What `[limits] disk` still allows the workspace of `key` (`None`:
+    /// no limit).
+    async fn disk_room(&self, key: &SandboxKey) -> Result<Option<u64>, SandboxError> {
+        match self.disk_limit.bytes {
+            0 => Ok(None),
             limit => {
                 let workspace = self.settings.workspace(key);
                 let used = tokio::task::spawn_blocking(move || {
@@ -141,9 +157,17 @@ impl Inner {
                 })
                 .await
                 .map_err(|error| SandboxError::Internal(format!("disk measure failed: {error}")))?;
-                Some(limit.saturating_sub(used))
+                Ok(Some(limit.saturating_sub(used)))
             }
-        };
+        }
+    }
+
+    pub(super) async fn put_file(
+        self: &Arc<Self>,
+        key: &SandboxKey,
+        chunk: &PutChunk,
+    ) -> Result<PutReport, SandboxError> {
+        let room = self.disk_room(key).await?;
         let chunk = chunk.clone();
         let path = chunk.path.clone();
         self.on_workspace(key, "write", &path, move |beneath| {
@@ -200,10 +224,48 @@ impl Inner {
         })
         .await
     }
+
+    pub(super) async fn put_tar(
+        self: &Arc<Self>,
+        key: &SandboxKey,
+        chunk: &PutChunk,
+    ) -> Result<PutReport, SandboxError> {
+        let room = self.disk_room(key).await?;
+        let chunk = chunk.clone();
+        let path = chunk.path.clone();
+        self.on_workspace(key, "write", &path, move |beneath| {
+            tar_in::put(beneath, &chunk, room)
+        })
+        .await
+    }
+
+    pub(super) async fn get_tar(
+        self: &Arc<Self>,
+        key: &SandboxKey,
+        path: &str,
+        offset: u64,
+        max: u32,
+    ) -> Result<FileChunk, SandboxError> {
+        let target = self.file_target(key)?;
+        let told = Told {
+            verb: "read",
+            path: path.to_string(),
+            what: target.what.clone(),
+            limit: self.disk_limit.bytes,
+        };
+        let source = downloads::Source {
+            owner: target.owner,
+            workspace: target.workspace,
+            path: path.to_string(),
+            told,
+        };
+        self.tar_downloads.read(source, offset, max).await
+    }
 }
 
 /// What a failure is told with.
-struct Told {
+#[derive(Clone)]
+pub struct Told {
     verb: &'static str,
     path: String,
     what: String,
@@ -238,8 +300,24 @@ impl Told {
                 "'{path}' in {what} is a directory that is not empty: remove it recursively"
             )),
             Failure::TooDeep => SandboxError::FailedPrecondition(format!(
-                "'{path}' in {what} is nested too deep to remove"
+                "'{path}' in {what} is nested too deep to {verb}"
             )),
+            Failure::BadEntry { name, why } => SandboxError::InvalidArgument(format!(
+                "the archive for '{path}' in {what} has an entry '{name}' that is refused: {why}; nothing of the archive was kept"
+            )),
+            Failure::Corrupt(why) => SandboxError::InvalidArgument(format!(
+                "the archive for '{path}' in {what} is not a whole tar stream: {why}; nothing of it was kept"
+            )),
+            Failure::Conflict(name, why) => SandboxError::FailedPrecondition(format!(
+                "cannot unpack '{name}' into '{path}' in {what}: {why}; nothing of the archive was kept"
+            )),
+            Failure::AtEntry(name, error) => {
+                let below = Told {
+                    path: name,
+                    ..self.clone()
+                };
+                below.io_error(error)
+            }
         }
     }
 
@@ -249,9 +327,9 @@ impl Told {
         } = self;
         let path = path.escape_debug();
         match error.raw_os_error().unwrap_or(0) {
-            libc::ENOENT => {
-                SandboxError::NotFound(format!("'{path}' does not exist in the workspace of {what}"))
-            }
+            libc::ENOENT => SandboxError::NotFound(format!(
+                "'{path}' does not exist in the workspace of {what}"
+            )),
             libc::EXDEV => SandboxError::PermissionDenied(format!(
                 "'{path}' leads out of the workspace of {what} (through a symlink or a mount): refused"
             )),

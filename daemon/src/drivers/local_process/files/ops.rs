@@ -33,7 +33,7 @@ fn parent_of<'a>(beneath: &Beneath, path: &'a str) -> Result<(OwnedFd, &'a str),
 /// Where an upload of `name` is written until its last chunk: a hidden
 /// name of fixed length beside it (a long name plus a suffix could pass
 /// the file system's limit).
-fn partial_name(name: &str) -> String {
+pub(super) fn partial_name(name: &str) -> String {
     let digest = sha2::Sha256::digest(name.as_bytes());
     let hex: String = digest[..8]
         .iter()
@@ -175,7 +175,7 @@ pub fn remove(beneath: &Beneath, path: &str, recursive: bool) -> Result<(), Fail
 }
 
 /// The directory `name` in `parent`, with everything in it.
-fn remove_tree(
+pub(super) fn remove_tree(
     beneath: &Beneath,
     parent: &OwnedFd,
     name: &[u8],

@@ -152,7 +152,6 @@ fn namespace_features(
     let hidden: Vec<String> = view
         .settings
         .hidden()
-        .iter()
         .map(|path| path.display().to_string())
         .collect();
     let mib = view.settings.tmp_size() >> 20;

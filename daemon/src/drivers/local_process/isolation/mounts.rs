@@ -103,10 +103,13 @@ impl TmpfsLayout {
     }
 }
 
+mod listing;
+
 /// The view every sandbox started now gets, from the config.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ViewSettings {
-    hidden: Vec<PathBuf>,
+    /// Each hidden path with the setting that hid it (`status` lists it).
+    hidden: Vec<(PathBuf, &'static str)>,
     read_only: Vec<PathBuf>,
     read_write: Vec<PathBuf>,
     tmp_size: u64,
@@ -194,17 +197,25 @@ impl ViewSettings {
         state_dir: &Path,
         socket: &Path,
     ) -> ViewSettings {
-        let mut hidden: Vec<PathBuf> = DEFAULT_HIDDEN.iter().map(PathBuf::from).collect();
-        hidden.push(state_dir.to_path_buf());
+        let mut hidden: Vec<(PathBuf, &'static str)> = DEFAULT_HIDDEN
+            .iter()
+            .map(|path| (PathBuf::from(path), listing::BUILT_IN))
+            .collect();
+        hidden.push((state_dir.to_path_buf(), "state_dir"));
         match socket.parent() {
             Some(dir) if !SHARED_DIRS.iter().any(|shared| dir == Path::new(shared)) => {
-                hidden.push(dir.to_path_buf())
+                hidden.push((dir.to_path_buf(), "socket"))
             }
-            _ => hidden.push(socket.to_path_buf()),
+            _ => hidden.push((socket.to_path_buf(), "socket")),
         }
-        hidden.extend(view.hidden.iter().cloned());
-        hidden.sort();
-        hidden.dedup();
+        hidden.extend(
+            view.hidden
+                .iter()
+                .map(|path| (path.clone(), "[view] hidden")),
+        );
+        // Stable: a path named twice keeps the first setting that named it.
+        hidden.sort_by(|a, b| a.0.cmp(&b.0));
+        hidden.dedup_by(|later, first| later.0 == first.0);
         ViewSettings {
             hidden,
             read_only: view.read_only.clone(),
@@ -250,8 +261,8 @@ impl ViewSettings {
     }
 
     /// The paths hidden from every sandbox, for `status`.
-    pub fn hidden(&self) -> &[PathBuf] {
-        &self.hidden
+    pub fn hidden(&self) -> impl Iterator<Item = &Path> {
+        self.hidden.iter().map(|(path, _)| path.as_path())
     }
 
     pub fn tmp_size(&self) -> u64 {
@@ -286,13 +297,13 @@ impl ViewSettings {
                 writable: true,
             })
             .collect();
-        for hidden in &self.hidden {
+        for hidden in self.hidden() {
             if covers.iter().any(|cover| hidden.starts_with(&cover.path)) {
                 continue;
             }
             if std::fs::symlink_metadata(hidden).is_ok_and(|meta| meta.is_dir()) {
                 covers.push(Cover {
-                    path: hidden.clone(),
+                    path: hidden.to_path_buf(),
                     writable: false,
                 });
             }
@@ -314,7 +325,7 @@ impl ViewSettings {
         MountPlan {
             tmp_size: self.tmp_size,
             tmpfs: self.tmpfs,
-            hidden: self.hidden.clone(),
+            hidden: self.hidden().map(Path::to_path_buf).collect(),
             devpts: self.devpts.as_ref().ok().map(PrivateDevpts::mount_options),
             binds,
         }
@@ -322,6 +333,35 @@ impl ViewSettings {
 }
 
 impl MountPlan {
+    /// A hidden path inside a path bound back (`[view] hidden =
+    /// ["/root/.cargo/credentials.toml"]` with `[view] read_only =
+    /// ["/root/.cargo"]`) came back with the bind, which brings the host's
+    /// tree beneath it: it is hidden again, on top of the bind.
+    fn hide_again_under_binds<'a>(
+        &'a self,
+        steps: &mut Steps,
+        covers: &mut Vec<(&'a Path, bool)>,
+    ) -> Result<(), MountError> {
+        for path in &self.hidden {
+            let under_a_bind = self
+                .binds
+                .iter()
+                .any(|bind| path != &bind.target && path.starts_with(&bind.target));
+            if !under_a_bind {
+                continue;
+            }
+            match std::fs::symlink_metadata(path) {
+                Err(_) => {}
+                Ok(meta) if meta.is_dir() => {
+                    steps.hide_dir(path, libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC)?;
+                    covers.push((path, false));
+                }
+                Ok(_) => steps.hide_file(path)?,
+            }
+        }
+        Ok(())
+    }
+
     /// This plan with `files` bound read-only over the view's
     /// `/etc/passwd` and `/etc/group`.
     pub fn with_identity(mut self, files: &IdentityFiles) -> MountPlan {
@@ -453,6 +493,7 @@ impl MountPlan {
                 },
             );
         }
+        self.hide_again_under_binds(&mut steps, &mut covers)?;
         // The mount read-only, not its file system: with the shared
         // layout the same tmpfs is the sandbox's writable /tmp.
         for (cover, _) in covers.iter().filter(|(_, writable)| !writable) {
@@ -925,6 +966,38 @@ mod tests {
 
     /// `plan` prepared with its tmpfs laid out as `layout`, whatever this
     /// daemon would make.
+    #[test]
+    fn a_hidden_path_inside_a_bound_back_one_is_hidden_again_after_the_bind() {
+        let dir = crate::test_dir::TestDir::new("view-hidden-in-bind");
+        let tool = dir.0.join("tool");
+        std::fs::create_dir_all(tool.join("keys")).unwrap();
+        std::fs::write(tool.join("credentials"), "secret").unwrap();
+        let view = ViewConfig {
+            read_only: vec![tool.clone()],
+            hidden: vec![tool.join("credentials"), tool.join("keys")],
+            ..ViewConfig::default()
+        };
+        let settings = ViewSettings::new(
+            &view,
+            0,
+            Path::new("/var/lib/sx"),
+            Path::new("/run/sx.sock"),
+        );
+        for layout in [TmpfsLayout::Shared, TmpfsLayout::PerPath] {
+            let plan = settings.plan(Path::new("/w"), Path::new("/bin/sh"));
+            let words = step_words(&prepared_as(plan, layout));
+            let at = |wanted: String| {
+                words
+                    .iter()
+                    .rposition(|words| *words == wanted)
+                    .unwrap_or_else(|| panic!("no step {wanted:?} in {words:#?}"))
+            };
+            let bind = at(format!("bind back {}", tool.display()));
+            assert!(bind < at(format!("hide {}", tool.join("credentials").display())));
+            assert!(bind < at(format!("hide {}", tool.join("keys").display())));
+        }
+    }
+
     fn prepared_as(mut plan: MountPlan, layout: TmpfsLayout) -> MountProgram {
         plan.tmpfs = layout;
         plan.prepare().unwrap()

@@ -52,7 +52,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::super::launch::pidfd;
+use super::super::pidfd;
 
 /// How long one pasta may take to configure its namespace.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -314,7 +314,7 @@ pub struct Pasta {
 
 impl Drop for Pasta {
     fn drop(&mut self) {
-        crate::drivers::local_process::launch::pidfd::kill(&self.pidfd);
+        crate::drivers::local_process::pidfd::kill(&self.pidfd);
     }
 }
 
@@ -385,7 +385,7 @@ fn find_pasta(path: Option<&OsString>) -> Option<PathBuf> {
         .into_iter()
         .chain(PASTA_DIRS.iter().map(PathBuf::from))
         .map(|dir| dir.join("pasta"))
-        .find(|candidate| super::super::launch::spawn::is_executable_file(candidate))
+        .find(|candidate| super::super::executable::is_executable_file(candidate))
 }
 
 /// The port of `endpoint` (`host:port`, `scheme://host:port/…`,

@@ -23,7 +23,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
-use super::super::prepared::parked::Holder;
+use super::holder::Holder;
 
 thread_local! {
     /// True on the spawner threads, whose children are reaped here.
@@ -94,7 +94,7 @@ impl RunnerProcess {
     pub async fn wait(&mut self) -> Option<ExitStatus> {
         let leader = (&mut self.exit).await.ok();
         match &self.status_file {
-            Some(file) => super::super::isolation::namespaces::recorded_status(file).or(leader),
+            Some(file) => recorded_status(file).or(leader),
             None => leader,
         }
     }
@@ -172,6 +172,17 @@ pub fn wait_for(pid: libc::pid_t) -> Option<ExitStatus> {
             _ => return None,
         }
     }
+}
+
+/// The runner's wait status as its init recorded it in `status_file`
+/// (which is removed); `None` when init did not (it was killed first: the
+/// cgroup kill, which the runner then got too).
+fn recorded_status(status_file: &std::path::Path) -> Option<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    let text = std::fs::read_to_string(status_file).ok();
+    let _ = std::fs::remove_file(status_file);
+    let raw: i32 = text?.trim().parse().ok()?;
+    Some(std::process::ExitStatus::from_raw(raw))
 }
 
 #[cfg(test)]

@@ -68,6 +68,7 @@ use std::sync::Arc;
 use super::super::isolation::kernel_filters::{ChildFilters, KernelFilters};
 use super::super::isolation::mount_program::MountProgram;
 use super::super::isolation::{keyring, landlock, seccomp};
+use super::child_step::ChildStep;
 use super::fd_band;
 use sandboxd_init::privileges;
 
@@ -126,6 +127,10 @@ pub struct CgroupPlacement {
     pub v2_dir: OwnedFd,
     /// `cgroup.procs` of the sandbox's cgroup in each v1 hierarchy.
     pub v1_procs: Vec<OwnedFd>,
+    /// The CPUs it starts on (`sched_setaffinity`, right after joining the
+    /// cgroups), as many as its cpu quota rounds up to (see
+    /// `cgroup::cpus`); `None`: the daemon's. Boxed: a mask is 128 bytes.
+    pub cpus: Option<Box<libc::cpu_set_t>>,
 }
 
 impl CgroupPlacement {
@@ -138,6 +143,7 @@ impl CgroupPlacement {
                 .iter()
                 .map(OwnedFd::try_clone)
                 .collect::<io::Result<_>>()?,
+            cpus: self.cpus.clone(),
         })
     }
 }
@@ -150,25 +156,7 @@ const MAX_PROCS_FDS: usize = 5;
 /// straight to `clone`.
 static CLONE3_REFUSED: AtomicBool = AtomicBool::new(!cfg!(target_arch = "x86_64"));
 
-/// Who the runner becomes, and what it gives up for good, before exec.
-///
-/// Always: `no_new_privs` (no setuid binary or file capability can raise
-/// it again), an empty ambient set, and empty permitted, effective and
-/// inheritable sets after the user switch. With `bounding_set_up_to`
-/// (which needs CAP_SETPCAP in the daemon) also an empty bounding set and
-/// locked securebits: no root uid grants capabilities (`NOROOT`), a uid
-/// change never restores any (`NO_SETUID_FIXUP`), keep-caps and ambient
-/// raises are off — each locked, so the runner cannot undo them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Privileges {
-    /// `Some((uid, gid))` to switch to that user (supplementary groups
-    /// cleared) before the `chdir`, as std's `Command::uid`/`gid` do.
-    pub user: Option<(u32, u32)>,
-    /// `Some(last)`: drop capabilities 0..=last (the kernel's
-    /// `/proc/sys/kernel/cap_last_cap`) from the bounding set and lock the
-    /// securebits.
-    pub bounding_set_up_to: Option<u32>,
-}
+pub use super::super::users::identity::Privileges;
 
 /// The securebits a runner gets, each with its lock: root is not special,
 /// a uid change never adjusts capabilities, and neither keep-caps nor
@@ -194,55 +182,6 @@ impl std::fmt::Display for ExecError {
     }
 }
 
-/// Steps of the child, in order; their index is what the child reports.
-const STEPS: [&str; 23] = [
-    "write to cgroup.procs",
-    "dup2 of stdio",
-    "prctl(PR_SET_NO_NEW_PRIVS)",
-    "prctl(PR_CAP_AMBIENT_CLEAR_ALL)",
-    "prctl(PR_CAPBSET_DROP)",
-    "prctl(PR_SET_SECUREBITS)",
-    "setgroups",
-    "setresgid",
-    "setresuid",
-    "capset (all sets empty)",
-    "chdir",
-    "setsid",
-    "prctl(PR_SET_PDEATHSIG)",
-    "execve",
-    "keyctl(KEYCTL_JOIN_SESSION_KEYRING)",
-    "landlock_restrict_self",
-    "prlimit64 (clean start)",
-    "seccomp(SECCOMP_SET_MODE_FILTER)",
-    "build the view",
-    "clone of the runner",
-    "start the runner",
-    "close_range(CLOSE_RANGE_UNSHARE)",
-    "ioctl(TIOCSCTTY)",
-];
-const STEP_CGROUP: usize = 0;
-const STEP_DUP2: usize = 1;
-const STEP_NO_NEW_PRIVS: usize = 2;
-const STEP_AMBIENT: usize = 3;
-const STEP_BOUNDING_SET: usize = 4;
-const STEP_SECUREBITS: usize = 5;
-const STEP_SETGROUPS: usize = 6;
-const STEP_SETRESGID: usize = 7;
-const STEP_SETRESUID: usize = 8;
-const STEP_CAPSET: usize = 9;
-const STEP_CHDIR: usize = 10;
-const STEP_SETSID: usize = 11;
-const STEP_PDEATHSIG: usize = 12;
-const STEP_EXECVE: usize = 13;
-const STEP_KEYRING: usize = 14;
-const STEP_LANDLOCK: usize = 15;
-const STEP_LIMITS: usize = 16;
-const STEP_SECCOMP: usize = 17;
-const STEP_VIEW: usize = 18;
-const STEP_RUNNER_CLONE: usize = 19;
-const STEP_RUNNER: usize = 20;
-const STEP_UNSHARE_FILES: usize = 21;
-const STEP_CONTROLLING_TERMINAL: usize = 22;
 const NO_FAILURE: usize = usize::MAX;
 /// The argument of a sandbox's init that its first process replaces with
 /// the runner's pid (in the sandbox's namespace) before it execs init.
@@ -481,14 +420,16 @@ impl ExecPlan {
     /// process, the view's step or the runner's, in their own words.
     fn failure(&self, child: &ChildPlan, step: usize) -> ExecError {
         let errno = child.failed_errno.load(Ordering::Acquire);
+        let step = ChildStep::from_number(step);
         let detail = match (&self.sandbox, &child.view) {
-            (Some(sandbox), _) if step == STEP_VIEW => sandbox.mounts.failure(),
-            (Some(_), Some(view)) if step == STEP_RUNNER => {
+            (Some(sandbox), _) if step == Some(ChildStep::View) => sandbox.mounts.failure(),
+            (Some(_), Some(view)) if step == Some(ChildStep::Runner) => {
                 // SAFETY: the runner's plan outlives both children, which
                 // have exited.
                 let runner = unsafe { &*view.runner };
                 let step = runner.failed_step.load(Ordering::Acquire);
-                STEPS.get(step).map(|words| {
+                ChildStep::from_number(step).map(|step| {
+                    let words = step.name();
                     let errno = runner.failed_errno.load(Ordering::Acquire);
                     (
                         format!("runner: {words}"),
@@ -498,8 +439,10 @@ impl ExecPlan {
             }
             _ => None,
         };
-        let (step, error) = detail
-            .unwrap_or_else(|| (STEPS[step].to_string(), io::Error::from_raw_os_error(errno)));
+        let (step, error) = detail.unwrap_or_else(|| {
+            let words = step.map_or("an unknown step", ChildStep::name);
+            (words.to_string(), io::Error::from_raw_os_error(errno))
+        });
         ExecError { step, error }
     }
 
@@ -579,6 +522,9 @@ struct ChildPlan {
     /// `cgroup.procs` descriptors the child writes `0` to, first thing.
     procs: [RawFd; MAX_PROCS_FDS],
     procs_len: usize,
+    /// The CPUs it is confined to once in its cgroups (see
+    /// [`CgroupPlacement::cpus`]).
+    cpus: Option<libc::cpu_set_t>,
     /// Pointers into the plan's [`KernelFilters`].
     filters: Option<ChildFilters>,
     /// The sandbox's session keyring to join by name (NUL-terminated), or
@@ -625,6 +571,10 @@ impl ChildPlan {
             stat_len: AtomicUsize::new(0),
             procs: [-1; MAX_PROCS_FDS],
             procs_len: 0,
+            cpus: plan
+                .cgroup
+                .as_ref()
+                .and_then(|cgroup| cgroup.cpus.as_deref().copied()),
             filters: plan.filters.as_ref().map(|filters| filters.child_plan()),
             session_keyring: plan
                 .filters
@@ -865,7 +815,15 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         // this process does may happen outside its sandbox's cgroup.
         for &procs in &plan.procs[..plan.procs_len] {
             if libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
-                fail(plan, STEP_CGROUP);
+                fail(plan, ChildStep::Cgroup);
+            }
+        }
+        // Inherited by everything it starts: a sandbox's init passes it
+        // on to its runner.
+        if let Some(cpus) = &plan.cpus {
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            if libc::syscall(libc::SYS_sched_setaffinity, 0, size, cpus) < 0 {
+                fail(plan, ChildStep::Affinity);
             }
         }
         reset_caught_signals();
@@ -874,7 +832,7 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         }
         for (target, &source) in plan.stdio.iter().enumerate() {
             if !move_fd(source, target as RawFd) {
-                fail(plan, STEP_DUP2);
+                fail(plan, ChildStep::Dup2);
             }
         }
         // Before the switch: dropping from the bounding set and setting
@@ -887,13 +845,13 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
             if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) < 0
                 && errno() != libc::EPERM
             {
-                fail(plan, STEP_SETGROUPS);
+                fail(plan, ChildStep::Setgroups);
             }
             if libc::syscall(libc::SYS_setresgid, gid, gid, gid) < 0 {
-                fail(plan, STEP_SETRESGID);
+                fail(plan, ChildStep::Setresgid);
             }
             if libc::syscall(libc::SYS_setresuid, uid, uid, uid) < 0 {
-                fail(plan, STEP_SETRESUID);
+                fail(plan, ChildStep::Setresuid);
             }
         }
         // With SECBIT_NO_SETUID_FIXUP the switch kept the daemon's
@@ -911,12 +869,12 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
                 None => keyring::join_fresh_session(),
             };
             if !joined {
-                fail(plan, STEP_KEYRING);
+                fail(plan, ChildStep::Keyring);
             }
         }
         // As the runner's user: a workspace it cannot enter is an error now.
         if libc::chdir(plan.cwd) < 0 {
-            fail(plan, STEP_CHDIR);
+            fail(plan, ChildStep::Chdir);
         }
         lead_own_session(plan);
         copy_own_stat(plan);
@@ -925,11 +883,11 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         // needed by now).
         if let Some(filters) = &plan.filters {
             if filters.landlock_ruleset >= 0 && !landlock::restrict_self(filters.landlock_ruleset) {
-                fail(plan, STEP_LANDLOCK);
+                fail(plan, ChildStep::Landlock);
             }
             filters.clean_start.close_inherited(plan.exe);
             if !filters.clean_start.reset_limits() {
-                fail(plan, STEP_LIMITS);
+                fail(plan, ChildStep::Limits);
             }
         }
         // The runner starts with nothing blocked, as std's children do.
@@ -944,7 +902,7 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
             .and_then(|filters| filters.seccomp.as_ref())
         {
             if !seccomp::apply(filter) {
-                fail(plan, STEP_SECCOMP);
+                fail(plan, ChildStep::Seccomp);
             }
         }
         if plan.exe >= 0 {
@@ -959,7 +917,7 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         } else {
             libc::execve(plan.program, plan.argv, plan.envp);
         }
-        fail(plan, STEP_EXECVE)
+        fail(plan, ChildStep::Execve)
     }
 }
 
@@ -978,7 +936,7 @@ unsafe fn unshare_files(plan: &ChildPlan) {
         fd_band::CLOSE_RANGE_UNSHARE,
     ) != 0
     {
-        fail(plan, STEP_UNSHARE_FILES);
+        fail(plan, ChildStep::UnshareFiles);
     }
     let mut from: libc::c_uint = 3;
     for &keep in &plan.keep[..plan.keep_len] {
@@ -1001,10 +959,10 @@ unsafe fn unshare_files(plan: &ChildPlan) {
 /// Only for the clone child.
 unsafe fn lead_own_session(plan: &ChildPlan) {
     if libc::setsid() < 0 {
-        fail(plan, STEP_SETSID);
+        fail(plan, ChildStep::Setsid);
     }
     if plan.controlling_terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-        fail(plan, STEP_CONTROLLING_TERMINAL);
+        fail(plan, ChildStep::ControllingTerminal);
     }
     // Dies with the spawning thread (a spawner thread, which lives as
     // long as the daemon; or a sandbox's init). The group reaper covers
@@ -1017,7 +975,7 @@ unsafe fn lead_own_session(plan: &ChildPlan) {
         0,
     ) < 0
     {
-        fail(plan, STEP_PDEATHSIG);
+        fail(plan, ChildStep::Pdeathsig);
     }
     // The parent may have died before the prctl took effect. (In a new
     // PID namespace the parent is outside it and `getppid` says 0: the
@@ -1034,7 +992,7 @@ unsafe fn lead_own_session(plan: &ChildPlan) {
 /// Only for the clone child, before the user switch.
 unsafe fn drop_privileges_for_good(plan: &ChildPlan) {
     if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) < 0 {
-        fail(plan, STEP_NO_NEW_PRIVS);
+        fail(plan, ChildStep::NoNewPrivs);
     }
     // EINVAL: a kernel before 4.3, which has no ambient set to clear.
     if libc::prctl(
@@ -1046,7 +1004,7 @@ unsafe fn drop_privileges_for_good(plan: &ChildPlan) {
     ) < 0
         && errno() != libc::EINVAL
     {
-        fail(plan, STEP_AMBIENT);
+        fail(plan, ChildStep::Ambient);
     }
     let Some(last) = plan.privileges.bounding_set_up_to else {
         return;
@@ -1057,7 +1015,7 @@ unsafe fn drop_privileges_for_good(plan: &ChildPlan) {
         if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0
             && errno() != libc::EINVAL
         {
-            fail(plan, STEP_BOUNDING_SET);
+            fail(plan, ChildStep::BoundingSet);
         }
     }
     if libc::prctl(
@@ -1068,7 +1026,7 @@ unsafe fn drop_privileges_for_good(plan: &ChildPlan) {
         0,
     ) < 0
     {
-        fail(plan, STEP_SECUREBITS);
+        fail(plan, ChildStep::Securebits);
     }
 }
 
@@ -1079,7 +1037,7 @@ unsafe fn drop_privileges_for_good(plan: &ChildPlan) {
 /// Only for the clone child.
 unsafe fn clear_capability_sets(plan: &ChildPlan) {
     if privileges::empty_capability_sets().is_err() {
-        fail(plan, STEP_CAPSET);
+        fail(plan, ChildStep::Capset);
     }
 }
 
@@ -1149,9 +1107,9 @@ unsafe fn reset_caught_signals() {
 ///
 /// # Safety
 /// Only for the clone child.
-unsafe fn fail(plan: &ChildPlan, step: usize) -> ! {
+unsafe fn fail(plan: &ChildPlan, step: ChildStep) -> ! {
     plan.failed_errno.store(errno(), Ordering::Release);
-    plan.failed_step.store(step, Ordering::Release);
+    plan.failed_step.store(step.number(), Ordering::Release);
     libc::_exit(EXEC_FAILED)
 }
 

@@ -5,9 +5,11 @@
 //! moments one exit is awaited ([`pidfd`]).
 
 pub mod child_exits;
+pub mod child_step;
 pub mod clone_exec;
 pub mod fd_band;
-pub mod pidfd;
+pub mod holder;
+pub mod in_view;
 pub mod proc_stat;
 pub mod runner_plan;
 pub mod spawn;

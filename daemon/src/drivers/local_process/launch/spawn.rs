@@ -15,15 +15,16 @@ use super::super::isolation::init_binary::InitBinary;
 use super::super::isolation::kernel_filters::KernelFilters;
 use super::super::isolation::namespaces::View;
 use super::super::logs::RunnerLogs;
-use super::super::prepared::parked::{Holder, ParkedView};
+use super::super::prepared::parked::ParkedView;
 use super::super::prepared::parked_runner::{self, ParkedRunner};
 use super::super::prepared::PreparedSandboxes;
 use super::super::users::identity::RunnerIdentity;
 use super::child_exits::{ChildExits, RunnerProcess};
 use super::clone_exec::CgroupPlacement;
+use super::holder::Holder;
 use super::runner_plan::RunnerLaunch;
 use crate::fd_limit;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// Everything about runners that comes from the daemon's configuration.
 #[derive(Debug, Clone)]
@@ -41,6 +42,9 @@ pub struct RunnerSettings {
     pub runner_path: OsString,
     /// `[runner] env`: after the contract's, for every runner and command.
     pub extra_env: Vec<(String, String)>,
+    /// The sandbox's limits in force (see `limit_env`), for every runner
+    /// and command.
+    pub limit_env: Vec<(String, String)>,
     /// Keyring, Landlock, clean start and seccomp, prepared once.
     pub filters: Arc<KernelFilters>,
     pub sandboxes_dir: PathBuf,
@@ -118,7 +122,7 @@ impl RunnerSettings {
         let path_var = self.path_var().cloned().unwrap_or_default();
         std::env::split_paths(&path_var)
             .map(|dir| dir.join(&self.command))
-            .find(|candidate| is_executable_file(candidate))
+            .find(|candidate| super::super::executable::is_executable_file(candidate))
             .ok_or_else(|| {
                 format!(
                     "runner command '{}' was not found in PATH ({})",
@@ -215,6 +219,11 @@ impl RunnerSettings {
             optional
                 .into_iter()
                 .filter(|(_, value)| !value.is_empty())
+                .map(|(name, value)| (OsStr::new(name), OsStr::new(value))),
+        );
+        vars.extend(
+            self.limit_env
+                .iter()
                 .map(|(name, value)| (OsStr::new(name), OsStr::new(value))),
         );
         for (name, value) in &self.extra_env {
@@ -478,10 +487,4 @@ pub(in crate::drivers::local_process) const EXAMPLE_RUNNER: &str = "sandboxd-exa
 pub(in crate::drivers::local_process) fn is_example_runner(path: &Path) -> bool {
     path.file_name()
         .is_some_and(|name| name == std::ffi::OsStr::new(EXAMPLE_RUNNER))
-}
-
-pub(in crate::drivers::local_process) fn is_executable_file(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path)
-        .is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
 }

@@ -32,9 +32,8 @@ use std::sync::atomic::Ordering;
 
 use super::super::super::isolation::mount_program::write_decimal;
 use super::{
-    child_main, copy_own_stat, fail, lead_own_session, move_fd, ChildPlan, MountProgram,
-    NO_FAILURE, PID_ARG_CAPACITY, STEP_DUP2, STEP_EXECVE, STEP_RUNNER, STEP_RUNNER_CLONE,
-    STEP_VIEW,
+    child_main, copy_own_stat, fail, lead_own_session, move_fd, ChildPlan, ChildStep, MountProgram,
+    NO_FAILURE, PID_ARG_CAPACITY,
 };
 
 /// What the first process needs beyond a runner's plan: raw pointers into
@@ -60,7 +59,7 @@ pub(super) unsafe fn start_sandbox(plan: &ChildPlan, view: &ViewChild) -> ! {
     lead_own_session(plan);
     copy_own_stat(plan);
     if !(*view.mounts).run() {
-        fail(plan, STEP_VIEW);
+        fail(plan, ChildStep::View);
     }
     let runner = view.runner;
     if !runner.is_null() {
@@ -68,7 +67,7 @@ pub(super) unsafe fn start_sandbox(plan: &ChildPlan, view: &ViewChild) -> ! {
     }
     for (target, &source) in plan.stdio.iter().enumerate() {
         if !move_fd(source, target as RawFd) {
-            fail(plan, STEP_DUP2);
+            fail(plan, ChildStep::Dup2);
         }
     }
     libc::chdir(c"/".as_ptr());
@@ -80,7 +79,7 @@ pub(super) unsafe fn start_sandbox(plan: &ChildPlan, view: &ViewChild) -> ! {
         plan.envp,
         libc::AT_EMPTY_PATH,
     );
-    fail(plan, STEP_EXECVE)
+    fail(plan, ChildStep::Execve)
 }
 
 /// Step 3: the runner, on its own stack, and its pid in init's arguments.
@@ -96,14 +95,14 @@ unsafe fn start_runner(plan: &ChildPlan, view: &ViewChild) {
         runner as *mut libc::c_void,
     );
     if pid < 0 {
-        fail(plan, STEP_RUNNER_CLONE);
+        fail(plan, ChildStep::RunnerClone);
     }
     if (*runner).failed_step.load(Ordering::Acquire) != NO_FAILURE {
         let mut status = 0;
         libc::waitpid(pid, &mut status, 0);
         // The runner's own step and errno are in its plan; the daemon
         // reads them there.
-        fail(plan, STEP_RUNNER);
+        fail(plan, ChildStep::Runner);
     }
     write_decimal(
         std::slice::from_raw_parts_mut(view.pid_arg, PID_ARG_CAPACITY),

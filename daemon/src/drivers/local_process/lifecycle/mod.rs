@@ -27,7 +27,7 @@ use super::cgroup::freeze::{Freezer, Frozen, FREEZE_TIMEOUT};
 use super::cgroup::usage::CpuUsage;
 use super::{now_unix_ms, stop, Inner};
 use crate::drivers::lifecycle::{IdleWindow, LifeClock};
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// How often the stop of an idle or too old runner looks whether it is
 /// gone yet (a rare event; the deprovision path has channels for it, which

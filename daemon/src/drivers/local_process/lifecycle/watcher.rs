@@ -27,7 +27,7 @@ use sandboxd_protocol::ExitReason;
 use super::super::Inner;
 use crate::config::{LifecycleConfig, OnIdle};
 use crate::drivers::lifecycle::tick;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// What the watcher decided for one runner.
 enum Verdict {

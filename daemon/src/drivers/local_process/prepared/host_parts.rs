@@ -40,7 +40,7 @@ use super::super::launch::clone_exec::{CgroupPlacement, Privileges};
 use super::super::users::identity::RunnerIdentity;
 use super::super::users::uid_pool::SandboxUids;
 use super::parked_runner::ParkedRunner;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// The directory under `<sandboxes>` where prepared workspaces wait.
 pub const STAGING: &str = ".prepared";

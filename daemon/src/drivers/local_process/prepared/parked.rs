@@ -37,10 +37,11 @@ use super::super::isolation::mount_program::{
 use super::super::isolation::mounts::{cover_in, Cover, ViewSettings, READ_ONLY_COVER};
 use super::super::isolation::namespaces::NAMESPACES;
 use super::super::isolation::passwd_entry::{IdentityFiles, GROUP, PASSWD};
-use super::super::isolation::private_network::{Pasta, PrivateNetwork};
+use super::super::isolation::private_network::PrivateNetwork;
 use super::super::launch::child_exits::{ChildExits, RunnerProcess};
 use super::super::launch::clone_exec::{CgroupPlacement, ExecPlan, Privileges};
-use super::super::launch::pidfd;
+use super::super::launch::holder::Holder;
+use super::super::pidfd;
 use sandboxd_init::init::{DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
 use sandboxd_init::view_holder;
 
@@ -193,10 +194,7 @@ impl ViewMaker {
         let view = match pidfd::open(cloned.pid) {
             Ok(pidfd) => ParkedView {
                 pid: cloned.pid,
-                holder: Holder {
-                    pidfd: Some(pidfd),
-                    _pasta: pasta,
-                },
+                holder: Holder::of_view(pidfd, pasta),
                 program: self.program.clone(),
                 covers,
                 _exit: exit,
@@ -276,7 +274,7 @@ impl ParkedView {
     /// park a runner inside, see `parked_runner`); back in the daemon's own
     /// when the returned value is dropped.
     pub fn enter_bare(&mut self) -> Result<InsideView, TakeError> {
-        let Some(pidfd) = &self.holder.pidfd else {
+        let Some(pidfd) = self.holder.pidfd() else {
             return Err(TakeError::at("a view without its holder")(
                 io::Error::from_raw_os_error(libc::ESRCH),
             ));
@@ -289,44 +287,6 @@ impl ParkedView {
     /// `RunnerProcess`) until its exit is known.
     pub fn into_holder(self) -> Holder {
         self.holder
-    }
-}
-
-/// A taken view's holder, ended (and with it the view's PID namespace and
-/// every process left in it) when this is dropped: when its runner's exit
-/// is known, or when the runner's start failed.
-///
-/// Why the holder stays out of the sandbox's cgroups rather than ending
-/// with them: moving a process between cgroups (a `cgroup.procs` write per
-/// hierarchy, five on a hybrid host) is the slowest step of a warm start,
-/// while the runner itself is cloned straight into them
-/// (`CLONE_INTO_CGROUP`). The holder only reaps; it runs no sandbox code.
-///
-/// Under `[network] mode = "private"` it also holds the sandbox's pasta,
-/// ended with it (a cold sandbox's holder is only that).
-pub struct Holder {
-    pidfd: Option<OwnedFd>,
-    /// Held for its drop, which ends it.
-    _pasta: Option<Pasta>,
-}
-
-impl Holder {
-    /// A cold sandbox's: only its pasta (its init is its leader).
-    pub fn of_network(pasta: Pasta) -> Holder {
-        Holder {
-            pidfd: None,
-            _pasta: Some(pasta),
-        }
-    }
-}
-
-impl Drop for Holder {
-    /// SIGKILL by its pidfd (gone already is fine); the pasta drops after.
-    fn drop(&mut self) {
-        let Some(pidfd) = &self.pidfd else {
-            return;
-        };
-        crate::drivers::local_process::launch::pidfd::kill(pidfd);
     }
 }
 

@@ -31,8 +31,8 @@ use super::super::isolation::init_binary::InitBinary;
 use super::super::isolation::kernel_filters::KernelFilters;
 use super::super::launch::child_exits::{ChildExits, RunnerProcess};
 use super::super::launch::clone_exec::{CgroupPlacement, ExecPlan, Privileges};
-use super::super::launch::pidfd::{self, has_exited, wait_readable};
 use super::super::launch::runner_plan::RunnerLaunch;
+use super::super::pidfd::{self, has_exited, wait_readable};
 use super::parked::{dev_null, ParkedView};
 use sandboxd_init::parked_runner::{self as runner_stub, Launch};
 
@@ -247,7 +247,7 @@ impl Drop for ParkedRunner {
         if self.process.is_none() {
             return;
         }
-        crate::drivers::local_process::launch::pidfd::kill(&self.pidfd);
+        crate::drivers::local_process::pidfd::kill(&self.pidfd);
         let deadline = Instant::now() + GONE_TIMEOUT;
         while !has_exited(&self.pidfd) && Instant::now() < deadline {
             wait_readable(self.pidfd.as_raw_fd(), Duration::from_millis(100));

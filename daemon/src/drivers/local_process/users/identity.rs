@@ -14,8 +14,27 @@
 use anyhow::{bail, Context};
 use nix::unistd::{Gid, Group, Uid, User};
 
-use super::super::launch::clone_exec::Privileges;
 use super::uid_range::UidRange;
+
+/// Who the runner becomes, and what it gives up for good, before exec.
+///
+/// Always: `no_new_privs` (no setuid binary or file capability can raise
+/// it again), an empty ambient set, and empty permitted, effective and
+/// inheritable sets after the user switch. With `bounding_set_up_to`
+/// (which needs CAP_SETPCAP in the daemon) also an empty bounding set and
+/// locked securebits: no root uid grants capabilities (`NOROOT`), a uid
+/// change never restores any (`NO_SETUID_FIXUP`), keep-caps and ambient
+/// raises are off — each locked, so the runner cannot undo them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Privileges {
+    /// `Some((uid, gid))` to switch to that user (supplementary groups
+    /// cleared) before the `chdir`, as std's `Command::uid`/`gid` do.
+    pub user: Option<(u32, u32)>,
+    /// `Some(last)`: drop capabilities 0..=last (the kernel's
+    /// `/proc/sys/kernel/cap_last_cap`) from the bounding set and lock the
+    /// securebits.
+    pub bounding_set_up_to: Option<u32>,
+}
 
 /// Who runners run as.
 #[derive(Debug, Clone, PartialEq, Eq)]

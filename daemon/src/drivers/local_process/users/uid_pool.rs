@@ -29,7 +29,7 @@ use super::super::ledger::{Ledger, UidLedger};
 use super::uid_claims::UidClaims;
 use super::uid_keyrings::clear_keyrings_of;
 use super::uid_range::UidRange;
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 pub struct UidPool {
     range: UidRange,

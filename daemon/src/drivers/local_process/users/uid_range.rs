@@ -91,7 +91,7 @@ impl UidRange {
     /// enumerates) has an id in the range: a runner must never be able to
     /// act as a real account, nor a real account reach a sandbox's files.
     /// Directories that NSS does not enumerate (sssd with `enumerate =
-    /// false`, large LDAP trees) are not seen; the README says so.
+    /// false`, large LDAP trees) are not seen; docs/configuration.md says so.
     pub fn check_system_databases(&self) -> Result<(), String> {
         let (user, primary_group) = first_user_in(self);
         if let Some((uid, user)) = user {

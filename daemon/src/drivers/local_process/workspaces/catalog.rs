@@ -31,7 +31,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use sandboxd_protocol::{naming, Scope};
 
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 
 /// The journal's name in the ledger directory.
 pub const JOURNAL: &str = "workspaces";

@@ -31,7 +31,7 @@ use std::time::Duration;
 use sandboxd_protocol::{SandboxError, Scope, WorkspaceInfo};
 
 use super::{now_unix_ms, Inner};
-use crate::provisioner::SandboxKey;
+use crate::sandbox_key::SandboxKey;
 pub use catalog::Catalog;
 use catalog::CatalogEntry;
 use disk::OnDisk;
@@ -143,6 +143,12 @@ impl Inner {
                         expires_at_unix_ms: ttl_ms
                             .filter(|_| !running)
                             .map(|ttl| found.last_used_ms.saturating_add(ttl)),
+                        host_path: inner
+                            .settings
+                            .sandboxes_dir
+                            .join(base)
+                            .display()
+                            .to_string(),
                     }
                 })
                 .filter(|info| scope.is_none_or(|scope| info.scope == scope))

@@ -1,0 +1,143 @@
+//! Whole trees in and out of a sandbox as tar streams (protocol 12): a
+//! stream read from any [`Read`] or [`AsyncRead`] sent with `put_tar` in
+//! chunks of [`MAX_FILE_CHUNK`] bytes, and one fetched with `get_tar` into
+//! any [`Write`]. The daemon unpacks and packs; these only move bytes, so
+//! a caller builds or reads the archive with whatever tar writer it has.
+
+use std::io::{Read, Write};
+
+use sandboxd_protocol::files::MAX_FILE_CHUNK;
+use sandboxd_protocol::{PutChunk, Scope};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::{ClientError, SandboxdClient};
+
+/// Why a stream did not get through: the daemon's answer or this side's
+/// reading or writing.
+#[derive(Debug, thiserror::Error)]
+pub enum TarStreamError {
+    #[error(transparent)]
+    Call(#[from] ClientError),
+    #[error("{0}")]
+    Local(std::io::Error),
+}
+
+impl SandboxdClient {
+    /// Sends the tar stream `reader` gives to be unpacked into the
+    /// directory `dir` (`""`: the workspace); answers the bytes sent. The
+    /// reader is read on a blocking thread, one chunk at a time.
+    pub async fn put_tar_from<R: Read + Send + 'static>(
+        &self,
+        scope: Scope,
+        id: &str,
+        dir: &str,
+        reader: R,
+    ) -> Result<u64, TarStreamError> {
+        let (pieces, mut chunks) = tokio::sync::mpsc::channel(2);
+        let reading = tokio::task::spawn_blocking(move || {
+            let mut reader = reader;
+            loop {
+                let mut chunk = Vec::with_capacity(MAX_FILE_CHUNK as usize);
+                let read = (&mut reader)
+                    .take(u64::from(MAX_FILE_CHUNK))
+                    .read_to_end(&mut chunk);
+                let end = matches!(read, Ok(0) | Err(_));
+                if pieces.blocking_send(read.map(|_| chunk)).is_err() || end {
+                    return;
+                }
+            }
+        });
+        let sent = self
+            .put_tar_pieces(scope, id, dir, async || chunks.recv().await)
+            .await;
+        drop(chunks);
+        let _ = reading.await;
+        sent
+    }
+
+    /// As [`SandboxdClient::put_tar_from`], from an [`AsyncRead`].
+    pub async fn put_tar_from_async<R: AsyncRead + Unpin>(
+        &self,
+        scope: Scope,
+        id: &str,
+        dir: &str,
+        mut reader: R,
+    ) -> Result<u64, TarStreamError> {
+        let read_chunk = async || {
+            let mut chunk = Vec::with_capacity(MAX_FILE_CHUNK as usize);
+            let read = (&mut reader)
+                .take(u64::from(MAX_FILE_CHUNK))
+                .read_to_end(&mut chunk)
+                .await;
+            Some(read.map(|_| chunk))
+        };
+        self.put_tar_pieces(scope, id, dir, read_chunk).await
+    }
+
+    /// Sends the chunks `next` gives (a short one, or none, ends the
+    /// stream) with one chunk of look-ahead, so the last is marked.
+    async fn put_tar_pieces<F>(
+        &self,
+        scope: Scope,
+        id: &str,
+        dir: &str,
+        mut next: F,
+    ) -> Result<u64, TarStreamError>
+    where
+        F: AsyncFnMut() -> Option<std::io::Result<Vec<u8>>>,
+    {
+        let mut read = async || -> Result<Vec<u8>, TarStreamError> {
+            match next().await {
+                Some(read) => read.map_err(TarStreamError::Local),
+                None => Ok(Vec::new()),
+            }
+        };
+        let mut offset = 0;
+        let mut current = read().await?;
+        loop {
+            let next = if current.len() == MAX_FILE_CHUNK as usize {
+                read().await?
+            } else {
+                Vec::new()
+            };
+            let last = next.is_empty();
+            let chunk = PutChunk {
+                path: dir.to_string(),
+                offset,
+                data: current,
+                last,
+                mode: 0,
+            };
+            offset = self.put_tar(scope, id, &chunk).await?.received;
+            if last {
+                return Ok(offset);
+            }
+            current = next;
+        }
+    }
+
+    /// Fetches the tar stream of `path` (a file, or a directory with all
+    /// in it; `""`: the workspace) into `writer`; answers its bytes.
+    pub async fn get_tar_into<W: Write>(
+        &self,
+        scope: Scope,
+        id: &str,
+        path: &str,
+        writer: &mut W,
+    ) -> Result<u64, TarStreamError> {
+        let mut offset = 0;
+        loop {
+            let chunk = self
+                .get_tar(scope, id, path, offset, MAX_FILE_CHUNK)
+                .await?;
+            writer
+                .write_all(&chunk.data)
+                .map_err(TarStreamError::Local)?;
+            offset += chunk.data.len() as u64;
+            if chunk.eof || chunk.data.is_empty() {
+                writer.flush().map_err(TarStreamError::Local)?;
+                return Ok(offset);
+            }
+        }
+    }
+}

@@ -640,7 +640,12 @@ impl TestDaemon {
     /// (every runner and command gets [`TEST_DIR_VARIABLE`]): every runner
     /// and grandchild this test caused, whoever reaped them.
     pub fn leftover_processes(&self) -> Vec<u32> {
+        // `[runner] env` reaches docker-tier runners too: those are the
+        // engine's, left running by design, never this daemon's leftovers.
         procs::processes_with_env_prefix(&self.env_prefix())
+            .into_iter()
+            .filter(|&pid| !procs::in_a_docker_container(pid))
+            .collect()
     }
 
     fn env_prefix(&self) -> String {

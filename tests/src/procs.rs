@@ -131,6 +131,16 @@ pub fn processes_with_env_prefix(prefix: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Whether `pid` runs in a container the docker engine made (its cgroup
+/// is the engine's: `/docker/<id>` or `docker-<id>.scope`): a docker-tier
+/// runner outlives its daemon on purpose, whatever its environment says.
+pub fn in_a_docker_container(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
+        text.lines()
+            .any(|line| line.contains("/docker/") || line.contains("/docker-"))
+    })
+}
+
 /// Sends `signal` to one process, ignoring errors (it may be gone).
 pub fn signal_pid(pid: u32, signal: nix::sys::signal::Signal) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);

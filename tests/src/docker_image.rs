@@ -92,9 +92,15 @@ pub fn build_image_tagged(tag: &str) -> Result<(), String> {
 /// Daemon options for the docker tier: `--driver docker`, the test image,
 /// and these lines inside the `[docker]` table.
 pub fn docker_options(docker_toml: &str) -> Options {
+    docker_options_on(TEST_IMAGE, docker_toml)
+}
+
+/// [`docker_options`] with another runner image (one made from the test
+/// image, say).
+pub fn docker_options_on(image: &str, docker_toml: &str) -> Options {
     Options {
         args: vec!["--driver".to_string(), "docker".to_string()],
-        extra_toml: format!("runner_image = \"{TEST_IMAGE}\"\n[docker]\n{docker_toml}\n"),
+        extra_toml: format!("runner_image = \"{image}\"\n[docker]\n{docker_toml}\n"),
         ..Options::default()
     }
 }

@@ -22,8 +22,10 @@ use sandboxd_client::{
 use sandboxd_protocol::naming::base_name;
 use sandboxd_tests::commands::{request, shell};
 use sandboxd_tests::derived_image::derived_image;
-use sandboxd_tests::docker_image::{engine_ready, inspect, unique_id, volume_dir, Cleanup};
-use sandboxd_tests::{sandbox_env, wait_until, Options, TestDaemon};
+use sandboxd_tests::docker_image::{
+    docker_options_on, engine_ready, inspect, unique_id, volume_dir, Cleanup,
+};
+use sandboxd_tests::{sandbox_env, wait_until, TestDaemon};
 
 /// The runner image with a few of this host's programs added.
 const TOOLS_IMAGE: &str = "sandboxd-test-runner-tools:latest";
@@ -73,11 +75,7 @@ async fn sandbox_with(test: &str, docker_toml: &str) -> Option<Sandbox> {
     let image = tools_image();
     let id = unique_id(test);
     let cleanup = Cleanup::new(&[&id]);
-    let daemon = TestDaemon::start(Options {
-        args: vec!["--driver".to_string(), "docker".to_string()],
-        extra_toml: format!("runner_image = \"{image}\"\n[docker]\n{docker_toml}\n"),
-        ..Options::default()
-    });
+    let daemon = TestDaemon::start(docker_options_on(image, docker_toml));
     let client = daemon.client().await;
     let env = sandbox_env(&format!("session:{id}"), "tok-commands");
     client

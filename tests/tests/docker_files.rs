@@ -22,9 +22,9 @@ use sandboxd_client::{ClientError, FileType, PutChunk, SandboxError, SandboxdCli
 use sandboxd_protocol::naming::base_name;
 use sandboxd_tests::derived_image::derived_image;
 use sandboxd_tests::docker_image::{
-    docker, engine_ready, unique_id, volume_dir, volumes_of, Cleanup, TEST_IMAGE,
+    docker, docker_options_on, engine_ready, unique_id, volume_dir, volumes_of, Cleanup, TEST_IMAGE,
 };
-use sandboxd_tests::{sandbox_env, Options, TestDaemon};
+use sandboxd_tests::{sandbox_env, TestDaemon};
 
 /// The runner image with `rm`, `cat` and a stand-in `/etc/passwd`.
 const FILES_IMAGE: &str = "sandboxd-test-runner-files:latest";
@@ -67,11 +67,7 @@ async fn sandbox(test: &str, image: Option<&'static str>) -> Option<Sandbox> {
     let image = image.unwrap_or_else(files_image);
     let id = unique_id(test);
     let cleanup = Cleanup::new(&[&id]);
-    let daemon = TestDaemon::start(Options {
-        args: vec!["--driver".to_string(), "docker".to_string()],
-        extra_toml: format!("runner_image = \"{image}\"\n[docker]\n"),
-        ..Options::default()
-    });
+    let daemon = TestDaemon::start(docker_options_on(image, ""));
     let client = daemon.client().await;
     let env = sandbox_env(&format!("session:{id}"), "tok-files");
     client

@@ -24,8 +24,11 @@ use std::mem::MaybeUninit;
 /// unlimited), as a mask for `sched_setaffinity`; `None` for "all of the
 /// daemon's".
 pub fn mask_for(quota: f64, name: &str) -> Option<libc::cpu_set_t> {
-    let allowed = daemon_cpus()?;
-    let chosen = choose(quota, &allowed, name)?;
+    // Read once: this runs at every spawn, and the daemon's own mask is
+    // what it was started with.
+    static DAEMON_CPUS: std::sync::OnceLock<Option<Vec<usize>>> = std::sync::OnceLock::new();
+    let allowed = DAEMON_CPUS.get_or_init(daemon_cpus).as_deref()?;
+    let chosen = choose(quota, allowed, name)?;
     // SAFETY: an all-zero cpu_set_t is the empty set.
     let mut set: libc::cpu_set_t = unsafe { MaybeUninit::zeroed().assume_init() };
     for cpu in chosen {

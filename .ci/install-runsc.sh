@@ -2,7 +2,7 @@
 # Installs gVisor's runsc (Debian's own package, in bookworm main) when it is
 # missing, and registers it with the running docker engine as the runtime
 # "runsc", for the docker tier's `[docker] runtime = "runsc"` test
-# (tests/tests/docker_gvisor.rs). The engine's other settings in
+# (tests/tests/docker/docker_gvisor.rs). The engine's other settings in
 # /etc/docker/daemon.json are kept; dockerd reloads its runtimes on SIGHUP
 # (20.10 does), so the engine and its containers keep running. Says why and
 # leaves the engine alone when runsc cannot be had; the test then fails

@@ -24,7 +24,6 @@ pub enum CallClass {
 
 /// The tiers that serve a call: every tier, or the ones named.
 pub const EVERY_TIER: &[&str] = &["local-process", "docker", "kubernetes"];
-const PROCESS_AND_DOCKER: &[&str] = &["local-process", "docker"];
 
 macro_rules! calls {
     ($($call:ident = $name:literal, $class:ident, mutates: $mutates:literal, tiers: $tiers:expr;)+) => {
@@ -110,13 +109,13 @@ calls! {
     CommandSignal = "command_signal", Mutate, mutates: true, tiers: EVERY_TIER;
     CommandResize = "command_resize", Mutate, mutates: true, tiers: EVERY_TIER;
     Commands = "commands", Mutate, mutates: false, tiers: EVERY_TIER;
-    PutFile = "put_file", Mutate, mutates: true, tiers: PROCESS_AND_DOCKER;
-    GetFile = "get_file", Mutate, mutates: false, tiers: PROCESS_AND_DOCKER;
-    StatFile = "stat_file", Mutate, mutates: false, tiers: PROCESS_AND_DOCKER;
-    ListFiles = "list_files", Mutate, mutates: false, tiers: PROCESS_AND_DOCKER;
-    RemoveFile = "remove_file", Mutate, mutates: true, tiers: PROCESS_AND_DOCKER;
-    PutTar = "put_tar", Mutate, mutates: true, tiers: PROCESS_AND_DOCKER;
-    GetTar = "get_tar", Mutate, mutates: false, tiers: PROCESS_AND_DOCKER;
+    PutFile = "put_file", Mutate, mutates: true, tiers: EVERY_TIER;
+    GetFile = "get_file", Mutate, mutates: false, tiers: EVERY_TIER;
+    StatFile = "stat_file", Mutate, mutates: false, tiers: EVERY_TIER;
+    ListFiles = "list_files", Mutate, mutates: false, tiers: EVERY_TIER;
+    RemoveFile = "remove_file", Mutate, mutates: true, tiers: EVERY_TIER;
+    PutTar = "put_tar", Mutate, mutates: true, tiers: EVERY_TIER;
+    GetTar = "get_tar", Mutate, mutates: false, tiers: EVERY_TIER;
 }
 
 #[cfg(test)]

@@ -264,10 +264,12 @@ pub fn no_host_workspaces(tier: &str) -> SandboxError {
     ))
 }
 
-/// The refusal of a file call by a tier that does not move files.
+/// The refusal of a file call by a driver that does not move files (every
+/// tier does; the server's test driver does not).
+#[cfg(test)]
 pub fn files_not_on(tier: &str, call: &str) -> SandboxError {
     SandboxError::FailedPrecondition(format!(
-        "{call} is not on the {tier} tier: files move in and out of sandboxes of the local-process and docker tiers"
+        "{call} is not on the {tier} tier: files move in and out of sandboxes of the local-process, docker and kubernetes tiers"
     ))
 }
 

@@ -279,6 +279,73 @@ fn the_seam_imports_no_tier_and_no_tier_another() {
     );
 }
 
+/// Module → the modules it imports, its ancestors included (which
+/// [`imports`] leaves out): for the checks that a module never reaches
+/// back up to the one that calls it.
+fn imports_with_ancestors(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let known = modules(src);
+    let mut graph = BTreeMap::new();
+    for (module, file) in &known {
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        // `pub(in crate::…)` names where an item is seen, not an import.
+        let code = code_of(&text).replace("pub(in crate::", "pub(in ");
+        let targets = paths_in(&code)
+            .into_iter()
+            .filter_map(|path| resolve(module, &path, &known))
+            .filter(|target| !within(target, module))
+            .collect();
+        graph.insert(module.clone(), targets);
+    }
+    graph
+}
+
+/// An ensure on the process tier reads downward: the driver's own files
+/// (the table, the ensure, the start, the watcher) → `launch` →
+/// `isolation`'s plans and the clone. Nothing below the driver imports
+/// those files back, the plans never import the launch that follows
+/// them, and the clone never imports what prepares it.
+#[test]
+fn the_process_tiers_request_path_never_hops_back_up() {
+    let graph = imports_with_ancestors(&daemon_src());
+    let tier = "drivers::local_process";
+    let driver = [
+        "",
+        "::ensure",
+        "::runner_start",
+        "::watch",
+        "::record",
+        "::startup",
+    ]
+    .map(|file| format!("{tier}{file}"));
+    let launch = format!("{tier}::launch");
+    let isolation = format!("{tier}::isolation");
+    let clone = format!("{tier}::launch::clone_exec");
+    let preparing =
+        ["spawn", "spawner", "in_view", "runner_plan"].map(|file| format!("{launch}::{file}"));
+    let mut wrong = Vec::new();
+    for (module, targets) in &graph {
+        for target in targets {
+            let below_the_driver = within(module, &launch) || within(module, &isolation);
+            let back_to_the_driver = below_the_driver && driver.contains(target);
+            let plan_to_launch = within(module, &isolation) && within(target, &launch);
+            let clone_to_caller =
+                within(module, &clone) && preparing.iter().any(|caller| within(target, caller));
+            if back_to_the_driver || plan_to_launch || clone_to_caller {
+                wrong.push(format!("{module} -> {target}"));
+            }
+        }
+    }
+    assert!(
+        graph.contains_key(&clone) && graph.contains_key(&format!("{tier}::ensure")),
+        "the process tier's files were read"
+    );
+    assert!(
+        wrong.is_empty(),
+        "the request path hops back up:\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn the_reader_sees_use_trees_and_skips_comments() {
     let code = code_of(

@@ -19,11 +19,13 @@
 //!
 //! Whole trees move as tar streams with the same chunk types: `put_tar`
 //! sends a stream in [`PutChunk`]s whose `path` names the directory it is
-//! unpacked into (the stream is kept in a hidden partial file, as an
-//! upload is, and unpacked after its last chunk: entries go to a hidden
-//! directory beside their place and are moved into it only when the whole
-//! archive unpacked, so a corrupt or refused archive leaves nothing
-//! behind); `get_tar` answers [`FileChunk`]s of a stream of a path, where
+//! unpacked into (entries go to a hidden directory and are moved into
+//! place only when the last chunk came and the archive ended cleanly, so
+//! a corrupt or refused archive leaves nothing behind; a stream resumes
+//! by offset as an upload does. On the process tier each chunk is
+//! unpacked as it arrives, each entry checked as it is read, and a put
+//! left without a call for a minute, or across a daemon restart, is
+//! dropped: it starts over at 0); `get_tar` answers [`FileChunk`]s of a stream of a path, where
 //! `size` is the bytes of the stream made so far and `eof` marks its end.
 //! In an archive put in, an absolute name, a `..`, a device node or a
 //! link that leads out of the workspace is refused by its name; modes lose

@@ -28,7 +28,7 @@ pub fn derived_image(
         return Ok(());
     }
     let old = docker(&["image", "inspect", "--format", "{{.Id}}", tag]);
-    let root = std::env::temp_dir().join(format!("sandboxd-image-{}", std::process::id()));
+    let root = std::env::temp_dir().join(scratch_name(tag));
     let _ = std::fs::remove_dir_all(&root);
     let made = tools
         .iter()
@@ -44,10 +44,22 @@ pub fn derived_image(
     Ok(())
 }
 
+/// The name of the scratch folder and builder container making `tag`: of
+/// this process and of this image, since one test binary runs tests that
+/// make two different images at the same time (the docker group's
+/// commands and files).
+fn scratch_name(tag: &str) -> String {
+    let tag: String = tag
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    format!("sandboxd-image-{tag}-{}", std::process::id())
+}
+
 /// `root`'s files copied into a container of the test image, committed
 /// as `tag` with the label naming `base`.
 fn commit(root: &Path, base: &str, tag: &str) -> Result<(), String> {
-    let builder = format!("sandboxd-image-build-{}", std::process::id());
+    let builder = format!("{}-build", scratch_name(tag));
     let _ = docker(&["rm", "-f", &builder]);
     docker_ok(&["create", "--name", &builder, TEST_IMAGE]);
     let copied = docker(&[

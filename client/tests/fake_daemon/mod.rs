@@ -489,7 +489,7 @@ impl Sandboxd for FakeDaemon {
 }
 
 /// The stand-in serves the calls its tests use; the daemon's own tests
-/// (tests/tests/fencing.rs, events.rs) cover the rest.
+/// (tests/tests/daemon/fencing.rs, events.rs) cover the rest.
 fn not_served(call: &str) -> SandboxError {
     SandboxError::FailedPrecondition(format!("the stand-in daemon does not serve {call}"))
 }

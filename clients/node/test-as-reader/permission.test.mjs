@@ -1,4 +1,4 @@
-// Run as a uid the daemon lets read but not mutate (tests/tests/
+// Run as a uid the daemon lets read but not mutate (tests/tests/daemon/
 // node_provisioner.rs runs it as nobody, on the daemon's read list): the
 // daemon's permission_denied reaches JavaScript as PermissionDeniedError,
 // with the daemon's message intact and without the token. Kept outside

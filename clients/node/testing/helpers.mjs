@@ -1,6 +1,6 @@
 // Test support, kept outside test/ so `node --test test/` does not run it as a test file.
 // What the package's tests share: the daemon they run against (started by
-// tests/tests/node_provisioner.rs, which sets the variables below), a
+// tests/tests/daemon/node_provisioner.rs, which sets the variables below), a
 // logger that records, and polling with a deadline (never a fixed sleep).
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
@@ -13,7 +13,7 @@ function required(name) {
   if (value === undefined || value === "") {
     throw new Error(
       `${name} is not set: these tests run against a daemon the Rust test starts; ` +
-        "run `cargo test -p sandboxd-tests --test node_provisioner`",
+        "run `cargo test -p sandboxd-tests --test daemon node_provisioner::`",
     );
   }
   return value;

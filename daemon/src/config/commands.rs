@@ -11,7 +11,7 @@ pub const MAX_OUTPUT_BYTES: u64 = 1024 * 1024 * 1024;
 pub struct CommandsConfig {
     /// Bytes kept per output stream of each command (`"8m"` or a number):
     /// past it the oldest go, counted.
-    #[serde(deserialize_with = "super::deserialize_memory")]
+    #[serde(deserialize_with = "super::values::deserialize_memory")]
     pub output_bytes: u64,
     /// Ended commands kept per sandbox, with their proofs and output,
     /// until it is deprovisioned; past it the oldest go.

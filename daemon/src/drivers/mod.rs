@@ -4,6 +4,7 @@ pub mod archive_names;
 pub mod cgroup_files;
 pub mod differs;
 pub mod docker;
+pub mod idle_sessions;
 use std::future::Future;
 
 use sandboxd_protocol::SandboxError;
@@ -14,6 +15,7 @@ pub mod lifecycle;
 pub mod local_process;
 pub mod refused_syscalls;
 pub mod select;
+pub mod upload_partials;
 
 /// Runs `work` in a task of its own and waits for it. The server drops a
 /// call's future at the caller's deadline; work that must not stop halfway

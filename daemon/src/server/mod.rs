@@ -22,6 +22,8 @@ mod connection;
 mod deadline;
 mod differences;
 mod file_calls;
+mod read_calls;
+mod sandbox_calls;
 mod service;
 mod socket;
 mod supervision;

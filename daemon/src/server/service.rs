@@ -1,6 +1,9 @@
 //! The tarpc service: one value per connection, one method per call.
 //!
-//! Every method reads top to bottom: authorize → validate → build the key →
+//! Each method hands its call to the `…_call` of its group: the sandboxes'
+//! making and removing (`sandbox_calls`), the reads (`read_calls`), the
+//! commands (`command_calls`) and the files (`file_calls`). Every one of
+//! those reads top to bottom: authorize → validate → build the key →
 //! driver → reply. Validation happens before any side effect, so bad input
 //! gets a clear error and nothing is created, changed or lost.
 
@@ -8,13 +11,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sandboxd_protocol::events::{MAX_EVENTS_PER_CALL, MAX_EVENTS_WAIT_MS};
 use sandboxd_protocol::{
     validate, CommandInfo, CommandOutput, CommandRef, DaemonStatus, DeprovisionReport,
-    EnsureReport, EventCursor, EventsReply, ExecRequest, ExecStarted, Expectation, HealthVerdict,
-    LogChunk, LogStart, OutputRead, PauseReport, ProbeState, RunnerEndpoints, SandboxCounts,
-    SandboxEnv, SandboxError, SandboxInfo, SandboxUsage, Sandboxd, Scope, WorkspaceInfo,
-    MAX_LOG_CHUNK, PROTOCOL_VERSION,
+    EnsureReport, EventCursor, EventsReply, ExecRequest, ExecStarted, Expectation, LogChunk,
+    LogStart, OutputRead, PauseReport, ProbeState, RunnerEndpoints, SandboxEnv, SandboxError,
+    SandboxInfo, SandboxUsage, Sandboxd, Scope, WorkspaceInfo, PROTOCOL_VERSION,
 };
 use tarpc::context::Context;
 
@@ -111,11 +112,11 @@ impl ConnectionService {
     }
 
     /// The daemon's metrics, when `metrics_listen` serves them.
-    fn metrics(&self) -> Option<&Metrics> {
+    pub(super) fn metrics(&self) -> Option<&Metrics> {
         self.daemon.metrics.as_deref()
     }
 
-    fn driver(&self) -> &dyn Driver {
+    pub(super) fn driver(&self) -> &dyn Driver {
         self.daemon.driver.as_ref()
     }
 }
@@ -135,106 +136,6 @@ pub(super) fn key(scope: Scope, field: &str, id: String) -> Result<SandboxKey, S
     Ok(SandboxKey::new(scope, id))
 }
 
-fn log_ensure(
-    call: Call,
-    key: &SandboxKey,
-    result: &Result<EnsureReport, SandboxError>,
-    differences: &DifferenceLog,
-    metrics: Option<&Metrics>,
-) {
-    if let Some(metrics) = metrics {
-        metrics.ensured(call.name(), result);
-    }
-    match result {
-        Ok(report)
-            if !report.differs.is_empty()
-                && differences.first_time(&key.base_name, report.generation, &report.differs) =>
-        {
-            tracing::info!(
-                call = call.name(),
-                scope = %key.scope,
-                id = %key.shown_id(),
-                name = %key.base_name,
-                generation = report.generation,
-                differs = %report.differs.join(","),
-                "sandbox already running with other settings than asked; it keeps its own"
-            )
-        }
-        // The fast path is the common case (every execution ensures): keep
-        // it out of the info log.
-        Ok(report) if !report.created => tracing::debug!(
-            call = call.name(),
-            scope = %key.scope,
-            id = %key.shown_id(),
-            generation = report.generation,
-            "sandbox already running"
-        ),
-        Ok(report) => tracing::info!(
-            call = call.name(),
-            scope = %key.scope,
-            id = %key.shown_id(),
-            name = %key.base_name,
-            created = report.created,
-            pid = report.pid,
-            generation = report.generation,
-            "sandbox ensured"
-        ),
-        Err(error) => tracing::warn!(
-            call = call.name(),
-            scope = %key.scope,
-            id = %key.shown_id(),
-            kind = error.kind(),
-            %error,
-            "ensure failed"
-        ),
-    }
-}
-
-fn log_deprovision(
-    call: Call,
-    key: &SandboxKey,
-    result: &Result<DeprovisionReport, SandboxError>,
-    metrics: Option<&Metrics>,
-) {
-    if let Some(metrics) = metrics {
-        metrics.deprovisioned(call.name(), result);
-    }
-    match result {
-        Ok(report) => tracing::info!(
-            call = call.name(),
-            scope = %key.scope,
-            id = %key.shown_id(),
-            name = %key.base_name,
-            was_present = report.was_present,
-            forced = report.forced,
-            "sandbox deprovisioned"
-        ),
-        Err(error) => tracing::warn!(
-            call = call.name(),
-            scope = %key.scope,
-            id = %key.shown_id(),
-            kind = error.kind(),
-            %error,
-            "deprovision failed"
-        ),
-    }
-}
-
-/// Why a sandbox that is absent has nothing to show.
-fn no_such_sandbox(key: &SandboxKey, generation: u64) -> String {
-    let why = if generation == 0 {
-        "the daemon has no record of it: it was never ensured, or was deprovisioned"
-    } else {
-        "it is gone: deprovisioned, or its container removed"
-    };
-    format!(
-        "{} '{}' has no output to show ({}): {why}",
-        key.scope,
-        key.shown_id(),
-        key.base_name
-    )
-}
-
 impl Sandboxd for ConnectionService {
     async fn protocol_version(self, _: Context) -> u32 {
         // Open to every peer (see `access`), so a client of any version can
@@ -251,23 +152,7 @@ impl Sandboxd for ConnectionService {
         id: String,
         env: SandboxEnv,
     ) -> Result<EnsureReport, SandboxError> {
-        let _timer = self.authorize(Call::Ensure)?;
-        if scope == Scope::Connect {
-            return Err(SandboxError::InvalidArgument(
-                "connect sandboxes are created with create_connect, not ensure".to_string(),
-            ));
-        }
-        let key = key(scope, id_field(scope), id)?;
-        validate::env(&env)?;
-        let result = self.driver().ensure(&key, &env).await;
-        log_ensure(
-            Call::Ensure,
-            &key,
-            &result,
-            &self.daemon.differences,
-            self.metrics(),
-        );
-        result
+        self.ensure_call(scope, id, env).await
     }
 
     async fn deprovision(
@@ -277,12 +162,7 @@ impl Sandboxd for ConnectionService {
         id: String,
         keep_workspace: bool,
     ) -> Result<DeprovisionReport, SandboxError> {
-        let _timer = self.authorize(Call::Deprovision)?;
-        let key = key(scope, id_field(scope), id)?;
-        let result = self.driver().deprovision(&key, keep_workspace).await;
-        self.daemon.differences.forget(&key.base_name);
-        log_deprovision(Call::Deprovision, &key, &result, self.metrics());
-        result
+        self.deprovision_call(scope, id, keep_workspace).await
     }
 
     async fn create_connect(
@@ -291,41 +171,7 @@ impl Sandboxd for ConnectionService {
         request_id: String,
         env: SandboxEnv,
     ) -> Result<String, SandboxError> {
-        let _timer = self.authorize(Call::CreateConnect)?;
-        let key = key(Scope::Connect, "request_id", request_id)?;
-        validate::env(&env)?;
-        let report = self.driver().ensure(&key, &env).await;
-        match &report {
-            // Not idempotent: the request's sandbox must be a new one.
-            Ok(existing) if !existing.created => {
-                tracing::warn!(
-                    call = Call::CreateConnect.name(),
-                    id = %key.shown_id(),
-                    name = %key.base_name,
-                    pid = existing.pid,
-                    generation = existing.generation,
-                    "refused: the request's connect sandbox already exists"
-                );
-                let refused = SandboxError::FailedPrecondition(format!(
-                    "connect sandbox for request '{}' already exists ({})",
-                    key.id, key.base_name
-                ));
-                if let Some(metrics) = self.metrics() {
-                    metrics.ensured(Call::CreateConnect.name(), &Err(refused.clone()));
-                }
-                Err(refused)
-            }
-            _ => {
-                log_ensure(
-                    Call::CreateConnect,
-                    &key,
-                    &report,
-                    &self.daemon.differences,
-                    self.metrics(),
-                );
-                report.map(|_| key.id)
-            }
-        }
+        self.create_connect_call(request_id, env).await
     }
 
     async fn deprovision_connect(
@@ -333,18 +179,11 @@ impl Sandboxd for ConnectionService {
         _: Context,
         sandbox_id: String,
     ) -> Result<DeprovisionReport, SandboxError> {
-        let _timer = self.authorize(Call::DeprovisionConnect)?;
-        let key = key(Scope::Connect, "sandbox_id", sandbox_id)?;
-        let result = self.driver().deprovision(&key, false).await;
-        self.daemon.differences.forget(&key.base_name);
-        log_deprovision(Call::DeprovisionConnect, &key, &result, self.metrics());
-        result
+        self.deprovision_connect_call(sandbox_id).await
     }
 
     async fn probe(self, _: Context, scope: Scope, id: String) -> Result<ProbeState, SandboxError> {
-        let _timer = self.authorize(Call::Probe)?;
-        let key = key(scope, id_field(scope), id)?;
-        self.driver().probe(&key).await
+        self.probe_call(scope, id).await
     }
 
     async fn describe(
@@ -353,14 +192,7 @@ impl Sandboxd for ConnectionService {
         scope: Scope,
         id: String,
     ) -> Result<SandboxInfo, SandboxError> {
-        let _timer = self.authorize(Call::Describe)?;
-        let key = key(scope, id_field(scope), id)?;
-        let mut info = self.driver().describe(&key).await?;
-        info.egress = Some(self.daemon.driver.egress());
-        if info.state == ProbeState::Running {
-            info.usage = super::usage::figures(self.driver(), &key, true).await;
-        }
-        Ok(info)
+        self.describe_call(scope, id).await
     }
 
     async fn list(
@@ -368,67 +200,11 @@ impl Sandboxd for ConnectionService {
         _: Context,
         scope: Option<Scope>,
     ) -> Result<Vec<SandboxInfo>, SandboxError> {
-        let _timer = self.authorize(Call::List)?;
-        let mut sandboxes = self.driver().list(scope).await?;
-        // One order whatever the tier: by scope, then id (what a person
-        // looks for; the name is only a hash).
-        sandboxes.sort_by(|a, b| a.scope.cmp(&b.scope).then_with(|| a.id.cmp(&b.id)));
-        Ok(sandboxes)
+        self.list_call(scope).await
     }
 
     async fn status(self, _: Context) -> Result<DaemonStatus, SandboxError> {
-        let _timer = self.authorize(Call::Status)?;
-        let daemon = &self.daemon;
-        let mut driver_health = daemon.driver.health();
-        let mut health = self.driver().health_verdict().await;
-        // The daemon's own facts are worth having exactly when the runtime
-        // is down: a failed count is reported in the health line instead.
-        let counts = match self.driver().census().await {
-            Ok(census) => census.counts(),
-            Err(error) => {
-                driver_health.push_str(&format!("; cannot count sandboxes: {error}"));
-                health.add(
-                    HealthVerdict::Unhealthy,
-                    format!("cannot list the sandboxes: {error}"),
-                );
-                SandboxCounts::default()
-            }
-        };
-        // A posture that is configured but not in force refuses every
-        // ensure (fail closed): that is a daemon that cannot serve.
-        let egress = daemon.driver.egress();
-        if egress.posture != "none" && !egress.enforced {
-            health.add(
-                HealthVerdict::Unhealthy,
-                format!(
-                    "egress posture '{}' is not in force, so every ensure is refused: {}",
-                    egress.posture, egress.mechanism
-                ),
-            );
-        }
-        let (isolation_mode, isolation) = daemon.driver.isolation();
-        Ok(DaemonStatus {
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            protocol_version: PROTOCOL_VERSION,
-            driver: daemon.driver.name().to_string(),
-            driver_health,
-            uptime_secs: daemon.started.elapsed().as_secs(),
-            counts,
-            socket_path: daemon.socket_path.display().to_string(),
-            state_dir: daemon.state_dir.display().to_string(),
-            containment: daemon.driver.containment(),
-            health,
-            egress,
-            isolation_mode,
-            isolation,
-            runner_endpoints: daemon.runner_endpoints.clone(),
-            metrics: daemon
-                .metrics_address
-                .map(|address| format!("http://{address}/metrics")),
-            pools: daemon.driver.pools(),
-            stop_grace_ms: u64::try_from(daemon.stop_grace.as_millis()).unwrap_or(u64::MAX),
-            view: daemon.driver.view(),
-        })
+        self.status_call().await
     }
 
     async fn logs(
@@ -439,28 +215,7 @@ impl Sandboxd for ConnectionService {
         start: LogStart,
         max_bytes: u32,
     ) -> Result<LogChunk, SandboxError> {
-        let _timer = self.authorize(Call::Logs)?;
-        let key = key(scope, id_field(scope), id)?;
-        if max_bytes == 0 {
-            return Err(SandboxError::InvalidArgument(
-                "max_bytes must be at least 1".to_string(),
-            ));
-        }
-        // More than one frame can carry is never asked of the driver.
-        let max_bytes = max_bytes.min(MAX_LOG_CHUNK);
-        match self.driver().logs(&key, start, max_bytes).await {
-            // No output: say "no such sandbox" when there is none at all,
-            // so a follower can tell "gone" from "nothing yet".
-            Err(SandboxError::FailedPrecondition(message)) => {
-                Err(match self.driver().describe(&key).await {
-                    Ok(info) if info.state == ProbeState::Absent => {
-                        SandboxError::NotFound(no_such_sandbox(&key, info.generation))
-                    }
-                    _ => SandboxError::FailedPrecondition(message),
-                })
-            }
-            other => other,
-        }
+        self.logs_call(scope, id, start, max_bytes).await
     }
 
     async fn workspaces(
@@ -468,10 +223,7 @@ impl Sandboxd for ConnectionService {
         _: Context,
         scope: Option<Scope>,
     ) -> Result<Vec<WorkspaceInfo>, SandboxError> {
-        let _timer = self.authorize(Call::Workspaces)?;
-        let mut workspaces = self.driver().workspaces(scope).await?;
-        workspaces.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(workspaces)
+        self.workspaces_call(scope).await
     }
 
     async fn ensure_fenced(
@@ -482,25 +234,7 @@ impl Sandboxd for ConnectionService {
         env: SandboxEnv,
         expect: Expectation,
     ) -> Result<EnsureReport, SandboxError> {
-        let _timer = self.authorize(Call::EnsureFenced)?;
-        if scope == Scope::Connect {
-            return Err(SandboxError::InvalidArgument(
-                "connect sandboxes are created with create_connect, not ensure".to_string(),
-            ));
-        }
-        let key = key(scope, id_field(scope), id)?;
-        validate::env(&env)?;
-        validate_expectation(&expect)?;
-        let _fence = self.daemon.fence_locks.lock(&key).await;
-        let result = self.driver().ensure_fenced(&key, &env, &expect).await;
-        log_ensure(
-            Call::EnsureFenced,
-            &key,
-            &result,
-            &self.daemon.differences,
-            self.metrics(),
-        );
-        result
+        self.ensure_fenced_call(scope, id, env, expect).await
     }
 
     async fn deprovision_fenced(
@@ -511,10 +245,7 @@ impl Sandboxd for ConnectionService {
         keep_workspace: bool,
         expect: Expectation,
     ) -> Result<DeprovisionReport, SandboxError> {
-        let _timer = self.authorize(Call::DeprovisionFenced)?;
-        let key = key(scope, id_field(scope), id)?;
-        validate_expectation(&expect)?;
-        self.fenced_deprovision(Call::DeprovisionFenced, key, keep_workspace, expect)
+        self.deprovision_fenced_call(scope, id, keep_workspace, expect)
             .await
     }
 
@@ -524,10 +255,7 @@ impl Sandboxd for ConnectionService {
         sandbox_id: String,
         expect: Expectation,
     ) -> Result<DeprovisionReport, SandboxError> {
-        let _timer = self.authorize(Call::DeprovisionConnectFenced)?;
-        let key = key(Scope::Connect, "sandbox_id", sandbox_id)?;
-        validate_expectation(&expect)?;
-        self.fenced_deprovision(Call::DeprovisionConnectFenced, key, false, expect)
+        self.deprovision_connect_fenced_call(sandbox_id, expect)
             .await
     }
 
@@ -538,19 +266,7 @@ impl Sandboxd for ConnectionService {
         max: u32,
         wait_ms: u32,
     ) -> Result<EventsReply, SandboxError> {
-        let _timer = self.authorize(Call::Events)?;
-        if max == 0 {
-            return Err(SandboxError::InvalidArgument(
-                "max must be at least 1 event".to_string(),
-            ));
-        }
-        let max = max.min(MAX_EVENTS_PER_CALL) as usize;
-        let wait = std::time::Duration::from_millis(u64::from(wait_ms.min(MAX_EVENTS_WAIT_MS)));
-        Ok(self
-            .daemon
-            .events
-            .wait_read(since.as_ref(), max, wait)
-            .await)
+        self.events_call(since, max, wait_ms).await
     }
 
     async fn usage(
@@ -558,8 +274,7 @@ impl Sandboxd for ConnectionService {
         _: Context,
         scope: Option<Scope>,
     ) -> Result<Vec<SandboxUsage>, SandboxError> {
-        let _timer = self.authorize(Call::Usage)?;
-        super::usage::of_running(self.driver(), scope).await
+        self.usage_call(scope).await
     }
 
     async fn pause(
@@ -734,89 +449,9 @@ impl Sandboxd for ConnectionService {
     }
 }
 
-impl ConnectionService {
-    /// `pause` or `resume` (`call`): the same checks, the driver's answer
-    /// and one log line.
-    async fn pause_or_resume(
-        &self,
-        call: Call,
-        scope: Scope,
-        id: String,
-    ) -> Result<PauseReport, SandboxError> {
-        let _timer = self.authorize(call)?;
-        let key = key(scope, id_field(scope), id)?;
-        let result = if call == Call::Pause {
-            self.driver().pause(&key).await
-        } else {
-            self.driver().resume(&key).await
-        };
-        log_pause(call, &key, &result);
-        result
-    }
-}
-
-/// One line per pause or resume, as for the other mutating calls.
-fn log_pause(call: Call, key: &SandboxKey, result: &Result<PauseReport, SandboxError>) {
-    match result {
-        Ok(report) => tracing::info!(
-            call = call.name(),
-            scope = %key.scope,
-            id = %key.shown_id(),
-            name = %key.base_name,
-            changed = report.changed,
-            generation = report.generation,
-            "sandbox {}",
-            if call == Call::Pause { "paused" } else { "resumed" }
-        ),
-        Err(error) => tracing::warn!(
-            call = call.name(),
-            scope = %key.scope,
-            id = %key.shown_id(),
-            kind = error.kind(),
-            %error,
-            "{} failed",
-            call.name()
-        ),
-    }
-}
-
-impl ConnectionService {
-    async fn fenced_deprovision(
-        &self,
-        call: Call,
-        key: SandboxKey,
-        keep_workspace: bool,
-        expect: Expectation,
-    ) -> Result<DeprovisionReport, SandboxError> {
-        let _fence = self.daemon.fence_locks.lock(&key).await;
-        let result = self
-            .driver()
-            .deprovision_fenced(&key, keep_workspace, &expect)
-            .await;
-        if result.is_ok() {
-            self.daemon.differences.forget(&key.base_name);
-        }
-        log_deprovision(call, &key, &result, self.metrics());
-        result
-    }
-}
-
-/// An expected uid is 32 hex digits (what the daemon hands out): anything
-/// else could never match, and is a caller's mistake to name.
-fn validate_expectation(expect: &Expectation) -> Result<(), SandboxError> {
-    match &expect.uid {
-        Some(uid) if uid.len() != 32 || !uid.bytes().all(|byte| byte.is_ascii_hexdigit()) => {
-            Err(SandboxError::InvalidArgument(format!(
-                "expected uid '{}' is not a sandbox uid (32 hex digits, as describe and ensure report it)",
-                sandboxd_protocol::Shown(uid)
-            )))
-        }
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use sandboxd_protocol::{SandboxCounts, MAX_LOG_CHUNK};
     use tarpc::context;
 
     use super::*;

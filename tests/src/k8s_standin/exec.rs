@@ -1,7 +1,11 @@
 //! Stand-in API server: `pods/{name}/exec`, with a STAND-IN FOR THE
 //! KUBELET. There is no kubelet, no container runtime and no container
 //! here: the requested argv runs as a local process of the test, with the
-//! test's own uid, filesystem and environment — never in the pod it names.
+//! test's own uid and environment — never in the pod it names. Its
+//! filesystem is fenced ([super::kubelet]): the host's read-only, the pod's
+//! workspace (a directory of the test) at `/workspace`, where it starts, so
+//! whatever it writes (a `tar` of the file calls too) lands in the test's
+//! directory.
 //! What this proves is the daemon's side of the streaming protocol as the
 //! API server and kubelet speak it: the WebSocket upgrade with the
 //! `v5.channel.k8s.io` (or `v4`) subprotocol, stdout and stderr apart on
@@ -27,6 +31,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::http::Reply;
+use super::kubelet::Fence;
 use super::status::{self, Failure};
 use super::store::{Store, PODS};
 use super::terminal::Terminal;
@@ -49,11 +54,12 @@ pub struct Asked {
     pub tty: bool,
 }
 
-/// What runs: as asked, in the directory the test gave
-/// (`StandIn::run_execs_in`).
+/// What runs: as asked, with `<dir>/<pod>` as its workspace, where `dir`
+/// is the directory the test gave (`StandIn::run_execs_in`).
 struct Command {
     asked: Asked,
     dir: std::path::PathBuf,
+    pod: String,
 }
 
 /// A command the stand-in runs for an exec: killed when its pod is deleted.
@@ -95,7 +101,11 @@ pub fn serve(
     tokio::spawn(async move {
         if let Ok(upgraded) = upgrade.await {
             let (reader, writer) = tokio::io::split(TokioIo::new(upgraded));
-            let command = Command { asked, dir };
+            let command = Command {
+                asked,
+                dir,
+                pod: pod.clone(),
+            };
             run(shared, namespace, pod, command, reader, writer).await;
         }
     });
@@ -246,10 +256,13 @@ struct Input {
 fn spawn(run: &Command) -> std::io::Result<(tokio::process::Child, Streams)> {
     let asked = &run.asked;
     let mut command = tokio::process::Command::new(&asked.command[0]);
-    command
-        .args(&asked.command[1..])
-        .current_dir(&run.dir)
-        .kill_on_drop(false);
+    command.args(&asked.command[1..]).kill_on_drop(false);
+    let fence = Fence::prepare(&run.dir, &run.pod)?;
+    // SAFETY: `enter` makes system calls only, on strings made before the
+    // fork; it changes the child's own mount namespace and root.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command.as_std_mut(), move || fence.enter());
+    }
     if asked.tty {
         let (terminal, follower) = Terminal::open(24, 80)?;
         Terminal::attach(&mut command, follower)?;

@@ -22,7 +22,9 @@
 //! - `pods/log`, from output a test gives with [`StandIn::insert_pod`];
 //! - `pods/exec` as a WebSocket ([exec]): NOT run in any container — the
 //!   stand-in has no kubelet, so the argv runs as a local process of the
-//!   test, to exercise the client's side of the streaming protocol;
+//!   test, to exercise the client's side of the streaming protocol, fenced
+//!   ([kubelet]) so that it sees the pod's workspace (a directory of the
+//!   test) at `/workspace` and can write nowhere else;
 //! - the `status` subresource (a merge patch of `status`: what the kubelet
 //!   writes, a test writes here);
 //! - watches ([watch]): `?watch=1` from a `resourceVersion`, 410 `Expired`
@@ -39,6 +41,7 @@
 mod exec;
 mod fields;
 mod http;
+mod kubelet;
 mod network_policy;
 mod rbac;
 mod runtime_class;
@@ -192,10 +195,17 @@ impl StandIn {
             .unwrap_or_else(|failure| panic!("insert pod: {:?}", failure.body));
     }
 
-    /// Runs the commands of `pods/exec` in `dir` from now on (as local
-    /// processes of the test: see [exec]); until then an exec is refused.
+    /// Runs the commands of `pods/exec` from now on (as local processes
+    /// of the test, fenced: see [kubelet]) with `dir/<pod>` as each pod's
+    /// workspace; until then an exec is refused.
     pub fn run_execs_in(&self, dir: &Path) {
         self.store().exec_dir = Some(dir.to_path_buf());
+    }
+
+    /// The directory of the test that is `pod`'s `/workspace` in its execs.
+    pub fn workspace_of(&self, pod: &str) -> Option<PathBuf> {
+        let dir = self.store().exec_dir.clone()?;
+        Some(kubelet::workspace_of(&dir, pod))
     }
 
     /// Ends every open watch with 410 `Expired` and drops the change

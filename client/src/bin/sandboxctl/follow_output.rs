@@ -13,8 +13,8 @@ use std::io::{self, IsTerminal as _, Write};
 use futures::StreamExt as _;
 use sandboxd_client::{CommandProof, ExecHandle, ExitReason, OutputEvent, OutputFollower};
 
+use crate::failure::Failure;
 use crate::terminal_text::TerminalText;
-use crate::Failure;
 
 /// Where a stream goes.
 #[derive(Clone, Copy)]

@@ -14,7 +14,7 @@ use std::sync::mpsc;
 
 use sandboxd_client::{FileType, SandboxdClient, Scope, TarStreamError};
 
-use crate::Failure;
+use crate::failure::Failure;
 
 impl From<TarStreamError> for Failure {
     fn from(error: TarStreamError) -> Self {
@@ -141,25 +141,7 @@ pub async fn dir_out(
         return Ok(());
     }
     let target = PathBuf::from(to);
-    let (unpack_in, rename) = match std::fs::metadata(&target) {
-        Ok(meta) if meta.is_dir() => (target.clone(), None),
-        Ok(_) => {
-            return Err(Failure::Usage(format!(
-                "{to} is not a directory: cannot copy the directory {scope}:{id}:{path} onto it"
-            )));
-        }
-        Err(_) if path.is_empty() => {
-            std::fs::create_dir(&target).map_err(|error| cannot_write(to, error))?;
-            (target.clone(), None)
-        }
-        Err(_) => {
-            // Unpacked beside it under the source's name, then renamed.
-            let beside = hidden_beside(&target);
-            std::fs::create_dir(&beside).map_err(|error| cannot_write(to, error))?;
-            let name = path.rsplit('/').next().unwrap_or(path).to_string();
-            (beside.clone(), Some((beside.join(name), beside)))
-        }
-    };
+    let (unpack_in, rename) = landing(&target, to, &format!("{scope}:{id}:{path}"), path)?;
     let (reader, mut writer) = std::io::pipe().map_err(|error| cannot_write(to, error))?;
     let dest = unpack_in.clone();
     let unpacker = std::thread::spawn(move || {
@@ -190,6 +172,35 @@ pub async fn dir_out(
         let _ = std::fs::remove_dir_all(beside);
     }
     placed
+}
+
+/// Where the tree from `path` (written `source` in messages) is unpacked
+/// for `to`: into `to` itself when it is a directory (made when `path` is
+/// the whole workspace), else beside it under the source's name, with the
+/// rename that then puts it in place and the directory to remove after.
+fn landing(
+    target: &Path,
+    to: &str,
+    source: &str,
+    path: &str,
+) -> Result<(PathBuf, Option<(PathBuf, PathBuf)>), Failure> {
+    match std::fs::metadata(target) {
+        Ok(meta) if meta.is_dir() => Ok((target.to_path_buf(), None)),
+        Ok(_) => Err(Failure::Usage(format!(
+            "{to} is not a directory: cannot copy the directory {source} onto it"
+        ))),
+        Err(_) if path.is_empty() => {
+            std::fs::create_dir(target).map_err(|error| cannot_write(to, error))?;
+            Ok((target.to_path_buf(), None))
+        }
+        Err(_) => {
+            // Unpacked beside it under the source's name, then renamed.
+            let beside = hidden_beside(target);
+            std::fs::create_dir(&beside).map_err(|error| cannot_write(to, error))?;
+            let name = path.rsplit('/').next().unwrap_or(path).to_string();
+            Ok((beside.clone(), Some((beside.join(name), beside))))
+        }
+    }
 }
 
 fn cannot_write(to: &str, error: std::io::Error) -> Failure {

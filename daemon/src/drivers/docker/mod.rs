@@ -268,12 +268,13 @@ impl DockerDriver {
             support,
             files: files::Files::prepare(&config.state_dir).with_context(|| {
                 format!(
-                    "cannot prepare {}/docker/uploads",
+                    "cannot prepare {}/docker/uploads and downloads",
                     config.state_dir.display()
                 )
             })?,
         });
         first_contact(&inner).await;
+        inner.files.remove_left_stagings(inner.engine.clone());
         let reaper = ReaperSettings {
             ttl: config
                 .docker

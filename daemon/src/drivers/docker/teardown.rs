@@ -102,6 +102,7 @@ pub async fn remove_container(
         let how = format!("generation {generation}: the runner was stopped ({why})");
         super::logs::keep_departed(inner, key, &observed.id, how).await;
     }
+    inner.files.forget_container(&observed.id);
     containers::remove(&inner.engine, &observed.id)
         .await
         .map_err(|error| {

@@ -2,7 +2,8 @@
 //! (session and workflow only) and a one-replica Deployment in one
 //! namespace, through the Kubernetes API (`kube` + `k8s-openapi`).
 //!
-//! The cluster is the state: nothing is kept in the daemon. A sandbox's
+//! The cluster is the state: nothing is kept in the daemon but uploads
+//! not yet whole (see `files`). A sandbox's
 //! Deployment is found by its name (the base name) and proven ours by its
 //! labels; `list` is a label selector, so a restarted daemon, or a second
 //! one, sees every sandbox at once.
@@ -14,7 +15,8 @@
 //! connect sandboxes), `lifetime` (`max_lifetime`: a pod that ran too
 //! long is scaled to 0), `permissions` (the start-up access review),
 //! `errors` (what a failed call means for the caller), `exec` (commands,
-//! through pods/exec), `watch` (list and
+//! through pods/exec), `files` (the file calls, through `tar` and friends
+//! in pods/exec), `watch` (list and
 //! watch, resumed and relisted), `announce` (the event stream, from
 //! those watches) and `pending` (why a pod has not started).
 
@@ -24,6 +26,7 @@ mod deprovision;
 mod ensure;
 mod errors;
 mod exec;
+mod files;
 mod lifetime;
 mod limit_env;
 mod logs;
@@ -39,6 +42,7 @@ mod watch;
 
 use std::sync::{Arc, Mutex};
 
+use anyhow::Context as _;
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
@@ -76,6 +80,8 @@ pub struct KubernetesDriver {
     /// The commands followed; at shutdown each ends `daemon-stopped` (it
     /// goes on in its pod).
     follows: exec::Follows,
+    /// Uploads kept until their last chunk, downloads under way.
+    files: files::Files,
 }
 
 /// What every operation shares.
@@ -179,12 +185,15 @@ impl KubernetesDriver {
             EgressSetting::Unrestricted => String::new(),
         };
         let egress = Egress::by_runtime(config.egress, mechanism);
+        let files = files::Files::prepare(&config.state_dir)
+            .with_context(|| format!("cannot prepare {}/kubernetes", config.state_dir.display()))?;
         Ok(KubernetesDriver {
             inner,
             permissions,
             egress,
             tasks: Mutex::new(tasks),
             follows: exec::Follows::new(),
+            files,
         })
     }
 }
@@ -299,70 +308,73 @@ impl Driver for KubernetesDriver {
         exec::start(&self.inner, key, spec, &self.follows).await
     }
 
-    /// Not yet: it would take a tar through an exec in the pod; refused by
-    /// name until then.
+    /// Through pods/exec of the image's own `tar`, `dd`, `stat` and `rm`
+    /// in the runner container, as `kubectl cp` does (see [`files`]).
     async fn put_file(
         &self,
-        _key: &SandboxKey,
-        _chunk: &sandboxd_protocol::PutChunk,
+        key: &SandboxKey,
+        chunk: &sandboxd_protocol::PutChunk,
     ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
-        Err(crate::provisioner::files_not_on("kubernetes", "put_file"))
+        self.files.put_file(&self.inner, key, chunk).await
     }
 
     async fn get_file(
         &self,
-        _key: &SandboxKey,
-        _path: &str,
-        _offset: u64,
-        _max: u32,
+        key: &SandboxKey,
+        path: &str,
+        offset: u64,
+        max: u32,
     ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
-        Err(crate::provisioner::files_not_on("kubernetes", "get_file"))
+        self.files
+            .get_file(&self.inner, key, path, offset, max)
+            .await
     }
 
     async fn stat_file(
         &self,
-        _key: &SandboxKey,
-        _path: &str,
+        key: &SandboxKey,
+        path: &str,
     ) -> Result<sandboxd_protocol::FileStat, SandboxError> {
-        Err(crate::provisioner::files_not_on("kubernetes", "stat_file"))
+        self.files.stat_file(&self.inner, key, path).await
     }
 
     async fn list_files(
         &self,
-        _key: &SandboxKey,
-        _path: &str,
+        key: &SandboxKey,
+        path: &str,
     ) -> Result<sandboxd_protocol::FileList, SandboxError> {
-        Err(crate::provisioner::files_not_on("kubernetes", "list_files"))
+        self.files.list_files(&self.inner, key, path).await
     }
 
     async fn remove_file(
         &self,
-        _key: &SandboxKey,
-        _path: &str,
-        _recursive: bool,
+        key: &SandboxKey,
+        path: &str,
+        recursive: bool,
     ) -> Result<(), SandboxError> {
-        Err(crate::provisioner::files_not_on(
-            "kubernetes",
-            "remove_file",
-        ))
+        self.files
+            .remove_file(&self.inner, key, path, recursive)
+            .await
     }
 
     async fn put_tar(
         &self,
-        _key: &SandboxKey,
-        _chunk: &sandboxd_protocol::PutChunk,
+        key: &SandboxKey,
+        chunk: &sandboxd_protocol::PutChunk,
     ) -> Result<sandboxd_protocol::PutReport, SandboxError> {
-        Err(crate::provisioner::files_not_on("kubernetes", "put_tar"))
+        self.files.put_tar(&self.inner, key, chunk).await
     }
 
     async fn get_tar(
         &self,
-        _key: &SandboxKey,
-        _path: &str,
-        _offset: u64,
-        _max: u32,
+        key: &SandboxKey,
+        path: &str,
+        offset: u64,
+        max: u32,
     ) -> Result<sandboxd_protocol::FileChunk, SandboxError> {
-        Err(crate::provisioner::files_not_on("kubernetes", "get_tar"))
+        self.files
+            .get_tar(&self.inner, key, path, offset, max)
+            .await
     }
 
     /// None: a command here is followed over its exec's stream, which

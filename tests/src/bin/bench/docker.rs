@@ -34,6 +34,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use sandboxd_client::{SandboxdClient, Scope};
 
+use crate::report::{Goal, Row};
 use crate::rows::sandbox_env;
 use crate::setup::{Binaries, Daemon};
 use crate::stats::Samples;
@@ -403,4 +404,46 @@ async fn remove_labelled(docker: &Docker, run: &str) {
             let _ = docker.remove_volume(&volume.name, Some(options)).await;
         }
     }
+}
+
+/// The docker row's figures as table rows.
+pub fn rows(figures: &DockerFigures) -> Vec<Row> {
+    vec![
+        Row {
+            row: "docker",
+            what: "ensure new container p50".into(),
+            unit: "ms",
+            value: figures.sandboxd.p50() / 1e3,
+            baseline_what: "Engine API create+start p50, on a network made as the daemon's".into(),
+            baseline: Some(figures.api_own_network.p50() / 1e3),
+            goal: Goal::RatioAtMost(1.05),
+        },
+        Row {
+            row: "docker",
+            what: "ensure new container p50".into(),
+            unit: "ms",
+            value: figures.sandboxd.p50() / 1e3,
+            baseline_what: "Engine API create+start p50, on the default bridge".into(),
+            baseline: Some(figures.api.p50() / 1e3),
+            goal: Goal::Info,
+        },
+        Row {
+            row: "docker",
+            what: "ensure new container p50".into(),
+            unit: "ms",
+            value: figures.sandboxd.p50() / 1e3,
+            baseline_what: "docker run -d p50".into(),
+            baseline: Some(figures.cli.p50() / 1e3),
+            goal: Goal::RatioAtMost(1.0),
+        },
+        Row {
+            row: "docker",
+            what: "ensure new container p99".into(),
+            unit: "ms",
+            value: figures.sandboxd.p99() / 1e3,
+            baseline_what: "Engine API create+start p99".into(),
+            baseline: Some(figures.api.p99() / 1e3),
+            goal: Goal::Info,
+        },
+    ]
 }

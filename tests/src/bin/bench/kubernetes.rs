@@ -25,6 +25,7 @@ use sandboxd_tests::k8s::REAL_CLUSTER_ENV;
 use sandboxd_tests::k8s_standin::StandIn;
 use serde_json::json;
 
+use crate::report::{Goal, Row};
 use crate::rows::sandbox_env;
 use crate::setup::{Binaries, Daemon};
 use crate::stats::Samples;
@@ -255,4 +256,45 @@ fn objects(name: &str, id: &str) -> (Secret, PersistentVolumeClaim, Deployment) 
         serde_json::from_value(claim).expect("a claim"),
         serde_json::from_value(deployment).expect("a Deployment"),
     )
+}
+
+/// The kubernetes row's figures as table rows, and a note on where they came from.
+pub fn rows(figures: &KubernetesFigures) -> (Vec<Row>, String) {
+    let ms = |samples: &Samples, p: f64| samples.percentile_us(p) / 1e3;
+    let rows = vec![
+        Row {
+            row: "k8s",
+            what: "ensure new sandbox p50".into(),
+            unit: "ms",
+            value: ms(&figures.sandboxd_new, 50.0),
+            baseline_what: "the 4 writes with kube p50".into(),
+            baseline: Some(ms(&figures.direct_new, 50.0)),
+            goal: Goal::RatioAtMost(1.1),
+        },
+        Row {
+            row: "k8s",
+            what: "ensure fast path p50".into(),
+            unit: "ms",
+            value: ms(&figures.fast, 50.0),
+            baseline_what: "GET deployment with kube p50".into(),
+            baseline: Some(ms(&figures.direct_get, 50.0)),
+            goal: Goal::Info,
+        },
+        Row {
+            row: "k8s",
+            what: "probe p50".into(),
+            unit: "ms",
+            value: ms(&figures.probe, 50.0),
+            baseline_what: "GET deployment with kube p50".into(),
+            baseline: Some(ms(&figures.direct_get, 50.0)),
+            goal: Goal::Info,
+        },
+    ];
+    let note = format!(
+        "measured against {}: {} new sandboxes each way, {} fast paths, probes and GETs",
+        figures.cluster,
+        figures.sandboxd_new.len(),
+        figures.fast.len()
+    );
+    (rows, note)
 }

@@ -1,7 +1,7 @@
 //! The Engine's archive endpoints, as the file calls use them: `GET
 //! /containers/ID/archive` read as it streams ([`Download`]), its `HEAD`
 //! (the path stat, for where a symbolic link leads), and `PUT` of a tar
-//! stream into a directory ([`upload`]). Every read waits at most
+//! stream into a directory ([`upload`], and [`discard`], which removes). Every read waits at most
 //! [`READ_TIMEOUT`] for the engine's next bytes; an upload at most
 //! [`UPLOAD_TIMEOUT`] in all.
 
@@ -186,9 +186,36 @@ pub async fn upload(
     dir: &str,
     body: impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
 ) -> Result<(), CallError> {
+    put_archive(engine, container, dir, body, true).await
+}
+
+/// Unpacks the small archive `body` into `dir`, the engine removing
+/// whatever is at each entry's name first, a directory too (see
+/// [`super::staging`], which removes a staging directory this way).
+pub async fn discard(
+    engine: &Engine,
+    container: &str,
+    dir: &str,
+    body: Bytes,
+) -> Result<(), CallError> {
+    let body = futures::stream::once(async move { Ok(body) });
+    put_archive(engine, container, dir, body, false).await
+}
+
+async fn put_archive(
+    engine: &Engine,
+    container: &str,
+    dir: &str,
+    body: impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
+    no_overwrite_dir_non_dir: bool,
+) -> Result<(), CallError> {
     let options = UploadToContainerOptionsBuilder::default()
         .path(dir)
-        .no_overwrite_dir_non_dir("true")
+        .no_overwrite_dir_non_dir(if no_overwrite_dir_non_dir {
+            "true"
+        } else {
+            "false"
+        })
         .build();
     let container = container.to_string();
     engine

@@ -1,34 +1,23 @@
-//! `get_file`: the bytes of one regular file from an offset, out of the
-//! engine's archive of it, streamed through (never held whole): what comes
-//! before the offset is read and dropped as it arrives (the engine has no
-//! range), so reading a file chunk by chunk moves it through the engine's
-//! socket about n²/2 chunk-lengths in all.
+//! `get_file`: the bytes of one regular file from an offset. The first
+//! call of a download (offset 0, or any offset with no download of the
+//! path under way) copies the file's data out of the engine's archive of
+//! it to the host once ([`super::spool`]); every call answers from that
+//! copy, so reading a file chunk by chunk moves it through the engine's
+//! socket once.
 //!
 //! The engine reads as root; the file's header (its mode and owner) is
 //! checked against the container's user before any of its data is kept.
 
-use bytes::Bytes;
 use sandboxd_protocol::{FileChunk, SandboxError};
 use tar::EntryType;
 
 use super::super::Inner;
-use super::archive::Download;
 use super::resolve::components;
 use super::scan::Piece;
+use super::spool::{Spool, Spools};
 use super::user::READ;
 use super::Call;
 use crate::provisioner::SandboxKey;
-
-/// One file's archive, open for one call.
-struct FileSession {
-    download: Download,
-    /// The file's size, from its header.
-    size: u64,
-    /// Bytes of the file read (handed out or skipped) so far.
-    position: u64,
-    /// Read, not yet handed out.
-    leftover: Bytes,
-}
 
 impl Inner {
     pub(in super::super) async fn get_file(
@@ -39,32 +28,47 @@ impl Inner {
         max: u32,
     ) -> Result<FileChunk, SandboxError> {
         let call = self.file_call(key, "read", path).await?;
-        let parts = components(path);
-        let (name, parents) = parts
-            .split_last()
-            .ok_or_else(|| call.told.workspace_itself())?;
-        let (dir, _) = call.directory(parents).await?;
-        let (at, _) = call.follow(&dir, name).await?;
-        // Opened anew for each call, and dropped before it answers: the
-        // engine holds the container's lock while an archive of it is
-        // open, so a download kept between calls would hold up every
-        // other call on the container (its inspect too) until it ended.
-        let mut session = call.open_file(&at, offset).await?;
-        let data = call.take(&mut session, max as usize).await?;
-        Ok(FileChunk {
+        let spools = &self.files.spools;
+        let spool_key = (call.container.clone(), "file", path.to_string());
+        let session = spools.session(&spool_key);
+        let mut spool = session.state.lock().await;
+        if offset == 0 || spool.is_none() {
+            *spool = None;
+            let copied = call.spool_file(spools, path).await;
+            *spool = Some(copied.inspect_err(|_| spools.forget(&spool_key, &session))?);
+        }
+        let Some(copy) = spool.as_ref() else {
+            return Err(SandboxError::Internal("a download lost its copy".into()));
+        };
+        let data = copy
+            .read(offset, max)
+            .await
+            .map_err(|error| call.told.host(error))?;
+        let chunk = FileChunk {
             offset,
-            size: session.size,
-            eof: session.position >= session.size,
+            size: copy.size,
+            eof: offset + data.len() as u64 >= copy.size,
             data,
-        })
+        };
+        session.touch();
+        if chunk.eof {
+            *spool = None;
+            spools.forget(&spool_key, &session);
+        }
+        Ok(chunk)
     }
 }
 
 impl Call {
-    /// The archive of the regular file at `at`, checked readable, read up
-    /// to `offset`.
-    async fn open_file(&self, at: &str, offset: u64) -> Result<FileSession, SandboxError> {
-        let mut download = self.download(at).await?;
+    /// The regular file at `path`, checked readable, copied to the host.
+    async fn spool_file(&self, spools: &Spools, path: &str) -> Result<Spool, SandboxError> {
+        let parts = components(path);
+        let (name, parents) = parts
+            .split_last()
+            .ok_or_else(|| self.told.workspace_itself())?;
+        let (dir, _) = self.directory(parents).await?;
+        let (at, _) = self.follow(&dir, name).await?;
+        let mut download = self.download(&at).await?;
         let head = self.first(&mut download).await?;
         match head.kind {
             EntryType::Regular | EntryType::Continuous => {}
@@ -72,58 +76,33 @@ impl Call {
             _ => return Err(self.told.not_regular()),
         }
         if !self.user.may(head.mode, head.uid, head.gid, READ) {
-            return Err(self.told.denied(at));
+            return Err(self.told.denied(&at));
         }
-        let mut session = FileSession {
-            download,
-            size: head.size,
-            position: 0,
-            leftover: Bytes::new(),
-        };
-        while session.position < offset {
-            let Some(bytes) = self.next_data(&mut session).await? else {
-                break;
-            };
-            let skipped = (offset - session.position).min(bytes.len() as u64);
-            session.position += skipped;
-            session.leftover = bytes.slice(skipped as usize..);
+        let mut writer = spools.writer().map_err(|error| self.told.host(error))?;
+        while writer.written() < head.size {
+            let piece = download
+                .piece()
+                .await
+                .map_err(|error| self.told.engine(error))?;
+            let Piece::Data(bytes) = piece else { break };
+            writer
+                .write(&bytes)
+                .await
+                .map_err(|error| self.told.host(error))?;
         }
-        // Past the end: nothing to hand out, at the offset asked for.
-        session.position = session.position.max(offset);
-        Ok(session)
-    }
-
-    /// The next bytes of the file's data; `None` at its end.
-    async fn next_data(&self, session: &mut FileSession) -> Result<Option<Bytes>, SandboxError> {
-        if !session.leftover.is_empty() {
-            return Ok(Some(std::mem::take(&mut session.leftover)));
+        if writer.written() != head.size {
+            return Err(self
+                .told
+                .engine(super::super::engine::CallError::Malformed(format!(
+                    "the archive of '{}' ends after {} of its {} bytes",
+                    self.told.path.escape_debug(),
+                    writer.written(),
+                    head.size
+                ))));
         }
-        if session.position >= session.size {
-            return Ok(None);
-        }
-        match session
-            .download
-            .piece()
-            .await
-            .map_err(|error| self.told.engine(error))?
-        {
-            Piece::Data(bytes) => Ok(Some(bytes)),
-            Piece::Head(_) | Piece::End => Ok(None),
-        }
-    }
-
-    /// Up to `max` bytes from where `session` stands.
-    async fn take(&self, session: &mut FileSession, max: usize) -> Result<Vec<u8>, SandboxError> {
-        let mut data = Vec::new();
-        while data.len() < max {
-            let Some(bytes) = self.next_data(session).await? else {
-                break;
-            };
-            let taken = (max - data.len()).min(bytes.len());
-            data.extend_from_slice(&bytes[..taken]);
-            session.leftover = bytes.slice(taken..);
-        }
-        session.position += data.len() as u64;
-        Ok(data)
+        // The archive's end is not waited for: the download is dropped
+        // here, which releases the container.
+        drop(download);
+        writer.finish().await.map_err(|error| self.told.host(error))
     }
 }

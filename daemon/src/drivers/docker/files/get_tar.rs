@@ -1,34 +1,25 @@
 //! `get_tar`: the engine's archive of a path, handed out in bounded
-//! pieces: each call asks for the archive anew and reads up to its offset
-//! (the engine has no range), as `get_file` does.
+//! pieces. The first call of a download (offset 0, or any offset with no
+//! download of the path under way) copies the archive to the host once
+//! ([`super::spool`]), checking it as it passes; every call answers from
+//! that copy.
 //!
 //! Every header that passes is checked against the container's user (see
 //! [`super::user`]): a directory it could not list or a file it could not
-//! read stops the stream with a refusal naming it, before any of its data
-//! is handed out.
+//! read stops the copy with a refusal naming it, before any of its data is
+//! handed out. Links are stored as links, as the engine writes them.
 
-use bytes::Bytes;
 use sandboxd_protocol::{FileChunk, SandboxError};
 use tar::EntryType;
 
 use super::super::Inner;
-use super::archive::{Download, RawError};
+use super::archive::RawError;
 use super::resolve::components;
 use super::scan::Head;
+use super::spool::{Spool, Spools};
 use super::user::{READ, SEARCH};
 use super::Call;
 use crate::provisioner::SandboxKey;
-
-/// One archive, open for one call.
-struct TarSession {
-    download: Download,
-    /// The container's path the archive is of.
-    at: String,
-    /// Bytes handed out so far.
-    position: u64,
-    /// Checked, not yet handed out.
-    leftover: Bytes,
-}
 
 impl Inner {
     pub(in super::super) async fn get_tar(
@@ -39,19 +30,44 @@ impl Inner {
         max: u32,
     ) -> Result<FileChunk, SandboxError> {
         let call = self.file_call(key, "read", path).await?;
-        let at = call.tar_root(path).await?;
-        // Opened anew for each call, and dropped before it answers (see
-        // `get_file`: the engine holds the container's lock meanwhile).
-        let session = call.start_at(&at, offset).await?;
-        if session.position != offset {
+        let spools = &self.files.spools;
+        let spool_key = (call.container.clone(), "tar", path.to_string());
+        let session = spools.session(&spool_key);
+        let mut spool = session.state.lock().await;
+        if offset == 0 || spool.is_none() {
+            *spool = None;
+            let copied = call.spool_tar(spools, path).await;
+            *spool = Some(copied.inspect_err(|_| spools.forget(&spool_key, &session))?);
+        }
+        let Some(copy) = spool.as_ref() else {
+            return Err(SandboxError::Internal("a download lost its copy".into()));
+        };
+        if offset > copy.size {
+            let size = copy.size;
+            *spool = None;
+            spools.forget(&spool_key, &session);
             return Err(SandboxError::InvalidArgument(format!(
-                "offset {offset} is past the end of the tar stream of '{}' in {} ({} bytes)",
+                "offset {offset} is past the end of the tar stream of '{}' in {} ({size} bytes)",
                 path.escape_debug(),
                 call.told.what,
-                session.position
             )));
         }
-        call.serve(session, max as usize).await
+        let data = copy
+            .read(offset, max)
+            .await
+            .map_err(|error| call.told.host(error))?;
+        let chunk = FileChunk {
+            offset,
+            size: offset + data.len() as u64,
+            eof: offset + data.len() as u64 >= copy.size,
+            data,
+        };
+        session.touch();
+        if chunk.eof {
+            *spool = None;
+            spools.forget(&spool_key, &session);
+        }
+        Ok(chunk)
     }
 }
 
@@ -68,63 +84,24 @@ impl Call {
         Ok(self.follow(&dir, name).await?.0)
     }
 
-    /// A new archive of `at`, read up to `offset`.
-    async fn start_at(&self, at: &str, offset: u64) -> Result<TarSession, SandboxError> {
-        let mut session = TarSession {
-            download: self.download(at).await?,
-            at: at.to_string(),
-            position: 0,
-            leftover: Bytes::new(),
-        };
-        while session.position < offset {
-            let bytes = match self.next_checked(&mut session).await? {
-                Some(bytes) => bytes,
-                None => break,
+    /// The archive of `path`, every header checked, copied to the host.
+    async fn spool_tar(&self, spools: &Spools, path: &str) -> Result<Spool, SandboxError> {
+        let at = self.tar_root(path).await?;
+        let mut download = self.download(&at).await?;
+        let mut writer = spools.writer().map_err(|error| self.told.host(error))?;
+        loop {
+            let bytes = match download.raw(|head| self.readable_entry(&at, head)).await {
+                Ok(Some(bytes)) => bytes,
+                Ok(None) => break,
+                Err(RawError::Call(error)) => return Err(self.told.engine(error)),
+                Err(RawError::Refused(error)) => return Err(error),
             };
-            let skipped = (offset - session.position).min(bytes.len() as u64);
-            session.position += skipped;
-            session.leftover = bytes.slice(skipped as usize..);
+            writer
+                .write(&bytes)
+                .await
+                .map_err(|error| self.told.host(error))?;
         }
-        Ok(session)
-    }
-
-    /// The next checked bytes: what was left over, else the engine's next.
-    async fn next_checked(&self, session: &mut TarSession) -> Result<Option<Bytes>, SandboxError> {
-        if !session.leftover.is_empty() {
-            return Ok(Some(std::mem::take(&mut session.leftover)));
-        }
-        let at = session.at.clone();
-        let result = session
-            .download
-            .raw(|head| self.readable_entry(&at, head))
-            .await;
-        match result {
-            Ok(bytes) => Ok(bytes),
-            Err(RawError::Call(error)) => Err(self.told.engine(error)),
-            Err(RawError::Refused(error)) => Err(error),
-        }
-    }
-
-    /// Up to `max` bytes from where `session` stands.
-    async fn serve(&self, mut session: TarSession, max: usize) -> Result<FileChunk, SandboxError> {
-        let offset = session.position;
-        let mut data = Vec::new();
-        let mut ended = false;
-        while data.len() < max {
-            let Some(bytes) = self.next_checked(&mut session).await? else {
-                ended = true;
-                break;
-            };
-            let taken = (max - data.len()).min(bytes.len());
-            data.extend_from_slice(&bytes[..taken]);
-            session.leftover = bytes.slice(taken..);
-        }
-        Ok(FileChunk {
-            offset,
-            size: offset + data.len() as u64,
-            eof: ended,
-            data,
-        })
+        writer.finish().await.map_err(|error| self.told.host(error))
     }
 
     /// The permission check the engine, reading as root, skips: a

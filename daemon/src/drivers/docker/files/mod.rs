@@ -9,21 +9,24 @@
 //!
 //! Rooms: `archive` (the engine calls), `scan` (tar read as it streams),
 //! `resolve` (paths, link by link), `user` (the permission check), `told`
-//! (the refusals' words), `partial` (uploads kept on the host until their
+//! (the refusals' words), `upload_partials` (uploads kept on the host until their
 //! last chunk), `put` (`put_file`), `put_tar` (with `tar_check`, the
 //! archive's check and the engine's copy of it), `get_file`, `get_tar`,
-//! `read` (`stat_file`, `list_files`), `remove`.
+//! `read` (`stat_file`, `list_files`), `remove`, `spool` (downloads
+//! copied to the host once, read by offset), `staging` (puts unpacked
+//! aside, then linked into place).
 
 mod archive;
 mod get_file;
 mod get_tar;
-mod partial;
 mod put;
 mod put_tar;
 mod read;
 mod remove;
 mod resolve;
 mod scan;
+mod spool;
+mod staging;
 mod tar_check;
 mod told;
 mod user;
@@ -36,21 +39,42 @@ use sandboxd_protocol::SandboxError;
 use super::engine::Engine;
 use super::observed::{Lookup, Phase};
 use super::Inner;
+use crate::drivers::upload_partials::Partials;
+use crate::instance::Instance;
 use crate::provisioner::SandboxKey;
 use told::Told;
 use user::ContainerUser;
 
 /// What the file calls keep beside the engine.
 pub struct Files {
-    partials: partial::Partials,
+    partials: Partials,
+    spools: spool::Spools,
+    stagings: staging::Stagings,
 }
 
 impl Files {
-    /// `<state_dir>/docker/uploads`, created 0700 if missing.
+    /// `<state_dir>/docker/uploads`, `downloads` and `staging`, created
+    /// 0700 if missing.
     pub fn prepare(state_dir: &Path) -> std::io::Result<Files> {
         Ok(Files {
-            partials: partial::Partials::prepare(state_dir)?,
+            partials: Partials::prepare(&state_dir.join("docker").join("uploads"))?,
+            spools: spool::Spools::prepare(state_dir)?,
+            stagings: staging::Stagings::prepare(state_dir)?,
         })
+    }
+
+    /// Removes, in the background, the puts' stagings an earlier daemon
+    /// left in containers (see [`staging`]).
+    pub fn remove_left_stagings(&self, engine: Arc<Engine>) {
+        let left = self.stagings.left();
+        if !left.is_empty() {
+            tokio::spawn(staging::remove_left(engine, left));
+        }
+    }
+
+    /// Ends the downloads of `container`, which is being removed.
+    pub fn forget_container(&self, container: &str) {
+        self.spools.forget_container(container);
     }
 }
 
@@ -58,6 +82,8 @@ impl Files {
 pub struct Call {
     engine: Arc<Engine>,
     container: String,
+    /// The container's name: what a staging's record names.
+    name: String,
     user: ContainerUser,
     running: bool,
     told: Told,
@@ -100,6 +126,7 @@ impl Inner {
         Ok(Call {
             engine: self.engine.clone(),
             container: observed.id.clone(),
+            name: Instance::current().object_name(&key.base_name),
             user,
             running: observed.phase == Phase::Running,
             told,

@@ -1,9 +1,10 @@
-//! `put_file`: chunks kept on the host ([`super::partial`]), then one
-//! `PUT` of a tar stream holding the one file, owned by the container's
-//! user with the chunk's permission bits, streamed from the partial (never
-//! held in memory). The engine unpacks it by writing a new file in place
-//! of what was there: a link at the path is replaced, never written
-//! through, and a directory there is refused.
+//! `put_file`: chunks kept on the host ([`crate::drivers::upload_partials`]), then a tar
+//! stream holding the one file, owned by the container's user with the
+//! chunk's permission bits, streamed from the partial (never held in
+//! memory) into a staging directory, and linked into place from there
+//! ([`super::staging`]): a failed upload leaves the path as it was. The
+//! engine places the link in place of what was there: a link at the path
+//! is replaced, never written through, and a directory there is refused.
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -16,10 +17,11 @@ use tokio::io::AsyncReadExt;
 
 use super::super::Inner;
 use super::archive::{self, MODE_DIR};
-use super::partial::{Kept, Partials, Refused};
 use super::resolve::components;
+use super::staging::Stagings;
 use super::user::{ContainerUser, SEARCH, WRITE};
 use super::Call;
+use crate::drivers::upload_partials::{Kept, Partials, Refused};
 use crate::provisioner::SandboxKey;
 
 /// How much of the partial one piece of the upload's body carries.
@@ -48,7 +50,7 @@ impl Inner {
                 complete: false,
             });
         }
-        let placed = place(&call, &chunk.path, &kept, chunk.mode).await;
+        let placed = place(&call, &self.files.stagings, &chunk.path, &kept, chunk.mode).await;
         let _ = tokio::fs::remove_file(&kept.file).await;
         placed?;
         Ok(PutReport {
@@ -74,7 +76,7 @@ pub async fn keep(
         Refused::Io(error) => call.told.host(error),
         Refused::NoUpload => call.told.no_upload(),
         Refused::Resume(held) => call.told.resume(held),
-        Refused::OverDiskLimit => call.told.over_disk_limit(limit),
+        Refused::OverLimit => call.told.over_disk_limit(limit),
     })
 }
 
@@ -97,8 +99,15 @@ impl Call {
     }
 }
 
-/// One `PUT` of the partial as the file `path`.
-async fn place(call: &Call, path: &str, kept: &Kept, mode: u32) -> Result<(), SandboxError> {
+/// The partial as the file `path`: staged, then linked into place (see
+/// [`super::staging`]).
+async fn place(
+    call: &Call,
+    stagings: &Stagings,
+    path: &str,
+    kept: &Kept,
+    mode: u32,
+) -> Result<(), SandboxError> {
     let (dir, name) = call.writable_parent(path).await?;
     let there = archive::path_stat(&call.engine, &call.container, &format!("{dir}/{name}"))
         .await
@@ -106,20 +115,57 @@ async fn place(call: &Call, path: &str, kept: &Kept, mode: u32) -> Result<(), Sa
     if there.is_some_and(|stat| stat.file_mode & MODE_DIR != 0) {
         return Err(call.told.is_dir());
     }
-    let header = file_header(name, kept.size, mode & PERMISSION_BITS, call.user)
-        .map_err(|error| call.told.host(error))?;
-    let body = one_file_tar(header, kept.file.clone(), kept.size);
-    archive::upload(&call.engine, &call.container, &dir, body)
-        .await
-        .map_err(|error| call.told.engine(error))
+    let staging = call.begin_staging(stagings, &dir)?;
+    let staged = format!("{}/{name}", staging.name);
+    let mode = mode & PERMISSION_BITS;
+    let headers = staged_headers(&staging.name, &staged, kept.size, mode, call.user);
+    let placing = entry_header(tar::EntryType::Link, mode, call.user, |builder, header| {
+        builder.append_link(header, name, &staged)
+    });
+    let (headers, placing) = match (headers, placing) {
+        (Ok(headers), Ok(placing)) => (headers, placing),
+        (Err(error), _) | (_, Err(error)) => {
+            let _ = staging.remove(&call.engine).await;
+            return Err(call.told.host(error));
+        }
+    };
+    let data = one_file_tar(headers, kept.file.clone(), kept.size);
+    let placing = futures::stream::once(async move { Ok(Bytes::from(placing)) });
+    call.place_staged(staging, data, placing).await
 }
 
-/// The header (and a GNU long-name entry before it, for a long name) of
-/// a regular file `name` of `size` bytes, owned by `user`.
-fn file_header(name: &str, size: u64, mode: u32, user: ContainerUser) -> std::io::Result<Vec<u8>> {
+/// The staging directory's entry, then the header of the regular file
+/// `staged` in it of `size` bytes.
+fn staged_headers(
+    staging: &str,
+    staged: &str,
+    size: u64,
+    mode: u32,
+    user: ContainerUser,
+) -> std::io::Result<Vec<u8>> {
+    let mut headers = entry_header(tar::EntryType::Directory, 0o700, user, |builder, header| {
+        builder.append_data(header, format!("{staging}/"), std::io::empty())
+    })?;
+    let file = entry_header(tar::EntryType::Regular, mode, user, |builder, header| {
+        header.set_size(size);
+        // The data is not the builder's: it is streamed after these bytes.
+        builder.append_data(header, staged, std::io::empty())
+    })?;
+    headers.extend_from_slice(&file);
+    Ok(headers)
+}
+
+/// The bytes `append` writes of one entry of `kind`, owned by `user`
+/// (with a GNU long-name entry before it, for a long name).
+fn entry_header(
+    kind: tar::EntryType,
+    mode: u32,
+    user: ContainerUser,
+    append: impl FnOnce(&mut tar::Builder<Vec<u8>>, &mut tar::Header) -> std::io::Result<()>,
+) -> std::io::Result<Vec<u8>> {
     let mut header = tar::Header::new_gnu();
-    header.set_entry_type(tar::EntryType::Regular);
-    header.set_size(size);
+    header.set_entry_type(kind);
+    header.set_size(0);
     header.set_mode(mode);
     header.set_uid(user.uid);
     header.set_gid(user.gid);
@@ -128,8 +174,7 @@ fn file_header(name: &str, size: u64, mode: u32, user: ContainerUser) -> std::io
         .unwrap_or_default();
     header.set_mtime(now.as_secs());
     let mut builder = tar::Builder::new(Vec::new());
-    // The data is not the builder's: it is streamed after these bytes.
-    builder.append_data(&mut header, name, std::io::empty())?;
+    append(&mut builder, &mut header)?;
     Ok(builder.get_ref().clone())
 }
 

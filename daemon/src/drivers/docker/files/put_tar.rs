@@ -1,15 +1,16 @@
 //! `put_tar`: the stream kept on the host as an upload is
 //! ([`super::partial`]), then after its last chunk checked whole and
-//! written anew ([`super::tar_check`]), and put into its directory with one
-//! `PUT`.
+//! written anew ([`super::tar_check`]), and put into its directory.
 //!
-//! All or nothing as far as the engine allows: a refused archive (a bad
-//! entry, a directory it needs that is a link or a file, or one the
-//! container's user may not write) puts nothing in, because all of that is
-//! known before the `PUT`. The engine's unpacking itself is not all or
-//! nothing: should it fail part way (a file where the archive has a
-//! directory, which it refuses rather than replace, or a full disk), what
-//! it unpacked before stays.
+//! All or nothing: a refused archive (a bad entry, a directory it needs
+//! that is a link or a file, an entry where a directory is, or a directory
+//! the container's user may not write) puts nothing in, because all of
+//! that is looked at before the first upload; and the data goes into a
+//! staging directory first, then is linked into place with an archive
+//! that carries none ([`super::staging`]), so an engine failing part way
+//! through the data (a full disk, a container gone) leaves nothing of it.
+//! What can still fail part way is the placing itself, which writes no
+//! data: a directory the sandbox makes meanwhile where an entry goes.
 
 use std::collections::BTreeSet;
 
@@ -20,7 +21,8 @@ use super::super::Inner;
 use super::archive::{self, MODE_DIR, MODE_SYMLINK};
 use super::put::{file_body, keep};
 use super::resolve::components;
-use super::tar_check::{self, Checked, Needs};
+use super::staging::Stagings;
+use super::tar_check::{self, Checked, Copies, Needs};
 use super::told::shown;
 use super::user::{SEARCH, WRITE};
 use super::Call;
@@ -47,10 +49,8 @@ impl Inner {
                 complete: false,
             });
         }
-        let rewritten = kept.file.with_extension("engine");
-        let placed = unpack(&call, &chunk.path, &kept.file, &rewritten).await;
+        let placed = unpack(&call, &self.files.stagings, &chunk.path, &kept.file).await;
         let _ = tokio::fs::remove_file(&kept.file).await;
-        let _ = tokio::fs::remove_file(&rewritten).await;
         placed?;
         Ok(PutReport {
             received: kept.size,
@@ -67,6 +67,34 @@ impl Call {
             return Err(self.told.denied(&dir));
         }
         Ok(dir)
+    }
+
+    /// Refuses an entry that is not a directory where a directory is: the
+    /// engine would refuse it part way through placing. Only the entries
+    /// in directories that exist already can meet one.
+    async fn no_dir_replaced(
+        &self,
+        dir: &str,
+        needs: &Needs,
+        existing: &BTreeSet<String>,
+    ) -> Result<(), SandboxError> {
+        for name in &needs.others {
+            let parent = name.rsplit_once('/').map_or("", |(parent, _)| parent);
+            if !parent.is_empty() && !existing.contains(parent) {
+                continue;
+            }
+            let at = format!("{dir}/{name}");
+            let stat = archive::path_stat(&self.engine, &self.container, &at)
+                .await
+                .map_err(|error| self.told.engine(error))?;
+            if stat.is_some_and(|stat| stat.file_mode & MODE_DIR != 0) {
+                return Err(self.told.refused_entry(
+                    name,
+                    &format!("'{}' is a directory, which it would replace", shown(&at)),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The directories the archive needs that are there already: each a
@@ -113,12 +141,12 @@ impl Call {
     }
 }
 
-/// Checks the kept archive, writes the engine's copy and puts it in.
+/// Checks the kept archive, writes the engine's copies and puts them in.
 async fn unpack(
     call: &Call,
+    stagings: &Stagings,
     path: &str,
     kept: &std::path::Path,
-    rewritten: &std::path::Path,
 ) -> Result<(), SandboxError> {
     let dir = call.writable_dir(path).await?;
     let below = dir
@@ -131,19 +159,35 @@ async fn unpack(
         .map_err(|error| SandboxError::Internal(format!("the archive's check failed: {error}")))?
         .map_err(told)?;
     let existing = call.existing_dirs(&dir, &needs).await?;
-    let (from, to, user) = (kept.to_path_buf(), rewritten.to_path_buf(), call.user);
-    let size = tokio::task::spawn_blocking(move || tar_check::rewrite(&from, &to, user, &existing))
-        .await
-        .map_err(|error| SandboxError::Internal(format!("the archive's copy failed: {error}")))?
-        .map_err(told)?;
-    archive::upload(
-        &call.engine,
-        &call.container,
-        &dir,
-        file_body(rewritten.to_path_buf(), size),
-    )
-    .await
-    .map_err(|error| call.told.engine(error))
+    call.no_dir_replaced(&dir, &needs, &existing).await?;
+    let staging = call.begin_staging(stagings, &dir)?;
+    let copies = Copies {
+        staged: kept.with_extension("staged"),
+        placing: kept.with_extension("placing"),
+        staging: staging.name.clone(),
+    };
+    let (from, user) = (kept.to_path_buf(), call.user);
+    let (staged, placing) = (copies.staged.clone(), copies.placing.clone());
+    let written =
+        tokio::task::spawn_blocking(move || tar_check::rewrite(&from, &copies, user, &existing))
+            .await;
+    let placed = match written {
+        Ok(Ok((staged_size, placing_size))) => {
+            let data = file_body(staged.clone(), staged_size);
+            let placing_body = file_body(placing.clone(), placing_size);
+            call.place_staged(staging, data, placing_body).await
+        }
+        failed => {
+            let _ = staging.remove(&call.engine).await;
+            match failed {
+                Ok(Err(checked)) => Err(told(checked)),
+                _ => Err(SandboxError::Internal("the archive's copy failed".into())),
+            }
+        }
+    };
+    let _ = tokio::fs::remove_file(&staged).await;
+    let _ = tokio::fs::remove_file(&placing).await;
+    placed
 }
 
 fn told_checked(call: &Call, checked: Checked) -> SandboxError {

@@ -4,11 +4,12 @@
 //! Refused by its name: an absolute name, a `..`, a device node or FIFO,
 //! a sparse entry, a hard link to a name that is not a plain one in the
 //! archive, a symbolic link that leads out of the workspace (judged by its
-//! text, from where it would stand). The copy the engine gets has every
-//! owner set to the container's user, every mode masked to its permission
-//! bits, no directory entry for a directory that already exists (so its
-//! owner and mode stay), and an entry of the user's own for each missing
-//! parent (the engine would make one owned by root).
+//! text, from where it would stand). The copies the engine gets (staged
+//! and placing, see [`super::staging`]) have every owner set to the
+//! container's user, every mode masked to its permission bits, no
+//! directory entry for a directory that already exists (so its owner and
+//! mode stay), and an entry of the user's own for each missing parent (the
+//! engine would make one owned by root).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -41,6 +42,8 @@ impl From<std::io::Error> for Checked {
 #[derive(Debug, Default)]
 pub struct Needs {
     pub dirs: BTreeMap<String, String>,
+    /// The entries that are not directories, by relative name.
+    pub others: Vec<String>,
 }
 
 /// Reads every entry of `archive`, refusing the first bad one; `dest` is
@@ -90,6 +93,8 @@ pub fn check(archive: &Path, dest: &[String]) -> Result<Needs, Checked> {
         }
         if kind == EntryType::Directory {
             needs.dirs.entry(name.clone()).or_insert(name);
+        } else {
+            needs.others.push(name);
         }
     }
     Ok(needs)
@@ -118,24 +123,39 @@ fn leads_out(dest: &[String], name: &str, target: &[u8]) -> Option<String> {
     archive_names::symlink_stays_inside(target, levels, Some(WORKSPACE)).err()
 }
 
-/// Writes the engine's copy of `archive` to `to` (see the module doc);
-/// `existing` are the needed directories that are there already.
+/// The engine's two copies of an archive (see [`super::staging`]): the
+/// entries under the staging directory, with the data, and the placing
+/// one, each regular file a hard link to its staged copy.
+pub struct Copies {
+    pub staged: std::path::PathBuf,
+    pub placing: std::path::PathBuf,
+    /// The staging directory's name.
+    pub staging: String,
+}
+
+/// Writes the engine's copies of `archive` (see the module doc);
+/// `existing` are the needed directories that are there already. Answers
+/// their sizes.
 pub fn rewrite(
     archive: &Path,
-    to: &Path,
+    copies: &Copies,
     user: ContainerUser,
     existing: &BTreeSet<String>,
-) -> Result<u64, Checked> {
+) -> Result<(u64, u64), Checked> {
     let mut reading = tar::Archive::new(BufReader::new(File::open(archive)?));
-    let mut writing = tar::Builder::new(BufWriter::new(File::create(to)?));
-    let mut made = BTreeSet::new();
-    let owned = |header: &mut tar::Header, mode: u32| -> std::io::Result<()> {
-        header.set_uid(user.uid);
-        header.set_gid(user.gid);
-        header.set_mode(mode & PERMISSION_BITS);
-        header.set_username("")?;
-        header.set_groupname("")
+    let mut out = Writers {
+        staged: tar::Builder::new(BufWriter::new(File::create(&copies.staged)?)),
+        placing: tar::Builder::new(BufWriter::new(File::create(&copies.placing)?)),
+        staging: copies.staging.clone(),
+        user,
     };
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(EntryType::Directory);
+    header.set_size(0);
+    out.owned(&mut header, 0o700)?;
+    let top = format!("{}/", copies.staging);
+    out.staged.append_data(&mut header, top, std::io::empty())?;
+    let mut made = BTreeSet::new();
     for entry in reading.entries()? {
         let mut entry = entry?;
         let Some(name) = plain_name(&entry.path_bytes())? else {
@@ -144,48 +164,128 @@ pub fn rewrite(
         // Parents first, each once: the archive's own entry, or one made here.
         let parents: Vec<&Path> = Path::new(&name).ancestors().skip(1).collect();
         for dir in parents.into_iter().rev().filter_map(Path::to_str) {
-            if dir.is_empty() {
-                continue;
-            }
-            if !existing.contains(dir) && made.insert(dir.to_string()) {
+            if !dir.is_empty() && !existing.contains(dir) && made.insert(dir.to_string()) {
                 let mut header = tar::Header::new_gnu();
                 header.set_entry_type(EntryType::Directory);
                 header.set_size(0);
-                owned(&mut header, 0o755)?;
-                writing.append_data(&mut header, format!("{dir}/"), std::io::empty())?;
+                out.directory(&mut header, dir, 0o755)?;
             }
         }
         let mut header = entry.header().clone();
         let mode = header.mode()?;
-        owned(&mut header, mode)?;
         match header.entry_type() {
             EntryType::Directory => {
-                if existing.contains(&name) || !made.insert(name.clone()) {
-                    continue;
+                if !existing.contains(&name) && made.insert(name.clone()) {
+                    out.directory(&mut header, &name, mode)?;
                 }
-                writing.append_data(&mut header, format!("{name}/"), std::io::empty())?;
             }
-            EntryType::Symlink | EntryType::Link => {
+            kind @ (EntryType::Symlink | EntryType::Link) => {
                 let target = entry.link_name_bytes().unwrap_or_default().into_owned();
                 let target = String::from_utf8_lossy(&target).into_owned();
-                let target = match header.entry_type() {
-                    EntryType::Link => plain_name(target.as_bytes())?.unwrap_or_default(),
-                    _ => target,
-                };
-                writing.append_link(&mut header, &name, &target)?;
+                out.owned(&mut header, mode)?;
+                if kind == EntryType::Link {
+                    let target = plain_name(target.as_bytes())?.unwrap_or_default();
+                    out.hard_link(&mut header, &name, &target)?;
+                } else {
+                    out.symlink(&mut header, &name, &target)?;
+                }
             }
             _ => {
-                let size = entry.size();
-                header.set_size(size);
-                writing.append_data(&mut header, &name, &mut entry)?;
+                out.owned(&mut header, mode)?;
+                header.set_size(entry.size());
+                out.file(&mut header, &name, &mut entry)?;
             }
         }
     }
-    let file = writing
-        .into_inner()?
-        .into_inner()
-        .map_err(|error| error.into_error())?;
-    Ok(file.metadata()?.len())
+    out.finish()
+}
+
+/// The two copies being written.
+struct Writers {
+    staged: tar::Builder<BufWriter<File>>,
+    placing: tar::Builder<BufWriter<File>>,
+    staging: String,
+    user: ContainerUser,
+}
+
+impl Writers {
+    /// Owned by the container's user, the mode masked to its permission bits.
+    fn owned(&self, header: &mut tar::Header, mode: u32) -> std::io::Result<()> {
+        header.set_uid(self.user.uid);
+        header.set_gid(self.user.gid);
+        header.set_mode(mode & PERMISSION_BITS);
+        header.set_username("")?;
+        header.set_groupname("")
+    }
+
+    fn staged_name(&self, name: &str) -> String {
+        format!("{}/{name}", self.staging)
+    }
+
+    /// A directory is made in both: in the staging for what goes in it,
+    /// in place with its own owner and mode.
+    fn directory(
+        &mut self,
+        header: &mut tar::Header,
+        name: &str,
+        mode: u32,
+    ) -> std::io::Result<()> {
+        self.owned(header, mode)?;
+        let staged = format!("{}/", self.staged_name(name));
+        self.staged.append_data(header, staged, std::io::empty())?;
+        self.placing
+            .append_data(header, format!("{name}/"), std::io::empty())
+    }
+
+    /// A symbolic link is made in both: in place, and staged for a hard
+    /// link of the archive that names it.
+    fn symlink(
+        &mut self,
+        header: &mut tar::Header,
+        name: &str,
+        target: &str,
+    ) -> std::io::Result<()> {
+        let staged = self.staged_name(name);
+        self.staged.append_link(header, &staged, target)?;
+        self.placing.append_link(header, name, target)
+    }
+
+    /// A hard link to a name in the archive: to that name's staged copy.
+    fn hard_link(
+        &mut self,
+        header: &mut tar::Header,
+        name: &str,
+        target: &str,
+    ) -> std::io::Result<()> {
+        let target = self.staged_name(target);
+        self.placing.append_link(header, name, &target)
+    }
+
+    /// A file's data goes to the staging; in place, a hard link to it.
+    fn file(
+        &mut self,
+        header: &mut tar::Header,
+        name: &str,
+        data: &mut impl std::io::Read,
+    ) -> std::io::Result<()> {
+        let staged = self.staged_name(name);
+        self.staged.append_data(header, &staged, data)?;
+        header.set_entry_type(EntryType::Link);
+        header.set_size(0);
+        self.placing.append_link(header, name, &staged)
+    }
+
+    fn finish(self) -> Result<(u64, u64), Checked> {
+        let mut sizes = [0; 2];
+        for (size, builder) in sizes.iter_mut().zip([self.staged, self.placing]) {
+            let file = builder
+                .into_inner()?
+                .into_inner()
+                .map_err(|error| error.into_error())?;
+            *size = file.metadata()?.len();
+        }
+        Ok((sizes[0], sizes[1]))
+    }
 }
 
 #[cfg(test)]

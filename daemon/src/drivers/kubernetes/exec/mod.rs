@@ -14,7 +14,7 @@
 //! pod's limits, and the API has no way to give it lower ones.
 
 mod control;
-mod end;
+pub(super) mod end;
 mod follow;
 mod wrapper;
 
@@ -205,30 +205,41 @@ async fn target(
     Ok(Target {
         uid: uid_of(&deployment),
         generation: generation_of(&deployment),
-        pod: running_pod(inner, key).await?,
+        pod: running_pod(inner, key, RUN_A_COMMAND).await?,
     })
 }
 
 fn not_running(key: &SandboxKey, why: String) -> SandboxError {
+    not_running_for(key, RUN_A_COMMAND, why)
+}
+
+/// What a command is refused with in [`running_pod`]'s words.
+const RUN_A_COMMAND: &str = "run a command in";
+
+/// `doing` (`run a command in`) refused: the sandbox does not run.
+fn not_running_for(key: &SandboxKey, doing: &str, why: String) -> SandboxError {
     SandboxError::FailedPrecondition(format!(
-        "cannot run a command in {}: {why} (a command never starts its sandbox: ensure it first)",
+        "cannot {doing} {}: {why} (that never starts its sandbox: ensure it first)",
         key.what()
     ))
 }
 
 /// The sandbox's newest pod not being deleted, when its runner container
-/// runs (a command runs beside the runner, never in its place).
-async fn running_pod(inner: &Inner, key: &SandboxKey) -> Result<Pod, SandboxError> {
-    let context = format!("cannot run a command in {}", key.what());
+/// runs (a command runs beside the runner, never in its place); `doing`
+/// words a refusal (`run a command in`). The file calls use it too.
+pub(super) async fn running_pod(
+    inner: &Inner,
+    key: &SandboxKey,
+    doing: &str,
+) -> Result<Pod, SandboxError> {
+    let context = format!("cannot {doing} {}", key.what());
     let pods = inner.sandbox_pods(key, &context).await?;
+    let not_running = |why: String| not_running_for(key, doing, why);
     let pod = pods
         .into_iter()
         .find(|pod| pod.metadata.deletion_timestamp.is_none())
         .ok_or_else(|| {
-            not_running(
-                key,
-                "it has no pod yet (not scheduled, or being replaced)".into(),
-            )
+            not_running("it has no pod yet (not scheduled, or being replaced)".into())
         })?;
     let running = runner_status(&pod)
         .and_then(|status| status.state.as_ref())
@@ -245,7 +256,7 @@ async fn running_pod(inner: &Inner, key: &SandboxKey) -> Result<Pod, SandboxErro
     } else {
         format!("the runner container of its pod {name} is not running")
     };
-    Err(not_running(key, why))
+    Err(not_running(why))
 }
 
 /// The wrapper's first line from the exec's stdout (at most

@@ -9,11 +9,9 @@
 //! failure, or after [`IDLE`] without a call: its channel is dropped and
 //! its thread ends at its next write. At most [`MAX_SESSIONS`] are kept.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sandboxd_protocol::{FileChunk, SandboxError};
 use tokio::sync::mpsc;
@@ -21,9 +19,10 @@ use tokio::sync::mpsc;
 use super::as_owner::{self, Owner};
 use super::beneath::Beneath;
 use super::{tar_out, Told};
+use crate::drivers::idle_sessions::IdleSessions;
 
 /// A session without a call for this long ends.
-const IDLE: Duration = Duration::from_secs(60);
+pub const IDLE: Duration = Duration::from_secs(60);
 /// The stream moves in pieces of this many bytes…
 const PIECE: usize = 256 * 1024;
 /// …at most this many of them waiting in the channel.
@@ -34,12 +33,18 @@ const MAX_SESSIONS: usize = 64;
 
 type Piece = Result<Vec<u8>, SandboxError>;
 type Key = (PathBuf, String);
-type Sessions = Arc<Mutex<HashMap<Key, Arc<Session>>>>;
 
 /// The download sessions of a daemon.
-#[derive(Default)]
 pub struct Downloads {
-    sessions: Sessions,
+    sessions: IdleSessions<Key, Stream>,
+}
+
+impl Default for Downloads {
+    fn default() -> Self {
+        Downloads {
+            sessions: IdleSessions::new(IDLE, MAX_SESSIONS),
+        }
+    }
 }
 
 /// What a stream is made of: whose, where, and how failures are told.
@@ -48,11 +53,6 @@ pub struct Source {
     pub workspace: PathBuf,
     pub path: String,
     pub told: Told,
-}
-
-struct Session {
-    stream: tokio::sync::Mutex<Stream>,
-    last_used: Mutex<Instant>,
 }
 
 #[derive(Default)]
@@ -74,8 +74,8 @@ impl Downloads {
         max: u32,
     ) -> Result<FileChunk, SandboxError> {
         let key = (source.workspace.clone(), source.path.clone());
-        let session = self.session(&key);
-        let mut stream = session.stream.lock().await;
+        let session = self.sessions.session(&key);
+        let mut stream = session.state.lock().await;
         session.touch();
         let result = match stream.pieces.is_none() || offset < stream.position {
             true => Stream::start(&source).map(|started| *stream = started),
@@ -89,90 +89,9 @@ impl Downloads {
         if result.as_ref().map_or(true, |chunk| chunk.eof) {
             *stream = Stream::default();
             drop(stream);
-            forget(&self.sessions, &key, &session);
+            self.sessions.forget(&key, &session);
         }
         result
-    }
-
-    /// The session of `key`, made (with its idle watch) if there is none.
-    fn session(&self, key: &Key) -> Arc<Session> {
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(session) = sessions.get(key) {
-            return session.clone();
-        }
-        if sessions.len() >= MAX_SESSIONS {
-            let oldest = sessions
-                .iter()
-                .max_by_key(|(_, session)| session.idle_for())
-                .map(|(key, _)| key.clone());
-            // Its stream (and so its thread) ends once no call holds it.
-            oldest.map(|oldest| sessions.remove(&oldest));
-        }
-        let session = Arc::new(Session {
-            stream: tokio::sync::Mutex::new(Stream::default()),
-            last_used: Mutex::new(Instant::now()),
-        });
-        sessions.insert(key.clone(), session.clone());
-        tokio::spawn(watch_idle(
-            Arc::downgrade(&self.sessions),
-            key.clone(),
-            Arc::downgrade(&session),
-        ));
-        session
-    }
-}
-
-impl Session {
-    fn touch(&self) {
-        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-    }
-
-    fn idle_for(&self) -> Duration {
-        self.last_used
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
-    }
-}
-
-/// Removes `session` from the table, if it is still the one under `key`.
-fn forget(sessions: &Sessions, key: &Key, session: &Arc<Session>) {
-    let mut sessions = sessions.lock().unwrap_or_else(|e| e.into_inner());
-    if sessions
-        .get(key)
-        .is_some_and(|held| Arc::ptr_eq(held, session))
-    {
-        sessions.remove(key);
-    }
-}
-
-/// Ends a session left without a call for [`IDLE`]; ends itself once the
-/// session is gone.
-async fn watch_idle(
-    sessions: Weak<Mutex<HashMap<Key, Arc<Session>>>>,
-    key: Key,
-    session: Weak<Session>,
-) {
-    loop {
-        tokio::time::sleep(IDLE / 4).await;
-        let (Some(sessions), Some(session)) = (sessions.upgrade(), session.upgrade()) else {
-            return;
-        };
-        if session.idle_for() < IDLE {
-            continue;
-        }
-        // A call under way holds the stream: not idle after all.
-        let ended = match session.stream.try_lock() {
-            Ok(mut stream) => {
-                *stream = Stream::default();
-                true
-            }
-            Err(_) => false,
-        };
-        if ended {
-            forget(&sessions, &key, &session);
-            return;
-        }
     }
 }
 

@@ -7,13 +7,17 @@
 
 mod as_owner;
 mod beneath;
+mod chunk_reader;
 mod downloads;
 mod ops;
 mod tar_check;
 mod tar_in;
 mod tar_out;
+mod tar_place;
+mod tar_uploads;
 
 pub use downloads::Downloads;
+pub use tar_uploads::{remove_abandoned_puts, Uploads};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -231,12 +235,19 @@ impl Inner {
         chunk: &PutChunk,
     ) -> Result<PutReport, SandboxError> {
         let room = self.disk_room(key).await?;
-        let chunk = chunk.clone();
-        let path = chunk.path.clone();
-        self.on_workspace(key, "write", &path, move |beneath| {
-            tar_in::put(beneath, &chunk, room)
-        })
-        .await
+        let target = self.file_target(key)?;
+        let told = Told {
+            verb: "write",
+            path: chunk.path.clone(),
+            what: target.what,
+            limit: self.disk_limit.bytes,
+        };
+        let target = tar_uploads::Target {
+            owner: target.owner,
+            workspace: target.workspace,
+            told,
+        };
+        self.tar_uploads.put(target, chunk.clone(), room).await
     }
 
     pub(super) async fn get_tar(

@@ -1,19 +1,16 @@
-//! What an archive put into a workspace may hold, checked over the whole
-//! archive before anything of it is written: every entry's name stays in
-//! the directory it is unpacked into, every symlink stays in the
-//! workspace from its place, every hard link names a file of the archive
-//! itself, and no device node or FIFO comes in. Refusals name the entry.
+//! What an entry of an archive put into a workspace may be, checked as it
+//! is read, before anything of it is written: its name stays in the
+//! directory it is unpacked into, a symlink stays in the workspace from
+//! its place, a hard link names a file the archive brought earlier (one in
+//! the staging directory, which holds nothing else), and no device node
+//! or FIFO comes in. Refusals name the entry.
 
-use std::collections::HashSet;
-use std::fs::File;
+use std::os::fd::OwnedFd;
+
+use rustix::fs::{AtFlags, FileType as Kind, Mode, OFlags};
+use tar::EntryType;
 
 use super::Failure;
-
-/// What the check found: the bytes the archive's files hold.
-pub struct Checked {
-    pub bytes: u64,
-}
-
 use crate::drivers::archive_names::{entry_parts, shown, symlink_stays_inside};
 
 fn refused(name: &[u8], why: impl Into<String>) -> Failure {
@@ -23,70 +20,74 @@ fn refused(name: &[u8], why: impl Into<String>) -> Failure {
     }
 }
 
-/// A tar error: the stream is not a whole, well-formed archive.
-pub fn corrupt(error: std::io::Error) -> Failure {
-    Failure::Corrupt(error.to_string())
+/// An entry as read: its name, kind and link name.
+pub struct Entry<'a> {
+    pub name: &'a [u8],
+    pub kind: EntryType,
+    pub link: &'a [u8],
 }
 
-/// Checks every entry of the archive in `file`; `depth` is how many
-/// directories below the workspace the archive is unpacked.
-pub fn check(file: &File, depth: usize) -> Result<Checked, Failure> {
-    use tar::EntryType;
-    let length = file.metadata()?.len();
-    let mut archive = tar::Archive::new(file);
-    let mut files: HashSet<Vec<u8>> = HashSet::new();
-    let mut bytes: u64 = 0;
-    for entry in archive.entries_with_seek().map_err(corrupt)? {
-        let entry = entry.map_err(corrupt)?;
-        let name = entry.path_bytes().into_owned();
-        let parts = entry_parts(&name).map_err(|why| refused(&name, why))?;
-        // Seeking past a short last entry succeeds: its end is checked here.
-        if entry.raw_file_position().saturating_add(entry.size()) > length {
-            return Err(Failure::Corrupt(format!(
-                "it ends inside the data of '{}' (truncated)",
-                shown(&name)
-            )));
+/// The components of `entry`'s name, once the entry is found fit to
+/// unpack under `stage`, `depth` directories below the workspace.
+pub fn check(entry: &Entry<'_>, depth: usize, stage: &OwnedFd) -> Result<Vec<Vec<u8>>, Failure> {
+    let Entry { name, kind, link } = *entry;
+    let parts = entry_parts(name).map_err(|why| refused(name, why))?;
+    if parts.is_empty() && kind != EntryType::Directory && kind != EntryType::XGlobalHeader {
+        return Err(refused(name, "its name names no file"));
+    }
+    match kind {
+        EntryType::Regular
+        | EntryType::Continuous
+        | EntryType::GNUSparse
+        | EntryType::Directory
+        | EntryType::XGlobalHeader => {}
+        EntryType::Symlink => {
+            symlink_stays_inside(link, depth + parts.len() - 1, None)
+                .map_err(|why| refused(name, why))?;
         }
-        let kind = entry.header().entry_type();
-        if parts.is_empty() && kind != EntryType::Directory && kind != EntryType::XGlobalHeader {
-            return Err(refused(&name, "its name names no file"));
-        }
-        match kind {
-            EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
-                bytes = bytes.saturating_add(entry.size());
-                files.insert(parts.join(&b'/'));
-            }
-            EntryType::Directory | EntryType::XGlobalHeader => {}
-            EntryType::Symlink => {
-                let target = entry.link_name_bytes().unwrap_or_default();
-                symlink_stays_inside(&target, depth + parts.len() - 1, None)
-                    .map_err(|why| refused(&name, why))?;
-            }
-            EntryType::Link => {
-                let target = entry.link_name_bytes().unwrap_or_default();
-                let inside = entry_parts(&target)
-                    .ok()
-                    .is_some_and(|target| files.contains(&target.join(&b'/')));
-                if !inside {
-                    return Err(refused(
-                        &name,
-                        format!(
-                            "it is a hard link to '{}', which is no file earlier in the archive",
-                            shown(&target)
-                        ),
-                    ));
-                }
-            }
-            EntryType::Char | EntryType::Block | EntryType::Fifo => {
-                return Err(refused(&name, "it is a device node or a FIFO"));
-            }
-            other => {
+        EntryType::Link => {
+            if !is_staged_file(stage, link) {
                 return Err(refused(
-                    &name,
-                    format!("it is of a kind not unpacked here ({other:?})"),
+                    name,
+                    format!(
+                        "it is a hard link to '{}', which is no file earlier in the archive",
+                        shown(link)
+                    ),
                 ));
             }
         }
+        EntryType::Char | EntryType::Block | EntryType::Fifo => {
+            return Err(refused(name, "it is a device node or a FIFO"));
+        }
+        other => {
+            return Err(refused(
+                name,
+                format!("it is of a kind not unpacked here ({other:?})"),
+            ));
+        }
     }
-    Ok(Checked { bytes })
+    Ok(parts.into_iter().map(<[u8]>::to_vec).collect())
+}
+
+/// Whether `name` is a regular file in `stage`, no symlink followed.
+fn is_staged_file(stage: &OwnedFd, name: &[u8]) -> bool {
+    let Ok(parts) = entry_parts(name) else {
+        return false;
+    };
+    let Some((last, parents)) = parts.split_last() else {
+        return false;
+    };
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut dir = match rustix::fs::openat(stage, ".", flags, Mode::empty()) {
+        Ok(dir) => dir,
+        Err(_) => return false,
+    };
+    for part in parents {
+        match rustix::fs::openat(&dir, *part, flags, Mode::empty()) {
+            Ok(next) => dir = next,
+            Err(_) => return false,
+        }
+    }
+    rustix::fs::statat(&dir, *last, AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|stat| Kind::from_raw_mode(stat.st_mode) == Kind::RegularFile)
 }

@@ -254,46 +254,8 @@ impl View {
             ),
             Err(_) => None,
         };
-        let mut plan = self.settings.plan(&runner.workspace, &runner.program);
-        if let Some(identity) = self.identity_of(runner) {
-            plan = plan.with_identity(&identity);
-        }
-        let mounts = plan.prepare().map_err(|error| StartError {
-            step: format!("{} {}", error.step, error.path.display()),
-            error: error.error,
-        })?;
-        let [stdout, stderr] = output;
-        let null = File::open("/dev/null").map_err(StartError::at("open /dev/null"))?;
-        let duplicate = |fd: &OwnedFd| fd.try_clone().map_err(StartError::at("dup of stdio"));
-        let runner_stdio = [
-            OwnedFd::from(null),
-            duplicate(&stdout)?,
-            duplicate(&stderr)?,
-        ];
-        let runner_plan = runner
-            .exec_plan(runner_stdio, filters.clone())
-            .map_err(invalid)?;
         let status_file = self.exits_dir.join(base_name);
-        let status =
-            File::create(&status_file).map_err(StartError::at("create the status file"))?;
-        let user = match runner.privileges.user {
-            Some((uid, gid)) => format!("{uid}:{gid}"),
-            None => "-".to_string(),
-        };
-        let bounding_set = match runner.privileges.bounding_set_up_to {
-            Some(_) => DROP_BOUNDING_SET,
-            None => KEEP_BOUNDING_SET,
-        };
-        let init = ExecPlan::new(
-            "sandboxd-init".as_ref(),
-            [ARG, RUNNER_PID_ARG, &user, bounding_set],
-            [] as [(&str, &str); 0],
-            "/".as_ref(),
-            [OwnedFd::from(status), stdout, stderr],
-            Privileges::default(),
-        )
-        .map_err(invalid)?
-        .into_sandbox_init(self.exe.fd(), NAMESPACES, mounts, runner_plan);
+        let init = self.init_plan(runner, filters, output, &status_file)?;
         let init = match cgroup {
             Some(placement) => init.in_cgroup(placement),
             None => init,
@@ -332,6 +294,56 @@ impl View {
             status_file: Some(status_file),
             holder: network.map(|network| Holder::of_network(network.into_pasta())),
         })
+    }
+
+    /// The plan of a cold sandbox's first process: the view's mounts, the
+    /// runner's plan (its output on `output`), and `sandboxd-init` with its
+    /// wait status written to `status_file`.
+    fn init_plan(
+        &self,
+        runner: &RunnerLaunch,
+        filters: &Arc<KernelFilters>,
+        output: [OwnedFd; 2],
+        status_file: &std::path::Path,
+    ) -> Result<ExecPlan, StartError> {
+        let mut plan = self.settings.plan(&runner.workspace, &runner.program);
+        if let Some(identity) = self.identity_of(runner) {
+            plan = plan.with_identity(&identity);
+        }
+        let mounts = plan.prepare().map_err(|error| StartError {
+            step: format!("{} {}", error.step, error.path.display()),
+            error: error.error,
+        })?;
+        let [stdout, stderr] = output;
+        let null = File::open("/dev/null").map_err(StartError::at("open /dev/null"))?;
+        let duplicate = |fd: &OwnedFd| fd.try_clone().map_err(StartError::at("dup of stdio"));
+        let runner_stdio = [
+            OwnedFd::from(null),
+            duplicate(&stdout)?,
+            duplicate(&stderr)?,
+        ];
+        let runner_plan = runner
+            .exec_plan(runner_stdio, filters.clone())
+            .map_err(invalid)?;
+        let status = File::create(status_file).map_err(StartError::at("create the status file"))?;
+        let user = match runner.privileges.user {
+            Some((uid, gid)) => format!("{uid}:{gid}"),
+            None => "-".to_string(),
+        };
+        let bounding_set = match runner.privileges.bounding_set_up_to {
+            Some(_) => DROP_BOUNDING_SET,
+            None => KEEP_BOUNDING_SET,
+        };
+        Ok(ExecPlan::new(
+            "sandboxd-init".as_ref(),
+            [ARG, RUNNER_PID_ARG, &user, bounding_set],
+            [] as [(&str, &str); 0],
+            "/".as_ref(),
+            [OwnedFd::from(status), stdout, stderr],
+            Privileges::default(),
+        )
+        .map_err(invalid)?
+        .into_sandbox_init(self.exe.fd(), NAMESPACES, mounts, runner_plan))
     }
 }
 

@@ -1,8 +1,11 @@
-//! A runner's start and end: the clone that starts it ([`clone_exec`]),
-//! what it starts with ([`runner_plan`], from the settings in [`spawn`]), the threads it is started
-//! from ([`spawner`]) and that reap it ([`child_exits`]), and how its
-//! start time is read back ([`proc_stat`]); process descriptors for the
-//! moments one exit is awaited ([`pidfd`]).
+//! A runner's start and end, in the order a start runs through them: the
+//! threads it is started from ([`spawner`]); its settings, workspace,
+//! output and environment ([`spawn`], what it starts with as one value in
+//! [`runner_plan`]); its start in a private view ([`in_view`]) or not;
+//! the clone that starts it ([`clone_exec`], the kernel's side). Then the
+//! threads that reap it ([`child_exits`]), how its start time is read
+//! back ([`proc_stat`]), and what holds a prepared view open ([`holder`]).
+//! Nothing here imports the driver that calls it.
 
 pub mod child_exits;
 pub mod child_step;

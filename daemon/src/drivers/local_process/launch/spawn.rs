@@ -147,53 +147,90 @@ impl RunnerSettings {
         sandbox_uid: Option<u32>,
         taken: Option<Taken<'_>>,
     ) -> Result<RunnerProcess, SandboxError> {
-        let unavailable = |what: String| {
-            SandboxError::Unavailable(format!(
-                "cannot start the runner of {} '{}' ({}): {what}",
-                key.scope, key.id, key.base_name
-            ))
+        let workspace_made = taken.as_ref().is_some_and(|taken| taken.workspace_made);
+        let launch = self.prepare_launch(key, env, sandbox_uid, workspace_made)?;
+        let log = logs.open_output(&key.base_name).map_err(|error| {
+            let log_path = self.log_file(key);
+            unavailable(
+                key,
+                format!("log file {}: {}", log_path.display(), io(&error)),
+            )
+        })?;
+        let log_for_stderr = duplicate(key, &log)?;
+        let output = [log, log_for_stderr];
+        let Some(mut taken) = taken else {
+            return self.start_cold(key, &launch, output, None, exits);
         };
-        let program = self.resolve_command().map_err(unavailable)?;
+        let output = match taken.runner.take() {
+            None => output,
+            Some(runner) => match self.start_parked(runner, &launch, &output, &mut taken.view) {
+                Ok(started) => return Ok(self.watched(started, exits)),
+                Err(parked_runner::StartError::Failed { step, error }) => {
+                    return Err(self.start_failed(key, &launch, step, error));
+                }
+                // Not used: the sandbox starts cold (its view may be gone
+                // with it).
+                Err(parked_runner::StartError::Unused { why, for_good }) => {
+                    let why = format!("a parked runner could not be used: {why}");
+                    taken.pool.failed(why, for_good);
+                    taken.view = None;
+                    let copies = [duplicate(key, &output[0])?, duplicate(key, &output[1])?];
+                    drop(output);
+                    copies
+                }
+            },
+        };
+        self.start_cold(key, &launch, output, Some(taken), exits)
+    }
+
+    /// What `key`'s runner starts with: its program found, its workspace
+    /// made (unless a prepared sandbox made it) and under its quota, its
+    /// environment.
+    fn prepare_launch(
+        &self,
+        key: &SandboxKey,
+        env: &SandboxEnv,
+        sandbox_uid: Option<u32>,
+        workspace_made: bool,
+    ) -> Result<RunnerLaunch, SandboxError> {
+        let program = self
+            .resolve_command()
+            .map_err(|what| unavailable(key, what))?;
         let workspace = self.workspace(key);
         let seen = self.workspace_seen(&workspace);
         let privileges = self.identity.privileges(sandbox_uid);
-        // Every I/O error below names the open-file limit when it is the
-        // reason (EMFILE): a daemon holding thousands of runners meets it.
-        let io = fd_limit::describe;
-        let (prepared_placement, workspace_made, mut prepared_view, parked, pool) = match taken {
-            Some(taken) => (
-                Some(taken.placement),
-                taken.workspace_made,
-                taken.view,
-                taken.runner,
-                Some(taken.pool),
-            ),
-            None => (None, false, None, None, None),
-        };
         if !workspace_made {
             self.prepare_workspace(&workspace, privileges.user)
                 .map_err(|error| {
-                    unavailable(format!("workspace {}: {}", workspace.display(), io(&error)))
+                    let what = format!("workspace {}: {}", workspace.display(), io(&error));
+                    unavailable(key, what)
                 })?;
         }
         if let (Some(limit), Some(project)) = (self.disk_quota, sandbox_uid) {
             super::super::disk_limit::project_quota::apply(&workspace, project, limit).map_err(
                 |error| {
-                    unavailable(format!(
+                    let what = format!(
                         "project quota on workspace {}: {}",
                         workspace.display(),
                         io(&error)
-                    ))
+                    );
+                    unavailable(key, what)
                 },
             )?;
         }
-        let log_path = self.log_file(key);
-        let log = logs.open_output(&key.base_name).map_err(|error| {
-            unavailable(format!("log file {}: {}", log_path.display(), io(&error)))
-        })?;
-        let log_for_stderr = log
-            .try_clone()
-            .map_err(|error| unavailable(format!("output pipe: {}", io(&error))))?;
+        Ok(RunnerLaunch {
+            program,
+            args: self.args.clone(),
+            env: self.runner_env(env, &seen),
+            cwd: seen,
+            workspace,
+            privileges,
+        })
+    }
+
+    /// The runner's environment: what it inherits, the contract's
+    /// variables, the limits in force, then `[runner] env` over them.
+    fn runner_env(&self, env: &SandboxEnv, seen: &Path) -> Vec<(OsString, OsString)> {
         let mut vars: Vec<(&OsStr, &OsStr)> = self
             .inherited_env
             .iter()
@@ -230,79 +267,45 @@ impl RunnerSettings {
             vars.retain(|(kept, _)| *kept != OsStr::new(name));
             vars.push((OsStr::new(name), OsStr::new(value)));
         }
-        let launch = RunnerLaunch {
-            program: program.clone(),
-            args: self.args.clone(),
-            env: vars
-                .into_iter()
-                .map(|(name, value)| (name.to_os_string(), value.to_os_string()))
-                .collect(),
-            cwd: seen.clone(),
-            workspace: workspace.clone(),
-            privileges,
+        vars.into_iter()
+            .map(|(name, value)| (name.to_os_string(), value.to_os_string()))
+            .collect()
+    }
+
+    /// The cold start, or the rest of a warm one (`taken`'s cgroups and
+    /// view, its runner used or not): the runner cloned into its cgroups,
+    /// in its view under `isolation = "full"`, else directly.
+    fn start_cold(
+        &self,
+        key: &SandboxKey,
+        launch: &RunnerLaunch,
+        output: [OwnedFd; 2],
+        taken: Option<Taken<'_>>,
+        exits: &ChildExits,
+    ) -> Result<RunnerProcess, SandboxError> {
+        let (prepared_placement, prepared_view, pool) = match taken {
+            Some(taken) => (Some(taken.placement), taken.view, Some(taken.pool)),
+            None => (None, None, None),
+        };
+        let placement = match (prepared_placement, &self.cgroups) {
+            (Some(placement), _) => Some(placement),
+            (None, Some(tree)) => Some(
+                tree.create(&key.base_name)
+                    .map_err(|error| unavailable(key, format!("cgroup: {}", io(&error))))?,
+            ),
+            (None, None) => None,
         };
         let unusable = |why: String, for_good: bool| {
             if let Some(pool) = pool {
                 pool.failed(why, for_good);
             }
         };
-        // A start that failed: its cgroup goes, and the error names the
-        // program, the user, the workspace and the step.
-        let start_failed = |step: String, error: std::io::Error| {
-            if let Some(tree) = &self.cgroups {
-                let _ = tree.remove_sandbox(&key.base_name);
-            }
-            let who = match privileges.user {
-                Some((uid, gid)) => format!("uid {uid} gid {gid}"),
-                None => self.identity.display.clone(),
-            };
-            unavailable(format!(
-                "'{}' as {who} in {}: {step}: {}",
-                program.display(),
-                workspace.display(),
-                io(&error)
-            ))
-        };
-        let mut output = [log, log_for_stderr];
-        if let Some(runner) = parked {
-            match self.start_parked(runner, &launch, &output, &mut prepared_view) {
-                Ok(started) => return Ok(self.watched(started, exits)),
-                Err(parked_runner::StartError::Failed { step, error }) => {
-                    return Err(start_failed(step, error));
-                }
-                // Not used: the sandbox starts cold (its view may be gone
-                // with it).
-                Err(parked_runner::StartError::Unused { why, for_good }) => {
-                    unusable(
-                        format!("a parked runner could not be used: {why}"),
-                        for_good,
-                    );
-                    prepared_view = None;
-                    output = [
-                        output[0]
-                            .try_clone()
-                            .map_err(|error| unavailable(format!("output pipe: {}", io(&error))))?,
-                        output[1]
-                            .try_clone()
-                            .map_err(|error| unavailable(format!("output pipe: {}", io(&error))))?,
-                    ];
-                }
-            }
-        }
         let [log, log_for_stderr] = output;
-        let placement = match (prepared_placement, &self.cgroups) {
-            (Some(placement), _) => Some(placement),
-            (None, Some(tree)) => Some(
-                tree.create(&key.base_name)
-                    .map_err(|error| unavailable(format!("cgroup: {}", io(&error))))?,
-            ),
-            (None, None) => None,
-        };
         let started = match &self.view {
             Some(view) => view
                 .spawn(
                     &key.base_name,
-                    &launch,
+                    launch,
                     &self.filters,
                     [log, log_for_stderr],
                     placement,
@@ -319,7 +322,7 @@ impl RunnerSettings {
                 .map_err(|error| (error.step, error.error)),
             None => match File::open("/dev/null") {
                 Ok(stdin) => start_directly(
-                    &launch,
+                    launch,
                     [OwnedFd::from(stdin), log, log_for_stderr],
                     placement,
                     &self.filters,
@@ -327,8 +330,36 @@ impl RunnerSettings {
                 Err(error) => Err(("open /dev/null".to_string(), error)),
             },
         };
-        let started = started.map_err(|(step, error)| start_failed(step, error))?;
+        let started =
+            started.map_err(|(step, error)| self.start_failed(key, launch, step, error))?;
         Ok(self.watched(started, exits))
+    }
+
+    /// A start that failed: its cgroup goes, and the error names the
+    /// program, the user, the workspace and the step.
+    fn start_failed(
+        &self,
+        key: &SandboxKey,
+        launch: &RunnerLaunch,
+        step: String,
+        error: std::io::Error,
+    ) -> SandboxError {
+        if let Some(tree) = &self.cgroups {
+            let _ = tree.remove_sandbox(&key.base_name);
+        }
+        let who = match launch.privileges.user {
+            Some((uid, gid)) => format!("uid {uid} gid {gid}"),
+            None => self.identity.display.clone(),
+        };
+        unavailable(
+            key,
+            format!(
+                "'{}' as {who} in {}: {step}: {}",
+                launch.program.display(),
+                launch.workspace.display(),
+                io(&error)
+            ),
+        )
     }
 
     /// The started runner, its exit watched (by `exits`, this spawner
@@ -441,6 +472,26 @@ impl RunnerSettings {
         }
         Ok(())
     }
+}
+
+/// Why `key`'s runner cannot start: `what` could not be done.
+fn unavailable(key: &SandboxKey, what: String) -> SandboxError {
+    SandboxError::Unavailable(format!(
+        "cannot start the runner of {} '{}' ({}): {what}",
+        key.scope, key.id, key.base_name
+    ))
+}
+
+/// Every I/O error names the open-file limit when it is the reason
+/// (EMFILE): a daemon holding thousands of runners meets it.
+fn io(error: &std::io::Error) -> String {
+    fd_limit::describe(error)
+}
+
+/// A second descriptor of the runner's output.
+fn duplicate(key: &SandboxKey, fd: &OwnedFd) -> Result<OwnedFd, SandboxError> {
+    fd.try_clone()
+        .map_err(|error| unavailable(key, format!("output pipe: {}", io(&error))))
 }
 
 /// A sandbox's leader (its runner, or its init), and what is reported.

@@ -3,7 +3,7 @@
 //! code, the OOM killer, a deprovision), adoption after a daemon restart
 //! with the uid kept on the container's label, and a stale deprovision
 //! refused. Without an engine every test prints SKIPPED and passes (as
-//! docker.rs; `SANDBOXD_REQUIRE_DOCKER=1` makes that a failure).
+//! docker_ensure.rs; `SANDBOXD_REQUIRE_DOCKER=1` makes that a failure).
 
 use sandboxd_client::{ClientError, EventKind, ExitReason, Expectation, SandboxError, Scope};
 use sandboxd_protocol::naming::base_name;

@@ -6,7 +6,7 @@
 //! a pod stopped at its scope's `max_lifetime` announced once, as
 //! `exited` with the reason `lifetime`.
 //! Against the stand-in API server, or a real cluster with
-//! `SANDBOXD_TEST_KUBECONFIG` (as kubernetes.rs; it needs a controller
+//! `SANDBOXD_TEST_KUBECONFIG` (as kubernetes_support.rs; it needs a controller
 //! manager). No kubelet runs pods here: the test writes the pod's status
 //! through the `status` subresource as the kubelet would, on the stand-in
 //! onto a pod it inserts, on a real cluster onto the pod the ReplicaSet

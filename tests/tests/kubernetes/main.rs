@@ -6,8 +6,14 @@
 //! tests named `<module>::<test>`): one link instead of one per file.
 
 mod deploy;
-mod kubernetes;
 mod kubernetes_commands;
+mod kubernetes_describe;
+mod kubernetes_drift;
 mod kubernetes_events;
 mod kubernetes_files;
+mod kubernetes_health;
+mod kubernetes_lifecycle;
+mod kubernetes_network_policy;
+mod kubernetes_objects;
 mod kubernetes_runtime_class;
+mod kubernetes_support;

@@ -38,6 +38,7 @@ impl Inner {
         let generation = self.record(key, env, &uid, running);
         let pid = child.runner_pid();
         tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, leader = child.id(), generation, "runner started");
+        self.disk_limit.runner_started.ring();
         if new_incarnation {
             self.events
                 .emit(EventKind::Created, key, &uid, generation, None);

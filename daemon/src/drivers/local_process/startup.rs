@@ -449,6 +449,12 @@ fn start_watchers(inner: &Arc<Inner>, config: &Config) {
         ));
     }
     if inner.disk_limit.needs_watcher() {
-        tokio::spawn(disk_limit::watcher::keep_watching(Arc::downgrade(inner)));
+        let (inner, runtime) = (Arc::downgrade(inner), tokio::runtime::Handle::current());
+        let started = std::thread::Builder::new()
+            .name("sandboxd-disk-watch".into())
+            .spawn(move || disk_limit::watcher::keep_watching(inner, runtime));
+        if let Err(error) = started {
+            tracing::error!(%error, "cannot start the disk watcher's thread: [limits] disk is not held");
+        }
     }
 }

@@ -49,6 +49,10 @@ pub struct DiskLimit {
     pub inodes: u64,
     /// `[limits] state_reserve`, unless it is 0.
     pub reserve: Option<reserve::Reserve>,
+    /// Told of each runner's start, so the watcher looks at once, at its
+    /// shorter tick (see [`watcher::LIMITED_TICK`]), instead of a long
+    /// tick later.
+    pub runner_started: std::sync::Arc<watcher::StartBell>,
 }
 
 impl DiskLimit {
@@ -87,6 +91,7 @@ impl DiskLimit {
             mechanism,
             inodes: limits.disk_inodes,
             reserve: reserve::Reserve::on(limits.state_reserve, sandboxes),
+            runner_started: Default::default(),
         }
     }
 

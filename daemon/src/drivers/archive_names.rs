@@ -24,6 +24,16 @@ pub fn entry_parts(name: &[u8]) -> Result<Vec<&[u8]>, &'static str> {
     Ok(parts)
 }
 
+/// An entry's name made plain: its [`entry_parts`] joined by `/` (empty
+/// for the directory it is unpacked into).
+pub fn plain_name(name: &[u8]) -> Result<String, &'static str> {
+    let parts: Vec<_> = entry_parts(name)?
+        .iter()
+        .map(|part| String::from_utf8_lossy(part))
+        .collect();
+    Ok(parts.join("/"))
+}
+
 /// A name or a link's text as told in a refusal.
 pub fn shown(name: &[u8]) -> String {
     String::from_utf8_lossy(name).escape_debug().to_string()

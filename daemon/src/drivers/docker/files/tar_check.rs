@@ -104,15 +104,11 @@ pub fn check(archive: &Path, dest: &[String]) -> Result<Needs, Checked> {
 /// for the destination itself (`./`). Absolute names, `..` and NUL
 /// refused (see [`archive_names::entry_parts`]).
 fn plain_name(bytes: &[u8]) -> Result<Option<String>, Checked> {
-    let parts = archive_names::entry_parts(bytes).map_err(|why| Checked::Refused {
+    let name = archive_names::plain_name(bytes).map_err(|why| Checked::Refused {
         name: String::from_utf8_lossy(bytes).into_owned(),
         why: why.to_string(),
     })?;
-    let parts: Vec<String> = parts
-        .iter()
-        .map(|part| String::from_utf8_lossy(part).into_owned())
-        .collect();
-    Ok((!parts.is_empty()).then(|| parts.join("/")))
+    Ok((!name.is_empty()).then_some(name))
 }
 
 /// Why a link at `name` (in the destination `dest`) to `target` leaves the

@@ -20,7 +20,7 @@ use sandboxd_protocol::files::PERMISSION_BITS;
 use tar::EntryType;
 
 use super::super::shapes::WORKSPACE;
-use crate::drivers::archive_names::{entry_parts, shown, symlink_stays_inside};
+use crate::drivers::archive_names::{entry_parts, plain_name, shown, symlink_stays_inside};
 
 /// Why an archive was not taken.
 #[derive(Debug)]
@@ -61,11 +61,7 @@ pub fn check_and_copy(kept: &Path, to: &Path, depth: usize) -> Result<u64, Check
             why,
         };
         let parts = entry_parts(&raw).map_err(|why| refuse(why.to_string()))?;
-        let name = parts
-            .iter()
-            .map(|part| String::from_utf8_lossy(part).into_owned())
-            .collect::<Vec<_>>()
-            .join("/");
+        let name = plain_name(&raw).map_err(|why| refuse(why.to_string()))?;
         if entry.raw_file_position().saturating_add(entry.size()) > length {
             return Err(Checked::Corrupt(format!(
                 "it ends inside the data of '{}' (truncated)",
@@ -135,10 +131,7 @@ fn copy_entry<R: std::io::Read>(
         }
         EntryType::Link => {
             let target = entry.link_name_bytes().unwrap_or_default().into_owned();
-            let plain = entry_parts(&target).ok().map(|parts| {
-                let parts: Vec<_> = parts.iter().map(|p| String::from_utf8_lossy(p)).collect();
-                parts.join("/")
-            });
+            let plain = plain_name(&target).ok();
             let Some(plain) = plain.filter(|plain| files.contains(plain)) else {
                 return Err(refuse(format!(
                     "it is a hard link to '{}', which is no file earlier in the archive",

@@ -1,7 +1,8 @@
 //! The client handle: one shared connection, per-call deadlines, and the
 //! reconnect rule.
 //!
-//! tarpc multiplexes calls over one connection, so every clone of a
+//! Calls are multiplexed over one connection (tarpc's wire, this crate's
+//! own call path: see `crate::multiplex`), so every clone of a
 //! [`SandboxdClient`] shares a single connection and calls run
 //! concurrently: the lock around the live connection is held only to copy
 //! a pointer, never across a call.
@@ -135,12 +136,11 @@ impl SandboxdClient {
         F: Fn(RpcClient, Context) -> Fut,
         Fut: Future<Output = Result<Result<T, SandboxError>, RpcError>>,
     {
+        // The connection's reader fails the call at its deadline (one timer
+        // per connection, not one per call: see `crate::multiplex`); a
+        // reconnect is bounded on its own, in `Shared::replace`.
         let deadline = Instant::now() + within;
-        // tarpc bounds the call itself; this also bounds waiting for a
-        // reconnect another call is doing.
-        tokio::time::timeout_at(deadline.into(), self.call_until(deadline, resend, call))
-            .await
-            .unwrap_or(Err(ClientError::DeadlineExceeded))
+        self.call_until(deadline, resend, call).await
     }
 
     async fn call_until<T, F, Fut>(
@@ -195,8 +195,20 @@ impl Shared {
     }
 
     /// Replaces `stale` with a fresh connection, unless another call already
-    /// did, in which case that call's connection is used.
+    /// did, in which case that call's connection is used. Gives up at
+    /// `deadline`, waiting for another call's reconnect included.
     async fn replace(
+        &self,
+        stale: &Arc<Connection>,
+        deadline: Instant,
+    ) -> Result<Arc<Connection>, ClientError> {
+        let replacing = self.replace_unbounded(stale, deadline);
+        tokio::time::timeout_at(deadline.into(), replacing)
+            .await
+            .unwrap_or(Err(ClientError::DeadlineExceeded))
+    }
+
+    async fn replace_unbounded(
         &self,
         stale: &Arc<Connection>,
         deadline: Instant,

@@ -1,32 +1,33 @@
 //! One connection to the daemon: open, handshake, and know when it died.
 //!
-//! The dispatch task that drives the connection is spawned here rather than
-//! by tarpc's `NewClient::spawn`, because its `JoinHandle` is the only
-//! reliable sign that the connection is gone: once the task has finished,
-//! a call on this connection can never have reached the daemon, so opening
-//! a fresh one first is safe even for the non-idempotent create-connect.
+//! Calls go through a [`Multiplexer`] (each caller writes its own request,
+//! one reader task reads the answers). The reader task's `JoinHandle` is
+//! the reliable sign that the connection is gone: once the task has
+//! finished, or a write has failed, a call on this connection can never
+//! reach the daemon, so opening a fresh one first is safe even for the
+//! non-idempotent create-connect.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use futures::TryFutureExt;
-use sandboxd_protocol::{wire, PROTOCOL_VERSION};
+use sandboxd_protocol::PROTOCOL_VERSION;
 use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
-use tokio_util::codec::Framed;
 
 use crate::deadline::context_until;
+use crate::multiplex::Multiplexer;
 use crate::ClientError;
 
-/// The tarpc-generated stub for the `Sandboxd` service.
-pub(crate) type RpcClient = sandboxd_protocol::SandboxdClient;
+/// The tarpc-generated stub for the `Sandboxd` service, over this crate's
+/// own multiplexer.
+pub(crate) type RpcClient = sandboxd_protocol::SandboxdClient<Multiplexer>;
 
 pub(crate) struct Connection {
-    rpc: RpcClient,
-    dispatch: JoinHandle<()>,
+    calls: Multiplexer,
+    reader: JoinHandle<()>,
     /// Set when a call on this connection saw it break, before the
-    /// dispatch task has necessarily finished.
+    /// reader task has necessarily finished.
     broken: AtomicBool,
 }
 
@@ -44,20 +45,15 @@ impl Connection {
         let stream = UnixStream::connect(path)
             .await
             .map_err(|error| ClientError::from_connect(path, error))?;
-        let framed = Framed::new(stream, wire::frame_codec());
-        let transport = tarpc::serde_transport::new(framed, wire::body_codec());
-        let new_client = RpcClient::new(tarpc::client::Config::default(), transport);
-        // The error is the connection's end; callers learn of it from their
-        // own calls, so there is nothing more to do with it here.
-        let dispatch = tokio::spawn(new_client.dispatch.unwrap_or_else(|_| ()));
+        let (calls, reader) = Multiplexer::start(stream);
         let connection = Connection {
-            rpc: new_client.client,
-            dispatch,
+            calls,
+            reader,
             broken: AtomicBool::new(false),
         };
 
         let daemon = connection
-            .rpc
+            .rpc()
             .protocol_version(context_until(deadline))
             .await
             .map_err(|error| handshake_error(path, error))?;
@@ -72,17 +68,27 @@ impl Connection {
 
     /// A handle for one call; clones share the connection.
     pub(crate) fn rpc(&self) -> RpcClient {
-        self.rpc.clone()
+        RpcClient::from(self.calls.clone())
     }
 
     /// False once the connection is known to be gone.
     pub(crate) fn is_usable(&self) -> bool {
-        !self.broken.load(Ordering::Acquire) && !self.dispatch.is_finished()
+        !self.broken.load(Ordering::Acquire)
+            && !self.reader.is_finished()
+            && !self.calls.has_ended()
     }
 
     /// Records that a call saw this connection break.
     pub(crate) fn mark_broken(&self) {
         self.broken.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Connection {
+    /// The reader task holds the socket's read half: stopping it closes the
+    /// socket once the last call on it is over.
+    fn drop(&mut self) {
+        self.reader.abort();
     }
 }
 

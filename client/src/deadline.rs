@@ -1,9 +1,10 @@
 //! How long one call may take.
 //!
 //! Every call carries a deadline so a wedged daemon costs the caller a
-//! bounded wait, never a hang. tarpc enforces it on both ends: the client
-//! fails the call, the daemon drops the work. The ceiling keeps a typo (an
-//! hour instead of a second) from parking a caller indefinitely.
+//! bounded wait, never a hang. It is enforced on both ends: the client's
+//! connection fails the call (`crate::multiplex`), the daemon drops the
+//! work. The ceiling keeps a typo (an hour instead of a second) from
+//! parking a caller indefinitely.
 
 use std::time::{Duration, Instant};
 

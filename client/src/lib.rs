@@ -25,6 +25,7 @@
 
 mod builder;
 mod calls;
+mod chunk_pipeline;
 mod client;
 mod commands;
 mod connection;
@@ -33,8 +34,11 @@ mod error;
 mod events;
 mod exec;
 mod fenced;
+mod file_stream;
 mod files;
 mod lifecycle;
+mod multiplex;
+mod outgoing;
 mod socket_path;
 mod stop_wait;
 mod tar_stream;

@@ -9,7 +9,10 @@ use std::io::{Read, Write};
 use sandboxd_protocol::files::MAX_FILE_CHUNK;
 use sandboxd_protocol::{PutChunk, Scope};
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::mpsc::Receiver;
+use tokio::task::JoinHandle;
 
+use crate::chunk_pipeline;
 use crate::{ClientError, SandboxdClient};
 
 /// Why a stream did not get through: the daemon's answer or this side's
@@ -33,20 +36,7 @@ impl SandboxdClient {
         dir: &str,
         reader: R,
     ) -> Result<u64, TarStreamError> {
-        let (pieces, mut chunks) = tokio::sync::mpsc::channel(2);
-        let reading = tokio::task::spawn_blocking(move || {
-            let mut reader = reader;
-            loop {
-                let mut chunk = Vec::with_capacity(MAX_FILE_CHUNK as usize);
-                let read = (&mut reader)
-                    .take(u64::from(MAX_FILE_CHUNK))
-                    .read_to_end(&mut chunk);
-                let end = matches!(read, Ok(0) | Err(_));
-                if pieces.blocking_send(read.map(|_| chunk)).is_err() || end {
-                    return;
-                }
-            }
-        });
+        let (mut chunks, reading) = read_on_a_thread(reader);
         let sent = self
             .put_tar_pieces(scope, id, dir, async || chunks.recv().await)
             .await;
@@ -75,45 +65,19 @@ impl SandboxdClient {
     }
 
     /// Sends the chunks `next` gives (a short one, or none, ends the
-    /// stream) with one chunk of look-ahead, so the last is marked.
+    /// stream), a few in flight at once ([`chunk_pipeline`]).
     async fn put_tar_pieces<F>(
         &self,
         scope: Scope,
         id: &str,
         dir: &str,
-        mut next: F,
+        next: F,
     ) -> Result<u64, TarStreamError>
     where
         F: AsyncFnMut() -> Option<std::io::Result<Vec<u8>>>,
     {
-        let mut read = async || -> Result<Vec<u8>, TarStreamError> {
-            match next().await {
-                Some(read) => read.map_err(TarStreamError::Local),
-                None => Ok(Vec::new()),
-            }
-        };
-        let mut offset = 0;
-        let mut current = read().await?;
-        loop {
-            let next = if current.len() == MAX_FILE_CHUNK as usize {
-                read().await?
-            } else {
-                Vec::new()
-            };
-            let last = next.is_empty();
-            let chunk = PutChunk {
-                path: dir.to_string(),
-                offset,
-                data: current,
-                last,
-                mode: 0,
-            };
-            offset = self.put_tar(scope, id, &chunk).await?.received;
-            if last {
-                return Ok(offset);
-            }
-            current = next;
-        }
+        let put = |chunk: PutChunk| async move { self.put_tar(scope, id, &chunk).await };
+        chunk_pipeline::put_all(dir, 0, next, put).await
     }
 
     /// Fetches the tar stream of `path` (a file, or a directory with all
@@ -125,19 +89,33 @@ impl SandboxdClient {
         path: &str,
         writer: &mut W,
     ) -> Result<u64, TarStreamError> {
-        let mut offset = 0;
+        let get = |offset| self.get_tar(scope, id, path, offset, MAX_FILE_CHUNK);
+        let read = chunk_pipeline::fetch(MAX_FILE_CHUNK, false, get, |data| writer.write_all(data))
+            .await?;
+        writer.flush().map_err(TarStreamError::Local)?;
+        Ok(read)
+    }
+}
+
+/// Reads `reader` on a blocking thread, a chunk of [`MAX_FILE_CHUNK`]
+/// bytes at a time (fewer only at its end), into the channel answered;
+/// the thread ends at the end, a failure, or once the channel is dropped.
+pub(crate) fn read_on_a_thread<R: Read + Send + 'static>(
+    reader: R,
+) -> (Receiver<std::io::Result<Vec<u8>>>, JoinHandle<()>) {
+    let (pieces, chunks) = tokio::sync::mpsc::channel(2);
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut reader = reader;
         loop {
-            let chunk = self
-                .get_tar(scope, id, path, offset, MAX_FILE_CHUNK)
-                .await?;
-            writer
-                .write_all(&chunk.data)
-                .map_err(TarStreamError::Local)?;
-            offset += chunk.data.len() as u64;
-            if chunk.eof || chunk.data.is_empty() {
-                writer.flush().map_err(TarStreamError::Local)?;
-                return Ok(offset);
+            let mut chunk = Vec::with_capacity(MAX_FILE_CHUNK as usize);
+            let read = (&mut reader)
+                .take(u64::from(MAX_FILE_CHUNK))
+                .read_to_end(&mut chunk);
+            let end = matches!(read, Ok(0) | Err(_));
+            if pieces.blocking_send(read.map(|_| chunk)).is_err() || end {
+                return;
             }
         }
-    }
+    });
+    (chunks, reading)
 }

@@ -18,6 +18,7 @@ mod holders;
 mod incarnation;
 mod instance;
 mod logging;
+mod malloc_arenas;
 mod man_page;
 mod metrics;
 mod peer_origin;
@@ -97,6 +98,7 @@ fn print_generated(cli: &Cli) -> Option<ExitCode> {
 }
 
 fn main() -> ExitCode {
+    malloc_arenas::cap_at_cpus();
     // The process tier's group reaper is this same binary, re-executed.
     if std::env::args_os().nth(1).as_deref() == Some(drivers::local_process::reaper::ARG.as_ref()) {
         return drivers::local_process::reaper::run_reaper_process();

@@ -91,6 +91,13 @@ fn announce(description: &str) {
     });
 }
 
+/// Says that (part of) a test was skipped and why, past the test
+/// harness's output capture, so a passing run's log shows it too.
+pub fn skipped(why: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {why}");
+}
+
 impl TestCluster {
     /// The stand-in (or the real cluster), with a fresh namespace for `test`.
     pub async fn start(test: &str) -> TestCluster {
@@ -312,6 +319,38 @@ impl TestCluster {
         );
     }
 
+    /// Why no kubelet can run this cluster's pods, or `None` when one can.
+    /// The stand-in's pods/exec stands in for a kubelet; a real cluster
+    /// needs a node that is `Ready` (a control plane alone, as in CI, has
+    /// none: its pods stay Pending, and commands and file calls, which go
+    /// through a kubelet's exec, cannot run).
+    pub async fn no_kubelet(&self) -> Option<String> {
+        use k8s_openapi::api::core::v1::Node;
+        if self.standin.is_some() {
+            return None;
+        }
+        let nodes: Api<Node> = Api::all(self.admin.clone());
+        let nodes = nodes
+            .list(&kube::api::ListParams::default())
+            .await
+            .unwrap_or_else(|error| panic!("list the nodes of {}: {error}", self.description))
+            .items;
+        let ready = nodes.iter().any(|node| {
+            let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+            conditions
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        });
+        (!ready).then(|| {
+            format!(
+                "{} has {} node(s) and none is Ready: no kubelet runs its pods",
+                self.description,
+                nodes.len()
+            )
+        })
+    }
+
     /// The stand-in, when the test runs against it (no SKIPPED line: the
     /// caller does the same on a real cluster another way).
     pub fn standin_quietly(&self) -> Option<&StandIn> {
@@ -369,18 +408,25 @@ impl Drop for TestCluster {
         }
         // A real cluster: delete the namespace and everything in it.
         let (client, namespace) = (self.admin.clone(), self.namespace.clone());
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime");
-            runtime.block_on(async move {
-                let namespaces: Api<Namespace> = Api::all(client);
-                let _ = namespaces
-                    .delete(&namespace, &DeleteParams::default())
-                    .await;
-            });
-        })
-        .join();
+        clean_up_from_drop(async move {
+            let namespaces: Api<Namespace> = Api::all(client);
+            let _ = namespaces
+                .delete(&namespace, &DeleteParams::default())
+                .await;
+        });
     }
+}
+
+/// Runs `cleanup` to its end from a `Drop`, which may run inside a tokio
+/// runtime (where blocking on one is refused): on a thread of its own,
+/// with a runtime of its own, waited for.
+pub fn clean_up_from_drop(cleanup: impl std::future::Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(cleanup);
+    })
+    .join();
 }

@@ -50,7 +50,6 @@ use std::io::{self, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
 use sandboxd_client::default_socket_path;
 
 use crate::cli::{Cli, Command};
@@ -59,7 +58,7 @@ use crate::subcommands::egress::EgressCommand;
 use crate::subcommands::{call, version, Context};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = cli::parse_args();
     // Offline: before the socket is even looked for.
     if let Some(Command::Egress(command)) = &cli.command {
         return egress_check(command, cli.json);
@@ -132,8 +131,8 @@ async fn run(cli: Cli) -> Result<String, Failure> {
     };
     match command {
         // Generated from the clap definitions; no daemon needed.
-        Command::Completions(args) => return Ok(args.script(Cli::command())),
-        Command::ManPage(args) => return args.answer(Cli::command()),
+        Command::Completions(args) => return Ok(args.script(cli::full_command())),
+        Command::ManPage(args) => return args.answer(cli::full_command()),
         // `main` answers this before any socket is looked for (its exit
         // code depends on the verdicts); the arm keeps the match total.
         Command::Egress(command) => return command.answer(json).map(|(text, _)| text),

@@ -4,7 +4,7 @@
 //! `SandboxProvisionerFactory` returns its provisioner synchronously at
 //! boot, and a daemon that is absent or speaks another protocol must fail
 //! that construction, not the first ensure. Every other call is async and
-//! runs on napi-rs's Tokio runtime, where the connection's dispatch task
+//! runs on napi-rs's Tokio runtime, where the connection's reader task
 //! also lives, so calls from one process share one multiplexed connection.
 //! Reports cross as plain JSON objects (their serde shape, snake_case),
 //! which `index.js` renames for JavaScript.

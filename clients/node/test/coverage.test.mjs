@@ -37,6 +37,8 @@ const COMPOSED_IN_JS = new Map([
   ["putTarFrom", "putTar"],
   ["putTarFromAsync", "putTar"],
   ["getTarInto", "getTar"],
+  ["putFileFrom", "putFile"],
+  ["getFileInto", "getFile"],
 ]);
 
 /** Rust calls the control plane has not needed yet; `sandboxctl` offers them. */

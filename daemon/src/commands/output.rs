@@ -8,8 +8,12 @@
 //! command flooding its output never blocks its sandbox or the daemon, and
 //! a caller that never reads never grows the store past its bound.
 
+use std::io;
+use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::{ready, Context, Poll};
 
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::Notify;
 
 /// What a read found.
@@ -53,6 +57,7 @@ impl Kept {
     }
 
     /// Appends `data` (at most `capacity` bytes), dropping the oldest.
+    #[cfg(test)]
     fn push(&mut self, data: &[u8]) {
         let room = self.capacity - self.ring.len();
         let (fits, rest) = data.split_at(room.min(data.len()));
@@ -68,6 +73,46 @@ impl Kept {
         self.ring[..second.len()].copy_from_slice(second);
         self.head = (self.head + rest.len()) % self.capacity;
         self.first += rest.len() as u64;
+    }
+
+    /// One read of at most `want` bytes by `read`, straight into the ring
+    /// (no copy through a buffer of the pump's): into its free room while
+    /// it grows (taken in doublings, never past the bound), else over the
+    /// oldest bytes from the head, which are dropped as they are replaced.
+    /// `read` writes only the bytes it reports filled (as `read(2)` does,
+    /// and every `AsyncRead` that fills with `put_slice`), so a short read
+    /// leaves the rest of the oldest bytes as they were.
+    fn fill(
+        &mut self,
+        want: usize,
+        read: impl FnOnce(&mut ReadBuf<'_>) -> Poll<io::Result<()>>,
+    ) -> Poll<io::Result<usize>> {
+        let len = self.ring.len();
+        if len < self.capacity {
+            let room = (self.capacity - len).min(want.max(1));
+            if self.ring.capacity() - len < room {
+                let target = (len * 2).max(len + room).min(self.capacity);
+                self.ring.reserve_exact(target - len);
+            }
+            let spare = &mut self.ring.spare_capacity_mut()[..room];
+            let start = spare.as_ptr() as *const u8;
+            let mut buf = ReadBuf::uninit(spare);
+            ready!(read(&mut buf))?;
+            let count = filled_in_place(&buf, start)?;
+            // SAFETY: the first `count` bytes of the spare room were
+            // filled (initialized) by the read, in place.
+            unsafe { self.ring.set_len(len + count) };
+            return Poll::Ready(Ok(count));
+        }
+        let room = (self.capacity - self.head).min(want.max(1));
+        let target = &mut self.ring[self.head..self.head + room];
+        let start = target.as_ptr();
+        let mut buf = ReadBuf::new(target);
+        ready!(read(&mut buf))?;
+        let count = filled_in_place(&buf, start)?;
+        self.head = (self.head + count) % self.capacity;
+        self.first += count as u64;
+        Poll::Ready(Ok(count))
     }
 
     /// `take` bytes from the `skip`th kept one, into `out`.
@@ -107,7 +152,9 @@ impl OutputStore {
         self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Appends `data`, dropping the oldest bytes beyond the bound.
+    /// Appends `data`, dropping the oldest bytes beyond the bound (the
+    /// pump fills the store with [`OutputStore::poll_fill`] instead).
+    #[cfg(test)]
     pub fn write(&self, data: &[u8]) {
         {
             let mut kept = self.kept();
@@ -122,6 +169,22 @@ impl OutputStore {
             }
         }
         self.grew.notify_waiters();
+    }
+
+    /// Reads at most `want` bytes from `reader` straight into the store
+    /// (see `Kept::fill`): `Ready(Ok(0))` at its end. Readers of the store
+    /// wait for the read (a copy of at most `want` bytes) under its lock.
+    pub fn poll_fill(
+        &self,
+        cx: &mut Context<'_>,
+        reader: Pin<&mut (dyn AsyncRead + Send)>,
+        want: usize,
+    ) -> Poll<io::Result<usize>> {
+        let filled = self.kept().fill(want, |buf| reader.poll_read(cx, buf));
+        if let Poll::Ready(Ok(1..)) = &filled {
+            self.grew.notify_waiters();
+        }
+        filled
     }
 
     /// No more bytes will come.
@@ -170,6 +233,18 @@ impl OutputStore {
             grew.await;
         }
     }
+}
+
+/// How many bytes `buf` holds, checked to be where it started (`start`):
+/// a reader that swapped the buffer for another filled nothing of ours.
+fn filled_in_place(buf: &ReadBuf<'_>, start: *const u8) -> io::Result<usize> {
+    let filled = buf.filled();
+    if !filled.is_empty() && filled.as_ptr() != start {
+        return Err(io::Error::other(
+            "a reader filled another buffer than the store's",
+        ));
+    }
+    Ok(filled.len())
 }
 
 #[cfg(test)]
@@ -231,6 +306,95 @@ mod tests {
                 assert_eq!(part.data, want, "after write {n}, from {skip}");
             }
         }
+    }
+
+    /// A reader handing out `data` in the reads `sizes` ask for at most.
+    struct Pieces {
+        data: Vec<u8>,
+        at: usize,
+        sizes: Vec<usize>,
+    }
+
+    impl AsyncRead for Pieces {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let most = if self.sizes.is_empty() {
+                usize::MAX
+            } else {
+                self.sizes.remove(0)
+            };
+            let take = most.min(buf.remaining()).min(self.data.len() - self.at);
+            let at = self.at;
+            buf.put_slice(&self.data[at..at + take]);
+            self.at += take;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Fills `store` from `reader` asking `want` a read, to its end.
+    fn fill_all(store: &OutputStore, reader: Pieces, want: usize) {
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut reader: Pin<Box<dyn AsyncRead + Send>> = Box::pin(reader);
+        loop {
+            match store.poll_fill(&mut cx, reader.as_mut(), want) {
+                Poll::Ready(Ok(0)) => return,
+                Poll::Ready(Ok(_)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn reads_straight_into_the_ring_keep_every_byte_in_order_or_count_it_dropped() {
+        let data: Vec<u8> = (0..1000u32).map(|n| (n % 251) as u8).collect();
+        for capacity in [1, 7, 64, 999, 1000, 4096] {
+            for want in [1, 5, 64, 512] {
+                let store = OutputStore::new(capacity);
+                // Short reads of every size, so reads stop short of the
+                // room they were given, at and across the wrap.
+                let sizes = (0..400).map(|n| 1 + n % 13).collect();
+                fill_all(
+                    &store,
+                    Pieces {
+                        data: data.clone(),
+                        at: 0,
+                        sizes,
+                    },
+                    want,
+                );
+                let kept_from = data.len().saturating_sub(capacity);
+                let read = store.read(0, usize::MAX);
+                let case = format!("capacity {capacity}, want {want}");
+                assert_eq!(read.data, &data[kept_from..], "{case}");
+                assert_eq!(
+                    (read.start, read.dropped),
+                    (kept_from as u64, kept_from as u64)
+                );
+                assert_eq!(store.figures(), (1000, kept_from as u64), "{case}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_growing_ring_takes_room_in_doublings_never_past_its_bound() {
+        let store = OutputStore::new(10_000);
+        let data = vec![7u8; 9_000];
+        fill_all(
+            &store,
+            Pieces {
+                data,
+                at: 0,
+                sizes: Vec::new(),
+            },
+            100,
+        );
+        let kept = store.kept();
+        assert_eq!(kept.ring.len(), 9_000);
+        assert!(kept.ring.capacity() <= 10_000, "{}", kept.ring.capacity());
     }
 
     #[tokio::test]

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sandboxd_protocol::{CommandProof, ExitReason, StreamFigures};
-use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
 use super::command::Command;
@@ -20,12 +19,15 @@ use crate::unix_time::now_unix_ms;
 /// is there: what the command wrote is in the pipe by then, so only a
 /// process it left behind (holding the pipe open) is cut off.
 const LINGER: Duration = Duration::from_millis(200);
-/// A quiet stream's read buffer: every live command holds two, so a
-/// thousand waiting commands hold 1 MiB, not 32.
-const QUIET_BUFFER: usize = 512;
-/// A busy stream's: a read that fills the buffer grows it up to this (a
-/// flood is copied in 64 KiB reads), and a short read shrinks it back.
-const BUSY_BUFFER: usize = 64 * 1024;
+/// A quiet stream's read: the most its store takes room for at a time
+/// before anything came (a command that prints a line holds 512 bytes).
+const QUIET_READ: usize = 512;
+/// A busy stream's: a read that fills what it asked for asks for eight
+/// times more next time, up to this (a flood is read 1 MiB at a time, from
+/// a pipe its reader grows to that size, see `exec::fd_stream`), and a
+/// short one goes back to [`QUIET_READ`]. Reads go straight into the
+/// store, so no buffer of this size is held.
+const BUSY_READ: usize = 1024 * 1024;
 
 /// What the task needs besides the command.
 pub struct Life {
@@ -109,39 +111,38 @@ async fn await_end(
     }
 }
 
-/// Grows the buffer after a read that filled it, shrinks it after one
-/// that used an eighth of it.
-fn resize_for(buffer: &mut Vec<u8>, read: usize) {
-    let size = buffer.len();
-    if read == size && size < BUSY_BUFFER {
-        buffer.resize((size * 8).min(BUSY_BUFFER), 0);
-    } else if read < size / 8 && size > QUIET_BUFFER {
-        *buffer = vec![0u8; QUIET_BUFFER];
+/// The next read's size: larger after a read that filled `want`, back to
+/// quiet after one that used an eighth of it.
+fn next_want(want: usize, read: usize) -> usize {
+    if read >= want {
+        (want * 8).min(BUSY_READ)
+    } else if read < want / 8 {
+        QUIET_READ
+    } else {
+        want
     }
 }
 
-/// Copies `reader` into `store` until its end, or until it has nothing
+/// Reads `reader` into `store` until its end, or until it has nothing
 /// more for [`LINGER`] once the command has ended.
 async fn pump(mut reader: OutputReader, store: &OutputStore, mut ended: watch::Receiver<bool>) {
-    let mut buffer = vec![0u8; QUIET_BUFFER];
+    let mut want = QUIET_READ;
     loop {
+        let fill = std::future::poll_fn(|cx| store.poll_fill(cx, reader.as_mut(), want));
         let read = if *ended.borrow() {
-            match tokio::time::timeout(LINGER, reader.read(&mut buffer)).await {
+            match tokio::time::timeout(LINGER, fill).await {
                 Ok(read) => read,
                 Err(_) => return,
             }
         } else {
             tokio::select! {
-                read = reader.read(&mut buffer) => read,
+                read = fill => read,
                 _ = ended.changed() => continue,
             }
         };
         match read {
             Ok(0) => return,
-            Ok(count) => {
-                store.write(&buffer[..count]);
-                resize_for(&mut buffer, count);
-            }
+            Ok(count) => want = next_want(want, count),
             Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
             // A terminal whose last follower closed reads EIO: its end.
             Err(_) => return,

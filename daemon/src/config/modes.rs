@@ -14,6 +14,10 @@ pub enum IsolationMode {
     /// A uid and a cgroup only: the runner sees the host's file system,
     /// processes and IPC (the opt-out for runners that need the host's view).
     UidCgroup,
+    /// A uid and a cgroup, and a kernel of its own: each runner runs under
+    /// gVisor's `runsc` (its sentry and gofer in the sandbox's cgroups),
+    /// in a view built like `full`'s; the process tier only.
+    Gvisor,
 }
 
 impl IsolationMode {
@@ -22,6 +26,7 @@ impl IsolationMode {
         match self {
             IsolationMode::Full => "full",
             IsolationMode::UidCgroup => "uid-cgroup",
+            IsolationMode::Gvisor => "gvisor",
         }
     }
 }

@@ -120,6 +120,12 @@ impl Config {
                 self.isolation.as_str()
             );
         }
+        if self.isolation == IsolationMode::Gvisor && self.driver != "local-process" {
+            bail!(
+                "isolation = \"gvisor\" is the local-process tier's; driver is '{}' (its gVisor is [docker] runtime = \"runsc\" or [kubernetes] runtime_class)",
+                self.driver
+            );
+        }
         self.docker.validate()?;
         self.connections.validate(self.max_connections)?;
         self.kubernetes.validate()

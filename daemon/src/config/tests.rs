@@ -516,3 +516,28 @@ fn workspace_ttl_defaults_to_a_week_and_takes_days_durations_and_off() {
     assert!(error.contains("workspace_ttl 'soon'"), "{error}");
     assert!(ttl("500ms").is_err(), "shorter than a second");
 }
+
+#[test]
+fn gvisor_is_the_process_tiers_and_takes_the_hosts_network() {
+    let config = resolve("isolation = \"gvisor\"", &[], Flags::default()).unwrap();
+    assert_eq!(config.isolation, IsolationMode::Gvisor);
+    assert_eq!(config.isolation.as_str(), "gvisor");
+    for (file, words) in [
+        (
+            "driver = \"docker\"\nisolation = \"gvisor\"",
+            "isolation = \"gvisor\" is the local-process tier's; driver is 'docker'",
+        ),
+        (
+            "driver = \"kubernetes\"\nisolation = \"gvisor\"",
+            "runtime_class",
+        ),
+        (
+            "isolation = \"gvisor\"\n[network]\nmode = \"private\"",
+            "isolation is \"gvisor\"",
+        ),
+        ("isolation = \"gVisor\"", "unknown variant"),
+    ] {
+        let error = format!("{:#}", resolve(file, &[], Flags::default()).unwrap_err());
+        assert!(error.contains(words), "{file}: {error}");
+    }
+}

@@ -5,6 +5,7 @@ use sandboxd_protocol::files::MAX_FILE_CHUNK;
 use sandboxd_protocol::validate_files;
 use sandboxd_protocol::{FileChunk, FileList, FileStat, PutChunk, PutReport, SandboxError, Scope};
 
+use super::chunk_turns::Turned;
 use super::service::ConnectionService;
 use crate::access::Call;
 use crate::sandbox_key::SandboxKey;
@@ -19,7 +20,9 @@ impl ConnectionService {
         let _timer = self.authorize(Call::PutFile)?;
         let key = super::service::key(scope, super::service::id_field(scope), id)?;
         validate_files::put_chunk(&chunk)?;
+        let turned = self.turn("put_file", &key, &chunk.path, chunk.offset).await;
         let result = self.daemon.driver.put_file(&key, &chunk).await;
+        turned.answered(result.as_ref().ok().map(|report| report.received), false);
         log_refusal("put_file", &key, &chunk.path, &result);
         if let Ok(report) = &result {
             if report.complete {
@@ -41,7 +44,9 @@ impl ConnectionService {
         let key = super::service::key(scope, super::service::id_field(scope), id)?;
         validate_files::file_path(&path)?;
         let max = max.clamp(1, MAX_FILE_CHUNK);
+        let turned = self.turn("get_file", &key, &path, offset).await;
         let result = self.daemon.driver.get_file(&key, &path, offset, max).await;
+        read_on(turned, offset, &result);
         log_refusal("get_file", &key, &path, &result);
         result
     }
@@ -99,7 +104,9 @@ impl ConnectionService {
         let _timer = self.authorize(Call::PutTar)?;
         let key = super::service::key(scope, super::service::id_field(scope), id)?;
         validate_files::tar_chunk(&chunk)?;
+        let turned = self.turn("put_tar", &key, &chunk.path, chunk.offset).await;
         let result = self.daemon.driver.put_tar(&key, &chunk).await;
+        turned.answered(result.as_ref().ok().map(|report| report.received), false);
         log_refusal("put_tar", &key, &chunk.path, &result);
         if let Ok(report) = &result {
             if report.complete {
@@ -121,9 +128,38 @@ impl ConnectionService {
         let key = super::service::key(scope, super::service::id_field(scope), id)?;
         validate_files::path(&path)?;
         let max = max.clamp(1, MAX_FILE_CHUNK);
+        let turned = self.turn("get_tar", &key, &path, offset).await;
         let result = self.daemon.driver.get_tar(&key, &path, offset, max).await;
+        read_on(turned, offset, &result);
         log_refusal("get_tar", &key, &path, &result);
         result
+    }
+}
+
+impl ConnectionService {
+    /// Waits until the chunk at `offset` of this connection's `call` of
+    /// `path` in `key` is next (see [`super::chunk_turns`]); the chunk of
+    /// an upload ahead can only be early.
+    fn turn(
+        &self,
+        call: &'static str,
+        key: &SandboxKey,
+        path: &str,
+        offset: u64,
+    ) -> impl std::future::Future<Output = Turned> + '_ {
+        self.turns.wait(
+            (call, key.clone(), path.to_string()),
+            offset,
+            call.starts_with("put"),
+        )
+    }
+}
+
+/// Where a read's stream goes on after its answer.
+fn read_on(turned: Turned, offset: u64, result: &Result<FileChunk, SandboxError>) {
+    match result {
+        Ok(chunk) => turned.answered(Some(offset + chunk.data.len() as u64), chunk.eof),
+        Err(_) => turned.answered(None, false),
     }
 }
 

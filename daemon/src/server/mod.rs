@@ -17,6 +17,7 @@
 
 mod accept;
 mod admission;
+mod chunk_turns;
 mod command_calls;
 mod connection;
 mod deadline;

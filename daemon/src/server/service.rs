@@ -19,6 +19,7 @@ use sandboxd_protocol::{
 };
 use tarpc::context::Context;
 
+use super::chunk_turns::ChunkTurns;
 use super::differences::DifferenceLog;
 use super::warn_budget::WarnBudget;
 use crate::access::{AccessPolicy, Call, Peer};
@@ -86,11 +87,17 @@ impl Drop for CallTimer<'_> {
 pub struct ConnectionService {
     peer: Peer,
     pub(super) daemon: Arc<DaemonState>,
+    /// The order of this connection's file chunks.
+    pub(super) turns: Arc<ChunkTurns>,
 }
 
 impl ConnectionService {
     pub fn new(peer: Peer, daemon: Arc<DaemonState>) -> Self {
-        ConnectionService { peer, daemon }
+        ConnectionService {
+            peer,
+            daemon,
+            turns: Arc::default(),
+        }
     }
 
     /// Every call starts here: a debug line naming it, then the access

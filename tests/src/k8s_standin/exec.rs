@@ -17,9 +17,9 @@
 //! real container gives a command (its namespaces, limits, image).
 //!
 //! A terminal (`tty=true`) is a real pseudo-terminal ([super::terminal]),
-//! sized by the messages on channel 4. Refused as a kubelet refuses: a pod
-//! that is not there (404), a container it does not have or that is not
-//! running (400).
+//! sized by the messages on channel 4. Refused as the API server and a
+//! kubelet refuse: a pod that is not there (404), one on no node, a
+//! container it does not have or that is not running (400).
 
 use std::sync::{Arc, Mutex};
 
@@ -123,8 +123,19 @@ pub fn serve(
         .expect("a valid response"))
 }
 
-/// Refused unless `pod`'s `container` (its first, when unnamed) runs.
+/// Refused unless `pod` is on a node (the API server's check: it has no
+/// kubelet to send the exec to otherwise, whatever the status says) and
+/// its `container` (its first, when unnamed) runs (the kubelet's).
 fn runs(pod: &Value, container: Option<&str>, name: &str) -> Result<(), Failure> {
+    if pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        return Err(status::bad_request(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    }
     let first = pod["spec"]["containers"][0]["name"].as_str();
     let container = container.or(first).unwrap_or_default();
     let running = pod["status"]["containerStatuses"]

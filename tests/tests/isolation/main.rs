@@ -10,6 +10,7 @@ mod containment;
 mod disk_holes;
 mod egress_addresses;
 mod foreign_peers;
+mod gvisor;
 mod handover_links;
 mod kernel_filters;
 mod keyring_reuse;

@@ -45,16 +45,9 @@ impl Class {
 impl Drop for Class {
     fn drop(&mut self) {
         let (api, name) = (self.api.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime");
-            runtime.block_on(async move {
-                let _ = api.delete(&name, &DeleteParams::default()).await;
-            });
-        })
-        .join();
+        sandboxd_tests::k8s::clean_up_from_drop(async move {
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+        });
     }
 }
 

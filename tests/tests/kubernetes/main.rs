@@ -14,6 +14,7 @@ mod kubernetes_files;
 mod kubernetes_health;
 mod kubernetes_lifecycle;
 mod kubernetes_network_policy;
+mod kubernetes_no_kubelet;
 mod kubernetes_objects;
 mod kubernetes_runtime_class;
 mod kubernetes_support;

@@ -295,6 +295,51 @@ async fn a_flood_nobody_reads_is_bounded_and_an_escaped_command_ends_with_its_sa
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_flood_grows_its_pipe_and_arrives_whole_without_holding_up_the_sandbox() {
+    let daemon = cold_daemon("[commands]\noutput_bytes = \"64m\"");
+    sandboxd_tests::start_session(&daemon, "busy").await;
+    let client = daemon.client().await;
+    const BYTES: usize = 40_000_000;
+    // After the flood, the command reads the size of the pipe it wrote
+    // to (F_GETPIPE_SZ): the daemon grew it once the stream proved busy.
+    let flood = client
+        .exec(
+            Scope::Session,
+            "busy",
+            &shell(&format!(
+                "yes | head -c {BYTES}; python3 -c 'import fcntl, sys; print(fcntl.fcntl(1, 1032), file=sys.stderr)'"
+            )),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("exec: {error}\n{}", daemon.log_text()));
+    let command = CommandRef::Id(flood.command_id);
+    // Meanwhile another command in the same sandbox starts and ends.
+    let beside = client
+        .exec(Scope::Session, "busy", &shell("echo beside"))
+        .await
+        .unwrap();
+    let beside_proof = proof_of(&client, "busy", &CommandRef::Id(beside.command_id)).await;
+    assert_eq!(beside_proof.reason, ExitReason::Exited { code: 0 });
+    let (stdout, proof) = read_all(&client, "busy", &command, OutputStream::Stdout).await;
+    assert_eq!(proof.reason, ExitReason::Exited { code: 0 });
+    assert_eq!(
+        (proof.stdout.written, proof.stdout.dropped),
+        (BYTES as u64, 0)
+    );
+    assert_eq!(stdout.len(), BYTES, "every byte, none dropped");
+    assert!(
+        stdout.chunks(2).all(|pair| pair == b"y\n"),
+        "in order, nothing torn or repeated"
+    );
+    let (stderr, _) = read_all(&client, "busy", &command, OutputStream::Stderr).await;
+    assert_eq!(String::from_utf8_lossy(&stderr).trim(), "1048576");
+    client
+        .deprovision(Scope::Session, "busy", false)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_stop_cleanly_at_the_pids_limit_and_a_paused_sandbox_runs_none() {
     let daemon = cold_daemon("[limits]\npids = 40");
     sandboxd_tests::start_session(&daemon, "pids").await;

@@ -11,6 +11,7 @@ mod deprovision_deadline;
 mod deprovision_teardown;
 mod disk_limit;
 mod files;
+mod files_pipelined;
 mod files_tar;
 mod honest_limits;
 mod lifecycle;

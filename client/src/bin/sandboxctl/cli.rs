@@ -6,9 +6,10 @@
 //! clap, so it exits 2 (clap's usage-error code) before any connection is
 //! made.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::subcommands::{
     attach, commands, completions, connect, cp, deprovision, describe, egress, ensure, events,
@@ -36,11 +37,30 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+/// Declares the subcommands twice from the one list: [`Command`], whose
+/// subcommands clap builds only when one is used (`defer`: building all of
+/// them was most of sandboxctl's own start-up work), and `EveryCommand`,
+/// built whole, for what describes them all (help, completions, man
+/// pages; see [`full_command`]).
+macro_rules! subcommands {
+    ($($(#[$attr:meta])* $variant:ident $(($args:ty))?,)*) => {
+        #[derive(Debug, Subcommand)]
+        #[command(defer = true)]
+        pub enum Command {
+            $($(#[$attr])* $variant $(($args))?,)*
+        }
+
+        #[derive(Debug, Subcommand)]
+        enum EveryCommand {
+            $($(#[$attr])* $variant $(($args))?,)*
+        }
+    };
+}
+
 // The subcommands, in the order `--help` lists them. Each one's `--help`
 // text is its arguments' doc comment, in its own file. (No doc comment
 // here: clap would take it for the top command's about.)
-#[derive(Debug, Subcommand)]
-pub enum Command {
+subcommands! {
     /// Print the client's and the daemon's versions and protocol versions.
     Version,
     Completions(completions::CompletionsArgs),
@@ -71,6 +91,50 @@ pub enum Command {
     Kill(kill::KillArgs),
 }
 
+/// The whole command line with every subcommand built as if none were
+/// deferred: the same help, completions and man pages, in the same order.
+pub fn full_command() -> clap::Command {
+    let every = EveryCommand::augment_subcommands(clap::Command::new("sandboxctl"));
+    let mut command = Cli::command();
+    for subcommand in every.get_subcommands() {
+        command = command.mut_subcommand(subcommand.get_name(), |_| subcommand.clone());
+    }
+    command
+}
+
+/// The process's command line, parsed as `Cli::parse` does it: a usage
+/// error exits 2, `--help` prints and exits 0.
+pub fn parse_args() -> Cli {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    // Help lists each subcommand with its one-line description, which a
+    // deferred subcommand only has once built.
+    let mut command = if lists_subcommands(&args) {
+        full_command()
+    } else {
+        Cli::command()
+    };
+    let mut matches = command
+        .try_get_matches_from_mut(args)
+        .unwrap_or_else(|error| error.exit());
+    let cli = Cli::from_arg_matches_mut(&mut matches)
+        .unwrap_or_else(|error| error.format(&mut command).exit());
+    // Freeing clap's tree is work a one-shot command can leave to its exit.
+    std::mem::forget((command, matches));
+    cli
+}
+
+/// True when `args` may ask for help: no arguments at all (the top help),
+/// `help`, `--help` or a cluster of short flags with `h` in it.
+fn lists_subcommands(args: &[OsString]) -> bool {
+    args.len() <= 1
+        || args[1..].iter().any(|arg| {
+            let arg = arg.to_string_lossy();
+            arg == "help"
+                || arg == "--help"
+                || (arg.starts_with('-') && !arg.starts_with("--") && arg.contains('h'))
+        })
+}
+
 /// The subcommand `args` (after `sandboxctl`) parse to.
 #[cfg(test)]
 pub fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
@@ -86,6 +150,42 @@ mod tests {
     #[test]
     fn the_command_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn help_is_asked_for_by_any_of_its_spellings() {
+        let asks = |args: &[&str]| {
+            let args: Vec<OsString> = std::iter::once("sandboxctl")
+                .chain(args.iter().copied())
+                .map(OsString::from)
+                .collect();
+            lists_subcommands(&args)
+        };
+        assert!(asks(&[]));
+        assert!(asks(&["help"]));
+        assert!(asks(&["--help"]));
+        assert!(asks(&["-h"]));
+        assert!(asks(&["list", "-Vh"]));
+        assert!(!asks(&["probe", "session", "ses_1"]));
+        assert!(!asks(&["list", "--socket", "/tmp/h.sock"]));
+    }
+
+    #[test]
+    fn the_top_help_describes_every_subcommand() {
+        let help = full_command().render_help().to_string();
+        for (name, about) in [
+            ("probe", "Print a sandbox's live state"),
+            (
+                "ensure",
+                "Make sure a session or workflow sandbox is running",
+            ),
+        ] {
+            let line = help
+                .lines()
+                .find(|line| line.trim_start().starts_with(name));
+            assert!(line.is_some_and(|line| line.contains(about)), "{help}");
+        }
+        assert!(!help.contains("man-page"), "{help}");
     }
 
     #[test]

@@ -174,9 +174,11 @@ impl Inner {
         let incarnation = record
             .as_ref()
             .map(|record| (record.uid.clone(), record.generation));
-        // One stat, inline: a trip through the blocking pool costs more.
-        let had_workspace = std::fs::exists(self.settings.workspace(key)).unwrap_or(false);
-        let was_present = record.is_some() || had_workspace;
+        // Only without a record does the workspace say whether it was
+        // there: one stat, inline (a trip through the blocking pool costs
+        // more), and none on the way to a running runner's SIGTERM.
+        let was_present =
+            record.is_some() || std::fs::exists(self.settings.workspace(key)).unwrap_or(false);
         let (forced, gone) = match record.and_then(|record| record.running) {
             Some(Running {
                 leader,
@@ -187,14 +189,15 @@ impl Inner {
             }) => {
                 // A frozen runner takes no SIGTERM.
                 self.thaw_for_stop(key, &life);
-                let cgroup = self
-                    .containment
-                    .tree()
-                    .map(|tree| tree.dirs(&key.base_name));
                 let stopping = stop::Stopping {
                     signalled: signalled_at_stop,
                     grace: self.stop_grace,
                 };
+                // Its cgroup is looked up only if the grace runs out.
+                let cgroup = self
+                    .containment
+                    .tree()
+                    .map(|tree| (tree, key.base_name.as_str()));
                 let forced = stop::stop_runner(key, leader, ends.exited(), stopping, cgroup).await;
                 (forced, Some(ends))
             }

@@ -10,7 +10,7 @@ use crate::sandbox_key::SandboxKey;
 impl Inner {
     /// What keeps every sandbox started now apart (the same for each).
     pub(super) fn isolation_features(&self) -> Vec<sandboxd_protocol::IsolationFeature> {
-        isolation::features(&isolation::Facts {
+        let mut features = isolation::features(&isolation::Facts {
             identity: &self.settings.identity,
             containment: &self.containment,
             egress: &self.egress,
@@ -21,7 +21,11 @@ impl Inner {
             view: self.settings.view.as_deref(),
             view_problem: self.view_problem.as_deref(),
             init_binary: &self.settings.init_binary,
-        })
+        });
+        if let Some(gvisor) = &self.settings.gvisor {
+            gvisor.adjust(&mut features);
+        }
+        features
     }
 
     /// Each path the view adds (see `ViewSettings::entries`), the

@@ -29,6 +29,7 @@ mod ensure;
 mod exec;
 mod executable;
 mod files;
+mod gvisor;
 mod info;
 mod isolation;
 mod launch;
@@ -167,6 +168,9 @@ impl Inner {
         &self,
         sizes: &crate::config::PoolConfig,
     ) -> Result<Arc<prepared::PreparedSandboxes>, String> {
+        if self.settings.gvisor.is_some() {
+            return Err(gvisor::NOT_PREPARED.to_string());
+        }
         let tree = self
             .containment
             .tree()

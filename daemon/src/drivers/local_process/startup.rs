@@ -17,8 +17,8 @@ use super::trash::Trash;
 use super::users::identity::RunnerIdentity;
 use super::users::uid_pool::{self, SandboxUids};
 use super::{
-    cgroup, deferred, deprovision, disk_limit, files, isolation, launch, lifecycle, limit_env,
-    logs, prepared, state_dir, teardowns, users, workspaces, Inner, LocalProcessDriver,
+    cgroup, deferred, deprovision, disk_limit, files, gvisor, isolation, launch, lifecycle,
+    limit_env, logs, prepared, state_dir, teardowns, users, workspaces, Inner, LocalProcessDriver,
 };
 use crate::config::Config;
 use crate::drivers::key_lock::KeyLocks;
@@ -335,6 +335,8 @@ async fn runner_settings(
             .context("cannot open this daemon's own binary (/proc/self/exe)")?,
     );
     let (view, view_problem) = isolation::set_up_view(config, &host.dirs.exits, &init_binary).await;
+    let inherited_env = launch::spawn::inherited_env();
+    let gvisor = set_up_gvisor(config, &inherited_env).await?;
     let (identity, containment, disk_limit) = (&host.identity, &host.containment, &host.disk_limit);
     let per_sandbox_uids = identity.uid_range().is_some();
     let settings = RunnerSettings {
@@ -343,7 +345,7 @@ async fn runner_settings(
         identity: identity.clone(),
         backend_endpoint: config.backend_endpoint.clone(),
         temporal_address: config.temporal_address.clone(),
-        inherited_env: launch::spawn::inherited_env(),
+        inherited_env,
         runner_path: config.runner_path.clone().into(),
         extra_env: config.runner_env.clone(),
         limit_env: limit_env::limit_env(
@@ -361,8 +363,29 @@ async fn runner_settings(
         disk_quota: disk_limit.by_quota(),
         view,
         init_binary,
+        gvisor,
     };
     Ok((settings, view_problem))
+}
+
+/// Under `isolation = "gvisor"`, runsc found and tried, or the start fails
+/// naming what is missing: never a silent fall back to another mode.
+async fn set_up_gvisor(
+    config: &Config,
+    inherited_env: &[(&'static str, std::ffi::OsString)],
+) -> anyhow::Result<Option<Arc<gvisor::Gvisor>>> {
+    if config.isolation != crate::config::IsolationMode::Gvisor {
+        return Ok(None);
+    }
+    let path_var = inherited_env
+        .iter()
+        .find(|(name, _)| *name == "PATH")
+        .map(|(_, value)| value.clone());
+    let config = config.clone();
+    let gvisor =
+        tokio::task::spawn_blocking(move || gvisor::Gvisor::set_up(&config, path_var.as_ref()))
+            .await??;
+    Ok(Some(Arc::new(gvisor)))
 }
 
 /// What every sandbox started from now on gets; `describe` keeps the list
@@ -374,7 +397,7 @@ fn isolation_now(
     egress: &Egress,
     view_problem: Option<&str>,
 ) -> Arc<[IsolationFeature]> {
-    isolation::features(&isolation::Facts {
+    let mut features = isolation::features(&isolation::Facts {
         identity: &settings.identity,
         containment: &host.containment,
         egress,
@@ -385,8 +408,11 @@ fn isolation_now(
         view: settings.view.as_deref(),
         view_problem,
         init_binary: &settings.init_binary,
-    })
-    .into()
+    });
+    if let Some(gvisor) = &settings.gvisor {
+        gvisor.adjust(&mut features);
+    }
+    features.into()
 }
 
 /// Says how runners will be cloned and which runner runs, or why every

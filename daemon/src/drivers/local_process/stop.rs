@@ -2,17 +2,24 @@
 //! kill of its whole cgroup (SIGKILL to its group in the process-group
 //! fallback).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-use super::cgroup::kill::{self, Dirs};
+use super::cgroup::kill;
+use super::cgroup::tree::CgroupTree;
 use crate::sandbox_key::SandboxKey;
 
 /// Signals every process in the group; a group already gone is fine.
 pub fn kill_group(pgid: i32, signal: Signal) {
+    // A gVisor sandbox's leader is `runsc run`, which would die of a
+    // SIGTERM rather than pass it on: it goes through `runsc kill`.
+    if signal == Signal::SIGTERM && super::gvisor::terminate(pgid) {
+        return;
+    }
     match killpg(Pid::from_raw(pgid), signal) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(error) => tracing::warn!(pgid, %signal, %error, "cannot signal runner group"),
@@ -37,13 +44,13 @@ pub struct Stopping {
 /// emptied, its removal, the output drained — is the runner's watcher's,
 /// and [`super::deprovision`] waits for it off the caller's time.
 /// `exited`: resolves at the leader's exit (or when its watcher is gone).
-/// `cgroup`: the runner's cgroup, when in force.
+/// `cgroup`: the cgroup tree and the sandbox's base name, when in force.
 pub async fn stop_runner(
     key: &SandboxKey,
     pid: u32,
     exited: impl std::future::Future<Output = ()>,
     stopping: Stopping,
-    cgroup: Option<Dirs>,
+    cgroup: Option<(&Arc<CgroupTree>, &str)>,
 ) -> bool {
     let Stopping { signalled, grace } = stopping;
     // The leader's exit, seen directly: its pidfd is readable the moment
@@ -73,7 +80,7 @@ pub async fn stop_runner(
     if tokio::time::timeout(grace, leader_gone).await.is_ok() {
         return false;
     }
-    match cgroup {
+    match cgroup.map(|(tree, base_name)| tree.dirs(base_name)) {
         Some(dirs) => {
             tracing::warn!(scope = %key.scope, id = %key.id, pid, grace = ?grace, "runner ignored SIGTERM; killing its cgroup");
             // Blocking only in the freezer loop of kernels without cgroup.kill.

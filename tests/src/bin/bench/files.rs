@@ -12,7 +12,7 @@
 //! cannot be reset, so it includes start-up; the sampled maximum does
 //! not).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,8 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use sandboxd_client::{PutChunk, SandboxdClient, Scope};
-use sandboxd_protocol::files::MAX_FILE_CHUNK;
+use sandboxd_client::{SandboxdClient, Scope};
 
 use crate::report::{Goal, Row};
 use crate::rows::{connect, sandbox_env};
@@ -212,50 +211,24 @@ async fn get_tree(client: &SandboxdClient, target: &Path) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// One large file in by `put_file`, 1 MiB a call, a few calls in flight.
 async fn put_one(client: &SandboxdClient, file: &Path) -> anyhow::Result<()> {
     let name = file.file_name().context("a name")?.to_string_lossy();
-    let mut reader = std::fs::File::open(file)?;
-    let size = reader.metadata()?.len();
-    let mut offset = 0;
-    loop {
-        let mut data = Vec::with_capacity(MAX_FILE_CHUNK as usize);
-        (&mut reader)
-            .take(u64::from(MAX_FILE_CHUNK))
-            .read_to_end(&mut data)?;
-        let last = offset + data.len() as u64 >= size;
-        let chunk = PutChunk {
-            path: name.to_string(),
-            offset,
-            data,
-            last,
-            mode: 0o644,
-        };
-        offset = client
-            .put_file(Scope::Session, SESSION, &chunk)
-            .await?
-            .received;
-        if last {
-            return Ok(());
-        }
-    }
+    let reader = std::fs::File::open(file)?;
+    client
+        .put_file_from(Scope::Session, SESSION, &name, 0o644, reader)
+        .await?;
+    Ok(())
 }
 
+/// One large file out by `get_file`, as [`put_one`].
 async fn get_one(client: &SandboxdClient, file: &Path, into: &Path) -> anyhow::Result<()> {
     let name = file.file_name().context("a name")?;
     let mut out = std::io::BufWriter::new(std::fs::File::create(into.join(name))?);
-    let path = name.to_string_lossy();
-    let mut offset = 0;
-    loop {
-        let chunk = client
-            .get_file(Scope::Session, SESSION, &path, offset, MAX_FILE_CHUNK)
-            .await?;
-        out.write_all(&chunk.data)?;
-        offset += chunk.data.len() as u64;
-        if chunk.eof {
-            out.flush()?;
-            return Ok(());
-        }
-    }
+    client
+        .get_file_into(Scope::Session, SESSION, &name.to_string_lossy(), &mut out)
+        .await?;
+    Ok(())
 }
 
 /// A `/proc/PID/status` figure in KiB.

@@ -22,6 +22,10 @@ use crate::prepared::wait_for_pool;
 use crate::rows::{connect, sandbox_env};
 use crate::setup::{Binaries, Daemon};
 
+/// The isolation settings the peers run under.
+const FULL: &str = "full";
+const GVISOR: &str = "gvisor";
+
 /// The pool a prepared daemon keeps for sessions.
 pub const POOL: u32 = 4;
 /// Longest the program's line may take to reach its log.
@@ -64,12 +68,28 @@ pub async fn start_all(
     };
     let sandboxctl = binaries.sandboxd.with_file_name("sandboxctl");
     let mut peers = vec![
-        Ok(SandboxdPeer::start(dir, &binaries, "sandboxd cold", 0, Via::Library).await?),
-        Ok(SandboxdPeer::start(dir, &binaries, "sandboxd prepared", POOL, Via::Library).await?),
+        Ok(SandboxdPeer::start(dir, &binaries, "sandboxd cold", 0, Via::Library, FULL).await?),
+        Ok(SandboxdPeer::start(
+            dir,
+            &binaries,
+            "sandboxd prepared",
+            POOL,
+            Via::Library,
+            FULL,
+        )
+        .await?),
     ];
+    // Beside `runsc do`: the same program under `isolation = "gvisor"`,
+    // cold (no sandbox is prepared ahead under it).
+    let gvisor = "sandboxd gvisor cold".to_string();
+    match SandboxdPeer::start(dir, &binaries, &gvisor, 0, Via::Library, GVISOR).await {
+        Ok(peer) => peers.push(Ok(peer)),
+        Err(error) => peers.push(Err((gvisor, format!("not measured: {error:#}")))),
+    }
     let ctl_name = "sandboxctl prepared".to_string();
     if sandboxctl.is_file() {
-        let peer = SandboxdPeer::start(dir, &binaries, &ctl_name, POOL, Via::Sandboxctl).await?;
+        let peer =
+            SandboxdPeer::start(dir, &binaries, &ctl_name, POOL, Via::Sandboxctl, FULL).await?;
         peers.push(Ok(peer));
     } else {
         let reason = format!("not built ({} is missing)", sandboxctl.display());
@@ -85,14 +105,18 @@ impl SandboxdPeer {
         name: &str,
         pool: u32,
         via: Via,
+        isolation: &str,
     ) -> anyhow::Result<SandboxdPeer> {
         let prefix = format!("{}-", name.replace(' ', "-"));
         let tables = format!("[pool]\nsession = {pool}\nworkflow = 0\nconnect = 0\n");
-        let driver = "driver = \"local-process\"\n";
-        let daemon = Daemon::start_with_tables(dir, &prefix, binaries, driver, &tables)
+        let driver = format!("driver = \"local-process\"\nisolation = \"{isolation}\"\n");
+        let daemon = Daemon::start_with_tables(dir, &prefix, binaries, &driver, &tables)
             .with_context(|| format!("{name}: start the daemon"))?;
         let client = connect(&daemon.socket).await?;
         let how = match (via, pool) {
+            (Via::Library, 0) if isolation != FULL => {
+                format!("client library ensure, isolation = \"{isolation}\", [pool] session = 0")
+            }
             (Via::Library, 0) => "client library ensure, [pool] session = 0".to_string(),
             (Via::Library, _) => format!(
                 "client library ensure, [pool] session = {pool}, full before each serial start"

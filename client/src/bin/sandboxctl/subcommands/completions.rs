@@ -25,14 +25,13 @@ impl CompletionsArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn completions_name_the_real_subcommands() {
         let bash = CompletionsArgs {
             shell: clap_complete::Shell::Bash,
         }
-        .script(crate::cli::Cli::command());
+        .script(crate::cli::full_command());
         assert!(
             bash.contains("sandboxctl") && bash.contains("deprovision"),
             "{bash}"

@@ -11,8 +11,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 
 use clap::Args;
-use sandboxd_client::{FileType, PutChunk, SandboxError, SandboxdClient, Scope};
-use sandboxd_protocol::files::MAX_FILE_CHUNK;
+use sandboxd_client::{FileType, SandboxError, SandboxdClient, Scope, TarStreamError};
 use sandboxd_protocol::{validate, validate_files};
 
 use super::{Context, Run};
@@ -159,8 +158,8 @@ async fn into_dir(
     })
 }
 
-/// Sends `from` (a file, or stdin for `-`) chunk by chunk; answers the
-/// bytes sent.
+/// Sends `from` (a file, or stdin for `-`) chunk by chunk, a few in
+/// flight at once; answers the bytes sent.
 async fn upload(
     client: &SandboxdClient,
     scope: Scope,
@@ -169,47 +168,20 @@ async fn upload(
     from: &str,
 ) -> Result<u64, Failure> {
     let cannot = |error: std::io::Error| Failure::Usage(format!("cannot read {from}: {error}"));
-    let (mut reader, mode): (Box<dyn Read>, u32) = if from == "-" {
+    let (reader, mode): (Box<dyn Read + Send>, u32) = if from == "-" {
         (Box::new(std::io::stdin()), 0o644)
     } else {
         let file = std::fs::File::open(from).map_err(cannot)?;
         let mode = file.metadata().map_err(cannot)?.permissions().mode() & 0o777;
         (Box::new(file), mode)
     };
-    let mut offset = 0;
-    let mut current = read_chunk(&mut reader).map_err(cannot)?;
-    loop {
-        let next = if current.len() == MAX_FILE_CHUNK as usize {
-            read_chunk(&mut reader).map_err(cannot)?
-        } else {
-            Vec::new()
-        };
-        let last = next.is_empty();
-        let chunk = PutChunk {
-            path: path.to_string(),
-            offset,
-            data: current,
-            last,
-            mode,
-        };
-        offset = client.put_file(scope, id, &chunk).await?.received;
-        if last {
-            return Ok(offset);
-        }
-        current = next;
+    match client.put_file_from(scope, id, path, mode, reader).await {
+        Err(TarStreamError::Local(error)) => Err(cannot(error)),
+        sent => Ok(sent?),
     }
 }
 
-/// Up to one chunk's bytes: fewer only at the end.
-fn read_chunk(reader: &mut dyn Read) -> std::io::Result<Vec<u8>> {
-    let mut chunk = Vec::with_capacity(MAX_FILE_CHUNK as usize);
-    reader
-        .take(u64::from(MAX_FILE_CHUNK))
-        .read_to_end(&mut chunk)?;
-    Ok(chunk)
-}
-
-/// Fetches `path` chunk by chunk into `to` (a file, or stdout for `-`).
+/// Fetches `path` chunk by chunk (a few in flight at once) into `to` (a file, or stdout for `-`).
 async fn download(
     client: &SandboxdClient,
     scope: Scope,
@@ -228,18 +200,10 @@ async fn download(
         }
         Box::new(std::fs::File::create(&target).map_err(cannot)?)
     };
-    let mut offset = 0;
-    loop {
-        let chunk = client
-            .get_file(scope, id, path, offset, MAX_FILE_CHUNK)
-            .await?;
-        writer.write_all(&chunk.data).map_err(cannot)?;
-        offset += chunk.data.len() as u64;
-        if chunk.eof || chunk.data.is_empty() {
-            break;
-        }
+    match client.get_file_into(scope, id, path, &mut writer).await {
+        Err(TarStreamError::Local(error)) => Err(cannot(error)),
+        fetched => fetched.map(drop).map_err(Failure::from),
     }
-    writer.flush().map_err(cannot)
 }
 
 #[cfg(test)]

@@ -191,10 +191,9 @@ fn items(entries: &[(&str, &str)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     fn cli() -> clap::Command {
-        crate::cli::Cli::command()
+        crate::cli::full_command()
     }
 
     /// Every `sandboxctl-…(1)` a page names (clap_mangen's SUBCOMMANDS

@@ -9,13 +9,15 @@
 //! stdin channel 0, closed by the v5 protocol's close message; its end is
 //! the status on channel 3 ([`end`]); signals are a second exec of `kill`
 //! and resizing a message on channel 4 ([`control`]); a stopping daemon
-//! stops following them ([`follow`]). A command's own
+//! stops following them ([`follow`]). An exec no kubelet took is said as
+//! such ([`refused`]). A command's own
 //! limits are refused: an exec runs in its container's cgroup, with the
 //! pod's limits, and the API has no way to give it lower ones.
 
 mod control;
 pub(super) mod end;
 mod follow;
+pub(super) mod refused;
 mod wrapper;
 
 use std::sync::atomic::{AtomicBool, AtomicI32};
@@ -34,6 +36,7 @@ use crate::sandbox_key::SandboxKey;
 use crate::started_command::{CommandSpec, OutputReader, StartedCommand};
 pub use follow::Follows;
 use follow::UntilStopped;
+use refused::Place;
 use wrapper::Said;
 
 const EXEC: Action = Action::new("create", "pods/exec");
@@ -64,18 +67,19 @@ pub async fn start(
         )));
     }
     let target = target(inner, key, spec).await?;
-    let pod_name = target.pod.metadata.name.clone().unwrap_or_default();
+    let place = Place::of(&target.pod);
+    let pod_name = place.pod.clone();
     let context = format!("cannot run a command in {} (pod {pod_name})", key.what());
     let Attached {
         mut attached,
         resizer,
         line,
         stdout,
-    } = attach(inner, &pod_name, spec, &context).await?;
+    } = attach(inner, &place, spec, &context).await?;
     let pid = match wrapper::parse(&line) {
         Some(Said::Pid(pid)) => pid,
         Some(refused) => return Err(wrapper::refusal(key, spec, &refused)),
-        None => return Err(not_started(&context, &line, attached).await),
+        None => return Err(not_started(&context, &place, &line, attached).await),
     };
     tracing::debug!(scope = %key.scope, id = %key.shown_id(), pod = %pod_name, pid, "command started through pods/exec");
     let exited = Arc::new(AtomicBool::new(false));
@@ -125,11 +129,11 @@ struct Attached {
 }
 
 /// Opens the exec of `spec`'s wrapper in the runner container of
-/// `pod_name`, sizes its terminal, and reads the wrapper's first line, all
-/// within the request timeout.
+/// `place`'s pod, sizes its terminal, and reads the wrapper's first line,
+/// all within the request timeout.
 async fn attach(
     inner: &Inner,
-    pod_name: &str,
+    place: &Place,
     spec: &CommandSpec,
     context: &str,
 ) -> Result<Attached, SandboxError> {
@@ -148,7 +152,7 @@ async fn attach(
     inner
         .cluster
         .call(async {
-            let mut attached = pods.exec(pod_name, argv, &params).await?;
+            let mut attached = pods.exec(&place.pod, argv, &params).await?;
             // Its size before anything runs in it (channel 4).
             let mut resizer = attached.terminal_size();
             if let (Some(resizer), Some(size)) = (resizer.as_mut(), spec.pty) {
@@ -164,7 +168,7 @@ async fn attach(
             })
         })
         .await
-        .map_err(|error| inner.cluster.error(context, EXEC, error))
+        .map_err(|error| refused::exec_refused(inner, context, place, error))
 }
 
 /// The sandbox's Deployment and running pod, when it is running and is
@@ -247,16 +251,25 @@ pub(super) async fn running_pod(
     if running {
         return Ok(pod);
     }
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let why = if super::pending::is_pending(&pod) {
-        format!(
-            "its pod {name} is Pending: {}",
+    let place = Place::of(&pod);
+    let name = &place.pod;
+    let why = match (&place.node, super::pending::is_pending(&pod)) {
+        (None, true) => format!(
+            "its pod {name} is Pending, on no node yet, so no kubelet runs it: {}",
             super::pending::why(inner, &pod).await
-        )
-    } else {
-        format!("the runner container of its pod {name} is not running")
+        ),
+        (Some(node), true) => format!(
+            "its pod {name} is Pending on node {node}, whose kubelet has not started its runner \
+             container: {}",
+            super::pending::why(inner, &pod).await
+        ),
+        (_, false) => format!("the runner container of its pod {name} is not running"),
     };
-    Err(not_running(why))
+    Err(SandboxError::FailedPrecondition(format!(
+        "cannot {doing} {}: {why} (a command or a file call runs in the runner container, \
+         through the kubelet of the pod's node)",
+        key.what()
+    )))
 }
 
 /// The wrapper's first line from the exec's stdout (at most
@@ -287,14 +300,23 @@ async fn first_line(attached: &mut AttachedProcess) -> (Vec<u8>, OutputReader) {
 }
 
 /// Why an exec whose wrapper never said its line did not start: its status
-/// (the runtime could not run `sh`, the container is gone).
-async fn not_started(context: &str, line: &[u8], mut attached: AttachedProcess) -> SandboxError {
+/// (no kubelet answered, the runtime could not run `sh`, the container is
+/// gone).
+async fn not_started(
+    context: &str,
+    place: &Place,
+    line: &[u8],
+    mut attached: AttachedProcess,
+) -> SandboxError {
     let status = match attached.take_status() {
         Some(status) => status.await,
         None => None,
     };
     let said = match end::read_status(status.as_ref()) {
         end::Said::Code(code) => format!("it exited with code {code}"),
+        end::Said::Broken(why) if refused::kubelet_unreached(&why) => {
+            return refused::no_kubelet_answered(context, place, &why)
+        }
         end::Said::Broken(why) => why,
     };
     SandboxError::FailedPrecondition(format!(

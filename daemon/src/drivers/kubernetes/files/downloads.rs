@@ -58,7 +58,7 @@ impl Files {
         max: u32,
     ) -> Result<FileChunk, SandboxError> {
         let call = FileCall::open(inner, key, "read", path).await?;
-        let name = format!("{}\0{}", call.pod, script_path(path));
+        let name = format!("{}\0{}", call.place.pod, script_path(path));
         let shared = self.downloads.sessions.session(&name);
         let mut session = shared.state.lock().await;
         let max = max.min(MAX_FILE_CHUNK) as usize;
@@ -80,7 +80,7 @@ impl Files {
         }
         let (data, ended) = read?;
         if let Some(opened) = opened {
-            call.told.outcome(&opened.end().await)?;
+            call.outcome(&opened.end().await)?;
         }
         Ok(FileChunk {
             offset,

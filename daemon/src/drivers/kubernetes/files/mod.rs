@@ -40,6 +40,8 @@ use std::path::Path;
 
 use sandboxd_protocol::{ProbeState, SandboxError};
 
+use super::exec::end::Said;
+use super::exec::refused::{kubelet_unreached, no_kubelet_answered, Place};
 use super::observe::{state_of, Lookup};
 use super::Inner;
 use crate::drivers::upload_partials::Partials;
@@ -65,7 +67,7 @@ impl Files {
 
 /// One file call on one running pod: where, and how it is told.
 pub struct FileCall {
-    pod: String,
+    place: Place,
     told: Told,
 }
 
@@ -117,9 +119,32 @@ impl FileCall {
         let doing = format!("{verb} files in");
         let pod = super::exec::running_pod(inner, key, &doing).await?;
         Ok(FileCall {
-            pod: pod.metadata.name.unwrap_or_default(),
+            place: Place::of(&pod),
             told,
         })
+    }
+
+    /// What the call could not do, for its errors.
+    fn context(&self) -> String {
+        format!(
+            "cannot {} '{}' in {} (pod {})",
+            self.told.verb,
+            self.told.path.escape_debug(),
+            self.told.what,
+            self.place.pod
+        )
+    }
+
+    /// Why a script that ended with `ended` failed (`Ok` when it did not);
+    /// an exec the API server could not take to a kubelet is said as such,
+    /// never blamed on the image.
+    fn outcome(&self, ended: &run::Ended) -> Result<(), SandboxError> {
+        match &ended.said {
+            Said::Broken(why) if kubelet_unreached(why) => {
+                Err(no_kubelet_answered(&self.context(), &self.place, why))
+            }
+            _ => self.told.outcome(ended),
+        }
     }
 }
 

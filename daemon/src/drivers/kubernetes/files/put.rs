@@ -51,7 +51,7 @@ impl Files {
             )
             .await;
         let _ = tokio::fs::remove_file(&kept.file).await;
-        call.told.outcome(&ran?.1)?;
+        call.outcome(&ran?.1)?;
         Ok(PutReport {
             received: kept.size,
             complete: true,
@@ -147,5 +147,5 @@ async fn unpack(
     let input = Some((copy.to_path_buf(), size));
     let script = scripts::with_prelude(scripts::PUT_TAR);
     let (_, ended) = call.run(inner, &script, &args, input, NO_OUTPUT).await?;
-    call.told.outcome(&ended)
+    call.outcome(&ended)
 }

@@ -37,7 +37,7 @@ impl Files {
         let script = scripts::with_prelude(scripts::GET_FILE);
         let limit = (count * BLOCK) as usize + 64;
         let (stdout, ended) = call.run(inner, &script, &args, None, limit).await?;
-        call.told.outcome(&ended)?;
+        call.outcome(&ended)?;
         let newline = stdout.iter().position(|byte| *byte == b'\n');
         let size = newline
             .and_then(|at| std::str::from_utf8(&stdout[..at]).ok())
@@ -66,7 +66,7 @@ impl Files {
         let name = path.rsplit('/').next().unwrap_or(".").to_string();
         let script = scripts::with_prelude(scripts::STAT);
         let (stdout, ended) = call.run(inner, &script, &[path], None, SMALL).await?;
-        call.told.outcome(&ended)?;
+        call.outcome(&ended)?;
         let line = String::from_utf8_lossy(&stdout);
         file_stat(name, line.trim()).ok_or_else(|| {
             call.told
@@ -84,7 +84,7 @@ impl Files {
         let args = [script_path(path), MAX_LIST_ENTRIES.to_string()];
         let script = scripts::with_prelude(scripts::LIST);
         let (stdout, ended) = call.run(inner, &script, &args, None, MAX_LISTING).await?;
-        call.told.outcome(&ended)?;
+        call.outcome(&ended)?;
         let mut list =
             listing(&stdout).ok_or_else(|| call.told.stream("its listing cannot be read"))?;
         list.entries.sort_by(|a, b| a.name.cmp(&b.name));
@@ -106,7 +106,7 @@ impl Files {
         let args = [path, u8::from(recursive).to_string()];
         let script = scripts::with_prelude(scripts::REMOVE);
         let (_, ended) = call.run(inner, &script, &args, None, SMALL).await?;
-        call.told.outcome(&ended)
+        call.outcome(&ended)
     }
 }
 

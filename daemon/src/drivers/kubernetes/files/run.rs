@@ -14,13 +14,12 @@ use sandboxd_protocol::SandboxError;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
-use super::super::errors::Action;
 use super::super::exec::end::{read_status, Said};
+use super::super::exec::refused::exec_refused;
 use super::super::shapes::CONTAINER;
 use super::super::Inner;
 use super::FileCall;
 
-const EXEC: Action = Action::new("create", "pods/exec");
 /// How long one file exec may take, from its start to its status.
 pub const FILE_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long the status may take once the streams ended.
@@ -68,18 +67,12 @@ impl FileCall {
         let mut argv = vec!["sh".to_string(), "-c".into(), script.into(), NAME.into()];
         argv.extend(args.iter().cloned());
         let pods = inner.pods_api();
-        let context = format!(
-            "cannot {} '{}' in {} (pod {})",
-            self.told.verb,
-            self.told.path.escape_debug(),
-            self.told.what,
-            self.pod
-        );
+        let context = self.context();
         let mut attached = inner
             .cluster
-            .call(pods.exec(&self.pod, argv, &params))
+            .call(pods.exec(&self.place.pod, argv, &params))
             .await
-            .map_err(|error| inner.cluster.error(&context, EXEC, error))?;
+            .map_err(|error| exec_refused(inner, &context, &self.place, error))?;
         let stdout: Pin<Box<dyn AsyncRead + Send>> = match attached.stdout() {
             Some(stdout) => Box::pin(stdout),
             None => Box::pin(tokio::io::empty()),

@@ -67,6 +67,14 @@ impl Inner {
     ) -> Result<StartedCommand, SandboxError> {
         // Held across the start, so no deprovision or restart of the same
         // sandbox comes in between the check and the clone.
+        if self.settings.gvisor.is_some() {
+            return Err(SandboxError::FailedPrecondition(format!(
+                "cannot run '{}' in {}: {}",
+                spec.argv[0],
+                key.what(),
+                super::gvisor::NO_COMMANDS
+            )));
+        }
         let _key_guard = self.key_locks.lock(key).await;
         let target = self.exec_target(key, spec)?;
         let launch = self.command_launch(key, spec, &target)?;

@@ -135,6 +135,9 @@ fn namespace_features(
             (IsolationMode::UidCgroup, _) => {
                 "isolation = \"uid-cgroup\": runners share the host's".to_string()
             }
+            (IsolationMode::Gvisor, _) => {
+                "isolation = \"gvisor\": see the gvisor feature; not the host's".to_string()
+            }
             (IsolationMode::Full, problem) => format!(
                 "isolation = \"full\" but namespaces cannot be made here ({}): runners share the host's",
                 problem.unwrap_or("unknown")

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
 use super::super::cgroup::CgroupTree;
+use super::super::gvisor::Gvisor;
 use super::super::isolation::init_binary::InitBinary;
 use super::super::isolation::kernel_filters::KernelFilters;
 use super::super::isolation::namespaces::View;
@@ -64,6 +65,8 @@ pub struct RunnerSettings {
     pub view: Option<Arc<View>>,
     /// What runs as each sandbox's init, view holder and parked runner.
     pub init_binary: Arc<InitBinary>,
+    /// `Some` under `isolation = "gvisor"`: each runner runs under runsc.
+    pub gvisor: Option<Arc<Gvisor>>,
 }
 
 /// What a sandbox took from a prepared one (see `prepared`).
@@ -301,6 +304,25 @@ impl RunnerSettings {
             }
         };
         let [log, log_for_stderr] = output;
+        if let Some(gvisor) = &self.gvisor {
+            let started = gvisor
+                .start(
+                    &key.base_name,
+                    launch,
+                    [log, log_for_stderr],
+                    placement.as_ref(),
+                    self.oom_score_adj,
+                )
+                .map(|leader| Started {
+                    leader,
+                    runner_pid: leader.pid,
+                    status_file: None,
+                    holder: None,
+                    process: None,
+                })
+                .map_err(|(step, error)| self.start_failed(key, launch, step, error))?;
+            return Ok(self.watched(started, exits));
+        }
         let started = match &self.view {
             Some(view) => view
                 .spawn(
@@ -442,6 +464,9 @@ impl RunnerSettings {
     /// Where a runner whose workspace is `host` sees it: `/workspace` in
     /// a view (see `isolation::workspace_mount`), else `host`.
     pub fn workspace_seen(&self, host: &Path) -> PathBuf {
+        if let Some(gvisor) = &self.gvisor {
+            return gvisor.workspace_inside(host);
+        }
         match &self.view {
             Some(view) => view.settings.workspace_inside(host),
             None => host.to_path_buf(),

@@ -56,25 +56,6 @@ impl Kept {
         self.first + self.ring.len() as u64
     }
 
-    /// Appends `data` (at most `capacity` bytes), dropping the oldest.
-    #[cfg(test)]
-    fn push(&mut self, data: &[u8]) {
-        let room = self.capacity - self.ring.len();
-        let (fits, rest) = data.split_at(room.min(data.len()));
-        // Memory is taken as bytes arrive, never ahead.
-        self.ring.extend_from_slice(fits);
-        if rest.is_empty() {
-            return;
-        }
-        // Full: overwrite the oldest, from the head, wrapping once.
-        let first_part = rest.len().min(self.capacity - self.head);
-        self.ring[self.head..self.head + first_part].copy_from_slice(&rest[..first_part]);
-        let second = &rest[first_part..];
-        self.ring[..second.len()].copy_from_slice(second);
-        self.head = (self.head + rest.len()) % self.capacity;
-        self.first += rest.len() as u64;
-    }
-
     /// One read of at most `want` bytes by `read`, straight into the ring
     /// (no copy through a buffer of the pump's): into its free room while
     /// it grows (taken in doublings, never past the bound), else over the
@@ -152,20 +133,22 @@ impl OutputStore {
         self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Appends `data`, dropping the oldest bytes beyond the bound (the
-    /// pump fills the store with [`OutputStore::poll_fill`] instead).
+    /// Appends `data`, dropping the oldest bytes beyond the bound: the
+    /// pump's own path ([`Kept::fill`]), fed from a slice.
     #[cfg(test)]
-    pub fn write(&self, data: &[u8]) {
+    pub fn write(&self, mut data: &[u8]) {
         {
             let mut kept = self.kept();
-            let capacity = kept.capacity;
-            if data.len() > capacity {
-                // Only its tail can be kept: the rest is dropped at once.
-                let skipped = data.len() - capacity;
-                kept.first += skipped as u64;
-                kept.push(&data[skipped..]);
-            } else {
-                kept.push(data);
+            while !data.is_empty() {
+                let filled = kept.fill(data.len(), |buf| {
+                    let count = buf.remaining().min(data.len());
+                    buf.put_slice(&data[..count]);
+                    Poll::Ready(Ok(()))
+                });
+                let Poll::Ready(Ok(count)) = filled else {
+                    unreachable!("a slice is always ready")
+                };
+                data = &data[count..];
             }
         }
         self.grew.notify_waiters();

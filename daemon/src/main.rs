@@ -99,6 +99,7 @@ fn print_generated(cli: &Cli) -> Option<ExitCode> {
 
 fn main() -> ExitCode {
     malloc_arenas::cap_at_cpus();
+    malloc_arenas::keep_large_buffers();
     // The process tier's group reaper is this same binary, re-executed.
     if std::env::args_os().nth(1).as_deref() == Some(drivers::local_process::reaper::ARG.as_ref()) {
         return drivers::local_process::reaper::run_reaper_process();

@@ -3,7 +3,8 @@
 //! - [`init`]: a sandbox's PID 1 under `isolation = "full"`;
 //! - [`view_holder`]: the PID 1 of a view prepared ahead of its sandbox;
 //! - [`parked_runner`]: a runner parked ahead of its sandbox, which execs
-//!   the runner once told what to run.
+//!   the runner once told what to run;
+//! - [`piped_runner`]: the same under gVisor, told through pipes.
 //!
 //! Why a crate (and the daemon package's small `sandboxd-init` binary) of
 //! its own: each of these roles is an exec, once per sandbox started cold
@@ -19,6 +20,7 @@
 
 pub mod init;
 pub mod parked_runner;
+pub mod piped_runner;
 pub mod privileges;
 pub mod view_holder;
 
@@ -43,6 +45,8 @@ pub fn run_role(arg: &OsStr) -> Option<ExitCode> {
         Some(view_holder::run_view_holder())
     } else if arg == parked_runner::ARG {
         Some(parked_runner::run_parked_runner())
+    } else if arg == piped_runner::ARG {
+        Some(piped_runner::run_piped_runner())
     } else {
         None
     }

@@ -28,9 +28,10 @@
 //! `CLONE_VM` child shares the daemon's memory and suspends its thread
 //! until it execs, so it cannot wait. And why wait at all: on a host whose
 //! memory, pids and cpu controllers live in cgroup v1 hierarchies, a
-//! process can only join those by a `cgroup.procs` write, which waits for
-//! an RCU grace period (milliseconds) — done here ahead of demand, with
-//! the user switch and the filters, instead of on the caller's time.
+//! process can only join those by a write of its own (`tasks`), which on
+//! a kernel without the shortcut for a thread moving itself waits for an
+//! RCU grace period (milliseconds) — done here ahead of demand, with the
+//! user switch and the filters, instead of on the caller's time.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -214,11 +215,13 @@ fn say(report: RawFd, message: &[u8]) {
     };
 }
 
-fn errno() -> i32 {
+/// The calling thread's `errno`.
+pub(crate) fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
+/// `strings` as the NULL-terminated pointer array `execve` takes.
+pub(crate) fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
     strings
         .iter()
         .map(|string| string.as_ptr())

@@ -92,7 +92,7 @@
 //! (see `bench/peers.rs`); a full run measures them after the output row.
 //! `--only-files` runs only the files rows: a tree copied in and out with
 //! put_tar/get_tar and put_file/get_file against `tar -c | tar -x` (see
-//! `bench/files.rs`).
+//! `bench/files.rs`), with `--daemon PATH` against another `sandboxd`.
 
 #[path = "bench/calls.rs"]
 mod calls;
@@ -212,7 +212,7 @@ async fn run(options: &Options) -> anyhow::Result<()> {
         return only::kubernetes_rows(options, counts).await;
     }
     if std::env::args().any(|arg| arg == "--only-files") {
-        return files::run_only(options.quick, options.keep).await;
+        return files::run_only(options.quick, options.keep, options.daemon.as_deref()).await;
     }
     let bench = Bench::set_up(options, counts, started)?;
     if only::run(&bench).await? {

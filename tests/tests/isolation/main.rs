@@ -11,6 +11,7 @@ mod disk_holes;
 mod egress_addresses;
 mod foreign_peers;
 mod gvisor;
+mod gvisor_commands;
 mod handover_links;
 mod kernel_filters;
 mod keyring_reuse;

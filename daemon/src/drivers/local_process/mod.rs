@@ -162,14 +162,15 @@ impl Inner {
     }
 
     /// The pool, where sandboxes have cgroups and the runner command is
-    /// found: host parts under either isolation, views too under
-    /// `isolation = "full"`.
+    /// found: host parts under every isolation, views too under
+    /// `isolation = "full"`, and parked runners (under gVisor, parked
+    /// `runsc run`s) unless `park_runners = false`.
     fn make_prepared(
         &self,
         sizes: &crate::config::PoolConfig,
     ) -> Result<Arc<prepared::PreparedSandboxes>, String> {
-        if self.settings.gvisor.is_some() {
-            return Err(gvisor::NOT_PREPARED.to_string());
+        if self.settings.gvisor.is_some() && self.settings.disk_quota.is_some() {
+            return Err("isolation = \"gvisor\" prepares sandboxes with their workspaces made ahead, which the [limits] disk project quota (set on each workspace at its start) rules out".into());
         }
         let tree = self
             .containment
@@ -185,6 +186,15 @@ impl Inner {
             .privileges(None)
             .bounding_set_up_to
             .is_some();
+        let gvisor = match (&self.settings.gvisor, sizes.park_runners) {
+            (Some(gvisor), true) => Some(Arc::new(gvisor::prepared::GvisorParker {
+                gvisor: gvisor.clone(),
+                stub: self.settings.init_binary.path().to_path_buf(),
+                program: program.clone(),
+                oom_score_adj: self.settings.oom_score_adj,
+            })),
+            _ => None,
+        };
         let view = match &self.settings.view {
             Some(view) => Some(
                 view.view_maker(program, drop_bounding_set)
@@ -207,7 +217,7 @@ impl Inner {
             uids_kept: total * 2,
             next: Default::default(),
         };
-        let runner = sizes.park_runners.then(|| {
+        let runner = (sizes.park_runners && self.settings.gvisor.is_none()).then(|| {
             Arc::new(prepared::parked_runner::RunnerParker {
                 filters: self.settings.filters.clone(),
                 oom_score_adj: self.settings.oom_score_adj,
@@ -218,6 +228,7 @@ impl Inner {
             host: Arc::new(host),
             view,
             runner,
+            gvisor,
             parking_failed: Default::default(),
             parking_problem: Default::default(),
         };

@@ -160,10 +160,13 @@ impl Inner {
     ) -> Result<RunnerProcess, SandboxError> {
         let pool = self.prepared.get();
         // New to the daemon: no uid of its own yet (a respawn has one).
+        // Under gVisor also no workspace on disk yet: a parked sandbox has
+        // the prepared one bound.
         let new = self
             .uids
             .as_ref()
-            .is_none_or(|uids| uids.uid_of(key).is_none());
+            .is_none_or(|uids| uids.uid_of(key).is_none())
+            && (self.settings.gvisor.is_none() || !self.settings.workspace(key).exists());
         let taken = match (pool, self.settings.resolve_command()) {
             (Some(pool), Ok(program)) => pool.take(key.scope, &program, new),
             _ => None,
@@ -190,15 +193,17 @@ impl Inner {
         let workspace = self.settings.workspace(key);
         let prepared::Prepared {
             mut runner,
+            mut gvisor,
             host,
             view,
         } = taken;
-        let adopted = host.adopt(key, &workspace, &mut runner);
+        let adopted = host.adopt(key, &workspace, &mut runner, &mut gvisor);
         let parts = launch::spawn::Taken {
             placement: adopted.placement,
             workspace_made: adopted.workspace_made,
             view,
             runner,
+            gvisor,
             pool,
         };
         let assignment = match (&self.uids, adopted.uid) {

@@ -10,7 +10,9 @@
 //! the daemon's copies and counts at its faster run. The daemon's peak
 //! resident memory during the copies is sampled from /proc (its `VmHWM`
 //! cannot be reset, so it includes start-up; the sampled maximum does
-//! not).
+//! not). The CPU time each side spent on each way (the daemon's from
+//! /proc, this process's, which packs and unpacks, from `getrusage`) is
+//! told per GiB: wall time on a loaded machine says little, CPU time more.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -40,6 +42,9 @@ pub struct FilesFigures {
     pub put_file: f64,
     pub get_file: f64,
     pub baseline: f64,
+    /// CPU seconds of each way, in the order above: the daemon's, this
+    /// process's.
+    pub cpu: [Cpu; 4],
     pub peak_rss: u64,
     pub hwm: u64,
 }
@@ -74,27 +79,36 @@ async fn copies(
         .ensure_session_sandbox(SESSION, &sandbox_env(SESSION))
         .await?;
     let sampler = RssSampler::start(daemon.pid);
+    let mut cpu = [Cpu::default(); 4];
     let started = Instant::now();
+    let before = Cpu::now(daemon.pid);
     put_tree(&client, source).await?;
+    cpu[0] = Cpu::now(daemon.pid).since(before);
     let put_tar = started.elapsed().as_secs_f64();
     let back = dir.join("files-back");
     let started = Instant::now();
+    let before = Cpu::now(daemon.pid);
     get_tree(&client, &back).await?;
+    cpu[1] = Cpu::now(daemon.pid).since(before);
     let get_tar = started.elapsed().as_secs_f64();
     std::fs::remove_dir_all(&back)?;
     client
         .remove_file(Scope::Session, SESSION, "files-source", true)
         .await?;
     let started = Instant::now();
+    let before = Cpu::now(daemon.pid);
     for file in large {
         put_one(&client, file).await?;
     }
+    cpu[2] = Cpu::now(daemon.pid).since(before);
     let put_file = started.elapsed().as_secs_f64();
     std::fs::create_dir(&back)?;
     let started = Instant::now();
+    let before = Cpu::now(daemon.pid);
     for file in large {
         get_one(&client, file, &back).await?;
     }
+    cpu[3] = Cpu::now(daemon.pid).since(before);
     let get_file = started.elapsed().as_secs_f64();
     std::fs::remove_dir_all(&back)?;
     let peak_rss = sampler.stop();
@@ -111,6 +125,7 @@ async fn copies(
         put_file,
         get_file,
         baseline: f64::INFINITY,
+        cpu,
         peak_rss,
         hwm,
     })
@@ -231,6 +246,57 @@ async fn get_one(client: &SandboxdClient, file: &Path, into: &Path) -> anyhow::R
     Ok(())
 }
 
+/// CPU seconds (user and system) of the daemon and of this process.
+#[derive(Clone, Copy, Default)]
+pub struct Cpu {
+    pub daemon: f64,
+    pub client: f64,
+}
+
+impl Cpu {
+    /// Both so far; the daemon's counts its ended threads too.
+    fn now(pid: u32) -> Cpu {
+        Cpu {
+            daemon: process_cpu(pid).unwrap_or(0.0),
+            client: own_cpu(),
+        }
+    }
+
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            daemon: self.daemon - before.daemon,
+            client: self.client - before.client,
+        }
+    }
+}
+
+/// `utime` and `stime` of `/proc/PID/stat`, in seconds.
+fn process_cpu(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command's name, which may hold spaces.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    Some((utime + stime) as f64 / ticks as f64)
+}
+
+/// This process's CPU seconds, all its threads.
+fn own_cpu() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one rusage into the memory it is given,
+    // which is that size and is read only when the call succeeded.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return 0.0;
+        }
+        usage.assume_init()
+    };
+    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 /// A `/proc/PID/status` figure in KiB.
 fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -317,6 +383,26 @@ pub fn rows(figures: &FilesFigures) -> Vec<Row> {
 }
 
 pub fn info(figures: &FilesFigures) -> String {
+    let gib = |bytes: u64| bytes as f64 / f64::from(1 << 30);
+    let per_gib = |cpu: Cpu, bytes: u64| {
+        format!(
+            "{:.2}/{:.2}",
+            cpu.daemon / gib(bytes),
+            cpu.client / gib(bytes)
+        )
+    };
+    let [put_tar, get_tar, put_file, get_file] = figures.cpu;
+    format!(
+        "{}; CPU seconds per GiB, daemon/client: put_tar {}, get_tar {}, put_file {}, get_file {}",
+        seconds_info(figures),
+        per_gib(put_tar, figures.bytes),
+        per_gib(get_tar, figures.bytes),
+        per_gib(put_file, figures.large_bytes),
+        per_gib(get_file, figures.large_bytes),
+    )
+}
+
+fn seconds_info(figures: &FilesFigures) -> String {
     format!(
         "{:.0} MiB tree ({} large files of ≤ 64 MiB, {} small of {} KiB); seconds: put_tar {:.2}, get_tar {:.2}, put_file {:.2}, get_file {:.2}, tar|tar {:.2}",
         figures.bytes as f64 / f64::from(1 << 20),
@@ -334,9 +420,13 @@ pub fn info(figures: &FilesFigures) -> String {
     )
 }
 
-/// `--only-files`: this row alone, printed as the other `--only-…` runs are.
-pub async fn run_only(quick: bool, keep: bool) -> anyhow::Result<()> {
-    let binaries = Binaries::locate(quick)?;
+/// `--only-files`: this row alone, printed as the other `--only-…` runs
+/// are; `daemon` (`--daemon`) measures another `sandboxd`.
+pub async fn run_only(quick: bool, keep: bool, daemon: Option<&Path>) -> anyhow::Result<()> {
+    let mut binaries = Binaries::locate(quick)?;
+    if let Some(daemon) = daemon {
+        binaries.sandboxd = daemon.to_path_buf();
+    }
     let dir = crate::setup::BenchDir::create(keep)?;
     let bytes = if quick { 16 << 20 } else { 1 << 30 };
     let figures = measure(dir.path(), &binaries, bytes).await?;

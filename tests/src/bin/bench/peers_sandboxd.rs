@@ -4,7 +4,8 @@
 //! ways — through the client library with no pool (cold), through it with
 //! a warm pool of prepared views and parked runners (prepared: the pool is
 //! full again before every timed start, as in the prepared rows), and
-//! through `sandboxctl ensure` on a prepared daemon of its own.
+//! through `sandboxctl ensure` on a prepared daemon of its own; then under
+//! `isolation = "gvisor"`, cold and prepared.
 //!
 //! The program writes its clock to its sandbox's output, which the daemon
 //! keeps in `<state>/logs/<base>.log`; that file is read (untimed) until the
@@ -80,11 +81,18 @@ pub async fn start_all(
         .await?),
     ];
     // Beside `runsc do`: the same program under `isolation = "gvisor"`,
-    // cold (no sandbox is prepared ahead under it).
-    let gvisor = "sandboxd gvisor cold".to_string();
-    match SandboxdPeer::start(dir, &binaries, &gvisor, 0, Via::Library, GVISOR).await {
-        Ok(peer) => peers.push(Ok(peer)),
-        Err(error) => peers.push(Err((gvisor, format!("not measured: {error:#}")))),
+    // cold, and prepared (a `runsc run` parked ahead, its sentry booted).
+    for (gvisor, pool) in [
+        ("sandboxd gvisor cold", 0),
+        ("sandboxd gvisor prepared", POOL),
+    ] {
+        match SandboxdPeer::start(dir, &binaries, gvisor, pool, Via::Library, GVISOR).await {
+            Ok(peer) => peers.push(Ok(peer)),
+            Err(error) => peers.push(Err((
+                gvisor.to_string(),
+                format!("not measured: {error:#}"),
+            ))),
+        }
     }
     let ctl_name = "sandboxctl prepared".to_string();
     if sandboxctl.is_file() {
@@ -118,6 +126,9 @@ impl SandboxdPeer {
                 format!("client library ensure, isolation = \"{isolation}\", [pool] session = 0")
             }
             (Via::Library, 0) => "client library ensure, [pool] session = 0".to_string(),
+            (Via::Library, _) if isolation != FULL => format!(
+                "client library ensure, isolation = \"{isolation}\", [pool] session = {pool}, full before each serial start"
+            ),
             (Via::Library, _) => format!(
                 "client library ensure, [pool] session = {pool}, full before each serial start"
             ),

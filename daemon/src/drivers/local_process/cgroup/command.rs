@@ -96,7 +96,7 @@ impl CgroupTree {
                     Err(error) => return Err(format!("{} = {value}: {error}", path.display())),
                 }
             }
-            procs.push(dir.join("cgroup.procs"));
+            procs.push(dir.join(super::tree::V1_JOIN));
         }
         let placement = super::tree::open_placement_at(&sandbox.v2, &procs)
             .map_err(|error| format!("open the command's cgroup: {error}"))?;

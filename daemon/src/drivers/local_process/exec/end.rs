@@ -51,8 +51,19 @@ impl Drop for LiveCommand {
     }
 }
 
+/// A command's own code and signal, from those of the process waited for.
+pub type ExitOf = fn(Option<i32>, Option<i32>) -> (Option<i32>, Option<i32>);
+
 impl EndWatch {
-    pub async fn wait(mut self, mut process: RunnerProcess) -> CommandEnd {
+    pub async fn wait(self, process: RunnerProcess) -> CommandEnd {
+        self.wait_mapped(process, |code, signal| (code, signal))
+            .await
+    }
+
+    /// [`EndWatch::wait`] for a command whose waited process is not the
+    /// command itself (`runsc exec`, which exits 128 + N for signal N):
+    /// `exit_of` tells the command's end from the process's.
+    pub async fn wait_mapped(mut self, mut process: RunnerProcess, exit_of: ExitOf) -> CommandEnd {
         let status = process.wait().await;
         self.exited.store(true, Ordering::Release);
         let (own_oom_kills, own_limit) = match self.own_cgroup.take() {
@@ -70,8 +81,10 @@ impl EndWatch {
             return CommandEnd::from_status(None, None).because(ExitReason::Lost);
         };
         use std::os::unix::process::ExitStatusExt;
-        let end = CommandEnd::from_status(status.code(), status.signal());
-        if end.signal.is_none() {
+        let (code, signal) = exit_of(status.code(), status.signal());
+        let end = CommandEnd::from_status(code, signal);
+        // An end by signal, or one nobody could tell, is told apart below.
+        if end.signal.is_none() && end.exit_code.is_some() {
             return end;
         }
         if own_oom_kills > 0 && end.signal == Some(libc::SIGKILL) {

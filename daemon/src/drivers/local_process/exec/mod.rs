@@ -12,9 +12,9 @@
 //! its end ([`end`]).
 
 mod control;
-mod end;
-mod fd_stream;
-mod stdio;
+pub(super) mod end;
+pub(super) mod fd_stream;
+pub(super) mod stdio;
 mod view_terminal;
 mod workdir;
 
@@ -37,25 +37,25 @@ use fd_stream::FdStream;
 use stdio::Stdio;
 
 /// The running sandbox a command joins, read from its record.
-struct Target {
+pub(super) struct Target {
     /// Its group leader: the daemon's unreaped child (its init, or its
     /// runner in a prepared view), so its pid names it and no other.
-    leader: u32,
-    uid: String,
-    generation: u64,
+    pub(super) leader: u32,
+    pub(super) uid: String,
+    pub(super) generation: u64,
     task_queue: String,
     /// Its runner's count of commands beside it (the idle watcher's).
-    live_commands: Arc<std::sync::atomic::AtomicU32>,
+    pub(super) live_commands: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// Everything the clone needs, made before it.
-struct Launch {
-    program: PathBuf,
-    argv: Vec<String>,
-    env: Vec<(OsString, OsString)>,
-    cwd: PathBuf,
-    privileges: Privileges,
-    pty: bool,
+pub(super) struct Launch {
+    pub(super) program: PathBuf,
+    pub(super) argv: Vec<String>,
+    pub(super) env: Vec<(OsString, OsString)>,
+    pub(super) cwd: PathBuf,
+    pub(super) privileges: Privileges,
+    pub(super) pty: bool,
 }
 
 impl Inner {
@@ -65,16 +65,11 @@ impl Inner {
         key: &SandboxKey,
         spec: &CommandSpec,
     ) -> Result<StartedCommand, SandboxError> {
+        if let Some(gvisor) = self.settings.gvisor.clone() {
+            return self.exec_in_gvisor(&gvisor, key, spec).await;
+        }
         // Held across the start, so no deprovision or restart of the same
         // sandbox comes in between the check and the clone.
-        if self.settings.gvisor.is_some() {
-            return Err(SandboxError::FailedPrecondition(format!(
-                "cannot run '{}' in {}: {}",
-                spec.argv[0],
-                key.what(),
-                super::gvisor::NO_COMMANDS
-            )));
-        }
         let _key_guard = self.key_locks.lock(key).await;
         let target = self.exec_target(key, spec)?;
         let launch = self.command_launch(key, spec, &target)?;
@@ -108,7 +103,10 @@ impl Inner {
             .spawner
             .run(move || {
                 let cloned = clone_command(&launch, child, placement, &inner, leader, in_view)?;
-                let process = inner.spawner.exits().watch(cloned.pid, cloned.start_time);
+                let process = inner
+                    .spawner
+                    .exits()
+                    .watch_promptly(cloned.pid, cloned.start_time);
                 Ok::<_, String>((cloned.pid, process))
             })
             .await
@@ -149,7 +147,11 @@ impl Inner {
 
     /// The sandbox as the command may join it: running, not paused, and
     /// the incarnation `spec.expect` names.
-    fn exec_target(&self, key: &SandboxKey, spec: &CommandSpec) -> Result<Target, SandboxError> {
+    pub(super) fn exec_target(
+        &self,
+        key: &SandboxKey,
+        spec: &CommandSpec,
+    ) -> Result<Target, SandboxError> {
         if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
             return Err(SandboxError::Unavailable(
                 "sandboxd is shutting down".into(),
@@ -183,7 +185,7 @@ impl Inner {
     }
 
     /// The program, arguments, environment, directory and user of `spec`.
-    fn command_launch(
+    pub(super) fn command_launch(
         &self,
         key: &SandboxKey,
         spec: &CommandSpec,
@@ -262,7 +264,7 @@ impl Inner {
     /// Where the command starts: its sandbox's cgroups, or a cgroup of its
     /// own inside them when it asks for limits of its own (see
     /// `cgroup::command`).
-    fn command_placement(
+    pub(super) fn command_placement(
         &self,
         key: &SandboxKey,
         spec: &CommandSpec,
@@ -299,7 +301,11 @@ impl Inner {
     }
 
     /// Refused when the sandbox holds as many processes as its pids limit.
-    fn check_pids_room(&self, key: &SandboxKey, program: &str) -> Result<(), SandboxError> {
+    pub(super) fn check_pids_room(
+        &self,
+        key: &SandboxKey,
+        program: &str,
+    ) -> Result<(), SandboxError> {
         let Some(tree) = self.containment.tree() else {
             return Ok(());
         };
@@ -315,10 +321,10 @@ impl Inner {
     }
 
     /// The OOM kills its cgroup has counted so far (0 without cgroups).
-    fn oom_kills(&self, key: &SandboxKey) -> u64 {
+    pub(super) fn oom_kills(&self, key: &SandboxKey) -> u64 {
         self.containment
             .tree()
-            .map_or(0, |tree| tree.exit_facts(&key.base_name).oom_kills)
+            .map_or(0, |tree| tree.oom_kills(&key.base_name))
     }
 }
 
@@ -378,7 +384,7 @@ fn find_program(name: &str, path: &OsString, cwd: &Path) -> PathBuf {
         .unwrap_or_else(|| Path::new("/usr/bin").join(name))
 }
 
-fn unavailable(key: &SandboxKey, what: String) -> SandboxError {
+pub(super) fn unavailable(key: &SandboxKey, what: String) -> SandboxError {
     SandboxError::Unavailable(format!("cannot run a command in {}: {what}", key.what()))
 }
 
@@ -386,7 +392,12 @@ impl Inner {
     /// A clone that failed: a program that is not there (or not
     /// executable) is the caller's to fix; a sandbox at its pids limit
     /// says so; anything else is the daemon's.
-    fn start_failed(&self, key: &SandboxKey, program: &str, problem: String) -> SandboxError {
+    pub(super) fn start_failed(
+        &self,
+        key: &SandboxKey,
+        program: &str,
+        problem: String,
+    ) -> SandboxError {
         let not_there = problem.starts_with("execve")
             && (problem.contains("No such file") || problem.contains("Permission denied"));
         if not_there {

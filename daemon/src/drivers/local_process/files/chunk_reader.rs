@@ -25,12 +25,21 @@ use super::Failure;
 /// long link name and PAX records (a path is at most 4 KiB).
 pub const MAX_HEADERS: u64 = 1 << 20;
 
-/// One chunk of the stream, with what the disk limit allowed the workspace
-/// when its call came (`None`: no limit).
+/// One chunk of the stream, with what the disk limit allows.
 pub struct Piece {
     pub data: Vec<u8>,
     pub last: bool,
-    pub room: Option<u64>,
+    pub room: Room,
+}
+
+/// What the disk limit allows the workspace, told with a chunk.
+#[derive(Debug, Clone, Copy)]
+pub enum Room {
+    /// Measured when this chunk's call came (`None`: no limit); the bytes
+    /// written are counted from here.
+    Measured(Option<u64>),
+    /// As last measured: the bytes written since go on counting.
+    AsBefore,
 }
 
 /// What the unpacking thread answers a chunk.
@@ -47,8 +56,8 @@ pub type Answers = mpsc::Sender<Result<Answer, SandboxError>>;
 /// What the reader and the unpacking share on their one thread.
 #[derive(Default)]
 pub struct Tally {
-    /// The disk limit's room when the chunk in hand came, and the bytes
-    /// written since.
+    /// The disk limit's room when the workspace was last measured, and
+    /// the bytes written since.
     room: Cell<Option<u64>>,
     written: Cell<u64>,
     /// Bytes read since the unpacking asked for the next entry (`None`
@@ -69,7 +78,7 @@ impl Tally {
         }
     }
 
-    /// Whether `bytes` more still fit the room of the chunk in hand.
+    /// Whether `bytes` more still fit the room last measured.
     pub fn fits(&self, bytes: u64) -> bool {
         self.room
             .get()
@@ -141,8 +150,10 @@ impl ChunkReader {
                 let _ = self.answers.blocking_send(Ok(Answer::Taken));
             }
             (self.held, self.at, self.last) = (piece.data, 0, piece.last);
-            self.tally.room.set(piece.room);
-            self.tally.written.set(0);
+            if let Room::Measured(room) = piece.room {
+                self.tally.room.set(room);
+                self.tally.written.set(0);
+            }
         }
         Ok(true)
     }
@@ -199,7 +210,7 @@ mod tests {
             send.blocking_send(Piece {
                 data,
                 last,
-                room: None,
+                room: Room::Measured(None),
             })
             .unwrap();
             if !last {
@@ -216,8 +227,38 @@ mod tests {
         assert_eq!(read_all(chunks), (b"abcdef".to_vec(), 3));
     }
 
+    /// Two chunks of two bytes, each byte charged as read, the second
+    /// chunk told `second`: whether every byte fit a room of 3.
+    fn charged(second: Room) -> bool {
+        let (send, pieces) = mpsc::channel(2);
+        let (answers, _answered) = mpsc::channel(2);
+        let first = Piece {
+            data: vec![1, 2],
+            last: false,
+            room: Room::Measured(Some(3)),
+        };
+        send.blocking_send(first).unwrap();
+        let (data, last, room) = (vec![3, 4], true, second);
+        send.blocking_send(Piece { data, last, room }).unwrap();
+        let tally = Rc::new(Tally::default());
+        let mut reader = ChunkReader::new(pieces, answers, tally.clone());
+        let mut byte = [0];
+        while reader.read(&mut byte).unwrap() == 1 {
+            if tally.charge(1).is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
     #[test]
-    fn the_disk_room_is_that_of_the_chunk_in_hand() {
+    fn bytes_written_count_on_until_the_workspace_is_measured_again() {
+        assert!(!charged(Room::AsBefore));
+        assert!(charged(Room::Measured(Some(3))));
+    }
+
+    #[test]
+    fn the_disk_room_is_that_last_measured() {
         let tally = Tally::default();
         tally.room.set(Some(10));
         assert!(tally.fits(10) && !tally.fits(11));

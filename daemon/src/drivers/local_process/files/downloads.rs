@@ -2,33 +2,40 @@
 //! not once per chunk. A session per (workspace, path) holds a thread with
 //! the sandbox's user ([`super::as_owner`]) writing the stream
 //! ([`super::tar_out`]) into a bounded channel, so sequential calls read it
-//! in O(n) with at most [`PIECES`] pieces of [`PIECE`] bytes held. A call
+//! in O(n) with at most [`PIECES`] pieces of [`PIECE`] bytes held. A piece
+//! is a chunk's size, so a call at a piece's start takes it whole, and a
+//! file's bytes are read straight into the piece: each byte is copied
+//! once on its way from the file to the reply. A call
 //! at the session's position reads on; one further ahead skips to it; one
 //! behind starts the stream over and skips to it (the stream is the same
 //! bytes for an unchanged tree). A session ends at the stream's end, on a
 //! failure, or after [`IDLE`] without a call: its channel is dropped and
 //! its thread ends at its next write. At most [`MAX_SESSIONS`] are kept.
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use sandboxd_protocol::files::MAX_FILE_CHUNK;
 use sandboxd_protocol::{FileChunk, SandboxError};
 use tokio::sync::mpsc;
 
 use super::as_owner::{self, Owner};
 use super::beneath::Beneath;
-use super::{tar_out, Told};
+use super::tar_out::{self, Sink};
+use super::Told;
 use crate::drivers::idle_sessions::IdleSessions;
 
 /// A session without a call for this long ends.
 pub const IDLE: Duration = Duration::from_secs(60);
-/// The stream moves in pieces of this many bytes…
-const PIECE: usize = 256 * 1024;
+/// The stream moves in pieces of this many bytes (a whole chunk)…
+const PIECE: usize = MAX_FILE_CHUNK as usize;
 /// …at most this many of them waiting in the channel.
-const PIECES: usize = 8;
-/// At most this many sessions at once (a thread and up to 2 MiB each):
-/// a new one past it ends the one unused longest.
+const PIECES: usize = 2;
+/// At most this many sessions at once (a thread and up to 4 MiB each:
+/// the pieces waiting, the one filling and the one read): a new one past
+/// it ends the one unused longest.
 const MAX_SESSIONS: usize = 64;
 
 type Piece = Result<Vec<u8>, SandboxError>;
@@ -150,7 +157,15 @@ impl Stream {
         }
         let max = max as usize;
         let mut data = Vec::new();
+        if self.fill().await? && self.at == 0 && self.pending.len() <= max {
+            // A whole piece: handed on as it is.
+            data = std::mem::take(&mut self.pending);
+            self.position += data.len() as u64;
+        }
         while data.len() < max && self.fill().await? {
+            if data.capacity() < max {
+                data.reserve_exact(max - data.len());
+            }
             let take = (self.pending.len() - self.at).min(max - data.len());
             data.extend_from_slice(&self.pending[self.at..self.at + take]);
             self.at += take;
@@ -209,6 +224,29 @@ impl PieceWriter {
     }
 }
 
+impl Sink for PieceWriter {
+    fn file_data(&mut self, file: File, size: u64) -> std::io::Result<()> {
+        let mut data = file.take(size);
+        let mut left = size;
+        while left > 0 {
+            let want = (PIECE - self.piece.len()).min(left.try_into().unwrap_or(usize::MAX));
+            let before = self.piece.len();
+            // Reads into the piece's spare room, which is at least `want`.
+            (&mut data).take(want as u64).read_to_end(&mut self.piece)?;
+            let read = self.piece.len() - before;
+            if read == 0 {
+                // The file shrank: zeros stand for the rest.
+                self.piece.resize(before + want, 0);
+            }
+            left -= (self.piece.len() - before) as u64;
+            if self.piece.len() == PIECE {
+                self.send()?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Write for PieceWriter {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         let take = bytes.len().min(PIECE - self.piece.len());
@@ -221,5 +259,65 @@ impl Write for PieceWriter {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_dir::TestDir;
+
+    /// The stream of `dir`'s workspace read in calls of `max` bytes.
+    async fn fetch(dir: &std::path::Path, max: u32) -> Vec<u8> {
+        let downloads = Downloads::default();
+        let mut stream = Vec::new();
+        loop {
+            let source = Source {
+                owner: None,
+                workspace: dir.to_path_buf(),
+                path: String::new(),
+                told: Told {
+                    verb: "read",
+                    path: String::new(),
+                    what: "the test's sandbox".into(),
+                    limit: 0,
+                },
+            };
+            let offset = stream.len() as u64;
+            let chunk = downloads.read(source, offset, max).await.unwrap();
+            assert_eq!(chunk.offset, offset);
+            stream.extend_from_slice(&chunk.data);
+            if chunk.eof {
+                return stream;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn files_past_a_piece_and_long_names_come_whole_in_any_call_size() {
+        let dir = TestDir::new("tar-pieces");
+        let long = format!("{}/{}", "d".repeat(90), "f".repeat(120));
+        std::fs::create_dir(dir.0.join("d".repeat(90))).unwrap();
+        let big: Vec<u8> = (0..(PIECE * 5 / 2 + 7)).map(|n| (n % 251) as u8).collect();
+        std::fs::write(dir.0.join(&long), &big).unwrap();
+        std::fs::write(dir.0.join("small"), b"odd size").unwrap();
+        for max in [MAX_FILE_CHUNK, 100_000] {
+            let stream = fetch(&dir.0, max).await;
+            assert_eq!(stream.len() % 512, 0);
+            let mut archive = tar::Archive::new(stream.as_slice());
+            let mut found = Vec::new();
+            for entry in archive.entries().unwrap() {
+                let mut entry = entry.unwrap();
+                let name = entry.path().unwrap().to_string_lossy().into_owned();
+                let mut data = Vec::new();
+                entry.read_to_end(&mut data).unwrap();
+                found.push((name, data));
+            }
+            let names: Vec<&str> = found.iter().map(|(name, _)| name.as_str()).collect();
+            assert_eq!(names, ["d".repeat(90).as_str(), &long, "small"]);
+            assert_eq!(found[1].1, big);
+            assert_eq!(found[2].1, b"odd size");
+        }
+        std::fs::remove_dir_all(&dir.0).unwrap();
     }
 }

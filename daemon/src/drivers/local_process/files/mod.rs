@@ -234,7 +234,6 @@ impl Inner {
         key: &SandboxKey,
         chunk: &PutChunk,
     ) -> Result<PutReport, SandboxError> {
-        let room = self.disk_room(key).await?;
         let target = self.file_target(key)?;
         let told = Told {
             verb: "write",
@@ -247,6 +246,7 @@ impl Inner {
             workspace: target.workspace,
             told,
         };
+        let room = self.disk_room(key);
         self.tar_uploads.put(target, chunk.clone(), room).await
     }
 

@@ -11,6 +11,7 @@
 //! its offset in a new one).
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -24,10 +25,24 @@ use super::Failure;
 
 /// How deep a tree is walked (one descriptor open per level).
 const MAX_DEPTH: usize = 256;
+/// A tar block: an entry's data is padded to a whole number of them.
+const BLOCK: u64 = 512;
+
+/// Where the stream goes: a writer that can take a file's bytes itself.
+pub trait Sink: Write {
+    /// Writes exactly `size` bytes of `file`: cut if it grew, padded with
+    /// zeros if it shrank, so the archive stays whole. The default goes
+    /// through a buffer; a sink that holds its own can read into it.
+    fn file_data(&mut self, file: File, size: u64) -> std::io::Result<()> {
+        let mut data = file.take(size).chain(std::io::repeat(0)).take(size);
+        std::io::copy(&mut data, self)?;
+        Ok(())
+    }
+}
 
 /// Writes the archive of `path` (`""`: the workspace's contents, with no
 /// entry for the workspace itself) to `out`.
-pub fn write_tree<W: Write>(beneath: &Beneath, path: &str, out: W) -> Result<W, Failure> {
+pub fn write_tree<W: Sink>(beneath: &Beneath, path: &str, out: W) -> Result<W, Failure> {
     let parts = components(path);
     let base = match parts.len() {
         0 | 1 => Vec::new(),
@@ -54,7 +69,7 @@ pub fn write_tree<W: Write>(beneath: &Beneath, path: &str, out: W) -> Result<W, 
     Ok(walk.builder.into_inner()?)
 }
 
-struct Walk<'a, W: Write> {
+struct Walk<'a, W: Sink> {
     beneath: &'a Beneath,
     builder: tar::Builder<W>,
     /// Files with more than one link, by device and inode: their first name.
@@ -63,7 +78,7 @@ struct Walk<'a, W: Write> {
     base: Vec<u8>,
 }
 
-impl<W: Write> Walk<'_, W> {
+impl<W: Sink> Walk<'_, W> {
     /// A failure at the entry stored as `stored`, named by its path.
     fn at(&self, stored: &[u8], error: std::io::Error) -> Failure {
         Failure::AtEntry(shown(&[&self.base, stored].concat()), error)
@@ -161,17 +176,18 @@ impl<W: Write> Walk<'_, W> {
         let size = stat.st_size.max(0) as u64;
         let mut header = header_of(&stat, tar::EntryType::Regular);
         header.set_size(size);
-        // Exactly `size` bytes, whatever the file does meanwhile: cut if it
-        // grew, padded with zeros if it shrank, so the archive stays whole.
-        let data = std::fs::File::from(file)
-            .take(size)
-            .chain(std::io::repeat(0))
-            .take(size);
-        // Read in large pieces: the copy into the stream is one read a piece.
-        let data = std::io::BufReader::with_capacity(256 * 1024, data);
-        self.builder
-            .append_data(&mut header, as_path(stored), data)
-            .map_err(|error| self.at(stored, error))?;
+        // The builder writes the header (and a long name's entry before
+        // it) for no data; the data goes straight to the sink, which reads
+        // the file into what it sends instead of through two buffers.
+        let data = (|| {
+            self.builder
+                .append_data(&mut header, as_path(stored), std::io::empty())?;
+            let sink = self.builder.get_mut();
+            sink.file_data(File::from(file), size)?;
+            let padding = (BLOCK - size % BLOCK) % BLOCK;
+            sink.write_all(&[0; BLOCK as usize][..padding as usize])
+        })();
+        data.map_err(|error| self.at(stored, error))?;
         if stat.st_nlink > 1 {
             self.seen.insert(inode, stored.to_vec());
         }

@@ -8,11 +8,17 @@
 //! staging directory and ends), as is one a daemon left when it stopped:
 //! the start of the next removes its staging ([`remove_abandoned_puts`]). At
 //! most [`MAX_SESSIONS`] run at once.
+//!
+//! The disk limit's room is measured (a walk of the workspace) when a put
+//! starts and again once [`REMEASURE`] has passed; in between, the put's
+//! own bytes count against the room last measured. A walk per chunk cost
+//! a tree's worth of `stat`s per MiB, more the larger the workspace.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::fs::OFlags;
 use sandboxd_protocol::{PutChunk, PutReport, SandboxError};
@@ -20,7 +26,7 @@ use tokio::sync::mpsc;
 
 use super::as_owner::Owner;
 use super::beneath::{components, Beneath};
-use super::chunk_reader::{Answer, ChunkReader, Piece, Tally};
+use super::chunk_reader::{Answer, ChunkReader, Piece, Room, Tally};
 use super::tar_in::{self, Job, STAGING_PREFIX};
 use super::{ops, Failure, Told};
 use crate::drivers::idle_sessions::IdleSessions;
@@ -31,6 +37,9 @@ pub const IDLE: Duration = super::downloads::IDLE;
 /// At most this many puts at once (a thread and a chunk each): a new one
 /// past it abandons the one unused longest.
 const MAX_SESSIONS: usize = 64;
+/// A put measures the workspace again once this has passed, to see what
+/// else filled it meanwhile (the sandbox itself, another put).
+const REMEASURE: Duration = Duration::from_secs(1);
 
 /// Staging directories are told apart by this, within a daemon's life.
 static SERIAL: AtomicU64 = AtomicU64::new(0);
@@ -67,16 +76,19 @@ struct Feed {
     answers: mpsc::Receiver<Result<Answer, SandboxError>>,
     /// The bytes of the stream the thread took.
     received: u64,
+    /// When the workspace was last measured for the disk limit.
+    measured: Option<Instant>,
 }
 
 impl Uploads {
-    /// One chunk of a tar stream into the directory `chunk.path`; `room`
-    /// is what the disk limit allows the workspace now (`None`: no limit).
+    /// One chunk of a tar stream into the directory `chunk.path`; `room`,
+    /// awaited only when the workspace is due to be measured, answers what
+    /// the disk limit allows it now (`None`: no limit).
     pub async fn put(
         &self,
         target: Target,
         chunk: PutChunk,
-        room: Option<u64>,
+        room: impl Future<Output = Result<Option<u64>, SandboxError>>,
     ) -> Result<PutReport, SandboxError> {
         let key = (target.workspace.clone(), components(&chunk.path).join("/"));
         let told = target.told.clone();
@@ -97,6 +109,14 @@ impl Uploads {
         if feed.received != chunk.offset {
             return Err(told.error(Failure::Resume(feed.received)));
         }
+        let room = match feed.measured {
+            Some(at) if at.elapsed() < REMEASURE => Room::AsBefore,
+            _ => {
+                let room = Room::Measured(room.await?);
+                feed.measured = Some(Instant::now());
+                room
+            }
+        };
         let (length, last) = (chunk.data.len() as u64, chunk.last);
         let piece = Piece {
             data: chunk.data,
@@ -170,6 +190,7 @@ fn start(target: Target, path: &str) -> Result<Feed, SandboxError> {
         pieces: send,
         answers: answered,
         received: 0,
+        measured: None,
     })
 }
 
@@ -216,6 +237,10 @@ mod tests {
         }
     }
 
+    async fn no_limit() -> Result<Option<u64>, SandboxError> {
+        Ok(None)
+    }
+
     fn chunk(path: &str, offset: u64, data: &[u8], last: bool) -> PutChunk {
         PutChunk {
             path: path.into(),
@@ -251,8 +276,10 @@ mod tests {
             let last = pair[1] == archive.len();
             let data = &archive[pair[0]..pair[1]];
             let put = chunk(dir, pair[0] as u64, data, last);
-            let used = super::super::super::workspaces::disk::bytes_on_disk(workspace);
-            let room = limit.map(|limit| limit.saturating_sub(used));
+            let room = async {
+                let used = super::super::super::workspaces::disk::bytes_on_disk(workspace);
+                Ok(limit.map(|limit| limit.saturating_sub(used)))
+            };
             let report = uploads.put(target(workspace, dir), put, room).await;
             if last || report.is_err() {
                 return report;
@@ -385,7 +412,7 @@ mod tests {
             .put(
                 target(&dir.0, ""),
                 chunk("", 512, &archive[512..], true),
-                None,
+                no_limit(),
             )
             .await
             .unwrap_err();
@@ -394,10 +421,13 @@ mod tests {
             "{error}"
         );
         let first = chunk("", 0, &archive[..700], false);
-        uploads.put(target(&dir.0, ""), first, None).await.unwrap();
+        uploads
+            .put(target(&dir.0, ""), first, no_limit())
+            .await
+            .unwrap();
         let wrong = chunk("", 512, &archive[512..], true);
         let error = uploads
-            .put(target(&dir.0, ""), wrong, None)
+            .put(target(&dir.0, ""), wrong, no_limit())
             .await
             .unwrap_err();
         assert!(

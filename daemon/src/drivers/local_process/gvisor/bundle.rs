@@ -17,7 +17,6 @@
 //! dependency.
 
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
@@ -28,19 +27,25 @@ use super::super::launch::runner_plan::RunnerLaunch;
 /// The OCI version the spec claims (what Debian's runsc reports).
 const OCI_VERSION: &str = "1.0.2";
 
-/// The spec of one sandbox: `hostname` its base name, `plan` its view,
-/// `launch` its runner.
-pub fn spec(hostname: &str, plan: &MountPlan, launch: &RunnerLaunch) -> Result<Value, String> {
-    let (uid, gid) = launch.privileges.user.unwrap_or((0, 0));
-    let text = |what: &str, value: &std::ffi::OsStr| {
-        std::str::from_utf8(value.as_bytes())
-            .map(str::to_string)
-            .map_err(|_| format!("{what} is not UTF-8 (an OCI spec is JSON): {value:?}"))
-    };
-    let mut args = vec![text("the runner's path", launch.program.as_os_str())?];
-    args.extend(launch.args.iter().cloned());
-    let env = launch
-        .env
+/// `value` as a JSON string of an OCI spec, which must be UTF-8; `what`
+/// names it in the error.
+pub fn text(what: &str, value: &std::ffi::OsStr) -> Result<String, String> {
+    value
+        .to_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("{what} is not UTF-8 (an OCI spec is JSON): {value:?}"))
+}
+
+/// An OCI process's `args` (`program`, then `args`) and `env` (`NAME=value`):
+/// JSON strings, so each must be UTF-8.
+pub fn process_args_env(
+    program: &std::path::Path,
+    args: &[String],
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+) -> Result<(Vec<String>, Vec<String>), String> {
+    let mut all_args = vec![text("the program's path", program.as_os_str())?];
+    all_args.extend(args.iter().cloned());
+    let env = env
         .iter()
         .map(|(name, value)| {
             Ok(format!(
@@ -50,6 +55,14 @@ pub fn spec(hostname: &str, plan: &MountPlan, launch: &RunnerLaunch) -> Result<V
             ))
         })
         .collect::<Result<Vec<String>, String>>()?;
+    Ok((all_args, env))
+}
+
+/// The spec of one sandbox: `hostname` its base name, `plan` its view,
+/// `launch` its runner.
+pub fn spec(hostname: &str, plan: &MountPlan, launch: &RunnerLaunch) -> Result<Value, String> {
+    let (uid, gid) = launch.privileges.user.unwrap_or((0, 0));
+    let (args, env) = process_args_env(&launch.program, &launch.args, &launch.env)?;
     let no_capabilities: [&str; 0] = [];
     Ok(json!({
         "ociVersion": OCI_VERSION,

@@ -16,10 +16,15 @@
 //! The calls: [`Gvisor::start`] writes the bundle and runs `runsc run`;
 //! a stop's SIGTERM goes through `runsc kill` ([`terminate`]); once the
 //! cgroup is empty, [`Gvisor::ended`] removes the container's state and
-//! bundle. Commands (`exec`) and sandboxes prepared ahead are refused
-//! under this mode, with the reason.
+//! bundle. Sandboxes prepared ahead park a `runsc run` with its sentry
+//! booted (see [`prepared`]). Commands run as `runsc exec` into the
+//! sandbox's container (see [`exec`]); the sandbox's uid has a passwd and
+//! group entry inside, as in `full`'s view (see [`identity`]).
 
 pub mod bundle;
+mod exec;
+mod identity;
+pub mod prepared;
 pub mod runsc;
 
 use std::collections::HashMap;
@@ -36,12 +41,6 @@ use super::launch::runner_plan::RunnerLaunch;
 use crate::config::Config;
 use runsc::Runsc;
 
-/// Why commands are refused under this mode.
-pub const NO_COMMANDS: &str = "commands (exec) are not available under isolation = \"gvisor\" yet: they would need `runsc exec` into the runner's sandbox; use isolation = \"full\" for commands";
-
-/// Why no sandbox is prepared ahead under this mode.
-pub const NOT_PREPARED: &str = "isolation = \"gvisor\": a runsc sandbox is not prepared ahead yet";
-
 /// The gVisor rung of the process tier.
 #[derive(Debug)]
 pub struct Gvisor {
@@ -54,6 +53,8 @@ pub struct Gvisor {
     /// would otherwise collide.
     prefix: String,
     view: ViewSettings,
+    /// `<state>/identities`: the passwd and group copies binds name.
+    identities: PathBuf,
 }
 
 /// The runsc and container id of each gVisor sandbox, by its `runsc
@@ -128,6 +129,7 @@ impl Gvisor {
             bundles,
             prefix,
             view,
+            identities: config.state_dir.join("identities"),
         })
     }
 
@@ -149,6 +151,7 @@ impl Gvisor {
     ) -> Result<Cloned, (String, std::io::Error)> {
         let invalid = |what: String| (what, std::io::Error::from_raw_os_error(libc::EINVAL));
         let plan = self.view.plan(&launch.workspace, &launch.program);
+        let plan = self.with_identity(plan, &launch.privileges, &launch.cwd);
         let spec = bundle::spec(base, &plan, launch).map_err(invalid)?;
         let dir = self.bundles.join(base);
         let id = self.container(base);
@@ -173,17 +176,20 @@ impl Gvisor {
     }
 
     /// `base`'s sandbox has ended and its cgroup is empty (or killed):
-    /// its `runsc run` (`pid`) forgotten, its runsc state and bundle removed.
+    /// its `runsc run` (`pid`) forgotten, its runsc state and bundle removed
+    /// (a prepared one's are named after the prepared sandbox it took).
     pub fn ended(&self, base: &str, pid: u32) {
-        if let Some(running) = RUNNING
+        let id = RUNNING
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .as_mut()
-        {
-            running.remove(&(pid as i32));
-        }
-        self.runsc.forget(&self.container(base));
-        let dir = self.bundles.join(base);
+            .and_then(|running| running.remove(&(pid as i32)))
+            .map_or_else(|| self.container(base), |(_, id)| id);
+        self.runsc.forget(&id);
+        let name = id
+            .strip_prefix(&format!("{}-", self.prefix))
+            .unwrap_or(base);
+        let dir = self.bundles.join(name);
         if let Err(error) = std::fs::remove_dir_all(&dir) {
             if error.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(bundle = %dir.display(), %error, "cannot remove a gVisor sandbox's bundle");
@@ -203,6 +209,17 @@ impl Gvisor {
         match (code, signal) {
             (Some(code), None) if (129..=128 + 64).contains(&code) => (None, Some(code - 128)),
             other => other,
+        }
+    }
+
+    /// The end of a command whose `runsc exec` ended with `code` or
+    /// `signal`: as [`Gvisor::runner_exit`], except that 128 is runsc's own
+    /// failure (it exits 128 when it cannot go on, as when the sandbox it
+    /// waits in is torn down under it), so the command's end is unknown.
+    pub fn command_exit(code: Option<i32>, signal: Option<i32>) -> (Option<i32>, Option<i32>) {
+        match (code, signal) {
+            (Some(128), None) => (None, None),
+            other => Self::runner_exit(other.0, other.1),
         }
     }
 
@@ -230,7 +247,7 @@ impl Gvisor {
             IsolationFeature::in_force(
                 "gvisor",
                 format!(
-                    "{} ({}), runsc's default platform, --network=host (the sentry's sockets are the host kernel's, in the sandbox's cgroup), --ignore-cgroups (sentry and gofer stay in the sandbox's cgroups); commands and prepared sandboxes are off",
+                    "{} ({}), runsc's default platform, --network=host (the sentry's sockets are the host kernel's, in the sandbox's cgroup), --ignore-cgroups (sentry and gofer stay in the sandbox's cgroups); prepared sandboxes park a runsc run with its sentry booted and a stub that execs the runner at the take; commands run as `runsc exec` into the sandbox (its uid, view and cgroups; signals through `runsc kill --pid` to the command's process; no limits of a command's own: it runs in the sandbox's sentry)",
                     self.runsc.path.display(),
                     self.runsc.version
                 ),
@@ -245,7 +262,7 @@ impl Gvisor {
             ),
             IsolationFeature::in_force("pid-namespace", "gVisor's own: only the sandbox's processes; the pid reported is runsc's on the host"),
             IsolationFeature::in_force("ipc-namespace", "gVisor's own System V and POSIX IPC, gone with the sandbox"),
-            IsolationFeature::in_force("at-home", "workspace at /workspace (HOME, WORKSPACE_ROOT_DIR); no passwd entry for the sandbox's uid"),
+            IsolationFeature::in_force("at-home", "workspace at /workspace (HOME, WORKSPACE_ROOT_DIR); the sandbox's uid has a passwd and group entry (read-only copies bound over /etc/passwd and /etc/group)"),
             IsolationFeature::in_force("abstract-sockets", "gVisor's own Unix sockets: another sandbox's abstract sockets are not reachable"),
             IsolationFeature::in_force("private-ptys", "gVisor's own /dev and /dev/pts: no pty of the host's in reach"),
             IsolationFeature::in_force("no-new-namespaces", "namespaces made inside are gVisor's, not the host kernel's"),
@@ -255,7 +272,7 @@ impl Gvisor {
             IsolationFeature::not_in_force("signals", format!("Landlock's signal scope is {not_on_runsc}; gVisor's processes cannot signal the host's")),
             IsolationFeature::not_in_force("keyring", "gVisor has keyrings of its own: the host's are out of reach"),
             IsolationFeature::not_in_force("clean-start", "runsc starts the runner with the spec's environment and no descriptor beyond its stdio"),
-            IsolationFeature::not_in_force("init-binary", "no sandboxd init: gVisor's sentry is the sandbox's kernel and runsc its leader"),
+            IsolationFeature::not_in_force("init-binary", "no sandboxd init: gVisor's sentry is the sandbox's kernel and runsc its leader (a prepared sandbox's stub, until it execs the runner, is the init binary's parked runner, inside gVisor)"),
         ]
     }
 }

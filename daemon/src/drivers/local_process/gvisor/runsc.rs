@@ -87,7 +87,7 @@ impl Runsc {
     }
 
     /// The flags of every call (see the module's docs).
-    fn command(&self) -> Command {
+    pub(super) fn command(&self) -> Command {
         let mut command = Command::new(&self.path);
         command
             .arg("--root")
@@ -182,6 +182,21 @@ impl Runsc {
         placement: Option<&CgroupPlacement>,
         oom_score_adj: i32,
     ) -> io::Result<u32> {
+        self.run_with_input(bundle, id, None, output, placement, oom_score_adj)
+    }
+
+    /// [`Runsc::run`] with `input` (else `/dev/null`) as the container's
+    /// standard input: a prepared sandbox's parked runner reads its launch
+    /// there (see `super::prepared`).
+    pub fn run_with_input(
+        &self,
+        bundle: &Path,
+        id: &str,
+        input: Option<OwnedFd>,
+        output: [OwnedFd; 2],
+        placement: Option<&CgroupPlacement>,
+        oom_score_adj: i32,
+    ) -> io::Result<u32> {
         let procs = match placement {
             Some(placement) => procs_files(placement)?,
             None => Vec::new(),
@@ -197,6 +212,9 @@ impl Runsc {
             .arg(id)
             .stdout(Stdio::from(stdout))
             .stderr(Stdio::from(stderr));
+        if let Some(input) = input {
+            command.stdin(Stdio::from(input));
+        }
         let raw: Vec<i32> = procs.iter().map(AsRawFd::as_raw_fd).collect();
         // SAFETY: the hook makes only async-signal-safe system calls on
         // descriptors and buffers prepared before the fork.
@@ -246,7 +264,7 @@ impl Runsc {
 }
 
 /// The `cgroup.procs` files of `placement`'s cgroups, opened for writing.
-fn procs_files(placement: &CgroupPlacement) -> io::Result<Vec<OwnedFd>> {
+pub(super) fn procs_files(placement: &CgroupPlacement) -> io::Result<Vec<OwnedFd>> {
     let v2 = nix::fcntl::openat(
         &placement.v2_dir,
         "cgroup.procs",
@@ -263,7 +281,7 @@ fn procs_files(placement: &CgroupPlacement) -> io::Result<Vec<OwnedFd>> {
 
 /// The child's steps before exec: into the sandbox's cgroups, on its CPUs,
 /// its own session, killed with its parent thread, its OOM score.
-fn join_and_detach(
+pub(super) fn join_and_detach(
     procs: &[i32],
     cpus: Option<&libc::cpu_set_t>,
     oom_score_adj: &[u8],

@@ -15,12 +15,21 @@
 //! the benchmark's machine) could then never hold 10,000 sandboxes. The
 //! pid stays ours either way: an exited child stays a zombie, its number
 //! reserved, until its thread reaps it here.
+//!
+//! A command, short-lived and awaited by a caller, is watched promptly
+//! instead ([`ChildExits::watch_promptly`]): by a pidfd as well, so its
+//! awaiting task reaps it the moment it exits rather than after SIGCHLD
+//! has gone round the signal task and every spawner thread (on a loaded
+//! host each of those wake-ups waits for a CPU). Either way exactly one
+//! reap happens: both take the lock of the awaited exits around theirs.
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 
 use super::holder::Holder;
@@ -31,9 +40,18 @@ thread_local! {
 }
 
 /// The exits awaited, by pid.
+type Waiting = Mutex<HashMap<libc::pid_t, oneshot::Sender<ExitStatus>>>;
+
+/// The exits awaited.
 #[derive(Default)]
 pub struct ChildExits {
-    waiting: Mutex<HashMap<libc::pid_t, oneshot::Sender<ExitStatus>>>,
+    waiting: Arc<Waiting>,
+}
+
+/// A pidfd of a watched child, and where its exit is awaited.
+struct Prompt {
+    pidfd: AsyncFd<OwnedFd>,
+    waiting: Arc<Waiting>,
 }
 
 /// A started runner, until its exit is known.
@@ -51,6 +69,8 @@ pub struct RunnerProcess {
     /// Field 22 of its `/proc/<pid>/stat`, as the child read it before exec.
     start_time: Option<u64>,
     exit: oneshot::Receiver<ExitStatus>,
+    /// Watched promptly: reaped by [`RunnerProcess::wait`] itself.
+    prompt: Option<Prompt>,
 }
 
 impl RunnerProcess {
@@ -92,7 +112,12 @@ impl RunnerProcess {
     /// pointer (see `watch_runner`); a holder ends when the process is
     /// dropped.
     pub async fn wait(&mut self) -> Option<ExitStatus> {
-        let leader = (&mut self.exit).await.ok();
+        let leader = match self.prompt.take() {
+            // Boxed: a runner's watcher (10,000 of them wait at once) keeps
+            // its future small; only a command's wait holds the pidfd's.
+            Some(prompt) => Box::pin(prompt.exit(self.pid, &mut self.exit)).await,
+            None => (&mut self.exit).await.ok(),
+        };
         match &self.status_file {
             Some(file) => recorded_status(file).or(leader),
             None => leader,
@@ -131,7 +156,25 @@ impl ChildExits {
             holder: None,
             start_time,
             exit,
+            prompt: None,
         }
+    }
+
+    /// As [`watch`](Self::watch), and by a pidfd too (see the module doc),
+    /// when the calling thread is a spawner thread and a pidfd can be had.
+    /// Call within the runtime.
+    pub fn watch_promptly(&self, pid: libc::pid_t, start_time: Option<u64>) -> RunnerProcess {
+        let mut process = self.watch(pid, start_time);
+        if REAPED_HERE.with(std::cell::Cell::get) {
+            // Without one (out of descriptors), SIGCHLD's reap still comes.
+            process.prompt = super::super::pidfd::open_watched(pid)
+                .ok()
+                .map(|pidfd| Prompt {
+                    pidfd,
+                    waiting: self.waiting.clone(),
+                });
+        }
+        process
     }
 
     /// Reaps every exited child of the calling thread and hands each status
@@ -139,6 +182,8 @@ impl ChildExits {
     pub fn reap_own_children(&self) {
         loop {
             let mut status = 0;
+            // Held across the reap: see `Prompt::reap`.
+            let mut waiting = self.waiting();
             // SAFETY: status is a valid out-pointer; WNOHANG returns at once
             // and __WNOTHREAD limits the wait to this thread's children.
             let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WNOTHREAD) };
@@ -147,7 +192,7 @@ impl ChildExits {
                 // SIGCHLD brings us back.
                 return;
             }
-            match self.waiting().remove(&pid) {
+            match waiting.remove(&pid) {
                 Some(watcher) => {
                     let _ = watcher.send(ExitStatus::from_raw(status));
                 }
@@ -157,7 +202,72 @@ impl ChildExits {
     }
 
     fn waiting(&self) -> MutexGuard<'_, HashMap<libc::pid_t, oneshot::Sender<ExitStatus>>> {
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.waiting)
+    }
+}
+
+fn lock(waiting: &Waiting) -> MutexGuard<'_, HashMap<libc::pid_t, oneshot::Sender<ExitStatus>>> {
+    waiting.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Prompt {
+    /// `pid`'s exit: reaped here once its pidfd says it exited, unless its
+    /// spawner thread's reap (`exit`) came first.
+    async fn exit(
+        self,
+        pid: libc::pid_t,
+        exit: &mut oneshot::Receiver<ExitStatus>,
+    ) -> Option<ExitStatus> {
+        tokio::select! {
+            status = &mut *exit => return status.ok(),
+            _ = self.pidfd.readable() => {}
+        }
+        match self.reap(pid) {
+            Some(status) => Some(status),
+            None => exit.await.ok(),
+        }
+    }
+
+    /// Reaps `pid` when it is still awaited; `None` when its spawner
+    /// thread reaped it first (its status is on the way to the watcher).
+    /// Both reaps hold the lock around the wait and the watcher's removal,
+    /// so a status is taken once and never lost between them.
+    fn reap(&self, pid: libc::pid_t) -> Option<ExitStatus> {
+        let mut waiting = lock(&self.waiting);
+        if !waiting.contains_key(&pid) {
+            return None;
+        }
+        // SAFETY: an all-zero siginfo_t is a valid out-value.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid into `info`, on the pidfd we own: it reaps this
+        // process and no other (not a later child given the same pid once
+        // its spawner thread reaped it). Without __WNOTHREAD any thread of
+        // the daemon may reap a child of the spawner thread that cloned it.
+        let done = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                self.pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG,
+            )
+        };
+        // SAFETY: filled by waitid (si_pid 0 when nothing was reaped).
+        if done < 0 || unsafe { info.si_pid() } != pid {
+            return None;
+        }
+        waiting.remove(&pid);
+        Some(ExitStatus::from_raw(wait_status(&info)))
+    }
+}
+
+/// The wait status `waitpid` gives for the exit `waitid` told in `info`.
+fn wait_status(info: &libc::siginfo_t) -> i32 {
+    // SAFETY: `info` was filled by waitid for a child's exit.
+    let status = unsafe { info.si_status() };
+    match info.si_code {
+        libc::CLD_EXITED => (status & 0xff) << 8,
+        libc::CLD_DUMPED => (status & 0x7f) | 0x80,
+        _ => status & 0x7f,
     }
 }
 

@@ -73,7 +73,7 @@ impl ChildStep {
     /// What the step does, as the daemon's error names it.
     pub fn name(self) -> &'static str {
         match self {
-            ChildStep::Cgroup => "write to cgroup.procs",
+            ChildStep::Cgroup => "join of the sandbox's cgroups (a write to cgroup.procs or tasks)",
             ChildStep::Dup2 => "dup2 of stdio",
             ChildStep::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS)",
             ChildStep::Ambient => "prctl(PR_CAP_AMBIENT_CLEAR_ALL)",

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use sandboxd_protocol::{SandboxEnv, SandboxError};
 
 use super::super::cgroup::CgroupTree;
+use super::super::gvisor::prepared::ParkedGvisor;
 use super::super::gvisor::Gvisor;
 use super::super::isolation::init_binary::InitBinary;
 use super::super::isolation::kernel_filters::KernelFilters;
@@ -79,6 +80,9 @@ pub struct Taken<'a> {
     pub view: Option<ParkedView>,
     /// Its runner, parked as its own uid (see `prepared::parked_runner`).
     pub runner: Option<ParkedRunner>,
+    /// Under `isolation = "gvisor"`: its sandbox, parked (see
+    /// `gvisor::prepared`).
+    pub gvisor: Option<ParkedGvisor>,
     /// Told when the view could not be joined.
     pub pool: &'a PreparedSandboxes,
 }
@@ -148,10 +152,15 @@ impl RunnerSettings {
         logs: &Arc<RunnerLogs>,
         exits: &ChildExits,
         sandbox_uid: Option<u32>,
-        taken: Option<Taken<'_>>,
+        mut taken: Option<Taken<'_>>,
     ) -> Result<RunnerProcess, SandboxError> {
         let workspace_made = taken.as_ref().is_some_and(|taken| taken.workspace_made);
         let launch = self.prepare_launch(key, env, sandbox_uid, workspace_made)?;
+        if let Some(taken) = taken.as_mut() {
+            if let Some(started) = self.start_parked_gvisor(key, &launch, logs, taken, exits) {
+                return started;
+            }
+        }
         let log = logs.open_output(&key.base_name).map_err(|error| {
             let log_path = self.log_file(key);
             unavailable(
@@ -184,6 +193,39 @@ impl RunnerSettings {
             },
         };
         self.start_cold(key, &launch, output, Some(taken), exits)
+    }
+
+    /// Starts `launch` in `taken`'s parked gVisor sandbox, if it has one
+    /// that can be used; `None`: the sandbox starts otherwise.
+    fn start_parked_gvisor(
+        &self,
+        key: &SandboxKey,
+        launch: &RunnerLaunch,
+        logs: &Arc<RunnerLogs>,
+        taken: &mut Taken<'_>,
+        exits: &ChildExits,
+    ) -> Option<Result<RunnerProcess, SandboxError>> {
+        let parked = taken.gvisor.take()?;
+        match parked.start(launch, logs, &key.base_name) {
+            Ok((leader, process)) => Some(Ok(self.watched(
+                Started {
+                    leader,
+                    runner_pid: leader.pid,
+                    status_file: None,
+                    holder: None,
+                    process: Some(process),
+                },
+                exits,
+            ))),
+            Err(parked_runner::StartError::Failed { step, error }) => {
+                Some(Err(self.start_failed(key, launch, step, error)))
+            }
+            Err(parked_runner::StartError::Unused { why, for_good }) => {
+                let why = format!("a parked gVisor sandbox could not be used: {why}");
+                taken.pool.failed(why, for_good);
+                None
+            }
+        }
     }
 
     /// What `key`'s runner starts with: its program found, its workspace

@@ -337,6 +337,48 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_promptly_watched_child_is_reaped_once_by_whichever_reap_comes_first() {
+        use std::os::unix::process::ExitStatusExt;
+        // Every fourth ends by a signal, the others exit with their code.
+        let script = |code: i32| match code % 4 {
+            3 => "kill -TERM $$".to_string(),
+            _ => format!("exit {code}"),
+        };
+        let spawner = std::sync::Arc::new(Spawner::start().unwrap());
+        // Many at once, so SIGCHLD's reap on the spawner thread and the
+        // pidfd's on the runtime race: each status arrives exactly once.
+        let mut children = Vec::new();
+        for code in 0..40 {
+            let started = spawner.clone();
+            let runner = spawner
+                .run(move || {
+                    // Reaped by one of the two reaps, not by this handle.
+                    #[allow(clippy::zombie_processes)]
+                    let child = std::process::Command::new("/bin/sh")
+                        .args(["-c", &script(code)])
+                        .spawn()
+                        .unwrap();
+                    started
+                        .exits()
+                        .watch_promptly(child.id() as libc::pid_t, None)
+                })
+                .await
+                .unwrap();
+            children.push((code, runner));
+        }
+        for (code, mut runner) in children {
+            let status = tokio::time::timeout(std::time::Duration::from_secs(10), runner.wait())
+                .await
+                .expect("the exit arrives")
+                .expect("a status");
+            match code % 4 {
+                3 => assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}"),
+                _ => assert_eq!(status.code(), Some(code), "{status}"),
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn work_left_for_after_the_answer_runs_after_it_and_before_settle_returns() {
         use std::sync::atomic::AtomicBool;
         let spawner = Spawner::start().unwrap();

@@ -144,6 +144,22 @@ impl RunnerLogs {
     /// the runner gets as stdout and stderr. Needs a runtime entered; the
     /// pump ends by itself once every copy of the write end is closed.
     pub fn open_output(self: &Arc<Self>, base: &str) -> io::Result<OwnedFd> {
+        let (read, write) = pipe::runner_pipe()?;
+        self.pump_into_output(base, read)?;
+        Ok(write)
+    }
+
+    /// A pipe for a runner started ahead of its sandbox (see
+    /// `gvisor::prepared`): `(read end, write end)`, as a runner's output
+    /// pipe is made; the read end goes to [`RunnerLogs::pump_into_output`]
+    /// once the sandbox is known.
+    pub fn output_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+        pipe::runner_pipe()
+    }
+
+    /// Opens `base`'s output file as [`RunnerLogs::open_output`] does and
+    /// pumps `read`, the read end of a pipe its runner writes, into it.
+    pub fn pump_into_output(self: &Arc<Self>, base: &str, read: OwnedFd) -> io::Result<()> {
         let path = file_path(&self.dir, base);
         // A new sandbox of this name: the removed one's followers are done.
         lock(&self.departed).forget(base);
@@ -153,9 +169,8 @@ impl RunnerLogs {
         let counter = Arc::new(AtomicU64::new(0));
         output.counter = counter.clone();
         lock(&self.counters).insert(base.to_string(), counter);
-        let (read, write) = pipe::runner_pipe()?;
         self.pumps()?.add(read, output);
-        Ok(write)
+        Ok(())
     }
 
     /// The count of bytes `base`'s current runner has written so far,

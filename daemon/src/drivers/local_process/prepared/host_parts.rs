@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::super::cgroup::{kill, CgroupTree};
+use super::super::gvisor::prepared::ParkedGvisor;
 use super::super::launch::clone_exec::{CgroupPlacement, Privileges};
 use super::super::users::identity::RunnerIdentity;
 use super::super::users::uid_pool::SandboxUids;
@@ -127,12 +128,14 @@ impl PreparedHost {
     /// cold start would). One that has its uid already (a respawn) takes
     /// the cgroups only; `runner`, parked as the prepared uid, is then of
     /// no use to it and is killed (and waited for) before that uid is given
-    /// back.
+    /// back. So is `gvisor`, which binds the prepared workspace, when that
+    /// is not the sandbox's.
     pub fn adopt(
         mut self,
         key: &SandboxKey,
         workspace: &Path,
         runner: &mut Option<ParkedRunner>,
+        gvisor: &mut Option<ParkedGvisor>,
     ) -> Adopted {
         let maker = self.maker.clone();
         let has_uid = maker
@@ -161,6 +164,10 @@ impl PreparedHost {
         };
         if maker.uids.is_some() && adopted_uid.is_none() {
             drop(runner.take());
+            drop(gvisor.take());
+        }
+        if !workspace_made {
+            drop(gvisor.take());
         }
         maker.tree.adopt(&key.base_name, &self.name);
         Adopted {
@@ -168,6 +175,17 @@ impl PreparedHost {
             uid: adopted_uid,
             workspace_made,
         }
+    }
+
+    /// Its name, `prepared-<n>`, until taken.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its workspace, waiting in the staging directory (`None` when
+    /// workspaces are not prepared).
+    pub fn workspace(&self) -> Option<&Path> {
+        self.workspace.as_deref()
     }
 
     /// A second opening of its cgroups, for the runner parked in them.

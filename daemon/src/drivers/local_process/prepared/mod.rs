@@ -18,7 +18,9 @@
 //! runner, see [`parked::Holder`]), and never weakens what a cold sandbox
 //! gets: the same limits, the same view, the same runner start.
 //! A burst larger than the pool, a view that died, or a view built for
-//! another runner program falls back to the cold start. Nothing prepared
+//! another runner program falls back to the cold start. Under
+//! `isolation = "gvisor"` the runner parked is a `runsc run` with its
+//! sentry booted (see `gvisor::prepared`). Nothing prepared
 //! survives a stop: the daemon's stop undoes them, a holder exits when its
 //! lifeline from the daemon ends (see [`parked::Lifeline`]) if the daemon
 //! dies, and the next start removes the rest (see [`host_parts`]).
@@ -35,6 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use sandboxd_protocol::{IsolationFeature, PoolStatus, Scope};
 
+use super::gvisor::prepared::{GvisorParker, ParkedGvisor};
 use super::launch::child_exits::ChildExits;
 use super::launch::spawner::Background;
 use crate::config::PoolConfig;
@@ -49,6 +52,8 @@ use quiet::Quiet;
 /// the view's pasta (in its cgroup) before the cgroup is removed.
 pub struct Prepared {
     pub runner: Option<ParkedRunner>,
+    /// Under `isolation = "gvisor"`, instead of `runner`.
+    pub gvisor: Option<ParkedGvisor>,
     pub view: Option<ParkedView>,
     pub host: PreparedHost,
 }
@@ -59,6 +64,8 @@ pub struct SandboxMaker {
     pub view: Option<ViewMaker>,
     /// `None`: no runner is parked ahead (`[pool] park_runners = false`).
     pub runner: Option<Arc<RunnerParker>>,
+    /// Under `isolation = "gvisor"` (with parking on), instead of `runner`.
+    pub gvisor: Option<Arc<GvisorParker>>,
     /// Set once parking failed: the sandboxes are prepared without.
     pub parking_failed: AtomicBool,
     /// Why, for `status`.
@@ -100,7 +107,38 @@ impl SandboxMaker {
             }
             _ => None,
         };
-        Ok(Prepared { runner, host, view })
+        let gvisor = match &self.gvisor {
+            Some(parker) => Some(Self::park_gvisor(parker, &host, background)?),
+            None => None,
+        };
+        Ok(Prepared {
+            runner,
+            gvisor,
+            host,
+            view,
+        })
+    }
+
+    /// Parks a gVisor sandbox in `host` on the parking thread.
+    fn park_gvisor(
+        parker: &Arc<GvisorParker>,
+        host: &PreparedHost,
+        background: &Background,
+    ) -> Result<ParkedGvisor, String> {
+        let workspace = host
+            .workspace()
+            .ok_or("a prepared gVisor sandbox needs its workspace made ahead")?
+            .to_path_buf();
+        let placement = host
+            .placement_copy()
+            .map_err(|error| format!("dup of a prepared sandbox's cgroups: {error}"))?;
+        let (name, privileges) = (host.name().to_string(), host.privileges());
+        let parker = parker.clone();
+        background
+            .on_parking_thread(move |exits| {
+                parker.park(exits, &name, &workspace, placement, privileges)
+            })
+            .ok_or_else(|| "the parking thread is gone".to_string())?
     }
 
     /// Parks a runner in `host` (and `view`) on the parking thread; gives
@@ -160,6 +198,10 @@ impl PreparedSandboxes {
     /// A pool of `sizes` sandboxes from `maker`, made on `background`;
     /// starts filling at once.
     pub fn start(maker: SandboxMaker, background: Background, sizes: &PoolConfig) -> Arc<Self> {
+        let quiet = match &maker.gvisor {
+            Some(_) => Quiet::lasting(super::gvisor::prepared::QUIET_AFTER_A_START),
+            None => Quiet::default(),
+        };
         let pool = Arc::new(PreparedSandboxes {
             maker,
             background,
@@ -171,7 +213,7 @@ impl PreparedSandboxes {
             problem: Mutex::new(None),
             disabled: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
-            quiet: Quiet::default(),
+            quiet,
         });
         pool.refill();
         pool
@@ -186,8 +228,10 @@ impl PreparedSandboxes {
     /// table under it; `setns`, `move_mount` and the remounts take it too)
     /// and, on a small host, for its CPUs.
     ///
-    /// A sandbox that is not `new` (a respawn: it has its own uid already)
-    /// takes only one without a parked runner, which runs as another uid.
+    /// A sandbox that is not `new` (a respawn: it has its own uid already;
+    /// under gVisor, one whose workspace is on disk already) takes only one
+    /// without a parked runner, which runs as another uid (and under gVisor
+    /// has another workspace bound).
     pub fn take(self: &Arc<Self>, scope: Scope, program: &Path, new: bool) -> Option<Prepared> {
         let index = slot(scope);
         if self.targets[index] == 0 || self.disabled.load(Ordering::Acquire) {
@@ -198,15 +242,13 @@ impl PreparedSandboxes {
             // Built for another program (the runner command resolved
             // elsewhere since): no use to anyone now.
             ready.retain(|prepared| {
-                prepared
-                    .view
-                    .as_ref()
-                    .is_none_or(|view| view.program() == program)
+                let view = prepared.view.as_ref().map(ParkedView::program);
+                let gvisor = prepared.gvisor.as_ref().map(ParkedGvisor::program);
+                view.into_iter().chain(gvisor).all(|made| made == program)
             });
-            match ready
-                .iter()
-                .position(|prepared| new || prepared.runner.is_none())
-            {
+            match ready.iter().position(|prepared| {
+                new || (prepared.runner.is_none() && prepared.gvisor.is_none())
+            }) {
                 Some(position) => ready.remove(position),
                 None => None,
             }
@@ -342,6 +384,9 @@ impl PreparedSandboxes {
             &self.maker.runner,
             self.maker.parking_failed.load(Ordering::Acquire),
         ) {
+            _ if self.maker.gvisor.is_some() => {
+                "each with its runner parked under gVisor (runsc run of a stub, its sentry booted, in its cgroups, under its uid, its workspace bound)"
+            }
             (None, _) => "runners started at the take (park_runners = false)",
             (Some(_), false) => {
                 "each with its runner parked (in its cgroups, under its uid, filters applied)"

@@ -6,7 +6,8 @@
 //! (see `sandboxd_init::parked_runner`) has exec'd it.
 //!
 //! What the take no longer does on the caller's time: the clone, the v1
-//! `cgroup.procs` writes (an RCU grace period each on a hybrid host), the
+//! cgroup joins (a hybrid host's; a grace period each on a kernel that
+//! does not let a thread move itself without the global lock), the
 //! user switch, the keyring, Landlock, the clean start, the seccomp filter
 //! — all done when the runner was parked, by the same clone child every
 //! runner has ([`ExecPlan`]), so a parked runner gives up exactly what a
@@ -176,36 +177,7 @@ impl ParkedRunner {
             let step = step.to_string();
             move |error| StartError::Failed { step, error }
         };
-        let message = Launch {
-            program: runner_stub::c_string("the program path", launch.program.as_os_str())
-                .map_err(|problem| invalid(&problem))?,
-            cwd: runner_stub::c_string("the working directory", launch.cwd.as_os_str())
-                .map_err(|problem| invalid(&problem))?,
-            args: std::iter::once(launch.program.as_os_str())
-                .chain(launch.args.iter().map(std::ffi::OsStr::new))
-                .map(|arg| runner_stub::c_string("an argument", arg))
-                .collect::<Result<_, _>>()
-                .map_err(|problem| invalid(&problem))?,
-            env: launch
-                .env
-                .iter()
-                .map(|(name, value)| {
-                    let mut entry = name.clone();
-                    entry.push("=");
-                    entry.push(value);
-                    runner_stub::c_string("an environment variable", &entry)
-                })
-                .collect::<Result<_, _>>()
-                .map_err(|problem| invalid(&problem))?,
-        }
-        .encode();
-        if message.len() > runner_stub::MAX_MESSAGE {
-            return Err(invalid(&format!(
-                "the runner's arguments and environment take {} bytes, more than the {} a parked runner takes",
-                message.len(),
-                runner_stub::MAX_MESSAGE
-            )));
-        }
+        let message = launch_message(launch)?;
         send_with_fds(self.control.as_raw_fd(), &message, stdio).map_err(|error| {
             StartError::Unused {
                 why: format!("it was gone at its take: {error}"),
@@ -253,6 +225,43 @@ impl Drop for ParkedRunner {
             wait_readable(self.pidfd.as_raw_fd(), Duration::from_millis(100));
         }
     }
+}
+
+/// The message that tells a parked runner (this one, or one under gVisor,
+/// see `gvisor::prepared`) what to run: `launch`'s program, directory,
+/// arguments and environment.
+pub fn launch_message(launch: &RunnerLaunch) -> Result<Vec<u8>, StartError> {
+    let message = Launch {
+        program: runner_stub::c_string("the program path", launch.program.as_os_str())
+            .map_err(|problem| invalid(&problem))?,
+        cwd: runner_stub::c_string("the working directory", launch.cwd.as_os_str())
+            .map_err(|problem| invalid(&problem))?,
+        args: std::iter::once(launch.program.as_os_str())
+            .chain(launch.args.iter().map(std::ffi::OsStr::new))
+            .map(|arg| runner_stub::c_string("an argument", arg))
+            .collect::<Result<_, _>>()
+            .map_err(|problem| invalid(&problem))?,
+        env: launch
+            .env
+            .iter()
+            .map(|(name, value)| {
+                let mut entry = name.clone();
+                entry.push("=");
+                entry.push(value);
+                runner_stub::c_string("an environment variable", &entry)
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|problem| invalid(&problem))?,
+    }
+    .encode();
+    if message.len() > runner_stub::MAX_MESSAGE {
+        return Err(invalid(&format!(
+            "the runner's arguments and environment take {} bytes, more than the {} a parked runner takes",
+            message.len(),
+            runner_stub::MAX_MESSAGE
+        )));
+    }
+    Ok(message)
 }
 
 fn invalid(problem: &str) -> StartError {

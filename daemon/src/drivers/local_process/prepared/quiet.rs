@@ -17,15 +17,31 @@ use std::time::{Duration, Instant};
 pub const AFTER_A_START: Duration = Duration::from_millis(3);
 
 /// The moment before which no refill works; each start pushes it back.
-#[derive(Default)]
 pub struct Quiet {
     until: Mutex<Option<Instant>>,
+    /// How long after a start: [`AFTER_A_START`], or longer where the
+    /// runner's start takes longer (under gVisor, see `gvisor::prepared`).
+    after: Duration,
+}
+
+impl Default for Quiet {
+    fn default() -> Self {
+        Quiet::lasting(AFTER_A_START)
+    }
 }
 
 impl Quiet {
-    /// A runner has just started: quiet for [`AFTER_A_START`] from now.
+    /// Quiet for `after` after each start.
+    pub fn lasting(after: Duration) -> Quiet {
+        Quiet {
+            until: Mutex::new(None),
+            after,
+        }
+    }
+
+    /// A runner has just started: quiet for its time from now.
     pub fn after_a_start(&self) {
-        self.quiet_until(Instant::now() + AFTER_A_START);
+        self.quiet_until(Instant::now() + self.after);
     }
 
     fn quiet_until(&self, until: Instant) {

@@ -33,7 +33,8 @@ pub(super) struct ChildPlan {
     /// Where the child copies its `/proc/self/stat` ([`STAT_CAPACITY`](super::STAT_CAPACITY) bytes).
     pub(super) stat: *mut u8,
     pub(super) stat_len: AtomicUsize,
-    /// `cgroup.procs` descriptors the child writes `0` to, first thing.
+    /// Cgroup join descriptors (v1 `tasks`, v2 `cgroup.procs`) the child
+    /// writes `0` to, first thing.
     pub(super) procs: [RawFd; MAX_PROCS_FDS],
     pub(super) procs_len: usize,
     /// The CPUs it is confined to once in its cgroups (see

@@ -8,8 +8,9 @@
 //! its first instruction and nothing it ever forks can start outside it.
 //! Controllers that live in v1 hierarchies (a hybrid host) cannot be
 //! joined at clone time: the child's very first step writes `0` (itself)
-//! to each of their `cgroup.procs`, through descriptors opened beforehand,
-//! before it does anything else. Where `clone3` is refused (`ENOSYS`: a
+//! to each of their `tasks` files (see `cgroup::tree::V1_JOIN` for why not
+//! `cgroup.procs`), through descriptors opened beforehand, before it does
+//! anything else. Where `clone3` is refused (`ENOSYS`: a
 //! kernel before 5.3, or systemd's seccomp filter for `RestrictNamespaces=`,
 //! which cannot inspect `clone3`'s flags and so refuses the call; `E2BIG`:
 //! a kernel before 5.7, without `CLONE_INTO_CGROUP`) and on
@@ -133,7 +134,8 @@ pub struct SandboxInit {
 pub struct CgroupPlacement {
     /// The sandbox's cgroup v2 directory (`CLONE_INTO_CGROUP`).
     pub v2_dir: OwnedFd,
-    /// `cgroup.procs` of the sandbox's cgroup in each v1 hierarchy.
+    /// `tasks` of the sandbox's cgroup in each v1 hierarchy (what a
+    /// single-threaded child joins it through, see `cgroup::tree::V1_JOIN`).
     pub v1_procs: Vec<OwnedFd>,
     /// The CPUs it starts on (`sched_setaffinity`, right after joining the
     /// cgroups), as many as its cpu quota rounds up to (see
@@ -156,8 +158,9 @@ impl CgroupPlacement {
     }
 }
 
-/// The most `cgroup.procs` the child writes itself into (v1 memory, pids,
-/// cpu and freezer, and v2's when `clone3` is refused).
+/// The most cgroup files the child writes itself into (v1 memory, pids,
+/// cpu and freezer `tasks`, and v2's `cgroup.procs` when `clone3` is
+/// refused).
 const MAX_PROCS_FDS: usize = 5;
 
 /// Set once `clone3` has been refused with `ENOSYS`: later spawns go

@@ -43,6 +43,42 @@ pub async fn read_all(
     }
 }
 
+/// Reads a session's command's stdout from `offset` until it holds
+/// `wanted` (each call waiting up to `wait`); the offset after it.
+pub async fn read_until(
+    client: &SandboxdClient,
+    id: &str,
+    command: &CommandRef,
+    offset: u64,
+    wanted: &str,
+    wait: Duration,
+) -> u64 {
+    let (mut data, mut next) = (Vec::new(), offset);
+    while !String::from_utf8_lossy(&data).contains(wanted) {
+        let chunk = client
+            .command_output(
+                Scope::Session,
+                id,
+                command,
+                OutputStream::Stdout,
+                next,
+                1 << 20,
+                wait,
+            )
+            .await
+            .expect("command_output");
+        assert!(
+            !chunk.data.is_empty() || chunk.proof.is_none(),
+            "the command ended without writing {wanted:?}: {:?}",
+            String::from_utf8_lossy(&data)
+        );
+        assert!(!chunk.data.is_empty(), "nothing within {wait:?}");
+        data.extend_from_slice(&chunk.data);
+        next = chunk.next;
+    }
+    next
+}
+
 /// A session's command's proof, once it has ended (within `wait`).
 pub async fn proof_of(
     client: &SandboxdClient,

@@ -136,31 +136,8 @@ impl Sandbox {
 
     /// Reads stdout from `offset` until it holds `wanted`; the offset after.
     async fn read_until(&self, command: &CommandRef, offset: u64, wanted: &str) -> u64 {
-        let (mut data, mut next) = (Vec::new(), offset);
-        while !String::from_utf8_lossy(&data).contains(wanted) {
-            let chunk = self
-                .client
-                .command_output(
-                    Scope::Session,
-                    &self.id,
-                    command,
-                    OutputStream::Stdout,
-                    next,
-                    1 << 20,
-                    WAIT,
-                )
-                .await
-                .expect("command_output");
-            assert!(
-                !chunk.data.is_empty() || chunk.proof.is_none(),
-                "the command ended without writing {wanted:?}: {:?}",
-                String::from_utf8_lossy(&data)
-            );
-            assert!(!chunk.data.is_empty(), "nothing within {WAIT:?}");
-            data.extend_from_slice(&chunk.data);
-            next = chunk.next;
-        }
-        next
+        sandboxd_tests::commands::read_until(&self.client, &self.id, command, offset, wanted, WAIT)
+            .await
     }
 
     async fn proof_of(&self, command: &CommandRef) -> CommandProof {

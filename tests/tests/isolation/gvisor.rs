@@ -338,6 +338,16 @@ async fn an_oom_under_gvisor_is_reported_as_out_of_memory() {
     assert_eq!(exit.to_string(), "killed: out of memory (limit 64 MiB)");
 }
 
+/// Waits until no runsc process of `daemon`'s is left, `after` what.
+pub(crate) fn assert_runsc_gone(daemon: &TestDaemon, after: &str) {
+    let root = runsc_root(daemon).display().to_string();
+    assert!(
+        wait_until(START_TIMEOUT, || processes_naming(&root).is_empty()),
+        "runsc processes outlived {after}: {:?}",
+        processes_naming(&root)
+    );
+}
+
 /// No runsc process of `daemon`'s, no bundle, no runsc state, no mount
 /// under its directory.
 fn nothing_left(daemon: &TestDaemon) -> Result<(), String> {
@@ -388,12 +398,7 @@ async fn deprovision_and_a_killed_daemon_leave_no_runsc_behind() {
     start(&daemon, "orphan").await;
     daemon.kill();
     // The group reaper kills the sandboxes' cgroups when the daemon dies.
-    let root = runsc_root(&daemon).display().to_string();
-    assert!(
-        wait_until(START_TIMEOUT, || processes_naming(&root).is_empty()),
-        "runsc processes outlived the daemon: {:?}",
-        processes_naming(&root)
-    );
+    assert_runsc_gone(&daemon, "the daemon");
     daemon.launch();
     daemon.wait_ready();
     let left = nothing_left(&daemon);

@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use sandboxd_client::{CommandProof, CommandRef, ExitReason, OutputStream, SandboxdClient, Scope};
 use sandboxd_protocol::PtySize;
-use sandboxd_tests::commands::{request, shell};
+use sandboxd_tests::commands::{read_until, request, shell};
 use sandboxd_tests::TestDaemon;
 
-use super::gvisor::{gvisor_daemon, processes_naming, runsc_installed, runsc_root, start};
+use super::gvisor::{
+    assert_runsc_gone, gvisor_daemon, processes_naming, runsc_installed, runsc_root, start,
+};
 
 /// A command's start under gVisor is a runsc process of its own.
 const WAIT: Duration = Duration::from_secs(60);
@@ -26,40 +28,6 @@ async fn read_all(
 ) -> (String, CommandProof) {
     let (data, proof) = sandboxd_tests::commands::read_all(client, id, command, stream, WAIT).await;
     (String::from_utf8_lossy(&data).into_owned(), proof)
-}
-
-/// Reads `command`'s stdout from `offset` until it holds `wanted`; the
-/// offset after it.
-async fn read_until(
-    client: &SandboxdClient,
-    id: &str,
-    command: &CommandRef,
-    offset: u64,
-    wanted: &str,
-) -> u64 {
-    let (mut data, mut next) = (Vec::new(), offset);
-    while !String::from_utf8_lossy(&data).contains(wanted) {
-        let chunk = client
-            .command_output(
-                Scope::Session,
-                id,
-                command,
-                OutputStream::Stdout,
-                next,
-                1 << 20,
-                WAIT,
-            )
-            .await
-            .expect("command_output");
-        assert!(
-            !chunk.data.is_empty(),
-            "no {wanted:?} within {WAIT:?} (or the command ended): {:?}",
-            String::from_utf8_lossy(&data)
-        );
-        data.extend_from_slice(&chunk.data);
-        next = chunk.next;
-    }
-    next
 }
 
 async fn input(client: &SandboxdClient, id: &str, command: &CommandRef, data: &[u8], close: bool) {
@@ -161,13 +129,13 @@ async fn a_command_runs_as_the_named_runner_with_its_output_stdin_and_terminal()
         false,
     )
     .await;
-    let offset = read_until(&client, "g", &terminal, 0, "30 100").await;
+    let offset = read_until(&client, "g", &terminal, 0, "30 100", WAIT).await;
     client
         .command_resize(Scope::Session, "g", &terminal, 40, 120)
         .await
         .expect("command_resize");
     input(&client, "g", &terminal, b"stty size; exit 5\n", false).await;
-    read_until(&client, "g", &terminal, offset, "40 120").await;
+    read_until(&client, "g", &terminal, offset, "40 120", WAIT).await;
     let (stdout, proof) = read_all(&client, "g", &terminal, OutputStream::Stdout).await;
     assert!(stdout.contains("is-a-tty"), "{stdout}");
     // Its SIGWINCH reached the shell (whose trap runs before its next line).
@@ -225,7 +193,7 @@ async fn signals_and_timeouts_end_a_command_and_what_gvisor_cannot_honour_is_ref
             .unwrap()
             .command_id,
     );
-    read_until(&client, "s", &trapped, 0, "ready").await;
+    read_until(&client, "s", &trapped, 0, "ready", WAIT).await;
     client
         .command_signal(Scope::Session, "s", &trapped, libc::SIGTERM)
         .await
@@ -295,9 +263,5 @@ async fn signals_and_timeouts_end_a_command_and_what_gvisor_cannot_honour_is_ref
         .unwrap();
     let proof = waiter.await.unwrap();
     assert_eq!(proof.reason, ExitReason::SandboxEnded, "{proof:?}");
-    assert!(
-        sandboxd_tests::procs::wait_until(WAIT, || processes_naming(&root).is_empty()),
-        "runsc processes outlived the sandbox: {:?}",
-        processes_naming(&root)
-    );
+    assert_runsc_gone(&daemon, "the sandbox");
 }

@@ -15,8 +15,8 @@ use sandboxd_tests::procs::wait_until;
 use sandboxd_tests::TestDaemon;
 
 use super::{
-    entries, gvisor_daemon, nothing_left, processes_naming, runsc_installed, runsc_root, start,
-    PROBE_TIMEOUT, START_TIMEOUT,
+    assert_runsc_gone, entries, gvisor_daemon, nothing_left, processes_naming, runsc_installed,
+    runsc_root, start, PROBE_TIMEOUT, START_TIMEOUT,
 };
 
 const POOL_OF_ONE: &str = "[pool]\nsession = 1\nworkflow = 0\nconnect = 0\n";
@@ -166,12 +166,7 @@ async fn a_kept_workspace_starts_cold_and_a_killed_daemon_leaves_no_parked_runsc
     assert_eq!(seen["ok"], "yes");
 
     daemon.kill();
-    let root = runsc_root(&daemon).display().to_string();
-    assert!(
-        wait_until(START_TIMEOUT, || processes_naming(&root).is_empty()),
-        "runsc processes outlived the daemon: {:?}",
-        processes_naming(&root)
-    );
+    assert_runsc_gone(&daemon, "the daemon");
     daemon.launch();
     daemon.wait_ready();
     // The restarted daemon parks its own again, and lets it go at its stop.

@@ -74,19 +74,7 @@ impl Inner {
         let target = self.exec_target(key, spec)?;
         let launch = self.command_launch(key, spec, &target)?;
         let in_view = self.settings.view.is_some();
-        let stdio = match spec.pty {
-            Some(size) => Stdio::terminal(size, in_view.then_some(target.leader)),
-            None => Stdio::pipes(spec.stdin),
-        }
-        .map_err(|error| match error.kind() {
-            // Its devpts holds `[limits] ptys`: the sandbox's to free.
-            std::io::ErrorKind::StorageFull => SandboxError::FailedPrecondition(format!(
-                "cannot run '{}' in {} on a terminal: {error}",
-                spec.argv[0],
-                key.what()
-            )),
-            _ => unavailable(key, format!("its standard streams: {error}")),
-        })?;
+        let stdio = command_stdio(key, spec, in_view.then_some(target.leader))?;
         let (placement, own_cgroup) = self.command_placement(key, spec)?;
         self.check_pids_room(key, &spec.argv[0])?;
         let oom_kills_before = self.oom_kills(key);
@@ -118,15 +106,7 @@ impl Inner {
         let stream = |fd: OwnedFd| {
             FdStream::new(fd).map_err(|error| unavailable(key, format!("its output: {error}")))
         };
-        let end_watch = end::EndWatch {
-            inner: Arc::downgrade(self),
-            key: key.clone(),
-            generation: target.generation,
-            oom_kills_before,
-            exited: exited.clone(),
-            own_cgroup,
-            _live: end::LiveCommand::new(target.live_commands),
-        };
+        let end_watch = self.end_watch(key, &target, oom_kills_before, &exited, own_cgroup);
         Ok(StartedCommand {
             pid: pid as u32,
             uid: target.uid,
@@ -386,6 +366,53 @@ fn find_program(name: &str, path: &OsString, cwd: &Path) -> PathBuf {
 
 pub(super) fn unavailable(key: &SandboxKey, what: String) -> SandboxError {
     SandboxError::Unavailable(format!("cannot run a command in {}: {what}", key.what()))
+}
+
+/// The command's standard streams as `spec` asks: a terminal (from the
+/// devpts of `view_of`'s sandbox when given, else the daemon's) or pipes.
+pub(super) fn command_stdio(
+    key: &SandboxKey,
+    spec: &CommandSpec,
+    view_of: Option<u32>,
+) -> Result<Stdio, SandboxError> {
+    match spec.pty {
+        Some(size) => Stdio::terminal(size, view_of),
+        None => Stdio::pipes(spec.stdin),
+    }
+    .map_err(|error| match error.kind() {
+        // A devpts at its `max` (a view's holds `[limits] ptys`: the
+        // sandbox's to free).
+        std::io::ErrorKind::StorageFull => SandboxError::FailedPrecondition(format!(
+            "cannot run '{}' in {} on a terminal: {error}",
+            spec.argv[0],
+            key.what()
+        )),
+        _ => unavailable(key, format!("its standard streams: {error}")),
+    })
+}
+
+impl Inner {
+    /// What settles a command started in `target`: its end, told apart
+    /// against the sandbox's record and cgroup, counted among its runner's
+    /// live commands until then.
+    pub(super) fn end_watch(
+        self: &Arc<Self>,
+        key: &SandboxKey,
+        target: &Target,
+        oom_kills_before: u64,
+        exited: &Arc<AtomicBool>,
+        own_cgroup: Option<CommandCgroup>,
+    ) -> end::EndWatch {
+        end::EndWatch {
+            inner: Arc::downgrade(self),
+            key: key.clone(),
+            generation: target.generation,
+            oom_kills_before,
+            exited: exited.clone(),
+            own_cgroup,
+            _live: end::LiveCommand::new(target.live_commands.clone()),
+        }
+    }
 }
 
 impl Inner {

@@ -48,10 +48,9 @@ use std::sync::Arc;
 use sandboxd_protocol::SandboxError;
 use serde_json::json;
 
-use super::super::exec::end::{EndWatch, LiveCommand};
 use super::super::exec::fd_stream::FdStream;
 use super::super::exec::stdio::Stdio;
-use super::super::exec::{unavailable, Launch};
+use super::super::exec::{command_stdio, unavailable, Launch};
 use super::super::launch::child_exits::RunnerProcess;
 use super::super::launch::clone_exec::CgroupPlacement;
 use super::super::launch::proc_stat;
@@ -89,11 +88,8 @@ impl Inner {
         let target = self.exec_target(key, spec)?;
         let launch = self.command_launch(key, spec, &target)?;
         check_program(key, spec, &launch, &self.settings.workspace(key))?;
-        let stdio = match spec.pty {
-            Some(size) => Stdio::terminal(size, None),
-            None => Stdio::pipes(spec.stdin),
-        }
-        .map_err(|error| unavailable(key, format!("its standard streams: {error}")))?;
+        // A terminal from the daemon's devpts: gVisor has its own inside.
+        let stdio = command_stdio(key, spec, None)?;
         let (placement, _) = self.command_placement(key, spec)?;
         self.check_pids_room(key, &spec.argv[0])?;
         let oom_kills_before = self.oom_kills(key);
@@ -126,15 +122,7 @@ impl Inner {
         let (pid, process) = spawned;
         tracing::debug!(scope = %key.scope, id = %key.shown_id(), pid, container, "runsc exec started");
         let exited = Arc::new(AtomicBool::new(false));
-        let end_watch = EndWatch {
-            inner: Arc::downgrade(self),
-            key: key.clone(),
-            generation: target.generation,
-            oom_kills_before,
-            exited: exited.clone(),
-            own_cgroup: None,
-            _live: LiveCommand::new(target.live_commands),
-        };
+        let end_watch = self.end_watch(key, &target, oom_kills_before, &exited, None);
         let control = control::GvisorControl {
             runsc: gvisor.runsc.clone(),
             container,

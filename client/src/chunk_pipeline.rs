@@ -110,9 +110,10 @@ where
 
 /// Reads a stream with `get(offset)` into `write`, up to [`WINDOW`] calls
 /// at once at the offsets full chunks of `max` bytes would reach; answers
-/// the bytes read. A short chunk before the end drops the calls after it
-/// and goes on from where it ended; `eof` ends it. A file's size (`sized`)
-/// keeps calls from going past its end.
+/// the bytes read. `write` takes each chunk's bytes as they came, to keep
+/// or hand on without a copy. A short chunk before the end drops the calls
+/// after it and goes on from where it ended; `eof` ends it. A file's size
+/// (`sized`) keeps calls from going past its end.
 pub async fn fetch<F, Fut, W>(
     max: u32,
     sized: bool,
@@ -122,7 +123,7 @@ pub async fn fetch<F, Fut, W>(
 where
     F: Fn(u64) -> Fut,
     Fut: Future<Output = Result<FileChunk, ClientError>>,
-    W: FnMut(&[u8]) -> std::io::Result<()>,
+    W: AsyncFnMut(Vec<u8>) -> std::io::Result<()>,
 {
     let mut flying = FuturesOrdered::new();
     let (mut read, mut asked) = (0u64, 0u64);
@@ -134,15 +135,16 @@ where
             asked += u64::from(max);
         }
         let chunk = flying.next().await.expect("a call in flight")?;
-        write(&chunk.data).map_err(TarStreamError::Local)?;
-        read += chunk.data.len() as u64;
-        if chunk.eof || chunk.data.is_empty() {
+        let (length, eof, size) = (chunk.data.len(), chunk.eof, chunk.size);
+        write(chunk.data).await.map_err(TarStreamError::Local)?;
+        read += length as u64;
+        if eof || length == 0 {
             return Ok(read);
         }
         if sized {
-            end = chunk.size;
+            end = size;
         }
-        if chunk.data.len() < max as usize {
+        if length < max as usize {
             flying = FuturesOrdered::new();
             asked = read;
         }

@@ -25,7 +25,7 @@ impl SandboxdClient {
         reader: R,
     ) -> Result<u64, TarStreamError> {
         let (mut chunks, reading) = read_on_a_thread(reader);
-        let put = |chunk: PutChunk| async move { self.put_file(scope, id, &chunk).await };
+        let put = |chunk: PutChunk| async move { self.put_file_owned(scope, id, chunk).await };
         let sent = chunk_pipeline::put_all(path, mode, async || chunks.recv().await, put).await;
         drop(chunks);
         let _ = reading.await;
@@ -42,8 +42,8 @@ impl SandboxdClient {
         writer: &mut W,
     ) -> Result<u64, TarStreamError> {
         let get = |offset| self.get_file(scope, id, path, offset, MAX_FILE_CHUNK);
-        let read =
-            chunk_pipeline::fetch(MAX_FILE_CHUNK, true, get, |data| writer.write_all(data)).await?;
+        let write = async |data: Vec<u8>| writer.write_all(&data);
+        let read = chunk_pipeline::fetch(MAX_FILE_CHUNK, true, get, write).await?;
         writer.flush().map_err(TarStreamError::Local)?;
         Ok(read)
     }

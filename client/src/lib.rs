@@ -41,6 +41,7 @@ mod multiplex;
 mod outgoing;
 mod socket_path;
 mod stop_wait;
+mod tar_reader;
 mod tar_stream;
 
 pub use builder::ClientBuilder;
@@ -50,6 +51,7 @@ pub use error::ClientError;
 pub use events::StreamItem;
 pub use exec::{ExecHandle, OutputEvent, OutputFollower, RunOptions, RunOutcome};
 pub use socket_path::{default_socket_path, SOCKET_ENV, SYSTEM_SOCKET, USER_SOCKET_SUFFIX};
+pub use tar_reader::TarReader;
 pub use tar_stream::TarStreamError;
 
 /// The egress postures and their address table (SPEC §9): the one table

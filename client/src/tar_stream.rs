@@ -1,9 +1,11 @@
 //! Whole trees in and out of a sandbox as tar streams (protocol 12): a
 //! stream read from any [`Read`] or [`AsyncRead`] sent with `put_tar` in
 //! chunks of [`MAX_FILE_CHUNK`] bytes, and one fetched with `get_tar` into
-//! any [`Write`]. The daemon unpacks and packs; these only move bytes, so
-//! a caller builds or reads the archive with whatever tar writer it has.
+//! any [`Write`] or read as it comes ([`TarReader`]). The daemon unpacks
+//! and packs; these only move bytes, so a caller builds or reads the
+//! archive with whatever tar writer it has.
 
+use std::future::Future;
 use std::io::{Read, Write};
 
 use sandboxd_protocol::files::MAX_FILE_CHUNK;
@@ -13,6 +15,7 @@ use tokio::sync::mpsc::Receiver;
 use tokio::task::JoinHandle;
 
 use crate::chunk_pipeline;
+use crate::tar_reader::{self, TarReader};
 use crate::{ClientError, SandboxdClient};
 
 /// Why a stream did not get through: the daemon's answer or this side's
@@ -76,7 +79,7 @@ impl SandboxdClient {
     where
         F: AsyncFnMut() -> Option<std::io::Result<Vec<u8>>>,
     {
-        let put = |chunk: PutChunk| async move { self.put_tar(scope, id, &chunk).await };
+        let put = |chunk: PutChunk| async move { self.put_tar_owned(scope, id, chunk).await };
         chunk_pipeline::put_all(dir, 0, next, put).await
     }
 
@@ -90,10 +93,39 @@ impl SandboxdClient {
         writer: &mut W,
     ) -> Result<u64, TarStreamError> {
         let get = |offset| self.get_tar(scope, id, path, offset, MAX_FILE_CHUNK);
-        let read = chunk_pipeline::fetch(MAX_FILE_CHUNK, false, get, |data| writer.write_all(data))
-            .await?;
+        let write = async |data: Vec<u8>| writer.write_all(&data);
+        let read = chunk_pipeline::fetch(MAX_FILE_CHUNK, false, get, write).await?;
         writer.flush().map_err(TarStreamError::Local)?;
         Ok(read)
+    }
+
+    /// The tar stream of `path` (as [`SandboxdClient::get_tar_into`]) as a
+    /// [`TarReader`] to unpack on another thread, and the fetching, to
+    /// await meanwhile: it answers the bytes fetched, and ends early if the
+    /// reader is dropped. A failed fetch fails the reader's next read.
+    pub fn get_tar_reader<'a>(
+        &'a self,
+        scope: Scope,
+        id: &'a str,
+        path: &'a str,
+    ) -> (
+        TarReader,
+        impl Future<Output = Result<u64, TarStreamError>> + 'a,
+    ) {
+        let (sender, chunks) = tokio::sync::mpsc::channel(tar_reader::WAITING);
+        let fetching = async move {
+            let get = |offset| self.get_tar(scope, id, path, offset, MAX_FILE_CHUNK);
+            let hand_on = async |data: Vec<u8>| {
+                let gone = |_| std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+                sender.send(Ok(data)).await.map_err(gone)
+            };
+            let fetched = chunk_pipeline::fetch(MAX_FILE_CHUNK, false, get, hand_on).await;
+            if let Err(error) = &fetched {
+                let _ = sender.send(Err(tar_reader::cut_short(error))).await;
+            }
+            fetched
+        };
+        (TarReader::new(chunks), fetching)
     }
 }
 

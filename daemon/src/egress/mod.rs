@@ -40,6 +40,7 @@ mod orphans;
 mod ruleset;
 mod separation;
 mod setting;
+mod teredo;
 
 #[cfg(test)]
 mod tests;

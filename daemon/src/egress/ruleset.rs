@@ -26,6 +26,7 @@ use sandboxd_protocol::egress::{Posture, Range};
 
 use super::cgroup_target::CgroupTarget;
 use super::separation::{self, Separation};
+use super::teredo;
 
 /// Whose traffic the rules hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +116,9 @@ impl Ruleset {
                 elements.join(", ")
             );
         }
+        if self.posture.is_some() {
+            let _ = writeln!(script, "    {}", teredo::declaration(self.refused(false)));
+        }
         for declaration in self
             .separation()
             .iter()
@@ -173,6 +177,9 @@ impl Ruleset {
                 ));
             }
         }
+        if self.posture.is_some() {
+            teredo::verify(&flat, self.refused(false))?;
+        }
         Ok(())
     }
 
@@ -229,7 +236,11 @@ impl Ruleset {
         let sandboxes = Chain {
             name: "sandboxes",
             head: None,
-            rules: SANDBOX_RULES.map(String::from).to_vec(),
+            rules: SANDBOX_RULES
+                .iter()
+                .chain(&teredo::rules())
+                .map(|rule| rule.to_string())
+                .collect(),
         };
         let Some(posture) = self.posture else {
             return self.cgroup_chains(None);
@@ -400,6 +411,12 @@ mod tests {
 		elements = { @V6@ }
 	}
 
+	set refused_teredo {
+		typeof @nh,288,32
+		flags interval
+		elements = { @T4@ }
+	}
+
 	chain output {
 		type filter hook output priority filter; policy accept;
 		socket cgroupv2 level 2 "unified/d/sandboxes" jump sandboxes
@@ -410,6 +427,8 @@ mod tests {
 		ip daddr @refused_ipv4 drop
 		ip6 daddr @refused_ipv6 meta l4proto tcp reject with tcp reset
 		ip6 daddr @refused_ipv6 drop
+		ip6 daddr 2001::/32 @nh,288,32 @refused_teredo meta l4proto tcp reject with tcp reset
+		ip6 daddr 2001::/32 @nh,288,32 @refused_teredo drop
 	}
 }
 "#;
@@ -430,9 +449,19 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join(",\n\t\t\t     ")
         };
+        // Each IPv4 range inverted, as nft lists an interval of a raw
+        // payload's set.
+        let teredo = teredo::inverted(posture.refused_ranges())
+            .map(|(first, last, _)| match first == last {
+                true => format!("0x{first:08x}"),
+                false => format!("0x{first:08x}-0x{last:08x}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
         template
             .replace("@V4@", &elements(false))
             .replace("@V6@", &elements(true))
+            .replace("@T4@", &teredo)
     }
 
     #[test]
@@ -516,6 +545,12 @@ mod tests {
 		elements = { @V6@ }
 	}
 
+	set refused_teredo {
+		typeof @nh,288,32
+		flags interval
+		elements = { @T4@ }
+	}
+
 	set syn_owner {
 		typeof ct id . tcp sequence . socket cgroupv2 level 0
 		size 65536
@@ -574,6 +609,8 @@ mod tests {
 		ip daddr @refused_ipv4 drop
 		ip6 daddr @refused_ipv6 meta l4proto tcp reject with tcp reset
 		ip6 daddr @refused_ipv6 drop
+		ip6 daddr 2001::/32 @nh,288,32 @refused_teredo meta l4proto tcp reject with tcp reset
+		ip6 daddr 2001::/32 @nh,288,32 @refused_teredo drop
 	}
 }
 "#;

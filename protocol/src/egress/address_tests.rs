@@ -95,8 +95,8 @@ const VECTORS: &[(&str, Option<&str>, Option<&str>)] = &[
     // IPv4-mapped: leaves as IPv4.
     ("::ffff:169.254.169.254", LINK_LOCAL, LINK_LOCAL),
     ("::ffff:100.100.100.200", METADATA, METADATA),
-    // Teredo: the client is the inverted last 32 bits; the kernel cannot
-    // find it, so strict refuses the whole prefix.
+    // Teredo: the client is the inverted last 32 bits (judged as that
+    // IPv4 address); strict also refuses the whole prefix.
     (
         "2001:0:4136:e378:8000:63bf:5601:5601",
         LINK_LOCAL,

@@ -17,8 +17,9 @@
 //!   `64:ff9b:1::/48` laid out at /56 or longer (the operator's subnet
 //!   bits come first): no prefix matches them, so `strict` refuses both
 //!   prefixes whole ([`RangeKind::Translation`]). `relaxed` refuses
-//!   local-use NAT64 in its /48 layout only, and [`super::judge`] decodes
-//!   Teredo's client for a caller that judges an address itself.
+//!   local-use NAT64 in its /48 layout only. [`super::judge`] decodes
+//!   Teredo's client for a caller that judges an address itself, and the
+//!   daemon's kernel rules match it by the address's last 32 bits.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::LazyLock;

@@ -27,8 +27,8 @@ pub fn blocked_reason(posture: Posture, address: &str) -> Option<&'static str> {
 /// [`super::embedded`]) that the posture refuses and `ip` lies in, so
 /// `64:ff9b::a9fe:a9fe` is refused as `169.254.169.254` is. An
 /// IPv4-mapped address is judged as the IPv4 inside, and a Teredo
-/// address by its client's IPv4 too (the kernel rules cannot decode that
-/// one; `strict` refuses all of Teredo there).
+/// address by its client's IPv4 too (as the daemon's kernel rules do;
+/// `strict` refuses all of Teredo as well).
 pub fn blocked_reason_ip(posture: Posture, ip: IpAddr) -> Option<&'static str> {
     let ip = unmapped(ip);
     most_specific(posture, ip).or_else(|| match ip {

@@ -120,8 +120,9 @@ fn loopback_target() -> (TcpListener, Option<UdpSocket>, String) {
 
 /// Refused under both postures: every metadata address but
 /// 169.254.169.254 itself (never dialled), and link-local and metadata
-/// addresses written inside IPv6.
-const METADATA_TARGETS: [&str; 10] = [
+/// addresses written inside IPv6 (Teredo's client is the last 32 bits
+/// inverted: 169.254.0.161 and 100.100.100.200 here).
+const METADATA_TARGETS: [&str; 12] = [
     "100.100.100.200:80",
     "168.63.129.16:80",
     "192.0.0.192:80",
@@ -132,6 +133,8 @@ const METADATA_TARGETS: [&str; 10] = [
     "[2002:a9fe:a9fe::1]:80",
     "[::ffff:0:a9fe:a9fe]:80",
     "[64:ff9b:1:a9fe:a9:fe00::]:80",
+    "[2001:0:4136:e378:8000:63bf:5601:ff5e]:80",
+    "[2001:0:4136:e378:8000:63bf:9b9b:9b37]:80",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

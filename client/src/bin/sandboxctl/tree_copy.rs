@@ -142,7 +142,7 @@ pub async fn dir_out(
     }
     let target = PathBuf::from(to);
     let (unpack_in, rename) = landing(&target, to, &format!("{scope}:{id}:{path}"), path)?;
-    let (reader, mut writer) = std::io::pipe().map_err(|error| cannot_write(to, error))?;
+    let (reader, fetching) = client.get_tar_reader(scope, id, path);
     let dest = unpack_in.clone();
     let unpacker = std::thread::spawn(move || {
         let mut archive = tar::Archive::new(reader);
@@ -150,12 +150,11 @@ pub async fn dir_out(
         archive.set_preserve_mtime(true);
         archive.set_overwrite(true);
         let unpacked = archive.unpack(&dest);
-        // Read to the end, so the writer never blocks on a full pipe.
+        // Read to the end, so the fetching never waits on a full channel.
         let _ = std::io::copy(&mut archive.into_inner(), &mut std::io::sink());
         unpacked
     });
-    let fetched = client.get_tar_into(scope, id, path, &mut writer).await;
-    drop(writer);
+    let fetched = fetching.await;
     let unpacked = unpacker
         .join()
         .unwrap_or_else(|_| Err(std::io::Error::other("the unpacking thread panicked")));

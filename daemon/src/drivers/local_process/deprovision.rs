@@ -198,7 +198,10 @@ impl Inner {
                     .containment
                     .tree()
                     .map(|tree| (tree, key.base_name.as_str()));
-                let forced = stop::stop_runner(key, leader, ends.exited(), stopping, cgroup).await;
+                let terminate = || self.settings.launcher.terminate(leader as i32);
+                let forced =
+                    stop::stop_runner(key, leader, ends.exited(), stopping, cgroup, terminate)
+                        .await;
                 (forced, Some(ends))
             }
             None => (false, None),

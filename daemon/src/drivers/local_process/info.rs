@@ -22,9 +22,7 @@ impl Inner {
             view_problem: self.view_problem.as_deref(),
             init_binary: &self.settings.init_binary,
         });
-        if let Some(gvisor) = &self.settings.gvisor {
-            gvisor.adjust(&mut features);
-        }
+        self.settings.launcher.adjust(&mut features);
         features
     }
 

@@ -33,6 +33,7 @@ mod gvisor;
 mod info;
 mod isolation;
 mod launch;
+mod launcher;
 mod ledger;
 mod lifecycle;
 mod limit_env;
@@ -169,9 +170,8 @@ impl Inner {
         &self,
         sizes: &crate::config::PoolConfig,
     ) -> Result<Arc<prepared::PreparedSandboxes>, String> {
-        if self.settings.gvisor.is_some() && self.settings.disk_quota.is_some() {
-            return Err("isolation = \"gvisor\" prepares sandboxes with their workspaces made ahead, which the [limits] disk project quota (set on each workspace at its start) rules out".into());
-        }
+        let launcher = &self.settings.launcher;
+        launcher.check_pool(self.settings.disk_quota.is_some())?;
         let tree = self
             .containment
             .tree()
@@ -186,15 +186,15 @@ impl Inner {
             .privileges(None)
             .bounding_set_up_to
             .is_some();
-        let gvisor = match (&self.settings.gvisor, sizes.park_runners) {
-            (Some(gvisor), true) => Some(Arc::new(gvisor::prepared::GvisorParker {
-                gvisor: gvisor.clone(),
-                stub: self.settings.init_binary.path().to_path_buf(),
-                program: program.clone(),
-                oom_score_adj: self.settings.oom_score_adj,
-            })),
-            _ => None,
-        };
+        let settings = &self.settings;
+        let parker = sizes.park_runners.then(|| {
+            launcher.parker(
+                program.clone(),
+                &settings.init_binary,
+                &settings.filters,
+                settings.oom_score_adj,
+            )
+        });
         let view = match &self.settings.view {
             Some(view) => Some(
                 view.view_maker(program, drop_bounding_set)
@@ -217,18 +217,10 @@ impl Inner {
             uids_kept: total * 2,
             next: Default::default(),
         };
-        let runner = (sizes.park_runners && self.settings.gvisor.is_none()).then(|| {
-            Arc::new(prepared::parked_runner::RunnerParker {
-                filters: self.settings.filters.clone(),
-                oom_score_adj: self.settings.oom_score_adj,
-                init_binary: self.settings.init_binary.clone(),
-            })
-        });
         let maker = prepared::SandboxMaker {
             host: Arc::new(host),
             view,
-            runner,
-            gvisor,
+            parker,
             parking_failed: Default::default(),
             parking_problem: Default::default(),
         };

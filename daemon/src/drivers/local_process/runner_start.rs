@@ -159,14 +159,17 @@ impl Inner {
         env: &SandboxEnv,
     ) -> Result<RunnerProcess, SandboxError> {
         let pool = self.prepared.get();
-        // New to the daemon: no uid of its own yet (a respawn has one).
-        // Under gVisor also no workspace on disk yet: a parked sandbox has
-        // the prepared one bound.
+        // New to the daemon: no uid of its own yet (a respawn has one),
+        // and a workspace the launcher's parked runners fit (under gVisor
+        // none on disk yet: a parked sandbox has the prepared one bound).
         let new = self
             .uids
             .as_ref()
             .is_none_or(|uids| uids.uid_of(key).is_none())
-            && (self.settings.gvisor.is_none() || !self.settings.workspace(key).exists());
+            && self
+                .settings
+                .launcher
+                .may_take_parked(|| self.settings.workspace(key));
         let taken = match (pool, self.settings.resolve_command()) {
             (Some(pool), Ok(program)) => pool.take(key.scope, &program, new),
             _ => None,
@@ -192,18 +195,16 @@ impl Inner {
     ) -> Result<launch::child_exits::RunnerProcess, SandboxError> {
         let workspace = self.settings.workspace(key);
         let prepared::Prepared {
-            mut runner,
-            mut gvisor,
+            mut parked,
             host,
             view,
         } = taken;
-        let adopted = host.adopt(key, &workspace, &mut runner, &mut gvisor);
+        let adopted = host.adopt(key, &workspace, &mut parked);
         let parts = launch::spawn::Taken {
             placement: adopted.placement,
             workspace_made: adopted.workspace_made,
             view,
-            runner,
-            gvisor,
+            parked,
             pool,
         };
         let assignment = match (&self.uids, adopted.uid) {

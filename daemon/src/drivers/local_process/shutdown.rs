@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{cgroup, deprovision, stop, Inner, LocalProcessDriver};
+use super::{cgroup, deprovision, Inner, LocalProcessDriver};
 use crate::sandbox_key::SandboxKey;
 
 impl LocalProcessDriver {
@@ -106,7 +106,7 @@ impl Inner {
         // Ties within a millisecond go by pid, which counts up as they start.
         leaders.sort_unstable();
         for (_, leader) in leaders {
-            stop::kill_group(leader as i32, nix::sys::signal::Signal::SIGTERM);
+            self.settings.launcher.terminate(leader as i32);
         }
         // Held until every signal is out, as before: no record is taken
         // (and its leader reaped) in between.

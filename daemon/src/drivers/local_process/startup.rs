@@ -11,14 +11,15 @@ use anyhow::Context as _;
 use super::cgroup::Containment;
 use super::launch::spawn::RunnerSettings;
 use super::launch::spawner::Spawner;
+use super::launcher::Launcher;
 use super::ledger::{self, Ledger};
 use super::reaper::GroupReaper;
 use super::trash::Trash;
 use super::users::identity::RunnerIdentity;
 use super::users::uid_pool::{self, SandboxUids};
 use super::{
-    cgroup, deferred, deprovision, disk_limit, files, gvisor, isolation, launch, lifecycle,
-    limit_env, logs, prepared, state_dir, teardowns, users, workspaces, Inner, LocalProcessDriver,
+    cgroup, deferred, deprovision, disk_limit, files, isolation, launch, lifecycle, limit_env,
+    logs, prepared, state_dir, teardowns, users, workspaces, Inner, LocalProcessDriver,
 };
 use crate::config::Config;
 use crate::drivers::key_lock::KeyLocks;
@@ -336,7 +337,7 @@ async fn runner_settings(
     );
     let (view, view_problem) = isolation::set_up_view(config, &host.dirs.exits, &init_binary).await;
     let inherited_env = launch::spawn::inherited_env();
-    let gvisor = set_up_gvisor(config, &inherited_env).await?;
+    let launcher = Launcher::set_up(config, &inherited_env).await?;
     let (identity, containment, disk_limit) = (&host.identity, &host.containment, &host.disk_limit);
     let per_sandbox_uids = identity.uid_range().is_some();
     let settings = RunnerSettings {
@@ -363,29 +364,9 @@ async fn runner_settings(
         disk_quota: disk_limit.by_quota(),
         view,
         init_binary,
-        gvisor,
+        launcher,
     };
     Ok((settings, view_problem))
-}
-
-/// Under `isolation = "gvisor"`, runsc found and tried, or the start fails
-/// naming what is missing: never a silent fall back to another mode.
-async fn set_up_gvisor(
-    config: &Config,
-    inherited_env: &[(&'static str, std::ffi::OsString)],
-) -> anyhow::Result<Option<Arc<gvisor::Gvisor>>> {
-    if config.isolation != crate::config::IsolationMode::Gvisor {
-        return Ok(None);
-    }
-    let path_var = inherited_env
-        .iter()
-        .find(|(name, _)| *name == "PATH")
-        .map(|(_, value)| value.clone());
-    let config = config.clone();
-    let gvisor =
-        tokio::task::spawn_blocking(move || gvisor::Gvisor::set_up(&config, path_var.as_ref()))
-            .await??;
-    Ok(Some(Arc::new(gvisor)))
 }
 
 /// What every sandbox started from now on gets; `describe` keeps the list
@@ -409,9 +390,7 @@ fn isolation_now(
         view_problem,
         init_binary: &settings.init_binary,
     });
-    if let Some(gvisor) = &settings.gvisor {
-        gvisor.adjust(&mut features);
-    }
+    settings.launcher.adjust(&mut features);
     features.into()
 }
 

@@ -13,13 +13,10 @@ use super::cgroup::kill;
 use super::cgroup::tree::CgroupTree;
 use crate::sandbox_key::SandboxKey;
 
-/// Signals every process in the group; a group already gone is fine.
+/// Signals every process in the group; a group already gone is fine. A
+/// stop's SIGTERM goes through `Launcher::terminate` instead, which knows
+/// how the sandbox was launched.
 pub fn kill_group(pgid: i32, signal: Signal) {
-    // A gVisor sandbox's leader is `runsc run`, which would die of a
-    // SIGTERM rather than pass it on: it goes through `runsc kill`.
-    if signal == Signal::SIGTERM && super::gvisor::terminate(pgid) {
-        return;
-    }
     match killpg(Pid::from_raw(pgid), signal) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(error) => tracing::warn!(pgid, %signal, %error, "cannot signal runner group"),
@@ -45,12 +42,15 @@ pub struct Stopping {
 /// and [`super::deprovision`] waits for it off the caller's time.
 /// `exited`: resolves at the leader's exit (or when its watcher is gone).
 /// `cgroup`: the cgroup tree and the sandbox's base name, when in force.
+/// `terminate`: sends its SIGTERM, as its launcher does (see
+/// `Launcher::terminate`).
 pub async fn stop_runner(
     key: &SandboxKey,
     pid: u32,
     exited: impl std::future::Future<Output = ()>,
     stopping: Stopping,
     cgroup: Option<(&Arc<CgroupTree>, &str)>,
+    terminate: impl FnOnce(),
 ) -> bool {
     let Stopping { signalled, grace } = stopping;
     // The leader's exit, seen directly: its pidfd is readable the moment
@@ -60,7 +60,7 @@ pub async fn stop_runner(
         None
     } else {
         let exit_seen = leader_exit(pid);
-        kill_group(pid as i32, Signal::SIGTERM);
+        terminate();
         exit_seen
     };
     tokio::pin!(exited);

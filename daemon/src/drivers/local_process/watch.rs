@@ -65,15 +65,10 @@ async fn after_exit(
 ) {
     let code = status.and_then(|status| status.code());
     let signal = status.and_then(|status| std::os::unix::process::ExitStatusExt::signal(&status));
-    let (code, signal) = match &inner.settings.gvisor {
-        Some(_) => super::gvisor::Gvisor::runner_exit(code, signal),
-        None => (code, signal),
-    };
+    let (code, signal) = inner.settings.launcher.runner_exit(code, signal);
     let mut exit = ExitInfo::from_facts(code, signal, now_unix_ms(), false);
     end_what_is_left(&inner, &key, pid, &mut exit).await;
-    if let Some(gvisor) = &inner.settings.gvisor {
-        gvisor.ended(&key.base_name, pid);
-    }
+    inner.settings.launcher.ended(&key.base_name, pid);
     // Its last output reaches the file before a respawn can start a pump
     // on the same file, and before a deprovision removes it.
     inner.logs.finish(&key.base_name).await;

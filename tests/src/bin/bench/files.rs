@@ -214,13 +214,10 @@ async fn put_tree(client: &SandboxdClient, source: &Path) -> anyhow::Result<()> 
 /// The tree packed by the daemon, unpacked here.
 async fn get_tree(client: &SandboxdClient, target: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(target)?;
-    let (reader, mut writer) = std::io::pipe()?;
+    let (reader, fetching) = client.get_tar_reader(Scope::Session, SESSION, "files-source");
     let into = target.to_path_buf();
     let unpacker = std::thread::spawn(move || tar::Archive::new(reader).unpack(into));
-    let fetched = client
-        .get_tar_into(Scope::Session, SESSION, "files-source", &mut writer)
-        .await;
-    drop(writer);
+    let fetched = fetching.await;
     unpacker.join().expect("the unpacker")?;
     fetched?;
     Ok(())

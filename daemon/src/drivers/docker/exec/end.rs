@@ -20,12 +20,13 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use sandboxd_protocol::ExitReason;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 use super::super::engine::{CallError, READ_TIMEOUT};
 use super::super::observed::{Lookup, Phase};
 use super::super::Inner;
 use super::record::CommandRecords;
+use super::streams;
 use crate::sandbox_key::SandboxKey;
 use crate::started_command::CommandEnd;
 
@@ -44,8 +45,12 @@ pub struct EndWatch {
     pub key: SandboxKey,
     pub container: String,
     pub exec_id: String,
-    /// Resolves once the attached stream has ended.
-    pub done: oneshot::Receiver<()>,
+    /// True once the attached stream has ended.
+    pub done: watch::Receiver<bool>,
+    /// The exit code, when the start's last inspect already had it (the
+    /// exec had ended by the time its pid was read): the engine never
+    /// changes an exec's code once set, so it is not read a second time.
+    pub known_code: Option<i64>,
     /// The last signal the daemon sent (see `ExecControl`).
     pub sent: Arc<AtomicI32>,
     pub exited: Arc<AtomicBool>,
@@ -86,7 +91,7 @@ impl EndWatch {
     }
 
     async fn follow(mut self) -> CommandEnd {
-        let _ = (&mut self.done).await;
+        streams::ended(&mut self.done).await;
         let outcome = self.outcome().await;
         self.exited.store(true, Ordering::Release);
         let Some(inner) = self.inner.upgrade() else {
@@ -101,6 +106,9 @@ impl EndWatch {
 
     /// The exit code, once the engine has it.
     async fn outcome(&self) -> Outcome {
+        if let Some(code) = self.known_code {
+            return Outcome::Code(code);
+        }
         let Some(inner) = self.inner.upgrade() else {
             return Outcome::Unknown;
         };

@@ -35,7 +35,8 @@ use crate::started_command::{self, CommandSpec, StartedCommand};
 
 /// How long an exec the engine has started may take to have a pid.
 const START_WAIT: Duration = Duration::from_secs(10);
-/// How often its inspect is read meanwhile.
+/// How often its inspect is read meanwhile (at once when its stream ends
+/// before the next look, see `wait_started`).
 const START_POLL: Duration = Duration::from_millis(10);
 /// How long after an exec's exit its pid may still be recorded: the
 /// engine records the exit and the pid under one lock, either first.
@@ -62,6 +63,8 @@ struct Attached {
     exec_id: String,
     streams: streams::Streams,
     stdin: Option<crate::started_command::InputWriter>,
+    /// Its exit code, when the inspect that found its pid had one.
+    exit_code: Option<i64>,
 }
 
 impl Inner {
@@ -158,6 +161,7 @@ impl Inner {
             container: target.container.clone(),
             exec_id: attached.exec_id.clone(),
             done: attached.streams.done,
+            known_code: attached.exit_code,
             sent: sent.clone(),
             exited: exited.clone(),
             stop: self.commands_stop.subscribe(),
@@ -294,6 +298,7 @@ impl Inner {
             exec_id,
             streams: streams::split(output, spec.pty.is_some()),
             stdin: attach_stdin.then_some(input),
+            exit_code: None,
         })
     }
 
@@ -323,6 +328,15 @@ impl Inner {
     /// not be run is refused, with what the engine wrote about it. An
     /// error here (the engine gone, or no pid in time) leaves an exec that
     /// may run on in its container unfollowed, bounded by the container.
+    ///
+    /// The engine answers the start before it asks the runtime to run the
+    /// process, which takes the runtime milliseconds, so the first look
+    /// comes after [`START_POLL`], or as soon as the attached stream ends
+    /// when that is sooner ([`pause_or_end`]). A short command's stream
+    /// ends before the next poll would come: its one inspect then has its
+    /// pid and its exit code both, and the code is kept for the end watch
+    /// (one inspect, where the poll alone put up to a whole interval, and
+    /// a second inspect, between the command's end and its proof).
     async fn wait_started(
         &self,
         key: &SandboxKey,
@@ -331,7 +345,9 @@ impl Inner {
     ) -> Result<(u32, Attached), SandboxError> {
         let deadline = tokio::time::Instant::now() + START_WAIT;
         let mut ended_without_pid = None;
+        let mut stream_ended = false;
         loop {
+            stream_ended = pause_or_end(&mut attached.streams.done, stream_ended).await;
             let id = attached.exec_id.clone();
             let inspect = self
                 .engine
@@ -350,6 +366,7 @@ impl Inner {
                 .and_then(|pid| u32::try_from(pid).ok())
                 .unwrap_or(0);
             if pid > 0 {
+                attached.exit_code = inspect.exit_code;
                 return Ok((pid, attached));
             }
             // An exit before a pid: the start failed, or the command ended
@@ -368,8 +385,22 @@ impl Inner {
                     attached.exec_id
                 )));
             }
-            tokio::time::sleep(START_POLL).await;
         }
+    }
+}
+
+/// Waits [`START_POLL`], or only until the attached stream ends when it
+/// has not ended `before`; whether it has ended now. Once it has, each
+/// wait is the whole interval, so an exec whose stream ended without a
+/// pid (a start that failed) is looked at no more often than before.
+async fn pause_or_end(done: &mut tokio::sync::watch::Receiver<bool>, before: bool) -> bool {
+    if before {
+        tokio::time::sleep(START_POLL).await;
+        return true;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(START_POLL) => *done.borrow(),
+        _ = streams::ended(done) => true,
     }
 }
 
@@ -385,4 +416,21 @@ fn not_started(key: &SandboxKey, program: &str, code: i64, said: &str) -> Sandbo
         "cannot run '{program}' in {}: the engine ended its exec with {code} before it ran: {said}",
         key.what()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_pause_ends_with_the_stream_once_and_runs_whole_after() {
+        let (ended, mut done) = tokio::sync::watch::channel(false);
+        assert!(!pause_or_end(&mut done, false).await);
+        ended.send(true).unwrap();
+        assert_eq!(pause_or_end(&mut done, false).now_or_never(), Some(true));
+        assert_eq!(pause_or_end(&mut done, true).now_or_never(), None);
+        assert!(pause_or_end(&mut done, true).await);
+    }
 }

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI32};
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 
 use super::super::containers;
 use super::super::observed::Lookup;
@@ -39,14 +39,14 @@ impl Inner {
         let exited = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicI32::new(0));
         // No stream to wait for: the end is read from the exec at once.
-        let (streams_done, done) = oneshot::channel();
-        let _ = streams_done.send(());
+        let (_, done) = watch::channel(true);
         let watch = end::EndWatch {
             inner: Arc::downgrade(self),
             key: key.clone(),
             container: record.container.clone(),
             exec_id: record.exec_id.clone(),
             done,
+            known_code: None,
             sent: sent.clone(),
             exited: exited.clone(),
             stop: self.commands_stop.subscribe(),

@@ -16,7 +16,7 @@ use std::time::Duration;
 use bollard::container::LogOutput;
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 
 /// Bytes each in-memory pipe holds before the engine's stream waits.
 const PIPE_BYTES: usize = 64 * 1024;
@@ -33,10 +33,12 @@ pub struct Streams {
     pub stdout: DuplexStream,
     /// `None` with a terminal: one stream.
     pub stderr: Option<DuplexStream>,
-    /// Resolves once the engine's stream has ended (the exec's process
-    /// has ended and the engine closed its streams, or the connection to
-    /// the engine is gone) and every byte is in the pipes.
-    pub done: oneshot::Receiver<()>,
+    /// True once the engine's stream has ended (the exec's process has
+    /// ended and the engine closed its streams, or the connection to the
+    /// engine is gone) and every byte is in the pipes. A watch, not a
+    /// oneshot, so the start can race its pid's poll against it and the
+    /// end watch still wait on it after.
+    pub done: watch::Receiver<bool>,
 }
 
 /// Starts the task that splits `output`.
@@ -48,10 +50,10 @@ pub fn split(output: Attached, terminal: bool) -> Streams {
         let (writer, reader) = tokio::io::duplex(PIPE_BYTES);
         (Some(writer), Some(reader))
     };
-    let (done_tx, done) = oneshot::channel();
+    let (done_tx, done) = watch::channel(false);
     tokio::spawn(async move {
         copy_frames(output, Some(stdout_writer), stderr_writer).await;
-        let _ = done_tx.send(());
+        let _ = done_tx.send(true);
     });
     Streams {
         stdout,
@@ -88,6 +90,11 @@ async fn copy_frames(
             }
         }
     }
+}
+
+/// Resolves once `done` says the stream has ended (or its task is gone).
+pub async fn ended(done: &mut watch::Receiver<bool>) {
+    let _ = done.wait_for(|ended| *ended).await;
 }
 
 impl Streams {

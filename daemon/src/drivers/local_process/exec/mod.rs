@@ -28,6 +28,7 @@ use sandboxd_protocol::SandboxError;
 
 use super::cgroup::{self, command::CommandCgroup};
 use super::launch::clone_exec::{CgroupPlacement, Cloned, ExecPlan, Privileges};
+use super::launcher::Launcher;
 use super::pidfd;
 use super::prepared::parked::enter_namespaces_of;
 use super::Inner;
@@ -65,8 +66,8 @@ impl Inner {
         key: &SandboxKey,
         spec: &CommandSpec,
     ) -> Result<StartedCommand, SandboxError> {
-        if let Some(gvisor) = self.settings.gvisor.clone() {
-            return self.exec_in_gvisor(&gvisor, key, spec).await;
+        if let Launcher::Gvisor(gvisor) = &self.settings.launcher {
+            return self.exec_in_gvisor(gvisor, key, spec).await;
         }
         // Held across the start, so no deprovision or restart of the same
         // sandbox comes in between the check and the clone.
@@ -326,7 +327,8 @@ fn clone_command(
         stdio,
         launch.privileges,
     )?
-    .with_filters(inner.settings.filters.clone());
+    .with_filters(inner.settings.filters.clone())
+    .without_start_time();
     if launch.pty {
         plan = plan.with_controlling_terminal();
     }

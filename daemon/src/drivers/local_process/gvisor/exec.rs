@@ -56,7 +56,7 @@ use super::super::launch::clone_exec::CgroupPlacement;
 use super::super::launch::proc_stat;
 use super::super::Inner;
 use super::runsc::{self, Runsc};
-use super::{Gvisor, RUNNING};
+use super::Gvisor;
 use crate::sandbox_key::SandboxKey;
 use crate::started_command::{CommandSpec, StartedCommand};
 
@@ -216,12 +216,10 @@ impl Gvisor {
     /// The runsc container of the sandbox whose `runsc run` is `leader`
     /// (a prepared sandbox's is named after the one it took), else `base`'s.
     fn container_of(&self, leader: u32, base: &str) -> String {
-        RUNNING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .and_then(|running| running.get(&(leader as i32)))
-            .map_or_else(|| self.container(base), |(_, id)| id.clone())
+        self.running()
+            .get(&(leader as i32))
+            .cloned()
+            .unwrap_or_else(|| self.container(base))
     }
 
     /// Writes the `process.json` of command `id` (its program, arguments,

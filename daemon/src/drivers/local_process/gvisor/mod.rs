@@ -14,7 +14,7 @@
 //! sentry and the gofer.
 //!
 //! The calls: [`Gvisor::start`] writes the bundle and runs `runsc run`;
-//! a stop's SIGTERM goes through `runsc kill` ([`terminate`]); once the
+//! a stop's SIGTERM goes through `runsc kill` ([`Gvisor::terminate`]); once the
 //! cgroup is empty, [`Gvisor::ended`] removes the container's state and
 //! bundle. Sandboxes prepared ahead park a `runsc run` with its sentry
 //! booted (see [`prepared`]). Commands run as `runsc exec` into the
@@ -30,7 +30,7 @@ pub mod runsc;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::Context as _;
 use sandboxd_protocol::IsolationFeature;
@@ -55,31 +55,11 @@ pub struct Gvisor {
     view: ViewSettings,
     /// `<state>/identities`: the passwd and group copies binds name.
     identities: PathBuf,
-}
-
-/// The runsc and container id of each gVisor sandbox, by its `runsc
-/// run`'s pid.
-type Running = HashMap<i32, (Arc<Runsc>, String)>;
-
-/// The gVisor sandboxes running: how a stop's SIGTERM reaches them (see
-/// [`terminate`]).
-static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
-
-/// Sends SIGTERM to the gVisor sandbox whose `runsc run` is `pid`, through
-/// `runsc kill`; false when `pid` runs no gVisor sandbox.
-pub fn terminate(pid: i32) -> bool {
-    let found = RUNNING
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_ref()
-        .and_then(|running| running.get(&pid).cloned());
-    match found {
-        Some((runsc, id)) => {
-            runsc.terminate(&id);
-            true
-        }
-        None => false,
-    }
+    /// The container id of each sandbox running, by its `runsc run`'s
+    /// pid: how a stop's SIGTERM reaches it (see [`Gvisor::terminate`]),
+    /// and which container a command joins (a prepared sandbox's is named
+    /// after the prepared one it took).
+    running: Mutex<HashMap<i32, String>>,
 }
 
 impl Gvisor {
@@ -130,6 +110,7 @@ impl Gvisor {
             prefix,
             view,
             identities: config.state_dir.join("identities"),
+            running: Mutex::default(),
         })
     }
 
@@ -164,11 +145,7 @@ impl Gvisor {
                 let _ = std::fs::remove_dir_all(&dir);
                 (format!("{} run", self.runsc.path.display()), error)
             })?;
-        RUNNING
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_or_insert_with(HashMap::new)
-            .insert(pid as i32, (self.runsc.clone(), id));
+        self.note_running(pid as i32, id);
         Ok(Cloned {
             pid: pid as i32,
             start_time: super::launch::proc_stat::read(pid as i32).map(|stat| stat.start_time),
@@ -179,12 +156,10 @@ impl Gvisor {
     /// its `runsc run` (`pid`) forgotten, its runsc state and bundle removed
     /// (a prepared one's are named after the prepared sandbox it took).
     pub fn ended(&self, base: &str, pid: u32) {
-        let id = RUNNING
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_mut()
-            .and_then(|running| running.remove(&(pid as i32)))
-            .map_or_else(|| self.container(base), |(_, id)| id);
+        let id = self
+            .running()
+            .remove(&(pid as i32))
+            .unwrap_or_else(|| self.container(base));
         self.runsc.forget(&id);
         let name = id
             .strip_prefix(&format!("{}-", self.prefix))
@@ -195,6 +170,28 @@ impl Gvisor {
                 tracing::warn!(bundle = %dir.display(), %error, "cannot remove a gVisor sandbox's bundle");
             }
         }
+    }
+
+    /// Sends SIGTERM to the sandbox whose `runsc run` is `pid`, through
+    /// `runsc kill`; false when `pid` runs no sandbox of this daemon's.
+    pub fn terminate(&self, pid: i32) -> bool {
+        let found = self.running().get(&pid).cloned();
+        match found {
+            Some(id) => {
+                self.runsc.terminate(&id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Notes that container `id` runs, its `runsc run` being `pid`.
+    fn note_running(&self, pid: i32, id: String) {
+        self.running().insert(pid, id);
+    }
+
+    fn running(&self) -> MutexGuard<'_, HashMap<i32, String>> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The runsc container id of sandbox `base`.

@@ -36,7 +36,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandboxd_init::piped_runner;
@@ -49,7 +49,7 @@ use super::super::launch::runner_plan::RunnerLaunch;
 use super::super::logs::RunnerLogs;
 use super::super::pidfd::{self, has_exited, wait_readable};
 use super::super::prepared::parked_runner::{launch_message, StartError};
-use super::{bundle, Gvisor, RUNNING};
+use super::{bundle, Gvisor};
 
 /// How long a sandbox being parked may take to say its stub waits: the
 /// sentry's boot and the stub's start, well under a second on an idle
@@ -258,11 +258,7 @@ impl ParkedGvisor {
         })?;
         // Closed: the stub reads to the end.
         drop(input);
-        RUNNING
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_or_insert_with(Default::default)
-            .insert(self.pid, (self.gvisor.runsc.clone(), self.id.clone()));
+        self.gvisor.note_running(self.pid, self.id.clone());
         let process = self.process.take().expect("started once");
         let leader = Cloned {
             pid: self.pid,

@@ -12,13 +12,14 @@ use sandboxd_protocol::{SandboxEnv, SandboxError};
 
 use super::super::cgroup::CgroupTree;
 use super::super::gvisor::prepared::ParkedGvisor;
-use super::super::gvisor::Gvisor;
 use super::super::isolation::init_binary::InitBinary;
 use super::super::isolation::kernel_filters::KernelFilters;
 use super::super::isolation::namespaces::View;
+use super::super::launcher::Launcher;
 use super::super::logs::RunnerLogs;
 use super::super::prepared::parked::ParkedView;
 use super::super::prepared::parked_runner::{self, ParkedRunner};
+use super::super::prepared::parking::Parked;
 use super::super::prepared::PreparedSandboxes;
 use super::super::users::identity::RunnerIdentity;
 use super::child_exits::{ChildExits, RunnerProcess};
@@ -66,8 +67,8 @@ pub struct RunnerSettings {
     pub view: Option<Arc<View>>,
     /// What runs as each sandbox's init, view holder and parked runner.
     pub init_binary: Arc<InitBinary>,
-    /// `Some` under `isolation = "gvisor"`: each runner runs under runsc.
-    pub gvisor: Option<Arc<Gvisor>>,
+    /// How runners start: natively, or under runsc (see `launcher`).
+    pub launcher: Launcher,
 }
 
 /// What a sandbox took from a prepared one (see `prepared`).
@@ -78,11 +79,8 @@ pub struct Taken<'a> {
     pub workspace_made: bool,
     /// Its view, under `isolation = "full"`.
     pub view: Option<ParkedView>,
-    /// Its runner, parked as its own uid (see `prepared::parked_runner`).
-    pub runner: Option<ParkedRunner>,
-    /// Under `isolation = "gvisor"`: its sandbox, parked (see
-    /// `gvisor::prepared`).
-    pub gvisor: Option<ParkedGvisor>,
+    /// Its runner, parked as its own uid (see `prepared::parking`).
+    pub parked: Option<Parked>,
     /// Told when the view could not be joined.
     pub pool: &'a PreparedSandboxes,
 }
@@ -156,11 +154,19 @@ impl RunnerSettings {
     ) -> Result<RunnerProcess, SandboxError> {
         let workspace_made = taken.as_ref().is_some_and(|taken| taken.workspace_made);
         let launch = self.prepare_launch(key, env, sandbox_uid, workspace_made)?;
-        if let Some(taken) = taken.as_mut() {
-            if let Some(started) = self.start_parked_gvisor(key, &launch, logs, taken, exits) {
-                return started;
+        // What was taken decides how it starts: a parked gVisor sandbox
+        // pumps its own output, a parked runner takes the log file's.
+        let runner = match taken.as_mut().map(|taken| (taken.parked.take(), taken)) {
+            Some((Some(Parked::Gvisor(parked)), taken)) => {
+                let started = self.start_parked_gvisor(key, &launch, logs, parked, taken, exits);
+                if let Some(started) = started {
+                    return started;
+                }
+                None
             }
-        }
+            Some((Some(Parked::Runner(runner)), _)) => Some(runner),
+            Some((None, _)) | None => None,
+        };
         let log = logs.open_output(&key.base_name).map_err(|error| {
             let log_path = self.log_file(key);
             unavailable(
@@ -173,7 +179,7 @@ impl RunnerSettings {
         let Some(mut taken) = taken else {
             return self.start_cold(key, &launch, output, None, exits);
         };
-        let output = match taken.runner.take() {
+        let output = match runner {
             None => output,
             Some(runner) => match self.start_parked(runner, &launch, &output, &mut taken.view) {
                 Ok(started) => return Ok(self.watched(started, exits)),
@@ -195,17 +201,17 @@ impl RunnerSettings {
         self.start_cold(key, &launch, output, Some(taken), exits)
     }
 
-    /// Starts `launch` in `taken`'s parked gVisor sandbox, if it has one
-    /// that can be used; `None`: the sandbox starts otherwise.
+    /// Starts `launch` in `parked`, the gVisor sandbox `taken` had parked,
+    /// if it can be used; `None`: the sandbox starts otherwise.
     fn start_parked_gvisor(
         &self,
         key: &SandboxKey,
         launch: &RunnerLaunch,
         logs: &Arc<RunnerLogs>,
+        parked: ParkedGvisor,
         taken: &mut Taken<'_>,
         exits: &ChildExits,
     ) -> Option<Result<RunnerProcess, SandboxError>> {
-        let parked = taken.gvisor.take()?;
         match parked.start(launch, logs, &key.base_name) {
             Ok((leader, process)) => Some(Ok(self.watched(
                 Started {
@@ -345,27 +351,38 @@ impl RunnerSettings {
                 pool.failed(why, for_good);
             }
         };
-        let [log, log_for_stderr] = output;
-        if let Some(gvisor) = &self.gvisor {
-            let started = gvisor
+        let started = match &self.launcher {
+            Launcher::Native => {
+                self.start_natively(key, launch, output, placement, prepared_view, &unusable)
+            }
+            Launcher::Gvisor(gvisor) => gvisor
                 .start(
                     &key.base_name,
                     launch,
-                    [log, log_for_stderr],
+                    output,
                     placement.as_ref(),
                     self.oom_score_adj,
                 )
-                .map(|leader| Started {
-                    leader,
-                    runner_pid: leader.pid,
-                    status_file: None,
-                    holder: None,
-                    process: None,
-                })
-                .map_err(|(step, error)| self.start_failed(key, launch, step, error))?;
-            return Ok(self.watched(started, exits));
-        }
-        let started = match &self.view {
+                .map(Started::leader_only),
+        };
+        let started =
+            started.map_err(|(step, error)| self.start_failed(key, launch, step, error))?;
+        Ok(self.watched(started, exits))
+    }
+
+    /// The native start: the runner cloned into `placement`, in its view
+    /// under `isolation = "full"` (`prepared_view`'s when one was taken),
+    /// else directly.
+    fn start_natively(
+        &self,
+        key: &SandboxKey,
+        launch: &RunnerLaunch,
+        [log, log_for_stderr]: [OwnedFd; 2],
+        placement: Option<CgroupPlacement>,
+        prepared_view: Option<ParkedView>,
+        unusable: &dyn Fn(String, bool),
+    ) -> Result<Started, (String, std::io::Error)> {
+        match &self.view {
             Some(view) => view
                 .spawn(
                     &key.base_name,
@@ -374,7 +391,7 @@ impl RunnerSettings {
                     [log, log_for_stderr],
                     placement,
                     prepared_view,
-                    &unusable,
+                    unusable,
                 )
                 .map(|spawned| Started {
                     leader: spawned.init,
@@ -393,10 +410,7 @@ impl RunnerSettings {
                 ),
                 Err(error) => Err(("open /dev/null".to_string(), error)),
             },
-        };
-        let started =
-            started.map_err(|(step, error)| self.start_failed(key, launch, step, error))?;
-        Ok(self.watched(started, exits))
+        }
     }
 
     /// A start that failed: its cgroup goes, and the error names the
@@ -506,8 +520,8 @@ impl RunnerSettings {
     /// Where a runner whose workspace is `host` sees it: `/workspace` in
     /// a view (see `isolation::workspace_mount`), else `host`.
     pub fn workspace_seen(&self, host: &Path) -> PathBuf {
-        if let Some(gvisor) = &self.gvisor {
-            return gvisor.workspace_inside(host);
+        if let Some(inside) = self.launcher.workspace_inside(host) {
+            return inside;
         }
         match &self.view {
             Some(view) => view.settings.workspace_inside(host),
@@ -569,6 +583,19 @@ struct Started {
     holder: Option<Holder>,
     /// A parked runner's exit, watched since it was parked.
     process: Option<RunnerProcess>,
+}
+
+impl Started {
+    /// A leader that is the runner itself, to be watched.
+    fn leader_only(leader: super::clone_exec::Cloned) -> Started {
+        Started {
+            leader,
+            runner_pid: leader.pid,
+            status_file: None,
+            holder: None,
+            process: None,
+        }
+    }
 }
 
 /// `isolation = "uid-cgroup"` (or no namespaces here): the daemon's clone

@@ -276,10 +276,34 @@ async fn reap_on_sigchld(
         let Some(threads) = threads.upgrade() else {
             return;
         };
+        if !a_child_awaits_its_reap() {
+            continue;
+        }
         for thread in threads.iter() {
             let exits = exits.clone();
             let _ = send(thread, Box::new(move || exits.reap_own_children()));
         }
+    }
+}
+
+/// Whether any child of the daemon has exited and is not reaped yet
+/// (`waitid` with `WNOWAIT`, which reaps nothing). Most SIGCHLDs come from
+/// commands, which their own tasks reap through a pidfd (see
+/// `child_exits`), often before this task runs: then no spawner thread is
+/// woken for a reap that would find nothing (on a 2-CPU host those
+/// wake-ups took the CPUs from the command's answer). A child that exits
+/// after this look sends a SIGCHLD of its own, which comes back here.
+fn a_child_awaits_its_reap() -> bool {
+    // SAFETY: an all-zero siginfo_t is a valid out-value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL;
+    // SAFETY: waitid into a live siginfo_t; WNOWAIT leaves the child as it is.
+    let done = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) };
+    match done {
+        // SAFETY: filled by waitid (si_pid 0 when no child has exited).
+        0 => unsafe { info.si_pid() != 0 },
+        // ECHILD: no children at all; anything else: look anyway.
+        _ => std::io::Error::last_os_error().raw_os_error() != Some(libc::ECHILD),
     }
 }
 
@@ -406,6 +430,29 @@ mod tests {
         let seen = ran.clone();
         after_the_answer(move || seen.set(true));
         assert!(ran.get());
+    }
+
+    #[test]
+    fn an_exited_child_is_seen_awaiting_its_reap_and_left_unreaped() {
+        // Reaped by the waitpid below, not by this handle.
+        #[allow(clippy::zombie_processes)]
+        let child = std::process::Command::new("/bin/sh")
+            .args(["-c", "exit 4"])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        let pidfd = crate::drivers::local_process::pidfd::open(pid).unwrap();
+        let ten_seconds = std::time::Duration::from_secs(10);
+        assert!(crate::drivers::local_process::pidfd::wait_readable(
+            std::os::fd::AsRawFd::as_raw_fd(&pidfd),
+            ten_seconds
+        ));
+        assert!(a_child_awaits_its_reap());
+        // Still there for its own reap, with its status.
+        let mut status = 0;
+        // SAFETY: status is a valid out-pointer; pid is our exited child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert_eq!(libc::WEXITSTATUS(status), 4);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

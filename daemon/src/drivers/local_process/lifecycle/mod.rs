@@ -315,7 +315,7 @@ impl Inner {
                 .and_then(|record| record.running.as_ref())
                 .is_some_and(|running| running.generation == generation)
         };
-        stop::kill_group(leader as i32, nix::sys::signal::Signal::SIGTERM);
+        self.settings.launcher.terminate(leader as i32);
         if !self.wait_gone(&still_running, self.stop_grace).await {
             tracing::warn!(scope = %key.scope, id = %key.shown_id(), leader, grace = ?self.stop_grace, "runner ignored SIGTERM; killing its cgroup");
             match self.containment.tree() {

@@ -36,11 +36,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::super::cgroup::{kill, CgroupTree};
-use super::super::gvisor::prepared::ParkedGvisor;
 use super::super::launch::clone_exec::{CgroupPlacement, Privileges};
 use super::super::users::identity::RunnerIdentity;
 use super::super::users::uid_pool::SandboxUids;
-use super::parked_runner::ParkedRunner;
+use super::parking::Parked;
 use crate::sandbox_key::SandboxKey;
 
 /// The directory under `<sandboxes>` where prepared workspaces wait.
@@ -126,16 +125,15 @@ impl PreparedHost {
     /// them: the uid, and the workspace when none is there already (a kept
     /// one stays the sandbox's, and is handed to the uid at the start, as a
     /// cold start would). One that has its uid already (a respawn) takes
-    /// the cgroups only; `runner`, parked as the prepared uid, is then of
-    /// no use to it and is killed (and waited for) before that uid is given
-    /// back. So is `gvisor`, which binds the prepared workspace, when that
-    /// is not the sandbox's.
+    /// the cgroups only; `parked`, parked as the prepared uid, is then of
+    /// no use to it and is ended (and waited for) before that uid is given
+    /// back. So is a parked gVisor sandbox, which binds the prepared
+    /// workspace, when that is not the sandbox's.
     pub fn adopt(
         mut self,
         key: &SandboxKey,
         workspace: &Path,
-        runner: &mut Option<ParkedRunner>,
-        gvisor: &mut Option<ParkedGvisor>,
+        parked: &mut Option<Parked>,
     ) -> Adopted {
         let maker = self.maker.clone();
         let has_uid = maker
@@ -162,12 +160,11 @@ impl PreparedHost {
                 .and_then(|_| uids.adopt_prepared(&self.name, key)),
             _ => None,
         };
-        if maker.uids.is_some() && adopted_uid.is_none() {
-            drop(runner.take());
-            drop(gvisor.take());
-        }
-        if !workspace_made {
-            drop(gvisor.take());
+        let other_uid = maker.uids.is_some() && adopted_uid.is_none();
+        let other_workspace =
+            !workspace_made && parked.as_ref().is_some_and(Parked::binds_its_workspace);
+        if other_uid || other_workspace {
+            drop(parked.take());
         }
         maker.tree.adopt(&key.base_name, &self.name);
         Adopted {

@@ -28,6 +28,7 @@
 pub mod host_parts;
 pub mod parked;
 pub mod parked_runner;
+pub mod parking;
 pub mod quiet;
 
 use std::collections::VecDeque;
@@ -44,6 +45,7 @@ use crate::config::PoolConfig;
 use host_parts::{HostMaker, PreparedHost};
 use parked::{ParkedView, ViewMaker};
 use parked_runner::{ParkedRunner, RunnerParker};
+use parking::{Parked, Parker};
 use quiet::Quiet;
 
 /// One sandbox prepared ahead: its runner parked in it (unless parking is
@@ -51,9 +53,7 @@ use quiet::Quiet;
 /// in that order: the runner is gone before its uid is given back, and
 /// the view's pasta (in its cgroup) before the cgroup is removed.
 pub struct Prepared {
-    pub runner: Option<ParkedRunner>,
-    /// Under `isolation = "gvisor"`, instead of `runner`.
-    pub gvisor: Option<ParkedGvisor>,
+    pub parked: Option<Parked>,
     pub view: Option<ParkedView>,
     pub host: PreparedHost,
 }
@@ -62,11 +62,11 @@ pub struct Prepared {
 pub struct SandboxMaker {
     pub host: Arc<HostMaker>,
     pub view: Option<ViewMaker>,
-    /// `None`: no runner is parked ahead (`[pool] park_runners = false`).
-    pub runner: Option<Arc<RunnerParker>>,
-    /// Under `isolation = "gvisor"` (with parking on), instead of `runner`.
-    pub gvisor: Option<Arc<GvisorParker>>,
-    /// Set once parking failed: the sandboxes are prepared without.
+    /// How runners are parked, as the launcher parks them; `None`: no
+    /// runner is parked ahead (`[pool] park_runners = false`).
+    pub parker: Option<Parker>,
+    /// Set once parking a runner failed: the sandboxes are prepared
+    /// without.
     pub parking_failed: AtomicBool,
     /// Why, for `status`.
     pub parking_problem: Mutex<Option<String>>,
@@ -86,12 +86,12 @@ impl SandboxMaker {
             }
             None => None,
         };
-        let runner = match &self.runner {
+        let parked = match &self.parker {
             Some(parker) if !self.parking_failed.load(Ordering::Acquire) => {
                 let (parked, view_back) = Self::park(parker, &host, view, background)?;
                 view = view_back;
                 match parked {
-                    Ok(runner) => Some(runner),
+                    Ok(parked) => Some(parked),
                     Err(problem) => {
                         // Not tried again: what failed once (a kernel
                         // refusing a step) fails every time.
@@ -107,16 +107,31 @@ impl SandboxMaker {
             }
             _ => None,
         };
-        let gvisor = match &self.gvisor {
-            Some(parker) => Some(Self::park_gvisor(parker, &host, background)?),
-            None => None,
-        };
-        Ok(Prepared {
-            runner,
-            gvisor,
-            host,
-            view,
-        })
+        Ok(Prepared { parked, host, view })
+    }
+
+    /// Parks a runner in `host` (and `view`) on the parking thread, as
+    /// `parker` parks them; gives the view back. A runner that fails to
+    /// park is the inner `Err` (the sandbox is prepared without); a gVisor
+    /// sandbox that fails to is the outer one (the sandbox is not
+    /// prepared).
+    #[allow(clippy::type_complexity)]
+    fn park(
+        parker: &Parker,
+        host: &PreparedHost,
+        view: Option<ParkedView>,
+        background: &Background,
+    ) -> Result<(Result<Parked, String>, Option<ParkedView>), String> {
+        match parker {
+            Parker::Runner(parker) => {
+                let (parked, view) = Self::park_runner(parker, host, view, background)?;
+                Ok((parked.map(Parked::Runner), view))
+            }
+            Parker::Gvisor(parker) => {
+                let parked = Self::park_gvisor(parker, host, background)?;
+                Ok((Ok(Parked::Gvisor(parked)), view))
+            }
+        }
     }
 
     /// Parks a gVisor sandbox in `host` on the parking thread.
@@ -144,7 +159,7 @@ impl SandboxMaker {
     /// Parks a runner in `host` (and `view`) on the parking thread; gives
     /// the view back.
     #[allow(clippy::type_complexity)]
-    fn park(
+    fn park_runner(
         parker: &Arc<RunnerParker>,
         host: &PreparedHost,
         mut view: Option<ParkedView>,
@@ -198,10 +213,10 @@ impl PreparedSandboxes {
     /// A pool of `sizes` sandboxes from `maker`, made on `background`;
     /// starts filling at once.
     pub fn start(maker: SandboxMaker, background: Background, sizes: &PoolConfig) -> Arc<Self> {
-        let quiet = match &maker.gvisor {
-            Some(_) => Quiet::lasting(super::gvisor::prepared::QUIET_AFTER_A_START),
-            None => Quiet::default(),
-        };
+        let quiet = maker
+            .parker
+            .as_ref()
+            .map_or_else(Quiet::default, Parker::quiet);
         let pool = Arc::new(PreparedSandboxes {
             maker,
             background,
@@ -243,12 +258,13 @@ impl PreparedSandboxes {
             // elsewhere since): no use to anyone now.
             ready.retain(|prepared| {
                 let view = prepared.view.as_ref().map(ParkedView::program);
-                let gvisor = prepared.gvisor.as_ref().map(ParkedGvisor::program);
-                view.into_iter().chain(gvisor).all(|made| made == program)
+                let parked = prepared.parked.as_ref().and_then(Parked::program);
+                view.into_iter().chain(parked).all(|made| made == program)
             });
-            match ready.iter().position(|prepared| {
-                new || (prepared.runner.is_none() && prepared.gvisor.is_none())
-            }) {
+            match ready
+                .iter()
+                .position(|prepared| new || prepared.parked.is_none())
+            {
                 Some(position) => ready.remove(position),
                 None => None,
             }
@@ -380,18 +396,9 @@ impl PreparedSandboxes {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let parking = match (
-            &self.maker.runner,
-            self.maker.parking_failed.load(Ordering::Acquire),
-        ) {
-            _ if self.maker.gvisor.is_some() => {
-                "each with its runner parked under gVisor (runsc run of a stub, its sentry booted, in its cgroups, under its uid, its workspace bound)"
-            }
-            (None, _) => "runners started at the take (park_runners = false)",
-            (Some(_), false) => {
-                "each with its runner parked (in its cgroups, under its uid, filters applied)"
-            }
-            (Some(_), true) => "runners started at the take (parking one failed)",
+        let parking = match &self.maker.parker {
+            Some(parker) => parker.describe(self.maker.parking_failed.load(Ordering::Acquire)),
+            None => "runners started at the take (park_runners = false)",
         };
         let problem = problem.or_else(|| {
             self.maker

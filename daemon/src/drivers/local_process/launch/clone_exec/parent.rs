@@ -36,7 +36,11 @@ impl ExecPlan {
         let mut argv = null_terminated(&self.args);
         let envp = null_terminated(&self.env);
         let mut stat = [0u8; STAT_CAPACITY];
-        let mut child = ChildPlan::new(self, &argv, &envp, self.parent_pid(), stat.as_mut_ptr());
+        let stat_at = match self.start_time {
+            true => stat.as_mut_ptr(),
+            false => std::ptr::null_mut(),
+        };
+        let mut child = ChildPlan::new(self, &argv, &envp, self.parent_pid(), stat_at);
         // A sandbox's first process: the runner's plan, a stack for it,
         // and where the runner's pid is written into init's arguments.
         let mut runner = self

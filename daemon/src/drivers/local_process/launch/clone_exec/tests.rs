@@ -326,6 +326,15 @@ async fn reports_the_start_time_the_kernel_gives_the_process() {
 }
 
 #[test]
+fn without_start_time_the_child_does_not_read_it() {
+    let (plan, _output) = plan("/bin/true", &[], "/", Privileges::default());
+    let runner = plan.without_start_time().spawn().unwrap();
+    assert_eq!(runner.start_time, None);
+    let status = super::super::child_exits::wait_for(runner.pid).unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
 fn a_missing_working_directory_fails_at_chdir() {
     let error = plan(
         "/bin/true",

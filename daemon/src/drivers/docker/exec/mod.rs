@@ -366,7 +366,8 @@ impl Inner {
                 .and_then(|pid| u32::try_from(pid).ok())
                 .unwrap_or(0);
             if pid > 0 {
-                attached.exit_code = inspect.exit_code;
+                // Only an exec no longer running has its code.
+                attached.exit_code = inspect.exit_code.filter(|_| inspect.running == Some(false));
                 return Ok((pid, attached));
             }
             // An exit before a pid: the start failed, or the command ended

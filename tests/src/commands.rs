@@ -53,6 +53,20 @@ pub async fn read_until(
     wanted: &str,
     wait: Duration,
 ) -> u64 {
+    read_text_until(client, id, command, offset, wanted, wait)
+        .await
+        .1
+}
+
+/// As [`read_until`], with the text read (from `offset` on).
+pub async fn read_text_until(
+    client: &SandboxdClient,
+    id: &str,
+    command: &CommandRef,
+    offset: u64,
+    wanted: &str,
+    wait: Duration,
+) -> (String, u64) {
     let (mut data, mut next) = (Vec::new(), offset);
     while !String::from_utf8_lossy(&data).contains(wanted) {
         let chunk = client
@@ -76,7 +90,7 @@ pub async fn read_until(
         data.extend_from_slice(&chunk.data);
         next = chunk.next;
     }
-    next
+    (String::from_utf8_lossy(&data).into_owned(), next)
 }
 
 /// A session's command's proof, once it has ended (within `wait`).

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sandboxd_client::{CommandRef, ExecRequest, ExitReason, OutputStream, PtySize, SandboxdClient};
 use sandboxd_protocol::{IsolationFeature, Scope};
-use sandboxd_tests::commands::{proof_of, read_all, request};
+use sandboxd_tests::commands::{proof_of, read_all, read_text_until, request};
 use sandboxd_tests::{Options, TestDaemon};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -109,34 +109,8 @@ fn on_terminal(script: &str) -> ExecRequest {
 
 /// The first line `command` prints, waited for.
 async fn first_line(client: &SandboxdClient, id: &str, command: &CommandRef) -> String {
-    let deadline = std::time::Instant::now() + WAIT;
-    let mut data = Vec::new();
-    while !data.contains(&b'\n') {
-        assert!(std::time::Instant::now() < deadline, "no line: {data:?}");
-        let chunk = client
-            .command_output(
-                Scope::Session,
-                id,
-                command,
-                OutputStream::Stdout,
-                data.len() as u64,
-                4096,
-                Duration::from_secs(1),
-            )
-            .await
-            .unwrap();
-        data.extend_from_slice(&chunk.data);
-        assert!(
-            chunk.proof.is_none() || data.contains(&b'\n'),
-            "ended first: {:?}",
-            chunk.proof
-        );
-    }
-    String::from_utf8_lossy(&data)
-        .lines()
-        .next()
-        .unwrap()
-        .to_string()
+    let (text, _) = read_text_until(client, id, command, 0, "\n", WAIT).await;
+    text.lines().next().unwrap_or_default().to_string()
 }
 
 /// What a terminal command inside says of its terminal: `tty`, whether

@@ -19,8 +19,10 @@ mod view_terminal;
 mod workdir;
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -33,9 +35,9 @@ use super::pidfd;
 use super::prepared::parked::enter_namespaces_of;
 use super::Inner;
 use crate::sandbox_key::SandboxKey;
-use crate::started_command::{self, CommandSpec, StartedCommand};
+use crate::started_command::{self, CommandControl, CommandEnd, CommandSpec, StartedCommand};
 use fd_stream::FdStream;
-use stdio::Stdio;
+use stdio::{Stdio, Streams};
 
 /// The running sandbox a command joins, read from its record.
 pub(super) struct Target {
@@ -79,13 +81,7 @@ impl Inner {
         let (placement, own_cgroup) = self.command_placement(key, spec)?;
         self.check_pids_room(key, &spec.argv[0])?;
         let oom_kills_before = self.oom_kills(key);
-        let Stdio {
-            child,
-            stdout,
-            stderr,
-            stdin,
-            terminal,
-        } = stdio;
+        let (child, streams, terminal) = stdio.split();
         let inner = self.clone();
         let leader = target.leader;
         let spawned = self
@@ -104,26 +100,15 @@ impl Inner {
         let (pid, process) = spawned;
         tracing::debug!(scope = %key.scope, id = %key.shown_id(), pid, "command cloned");
         let exited = Arc::new(AtomicBool::new(false));
-        let stream = |fd: OwnedFd| {
-            FdStream::new(fd).map_err(|error| unavailable(key, format!("its output: {error}")))
-        };
         let end_watch = self.end_watch(key, &target, oom_kills_before, &exited, own_cgroup);
-        Ok(StartedCommand {
-            pid: pid as u32,
-            uid: target.uid,
-            generation: target.generation,
-            stdout: Box::pin(stream(stdout)?),
-            stderr: match stderr {
-                Some(fd) => Some(Box::pin(stream(fd)?)),
-                None => None,
-            },
-            stdin: match stdin {
-                Some(fd) => Some(Box::pin(stream(fd)?)),
-                None => None,
-            },
-            control: Box::new(control::ProcessControl::new(pid, exited, terminal)),
-            end: Box::pin(end_watch.wait(process)),
-        })
+        started_command(
+            key,
+            &target,
+            pid as u32,
+            streams,
+            Box::new(control::ProcessControl::new(pid, exited, terminal)),
+            Box::pin(end_watch.wait(process)),
+        )
     }
 
     /// The sandbox as the command may join it: running, not paused, and
@@ -368,6 +353,35 @@ fn find_program(name: &str, path: &OsString, cwd: &Path) -> PathBuf {
 
 pub(super) fn unavailable(key: &SandboxKey, what: String) -> SandboxError {
     SandboxError::Unavailable(format!("cannot run a command in {}: {what}", key.what()))
+}
+
+/// A started command as its caller gets it, whichever launcher started
+/// it: the daemon's ends of its standard streams (`stdout`, `stderr`,
+/// `stdin`, as `Stdio` holds them) made async streams, with its control
+/// and its end.
+pub(super) fn started_command(
+    key: &SandboxKey,
+    target: &Target,
+    pid: u32,
+    (stdout, stderr, stdin): Streams,
+    control: Box<dyn CommandControl>,
+    end: Pin<Box<dyn Future<Output = CommandEnd> + Send>>,
+) -> Result<StartedCommand, SandboxError> {
+    let stream = |fd: OwnedFd| {
+        FdStream::new(fd)
+            .map(Box::pin)
+            .map_err(|error| unavailable(key, format!("its output: {error}")))
+    };
+    Ok(StartedCommand {
+        pid,
+        uid: target.uid.clone(),
+        generation: target.generation,
+        stdout: stream(stdout)?,
+        stderr: stderr.map(stream).transpose()?.map(|s| s as _),
+        stdin: stdin.map(stream).transpose()?.map(|s| s as _),
+        control,
+        end,
+    })
 }
 
 /// The command's standard streams as `spec` asks: a terminal (from the

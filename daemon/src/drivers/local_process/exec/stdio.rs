@@ -37,7 +37,24 @@ pub struct Stdio {
     pub terminal: Option<OwnedFd>,
 }
 
+/// The daemon's ends of a command's stdout, stderr and stdin.
+pub type Streams = (OwnedFd, Option<OwnedFd>, Option<OwnedFd>);
+
 impl Stdio {
+    /// The command's side (for its start), the daemon's ends of its
+    /// streams (as `exec::started_command` takes them), and the
+    /// terminal's leader side.
+    pub fn split(self) -> ([OwnedFd; 3], Streams, Option<OwnedFd>) {
+        let Stdio {
+            child,
+            stdout,
+            stderr,
+            stdin,
+            terminal,
+        } = self;
+        (child, (stdout, stderr, stdin), terminal)
+    }
+
     pub fn pipes(keep_stdin: bool) -> io::Result<Stdio> {
         let (stdout, child_stdout) = pipe()?;
         let (stderr, child_stderr) = pipe()?;

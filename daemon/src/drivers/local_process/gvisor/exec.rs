@@ -48,9 +48,7 @@ use std::sync::Arc;
 use sandboxd_protocol::SandboxError;
 use serde_json::json;
 
-use super::super::exec::fd_stream::FdStream;
-use super::super::exec::stdio::Stdio;
-use super::super::exec::{command_stdio, unavailable, Launch};
+use super::super::exec::{command_stdio, started_command, unavailable, Launch};
 use super::super::launch::child_exits::RunnerProcess;
 use super::super::launch::clone_exec::CgroupPlacement;
 use super::super::launch::proc_stat;
@@ -97,13 +95,7 @@ impl Inner {
         let files = gvisor
             .exec_files(&spec.id, &launch, spec.pty.is_some())
             .map_err(|error| unavailable(key, format!("its runsc process spec: {error}")))?;
-        let Stdio {
-            child,
-            stdout,
-            stderr,
-            stdin,
-            terminal,
-        } = stdio;
+        let (child, streams, terminal) = stdio.split();
         let exec = RunscExec {
             container: container.clone(),
             process: files.process.clone(),
@@ -130,25 +122,19 @@ impl Inner {
             exited,
             terminal,
         };
-        let stream = |fd: OwnedFd| {
-            FdStream::new(fd)
-                .map(Box::pin)
-                .map_err(|error| unavailable(key, format!("its output: {error}")))
+        let end = async move {
+            let end = end_watch.wait_mapped(process, Gvisor::command_exit).await;
+            files.remove();
+            end
         };
-        Ok(StartedCommand {
-            pid: pid as u32,
-            uid: target.uid,
-            generation: target.generation,
-            stdout: stream(stdout)?,
-            stderr: stderr.map(stream).transpose()?.map(|s| s as _),
-            stdin: stdin.map(stream).transpose()?.map(|s| s as _),
-            control: Box::new(control),
-            end: Box::pin(async move {
-                let end = end_watch.wait_mapped(process, Gvisor::command_exit).await;
-                files.remove();
-                end
-            }),
-        })
+        started_command(
+            key,
+            &target,
+            pid as u32,
+            streams,
+            Box::new(control),
+            Box::pin(end),
+        )
     }
 }
 

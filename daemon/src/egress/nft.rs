@@ -20,6 +20,14 @@ use crate::child_output::{output_within, WaitError};
 /// nothing waits on it for ever.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The elements of set `name` as a whitespace-flattened listing (`nft
+/// list table …`) writes them: the text between `elements = {` and `}`.
+pub fn listed_elements<'a>(flat: &'a str, name: &str) -> Option<&'a str> {
+    let set = &flat[flat.find(&format!("set {name} {{"))?..];
+    let elements = &set[set.find("elements = {")? + "elements = {".len()..];
+    Some(&elements[..elements.find('}')?])
+}
+
 /// The `nft` executable found on `PATH`.
 #[derive(Debug, Clone)]
 pub struct Nft {

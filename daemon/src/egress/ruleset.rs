@@ -25,6 +25,7 @@ use std::net::IpAddr;
 use sandboxd_protocol::egress::{Posture, Range};
 
 use super::cgroup_target::CgroupTarget;
+use super::nft;
 use super::separation::{self, Separation};
 use super::teredo;
 
@@ -364,10 +365,7 @@ const SANDBOX_RULES: [&str; 4] = [
 /// The elements of set `name` in a whitespace-flattened listing, as
 /// `(network, prefix)`; a bare address is a full-length prefix.
 fn set_elements(flat: &str, name: &str) -> Option<BTreeSet<(IpAddr, u8)>> {
-    let set = &flat[flat.find(&format!("set {name} {{"))?..];
-    let elements = &set[set.find("elements = {")? + "elements = {".len()..];
-    let elements = &elements[..elements.find('}')?];
-    elements
+    nft::listed_elements(flat, name)?
         .split(',')
         .map(|element| {
             let element = element.trim();

@@ -20,6 +20,8 @@ use std::net::IpAddr;
 
 use sandboxd_protocol::egress::Range;
 
+use super::nft;
+
 /// The set of inverted IPv4 ranges, as the table names it.
 pub const SET: &str = "refused_teredo";
 
@@ -75,9 +77,7 @@ pub(super) fn inverted(ipv4: impl Iterator<Item = Range>) -> impl Iterator<Item 
 }
 
 fn listed_intervals(flat: &str) -> Option<BTreeSet<(u32, u32)>> {
-    let set = &flat[flat.find(&format!("set {SET} {{"))?..];
-    let elements = &set[set.find("elements = {")? + "elements = {".len()..];
-    let elements = &elements[..elements.find('}')?];
+    let elements = nft::listed_elements(flat, SET)?;
     let hex = |text: &str| u32::from_str_radix(text.trim().strip_prefix("0x")?, 16).ok();
     elements
         .split(',')

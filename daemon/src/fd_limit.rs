@@ -1,9 +1,11 @@
 //! The daemon's open-file limit, and saying so when it runs out.
 //!
 //! The process tier holds one descriptor per running runner (the read end
-//! of its output pipe), and a second while the runner writes (its output
-//! file, closed after two quiet seconds): 10,000 runners are 10,000 to
-//! 20,000 descriptors, beside the sockets of every connection, far above
+//! of its output pipe), three more under a private network (its relay's
+//! listener and DNS sockets, two more per connection it carries), and one
+//! more while the runner writes (its output file, closed after two quiet
+//! seconds): 10,000 runners are 40,000 to 50,000 descriptors, beside the
+//! sockets of every connection, far above
 //! the common soft limit of 1,024 and above some hard ones. So the daemon
 //! raises its limit at start, logs what it got, and an operation that fails
 //! with EMFILE or ENFILE says which limit was hit and how to raise it,

@@ -11,7 +11,7 @@ use super::docker::DockerConfig;
 use super::kubernetes::KubernetesConfig;
 use super::limits::LimitsConfig;
 use super::modes::{ContainmentMode, IsolationMode};
-use super::network::NetworkConfig;
+use super::network::NetworkFile;
 use super::pool::PoolConfig;
 use super::values::deserialize_optional_memory;
 use super::view::ViewConfig;
@@ -59,7 +59,7 @@ pub(super) struct FileConfig {
     pub(super) kubernetes: Option<KubernetesConfig>,
     pub(super) isolation: Option<IsolationMode>,
     pub(super) view: Option<ViewConfig>,
-    pub(super) network: Option<NetworkConfig>,
+    pub(super) network: Option<NetworkFile>,
     pub(super) pool: Option<PoolConfig>,
     pub(super) lifecycle: Option<lifecycle::LifecycleFile>,
     pub(super) commands: Option<CommandsConfig>,

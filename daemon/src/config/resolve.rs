@@ -47,6 +47,7 @@ impl Config {
         let driver = driver(flags, &env, file.driver)?;
         let socket = flags.socket.clone().or(file.socket);
         let state_dir = flags.state_dir.clone().or(file.state_dir);
+        let isolation = file.isolation.unwrap_or_default();
         let config = Config {
             source_file,
             driver,
@@ -95,9 +96,9 @@ impl Config {
             instance: Instance::from_config(file.instance.as_deref())?,
             egress: file.egress.unwrap_or_default(),
             kubernetes,
-            isolation: file.isolation.unwrap_or_default(),
+            isolation,
             view: file.view.unwrap_or_default(),
-            network: file.network.unwrap_or_default(),
+            network: file.network.unwrap_or_default().resolve(isolation)?,
             pool: file.pool.unwrap_or_default(),
             commands: file.commands.unwrap_or_default().checked()?,
             lifecycle,

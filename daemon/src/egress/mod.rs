@@ -35,6 +35,8 @@
 //! remove it only once that lock is free and nothing it held is left.
 
 mod cgroup_target;
+pub mod divert;
+pub mod namespace_rules;
 mod nft;
 mod orphans;
 mod ruleset;
@@ -379,6 +381,9 @@ fn install_or_fall_back(ruleset: Ruleset) -> State {
         Matched::Bridge(bridge) => Some(format!(
             "not this table's job: the network of bridge {bridge} keeps containers apart"
         )),
+        Matched::Namespace(_) => Some(
+            "not this table's job: each sandbox's own network namespace keeps it apart".to_string(),
+        ),
     };
     if ruleset.is_empty() {
         remove_leftover(&ruleset);

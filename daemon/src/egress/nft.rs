@@ -7,7 +7,7 @@
 //! language is its stable interface, and the script is small enough to
 //! read (see [`super::ruleset`]). Hand-written netlink would be far more.
 
-use std::io::Write as _;
+use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -67,17 +67,34 @@ impl Nft {
 
     /// Applies `script` as one transaction (`nft -f -`).
     pub fn apply(&self, script: &str) -> Result<(), String> {
+        let child = self
+            .start_apply(script)
+            .map_err(|error| format!("cannot run {}: {error}", self.program.display()))?;
+        self.finish_apply(child)
+    }
+
+    /// [`Nft::apply`] with a failure to start nft kept as the error it was
+    /// (descriptor exhaustion must still be told as such).
+    pub fn apply_keeping_errno(&self, script: &str) -> io::Result<()> {
+        let child = self.start_apply(script)?;
+        self.finish_apply(child).map_err(io::Error::other)
+    }
+
+    fn start_apply(&self, script: &str) -> io::Result<Child> {
         let mut child = Command::new(&self.program)
             .args(["-f", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|error| format!("cannot run {}: {error}", self.program.display()))?;
+            .spawn()?;
         if let Some(mut stdin) = child.stdin.take() {
             // A failed write shows up as nft's own error below.
             let _ = stdin.write_all(script.as_bytes());
         }
+        Ok(child)
+    }
+
+    fn finish_apply(&self, child: Child) -> Result<(), String> {
         let output = self.wait(child)?;
         self.answer(&output, "load the rules").map(drop)
     }

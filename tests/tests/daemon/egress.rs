@@ -17,8 +17,11 @@ use sandboxd_tests::{sandbox_env, wait_until, Options, TestDaemon};
 /// What the runner fixture printed of its one connect to `target`, under
 /// `posture`: `ok`, or `failed: …`.
 async fn runner_connect_under(posture: &str, target: &str) -> String {
+    // The host's network: the host's loopback is the runner's own to dial
+    // (a private sandbox reaches only its endpoints there: `private_network`).
     let daemon = TestDaemon::start(Options {
         egress: Some(posture.to_string()),
+        extra_toml: "[network]\nmode = \"host\"\n".to_string(),
         ..Options::with_runner_args(&["--connect", target])
     });
     let client = daemon.client().await;

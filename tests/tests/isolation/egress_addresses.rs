@@ -137,46 +137,63 @@ const METADATA_TARGETS: [&str; 12] = [
     "[2001:0:4136:e378:8000:63bf:9b9b:9b37]:80",
 ];
 
+/// The two ways a process-tier sandbox meets the rules: the host's table
+/// (`host`) and its own namespace's (`private`, the default).
+const MODES: [&str; 2] = ["host", "private"];
+
+fn daemon(posture: &str, mode: &str) -> TestDaemon {
+    TestDaemon::start(Options {
+        egress: Some(posture.to_string()),
+        extra_toml: format!("[network]\nmode = \"{mode}\"\n"),
+        ..Options::default()
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relaxed_refuses_metadata_addresses_in_every_form_and_allows_loopback() {
-    let daemon = TestDaemon::start(Options {
-        egress: Some("relaxed".to_string()),
-        ..Options::default()
-    });
-    let (_listener, _udp, control) = loopback_target();
-    let mut targets: Vec<String> = METADATA_TARGETS.map(String::from).to_vec();
-    targets.push(control.clone());
-    let verdicts = dial_from_a_runner(&daemon, &targets).await;
-    // The three IPv4 ones always meet the rules (the host has IPv4 routes).
-    assert_refused_by_the_rules(&verdicts, &METADATA_TARGETS, 3);
-    let control_verdict = &verdicts.iter().find(|(t, _)| *t == control).unwrap().1;
-    assert!(
-        control_verdict.ends_with("tcp=connected"),
-        "relaxed refused the test's loopback listener: {control_verdict}"
-    );
+    for mode in MODES {
+        let daemon = daemon("relaxed", mode);
+        let (_listener, _udp, control) = loopback_target();
+        let mut targets: Vec<String> = METADATA_TARGETS.map(String::from).to_vec();
+        // The test's loopback is the host's: a private sandbox has its own.
+        if mode == "host" {
+            targets.push(control.clone());
+        }
+        let verdicts = dial_from_a_runner(&daemon, &targets).await;
+        // The three IPv4 ones always meet the rules (the host has IPv4
+        // routes; a private namespace routes everything to its table).
+        assert_refused_by_the_rules(&verdicts, &METADATA_TARGETS, 3);
+        if mode == "host" {
+            let control_verdict = &verdicts.iter().find(|(t, _)| *t == control).unwrap().1;
+            assert!(
+                control_verdict.ends_with("tcp=connected"),
+                "relaxed refused the test's loopback listener: {control_verdict}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strict_also_refuses_shared_reserved_site_local_and_undecodable_prefixes() {
-    let daemon = TestDaemon::start(Options {
-        egress: Some("strict".to_string()),
-        ..Options::default()
-    });
+    // 192.0.0.9 rather than .8: a private sandbox's own address is 192.0.0.8.
     let strict_only = [
         "100.64.0.1:80",
-        "192.0.0.8:80",
+        "192.0.0.9:80",
         "198.18.0.1:80",
         "[fec0::1]:80",
         "[2001:0:4136:e378:8000:63bf:3fff:fdd2]:80",
         "[64:ff9b:1:ffff::1]:80",
         "[64:ff9b::a00:1]:80",
     ];
-    let targets: Vec<String> = strict_only
-        .iter()
-        .chain(&METADATA_TARGETS)
-        .map(|target| target.to_string())
-        .collect();
-    let verdicts = dial_from_a_runner(&daemon, &targets).await;
-    assert_refused_by_the_rules(&verdicts, &strict_only, 3);
-    assert_refused_by_the_rules(&verdicts, &METADATA_TARGETS, 3);
+    for mode in MODES {
+        let daemon = daemon("strict", mode);
+        let targets: Vec<String> = strict_only
+            .iter()
+            .chain(&METADATA_TARGETS)
+            .map(|target| target.to_string())
+            .collect();
+        let verdicts = dial_from_a_runner(&daemon, &targets).await;
+        assert_refused_by_the_rules(&verdicts, &strict_only, 3);
+        assert_refused_by_the_rules(&verdicts, &METADATA_TARGETS, 3);
+    }
 }

@@ -93,8 +93,13 @@ fn errno_text(errno: i32) -> String {
 /// daemon's key; checks every outcome of both.
 async fn attack_each_other(egress: Option<&str>) {
     let daemon_key = daemon_session_key();
+    // The host's network, shared: what keeps a neighbour's abstract
+    // socket out of reach there is Landlock's scope (EPERM). In a private
+    // network namespace (the default) the name is not even in the
+    // neighbour's namespace (ECONNREFUSED); `private_network` covers that.
     let daemon = TestDaemon::start(Options {
         egress: egress.map(str::to_string),
+        extra_toml: "[network]\nmode = \"host\"\n".to_string(),
         ..Options::with_runner_args(&["--serve-attacks", "--kernel-probes"])
     });
     let pids = [start(&daemon, "a").await, start(&daemon, "b").await];

@@ -1,21 +1,20 @@
-//! `[network] mode = "private"` end to end: each process-tier sandbox has
-//! a network namespace of its own, its way out through pasta in its own
-//! cgroup. From inside real runners (`exec python3`): a port the host
-//! holds is bound without taking it from the host; the host's sockets are
-//! not in the sandbox's `/proc/net/tcp`; two sandboxes bind the same port;
-//! the runner reaches its endpoint on the host's 127.0.0.1 at the address
-//! its environment gives; the egress posture still refuses what it did;
+//! `[network] mode = "private"` (the default under `isolation = "full"`)
+//! end to end: each process-tier sandbox has a network namespace of its
+//! own, its way out through the daemon's relay. From inside real runners
+//! (`exec python3`): a port the host holds is bound without taking it from
+//! the host; the host's sockets are not in the sandbox's `/proc/net/tcp`;
+//! two sandboxes bind the same port; the runner reaches its endpoint on
+//! the host's 127.0.0.1 at the address its environment gives, and nothing
+//! else of the host's loopback; it reaches a listener outside (in a
+//! network namespace of the test's) and gets DNS answers from the
+//! resolver the daemon is given; UDP other than DNS is refused; the
+//! egress posture still refuses what it did, with ECONNREFUSED at once;
 //! and under `mode = "host"` the old behaviour holds. Each case runs with
 //! views prepared ahead (the default pool, runners parked) and cold (no
 //! pool), the two paths that make a sandbox's namespace.
-//!
-//! Skipped (with a message) where pasta is not installed: the daemon then
-//! falls back to the host's network, which `status` says, and that is
-//! checked instead.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,12 +24,6 @@ use sandboxd_tests::commands::{read_all, request};
 use sandboxd_tests::{sandbox_env, wait_until, Options, TestDaemon};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn pasta_installed() -> bool {
-    ["/usr/bin/pasta", "/usr/sbin/pasta", "/usr/local/bin/pasta"]
-        .iter()
-        .any(|path| Path::new(path).exists())
-}
 
 /// A daemon whose sandboxes get `mode`, with `extra` top-level keys, and
 /// with the default pool (`prepared`) or none.
@@ -139,13 +132,6 @@ async fn network_feature(client: &SandboxdClient) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_private_sandbox_has_its_own_ports_and_proc_net() {
-    if !pasta_installed() {
-        let daemon = daemon("private", false, "", None);
-        let (in_force, detail) = network_feature(&daemon.client().await).await;
-        assert!(!in_force && detail.contains("pasta"), "{detail}");
-        eprintln!("skipped: no pasta here (status says: {detail})");
-        return;
-    }
     for prepared in [true, false] {
         let host = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = host.local_addr().unwrap().port();
@@ -185,10 +171,6 @@ async fn a_private_sandbox_has_its_own_ports_and_proc_net() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_private_sandboxes_bind_the_same_port_at_once() {
-    if !pasta_installed() {
-        eprintln!("skipped: no pasta here");
-        return;
-    }
     // One prepared (the pool holds one), one cold (the pool is empty then).
     let daemon = daemon("private", true, "", None);
     let client = daemon.client().await;
@@ -230,10 +212,6 @@ print("released")
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_private_runner_reaches_its_endpoint_on_the_hosts_loopback() {
-    if !pasta_installed() {
-        eprintln!("skipped: no pasta here");
-        return;
-    }
     for prepared in [true, false] {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let endpoint = listener.local_addr().unwrap().to_string();
@@ -283,21 +261,14 @@ fn hosts_private_address() -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_egress_posture_still_refuses_a_private_sandbox() {
-    if !pasta_installed() {
-        eprintln!("skipped: no pasta here");
-        return;
-    }
     for prepared in [true, false] {
-        // The endpoint is forwarded to the host's loopback by pasta, whose
-        // socket is in the sandbox's cgroup: `strict` refuses loopback.
-        // pasta accepted the connection inside before the host refused
-        // its own, so inside it ends without an answer.
+        // `strict` refuses the host's loopback: the endpoint's port is not
+        // carried, and the namespace's own loopback has nothing there.
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let endpoint = listener.local_addr().unwrap().to_string();
         let reached = count_connections(listener);
-        // And a private address of the host's, through the tap: refused
-        // by the host (the packaged pasta passes no reset back, so inside
-        // the connect times out rather than failing at once).
+        // And a private address of the host's: refused inside the
+        // namespace, at once.
         let private = TcpListener::bind("0.0.0.0:0").unwrap();
         let private_port = private.local_addr().unwrap().port();
         let private_reached = count_connections(private);
@@ -306,10 +277,10 @@ async fn the_egress_posture_still_refuses_a_private_sandbox() {
         let client = daemon.client().await;
         ensure(&client, "dialer").await;
         let (answer, _) = python(&client, "dialer", ENDPOINT_SCRIPT).await;
-        assert_ne!(
+        assert_eq!(
             answer.trim(),
-            "pong",
-            "prepared {prepared}: strict let a private sandbox reach {endpoint}"
+            "ECONNREFUSED",
+            "prepared {prepared}: strict and a private sandbox's endpoint {endpoint}"
         );
         assert_eq!(
             reached.load(Ordering::SeqCst),
@@ -321,9 +292,10 @@ async fn the_egress_posture_still_refuses_a_private_sandbox() {
                 "import errno, socket\ntry:\n    socket.create_connection(('{address}', {private_port}), timeout=3); print('reached')\nexcept OSError as e:\n    print(errno.errorcode.get(e.errno, str(e)))"
             );
             let (answer, _) = python(&client, "dialer", &script).await;
-            assert!(
-                answer.trim() == "ECONNREFUSED" || answer.trim() == "timed out",
-                "prepared {prepared}: strict and {address}:{private_port}: {answer}"
+            assert_eq!(
+                answer.trim(),
+                "ECONNREFUSED",
+                "prepared {prepared}: strict and {address}:{private_port}"
             );
             assert_eq!(private_reached.load(Ordering::SeqCst), 0);
         }
@@ -346,4 +318,132 @@ async fn host_mode_keeps_the_hosts_network() {
     assert!(seen.starts_with("seen"), "host mode: {seen}");
     let (bound, _) = python(&client, "shared", &bind_script(port)).await;
     assert_eq!(bound.trim(), "EADDRINUSE", "host mode");
+}
+
+/// Dials `address:port` and sends `ping`: the answer or the errno's name;
+/// then a UDP datagram to `address:9` (EPERM: only DNS leaves) and a DNS
+/// query to 192.0.2.53 (a documentation address the query never reaches:
+/// the relay asks the daemon's resolver).
+fn outward_script(address: &str, port: u16) -> String {
+    format!(
+        r#"
+import errno, socket
+def name(e): return errno.errorcode.get(e.errno, str(e))
+try:
+    s = socket.create_connection(("{address}", {port}), timeout=20)
+    s.sendall(b"ping"); tcp = s.recv(16).decode()
+except OSError as e:
+    tcp = name(e)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.sendto(b"x", ("{address}", 9)); udp = "sent"
+except OSError as e:
+    udp = name(e)
+d = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); d.settimeout(20)
+try:
+    d.sendto(b"query", ("192.0.2.53", 53)); dns = d.recv(64).decode()
+except OSError as e:
+    dns = name(e)
+print(tcp, udp, dns)
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_sandbox_reaches_out_and_resolves_through_the_relay() {
+    let peer = super::sandbox_network::Peer::new("r", 90);
+    let outside = peer.listen();
+    let outside_port = outside.local_addr().unwrap().port();
+    serve_pong(outside);
+    let resolver = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let resolver_address = resolver.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut query = [0u8; 512];
+        while let Ok((_, asker)) = resolver.recv_from(&mut query) {
+            let _ = resolver.send_to(b"answer", asker);
+        }
+    });
+    for prepared in [true, false] {
+        let extra = format!("[network]\nresolvers = [\"{resolver_address}\"]\n");
+        let pool = if prepared {
+            ""
+        } else {
+            "[pool]\nsession = 0\nworkflow = 0\n"
+        };
+        let daemon = TestDaemon::start(Options {
+            extra_toml: format!("{extra}{pool}"),
+            ..Options::default()
+        });
+        let client = daemon.client().await;
+        let (in_force, detail) = network_feature(&client).await;
+        assert!(in_force, "private networking is not the default: {detail}");
+        ensure(&client, "outward").await;
+        let (seen, _) = python(
+            &client,
+            "outward",
+            &outward_script(&peer.peer_v4, outside_port),
+        )
+        .await;
+        assert_eq!(
+            seen.trim(),
+            "pong EPERM answer",
+            "prepared {prepared}: TCP to {}:{outside_port}, UDP elsewhere, DNS",
+            peer.peer_v4
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_over_its_relayed_connections_is_reset_and_others_are_not() {
+    let outside = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = outside.local_addr().unwrap().to_string();
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let holding = held.clone();
+    std::thread::spawn(move || {
+        for stream in outside.incoming().flatten() {
+            holding.lock().unwrap().push(stream);
+        }
+    });
+    let daemon = TestDaemon::start(Options {
+        extra_toml: format!(
+            "backend_endpoint = \"{endpoint}\"\n[network]\nrelayed_connections = 2\n[pool]\nsession = 0\nworkflow = 0\n"
+        ),
+        ..Options::default()
+    });
+    let client = daemon.client().await;
+    ensure(&client, "greedy").await;
+    ensure(&client, "other").await;
+    // Three connections held open at once: the third is over the bound.
+    let script = r#"
+import errno, os, socket, time
+host, port = os.environ["STIGMER_BACKEND_ENDPOINT"].rsplit(":", 1)
+kept, seen = [], []
+for _ in range(3):
+    try:
+        s = socket.create_connection((host, int(port)), timeout=20); kept.append(s)
+        s.settimeout(2)
+        seen.append("closed" if s.recv(1) == b"" else "data")
+    except socket.timeout:
+        seen.append("open")
+    except OSError as e:
+        seen.append(errno.errorcode.get(e.errno, str(e)))
+print(" ".join(seen))
+"#;
+    let (greedy, _) = python(&client, "greedy", script).await;
+    assert_eq!(greedy.trim(), "open open ECONNRESET", "the greedy sandbox");
+    let connect = r#"
+import os, socket
+host, port = os.environ["STIGMER_BACKEND_ENDPOINT"].rsplit(":", 1)
+s = socket.create_connection((host, int(port)), timeout=20); s.settimeout(2)
+try:
+    print("closed" if s.recv(1) == b"" else "data")
+except socket.timeout:
+    print("connected")
+"#;
+    let (other, _) = python(&client, "other", connect).await;
+    assert_eq!(
+        other.trim(),
+        "connected",
+        "another sandbox is not bound by the first's"
+    );
 }

@@ -116,17 +116,17 @@ impl Sandbox {
 /// the host that are not loopback), the namespace's end 203.0.113.N and
 /// 2001:db8:N::1, point to point, so no other route of the host changes.
 /// Each test has its own `subnet` (77, 78, …): they run side by side.
-struct Peer {
+pub(super) struct Peer {
     namespace: String,
     host_link: String,
-    peer_v4: String,
+    pub(super) peer_v4: String,
     host_v4: String,
     peer_v6: String,
     host_v6: String,
 }
 
 impl Peer {
-    fn new(tag: &str, subnet: u8) -> Peer {
+    pub(super) fn new(tag: &str, subnet: u8) -> Peer {
         let id = std::process::id() % 100_000;
         let peer = Peer {
             namespace: format!("sbxnet-{tag}-{id}"),
@@ -165,7 +165,7 @@ impl Peer {
     }
 
     /// A TCP listener on every address of the namespace, made inside it.
-    fn listen(&self) -> TcpListener {
+    pub(super) fn listen(&self) -> TcpListener {
         let netns = File::open(format!("/run/netns/{}", self.namespace)).expect("open the netns");
         std::thread::spawn(move || {
             // This thread alone enters the namespace; the socket stays there.
@@ -219,8 +219,12 @@ async fn sandboxes_are_kept_apart_under(posture: &str, subnet: u8, expected: Exp
         .map(|address| (backend, address))
         .unwrap();
 
+    // The host's network, shared: what the table's separation is for (a
+    // private sandbox has no road to another by construction, see
+    // `private_network`).
     let mut daemon = TestDaemon::start(Options {
         egress: Some(posture.to_string()),
+        extra_toml: "[network]\nmode = \"host\"\n".to_string(),
         ..Options::with_runner_args(&["--serve-net", "0"])
     });
     let status = daemon.client().await.status().await.unwrap();

@@ -1,6 +1,5 @@
 //! Whether a path is a program this host could run: a leaf that the
-//! runner's launch, the private network's pasta lookup and `status` all
-//! ask.
+//! runner's launch, the command and runsc lookups and `status` all ask.
 
 use std::path::Path;
 

@@ -5,10 +5,10 @@
 //! it is started; [`HostPeer::start`] runs it once and reads the program's
 //! clock from its stdout; [`HostPeer::finish`] removes what it made.
 //!
-//! None of them gets a network namespace: sandboxd's default view
-//! (`isolation = "full"`, `[network] mode = "host"`) shares the host's
-//! network, and a new one costs each start far more than the rest of a
-//! view (and Docker's default bridge adds a veth pair besides).
+//! None of them gets a network namespace, and sandboxd runs beside them
+//! with `[network] mode = "host"`: like for like (a namespace with a way
+//! out costs each peer differently, Docker's default bridge a veth pair);
+//! the prepared rows measure sandboxd's default private network.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -1,6 +1,8 @@
 //! sandboxd as a peer among the others: the same static program as the
 //! runner (`runner_command`), started by an ensure of a new session
-//! sandbox under the defaults (`isolation = "full"`, host network), three
+//! sandbox under `isolation = "full"` with the host's network (`[network]
+//! mode = "host"`, as every other peer runs; the default private network's
+//! cost is the prepared rows' `-private-net` against theirs), three
 //! ways — through the client library with no pool (cold), through it with
 //! a warm pool of prepared views and parked runners (prepared: the pool is
 //! full again before every timed start, as in the prepared rows), and
@@ -116,7 +118,9 @@ impl SandboxdPeer {
         isolation: &str,
     ) -> anyhow::Result<SandboxdPeer> {
         let prefix = format!("{}-", name.replace(' ', "-"));
-        let tables = format!("[pool]\nsession = {pool}\nworkflow = 0\nconnect = 0\n");
+        let tables = format!(
+            "[pool]\nsession = {pool}\nworkflow = 0\nconnect = 0\n[network]\nmode = \"host\"\n"
+        );
         let driver = format!("driver = \"local-process\"\nisolation = \"{isolation}\"\n");
         let daemon = Daemon::start_with_tables(dir, &prefix, binaries, &driver, &tables)
             .with_context(|| format!("{name}: start the daemon"))?;

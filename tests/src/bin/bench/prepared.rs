@@ -4,9 +4,9 @@
 //! - (c) a new sandbox with the pool warm (the pool full before each
 //!   ensure, which is not timed) and cold (`[pool]` 0), under
 //!   `isolation = "full"` and `"uid-cgroup"`, and warm under `"full"`
-//!   without parked runners (`park_runners = false`), and warm and cold
-//!   under `[network] mode = "private"` (`-private-net`, where pasta is
-//!   installed): seven daemons of this binary
+//!   without parked runners (`park_runners = false`), each with the
+//!   host's network, and warm and cold under `[network] mode = "private"`
+//!   (`-private-net`, the default under `full`): seven daemons of this binary
 //!   and the raw mkdir+spawn baseline taking new sandboxes in turn, the
 //!   order rotating every round, every tenth round the ten new ones of
 //!   each deprovisioned (raw: SIGTERM+wait) in turn, so each sees the same
@@ -348,6 +348,36 @@ pub async fn measure(
     })
 }
 
+/// What the default private network costs a new sandbox: each `full`
+/// contender with it against the same without it, in the same rounds (a
+/// prepared view holds its namespace ready, so warm may cost at most 1.2×).
+fn private_network_rows(contenders: &[(&'static str, Samples, Samples)]) -> Vec<Row> {
+    let p50_of = |wanted: &str| {
+        contenders
+            .iter()
+            .find(|(name, _, _)| *name == wanted)
+            .map(|(_, ensures, _)| ensures.p50())
+    };
+    [
+        ("full-warm", Goal::RatioAtMost(1.2)),
+        ("full-cold", Goal::Info),
+    ]
+    .into_iter()
+    .filter_map(|(host, goal)| {
+        let private = format!("{host}-private-net");
+        Some(Row {
+            row: "c",
+            what: format!("ensure new sandbox p50, {private}, in turn"),
+            unit: "µs",
+            value: p50_of(&private)?,
+            baseline_what: format!("{host} (host network) p50, in turn"),
+            baseline: Some(p50_of(host)?),
+            goal,
+        })
+    })
+    .collect()
+}
+
 /// The rows, against the raw baselines taken in turn and `raw_rate`
 /// (spawns per second from two threads).
 pub fn rows(figures: &PreparedFigures, raw_rate: f64, burst: usize, tasks: usize) -> Vec<Row> {
@@ -393,6 +423,7 @@ pub fn rows(figures: &PreparedFigures, raw_rate: f64, burst: usize, tasks: usize
             },
         });
     }
+    rows.extend(private_network_rows(&figures.contenders));
     let per_sec = |elapsed: Duration| burst as f64 / elapsed.as_secs_f64();
     let (warm_elapsed, hits, misses) = figures.warm_burst;
     rows.push(Row {

@@ -17,8 +17,10 @@ pub mod mount_program;
 pub mod mounts;
 pub mod namespaces;
 mod network;
+mod own_loopback;
 pub mod passwd_entry;
 pub mod private_network;
+pub mod relay;
 pub mod seccomp;
 pub mod workspace_mount;
 

@@ -39,24 +39,26 @@ pub fn namespace_feature(view: Option<&View>) -> IsolationFeature {
     }
 }
 
-/// Under `[network] mode = "private"`, private networking when pasta works
+/// Under `[network] mode = "private"`, private networking when it works
 /// here (tried for real, see [`PrivateNetwork::probe`]); else why not,
 /// logged, and sandboxes share the host's network.
 pub async fn set_up(config: &Config) -> Result<Arc<PrivateNetwork>, String> {
     if config.network.mode == NetworkMode::Host {
         return Err("[network] mode = \"host\"".to_string());
     }
-    let path = std::env::var_os("PATH");
+    let egress = config.egress;
+    let network = config.network.clone();
     let endpoints = [
         config.backend_endpoint.clone(),
         config.temporal_address.clone(),
     ];
+    let runtime = tokio::runtime::Handle::current();
     let probed = tokio::task::spawn_blocking(move || {
         let endpoints: Vec<&str> = endpoints.iter().map(String::as_str).collect();
-        PrivateNetwork::probe(path.as_ref(), &endpoints)
+        PrivateNetwork::probe(&egress, &network, &endpoints, runtime)
     })
     .await
-    .unwrap_or_else(|error| Err(format!("the pasta probe failed: {error}")));
+    .unwrap_or_else(|error| Err(format!("the trial namespace failed: {error}")));
     match probed {
         Ok(private) => Ok(Arc::new(private)),
         Err(problem) => {

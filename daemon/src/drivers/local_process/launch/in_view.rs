@@ -243,17 +243,9 @@ impl View {
         output: [OwnedFd; 2],
         cgroup: Option<CgroupPlacement>,
     ) -> Result<ViewSpawn, StartError> {
-        // pasta configures the namespace while the view's plan is made. In
-        // the sandbox's cgroup; without one (the process-group fallback,
-        // where only `egress = "none"` runs) in the daemon's.
-        let network = match &self.network {
-            Ok(private) => Some(
-                private
-                    .start(cgroup.as_ref().map(|placement| &placement.v2_dir))
-                    .map_err(from_network)?,
-            ),
-            Err(_) => None,
-        };
+        // The namespace is set up on its own thread while the view's plan
+        // is made.
+        let network = self.network.as_ref().ok().map(|private| private.start());
         let status_file = self.exits_dir.join(base_name);
         let init = self.init_plan(runner, filters, output, &status_file)?;
         let init = match cgroup {
@@ -292,7 +284,7 @@ impl View {
             init: cloned,
             runner_pid,
             status_file: Some(status_file),
-            holder: network.map(|network| Holder::of_network(network.into_pasta())),
+            holder: network.map(|network| Holder::of_network(network.into_relay())),
         })
     }
 

@@ -51,7 +51,7 @@ use quiet::Quiet;
 /// One sandbox prepared ahead: its runner parked in it (unless parking is
 /// off), its view under `isolation = "full"`, and its host parts. Dropped
 /// in that order: the runner is gone before its uid is given back, and
-/// the view's pasta (in its cgroup) before the cgroup is removed.
+/// the view (and its relay) before the cgroup is removed.
 pub struct Prepared {
     pub parked: Option<Parked>,
     pub view: Option<ParkedView>,
@@ -78,12 +78,7 @@ impl SandboxMaker {
     fn make(&self, exits: &ChildExits, background: &Background) -> Result<Prepared, String> {
         let host = self.host.make()?;
         let mut view = match &self.view {
-            Some(maker) => {
-                let cgroup = host
-                    .placement_copy()
-                    .map_err(|error| format!("dup of a prepared sandbox's cgroups: {error}"))?;
-                Some(maker.park(exits, &cgroup)?)
-            }
+            Some(maker) => Some(maker.park(exits)?),
             None => None,
         };
         let parked = match &self.parker {

@@ -39,7 +39,7 @@ use super::super::isolation::namespaces::NAMESPACES;
 use super::super::isolation::passwd_entry::{IdentityFiles, GROUP, PASSWD};
 use super::super::isolation::private_network::PrivateNetwork;
 use super::super::launch::child_exits::{ChildExits, RunnerProcess};
-use super::super::launch::clone_exec::{CgroupPlacement, ExecPlan, Privileges};
+use super::super::launch::clone_exec::{ExecPlan, Privileges};
 use super::super::launch::holder::Holder;
 use super::super::pidfd;
 use sandboxd_init::init::{DROP_BOUNDING_SET, KEEP_BOUNDING_SET};
@@ -57,8 +57,8 @@ pub struct ViewMaker {
     pub drop_bounding_set: bool,
     /// Each holder's standard input: it ends when the daemon does.
     pub lifeline: Lifeline,
-    /// `Some`: each view gets its own network namespace, its pasta started
-    /// ahead in the prepared sandbox's cgroup.
+    /// `Some`: each view gets its own network namespace, set up ahead with
+    /// its relay.
     pub network: Option<Arc<PrivateNetwork>>,
 }
 
@@ -126,19 +126,12 @@ impl TakeError {
 
 impl ViewMaker {
     /// Builds one view in new namespaces and parks its holder (in a
-    /// network namespace of its own, with its pasta in `cgroup`, the
-    /// prepared sandbox's, under `[network] mode = "private"`). Call on the
+    /// network namespace of its own, with its relay, under `[network]
+    /// mode = "private"`). Call on the
     /// pool's background thread (a spawner-like thread that lives as long as
     /// the daemon: the holder dies with it), whose children `exits` reaps.
-    pub fn park(&self, exits: &ChildExits, cgroup: &CgroupPlacement) -> Result<ParkedView, String> {
-        let network = match &self.network {
-            Some(private) => Some(
-                private
-                    .start(Some(&cgroup.v2_dir))
-                    .map_err(|error| format!("the view's network: {error}"))?,
-            ),
-            None => None,
-        };
+    pub fn park(&self, exits: &ChildExits) -> Result<ParkedView, String> {
+        let network = self.network.as_ref().map(|private| private.start());
         // Looked up as the plan is made, from the same host tree.
         let covers = self.settings.covers();
         let mounts = self
@@ -185,7 +178,7 @@ impl ViewMaker {
             .map_err(|error| format!("the view's network: {error}"))?;
         let spawned = plan.spawn();
         drop(inside);
-        let pasta = network.map(|network| network.into_pasta());
+        let relay = network.map(|network| network.into_relay());
         let cloned = spawned.map_err(|error| error.to_string())?;
         // The plan holds the ready pipe's write end: without it, the holder
         // is the only writer, so its death reads as end-of-file.
@@ -194,7 +187,7 @@ impl ViewMaker {
         let view = match pidfd::open(cloned.pid) {
             Ok(pidfd) => ParkedView {
                 pid: cloned.pid,
-                holder: Holder::of_view(pidfd, pasta),
+                holder: Holder::of_view(pidfd, relay),
                 program: self.program.clone(),
                 covers,
                 _exit: exit,

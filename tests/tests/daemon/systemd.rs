@@ -304,7 +304,7 @@ fn a_handoff_that_cannot_be_served_is_refused_by_name() {
 }
 
 /// The capabilities sandboxd.service keeps, as setpriv(1) names them.
-const UNIT_CAPABILITIES: [&str; 10] = [
+const UNIT_CAPABILITIES: [&str; 11] = [
     "setuid",
     "setgid",
     "setpcap",
@@ -312,6 +312,7 @@ const UNIT_CAPABILITIES: [&str; 10] = [
     "chown",
     "dac_override",
     "net_admin",
+    "net_bind_service",
     "sys_admin",
     "sys_chroot",
     "sys_ptrace",
@@ -364,12 +365,16 @@ async fn lifecycle_with_capabilities(caps: &[&str]) -> Result<(), String> {
         .status()
         .await
         .map_err(|error| format!("status: {error}"))?;
-    if let Some(missing) = status
-        .isolation
-        .iter()
-        .find(|feature| feature.name == "mount-namespace" && !feature.in_force)
-    {
-        return Err(format!("status: no private view: {}", missing.detail));
+    // And its own network namespace (the default): without CAP_NET_ADMIN
+    // or CAP_NET_BIND_SERVICE the daemon shares the host's, and says so.
+    for wanted in ["mount-namespace", "network-namespace"] {
+        if let Some(missing) = status
+            .isolation
+            .iter()
+            .find(|feature| feature.name == wanted && !feature.in_force)
+        {
+            return Err(format!("status: no {wanted}: {}", missing.detail));
+        }
     }
     // A view prepared ahead is ready before the ensure, so the sandbox
     // joins it (which needs CAP_SYS_CHROOT and CAP_SYS_PTRACE).
@@ -475,6 +480,7 @@ async fn the_units_capability_set_is_enough_and_each_capability_is_needed() {
         "chown",
         "dac_override",
         "net_admin",
+        "net_bind_service",
         "sys_admin",
         "sys_chroot",
         "sys_ptrace",

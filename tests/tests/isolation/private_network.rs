@@ -15,6 +15,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,6 +95,12 @@ print("seen" if hit else "unseen", len(lines))
     )
 }
 
+/// What `ss -Htln` (sock_diag) lists inside, one socket a line.
+const SOCK_DIAG_SCRIPT: &str = r#"
+import subprocess
+print(subprocess.run(["/usr/bin/ss", "-Htln"], capture_output=True, text=True, check=True).stdout)
+"#;
+
 /// Connects to `STIGMER_BACKEND_ENDPOINT`, sends `ping`: what came back,
 /// or the errno's name.
 const ENDPOINT_SCRIPT: &str = r#"
@@ -146,6 +153,14 @@ async fn a_private_sandbox_has_its_own_ports_and_proc_net() {
             seen.starts_with("unseen"),
             "prepared {prepared}: the host's listener on {port} is in the sandbox's /proc/net: {seen}"
         );
+        // sock_diag (what `ss` asks) lists the namespace's sockets alone.
+        if Path::new("/usr/bin/ss").exists() {
+            let (listed, _) = python(&client, "ports", SOCK_DIAG_SCRIPT).await;
+            assert!(
+                !listed.contains(&format!(":{port} ")),
+                "prepared {prepared}: sock_diag inside lists the host's listener on {port}: {listed}"
+            );
+        }
         let (bound, code) = python(&client, "ports", &bind_script(port)).await;
         assert_eq!(
             (bound.trim(), code),
@@ -316,6 +331,13 @@ async fn host_mode_keeps_the_hosts_network() {
     ensure(&client, "shared").await;
     let (seen, _) = python(&client, "shared", &proc_net_script(port)).await;
     assert!(seen.starts_with("seen"), "host mode: {seen}");
+    if Path::new("/usr/bin/ss").exists() {
+        let (listed, _) = python(&client, "shared", SOCK_DIAG_SCRIPT).await;
+        assert!(
+            listed.contains(&format!(":{port} ")),
+            "host mode: sock_diag does not list the host's listener on {port}: {listed}"
+        );
+    }
     let (bound, _) = python(&client, "shared", &bind_script(port)).await;
     assert_eq!(bound.trim(), "EADDRINUSE", "host mode");
 }

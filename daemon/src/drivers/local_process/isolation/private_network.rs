@@ -18,9 +18,12 @@
 //!
 //! A namespace is made on a thread of its own (no daemon thread is ever
 //! left in it): unshare, the loopback set up, the table loaded by nft
-//! started from that thread, the relay's sockets bound. A cold start
-//! overlaps that with making the view's plan; a prepared view pays it
+//! started from that thread, the relay's sockets bound. A few are made
+//! ahead ([`stock`]), so a cold start takes one ready; without one it
+//! overlaps the making with the view's plan. A prepared view pays it
 //! ahead, off the ensure path.
+
+mod stock;
 
 use std::fs::File;
 use std::io;
@@ -30,6 +33,7 @@ use std::thread::JoinHandle;
 
 use tokio::runtime::Handle;
 
+use self::stock::NamespaceStock;
 use super::own_loopback;
 use super::relay::{Relay, RelaySettings, RelaySockets};
 use crate::config::NetworkConfig;
@@ -37,12 +41,24 @@ use crate::egress::namespace_rules::{posture_of, NamespaceRules};
 use crate::egress::EgressSetting;
 
 /// Sandboxes get a network namespace each, with the relay as their way out.
-#[derive(Debug)]
 pub struct PrivateNetwork {
     rules: Arc<NamespaceRules>,
     settings: Arc<RelaySettings>,
     runtime: Handle,
+    stock: Arc<NamespaceStock>,
 }
+
+impl std::fmt::Debug for PrivateNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrivateNetwork")
+            .field("settings", &self.settings)
+            .field("stocked", &self.stock.ready())
+            .finish()
+    }
+}
+
+/// A namespace, set up, and its relay's sockets in it.
+type Made = (OwnedFd, RelaySockets);
 
 /// A step of a sandbox's network that failed.
 #[derive(Debug)]
@@ -87,17 +103,18 @@ impl PrivateNetwork {
             resolvers: network.resolvers.clone(),
             connections: network.relayed_connections,
         };
-        let network = PrivateNetwork {
-            rules: Arc::new(rules),
-            settings: Arc::new(settings),
-            runtime,
-        };
-        let tried = network
-            .start()
-            .ready()
+        let rules = Arc::new(rules);
+        let tried = make_on_own_thread(&rules)
             .map_err(|error| format!("a trial namespace failed: {error}"))?;
         drop(tried);
-        Ok(network)
+        let stock = NamespaceStock::new(rules.clone());
+        stock.fill_here();
+        Ok(PrivateNetwork {
+            rules,
+            settings: Arc::new(settings),
+            runtime,
+            stock,
+        })
     }
 
     /// What `status` says of it.
@@ -110,29 +127,58 @@ impl PrivateNetwork {
             ),
         };
         format!(
-            "each sandbox its own network namespace: own loopback, ports and /proc/net; TCP and DNS out through the daemon's relay, the egress posture judged inside the namespace; UDP other than DNS and ICMP refused; {forwarded}; at most {} relayed connections per sandbox",
-            self.settings.connections
+            "each sandbox its own network namespace: own loopback, ports and /proc/net; TCP and DNS out through the daemon's relay, the egress posture judged inside the namespace; UDP other than DNS and ICMP refused; {forwarded}; at most {} relayed connections per sandbox; {} namespaces kept ready for cold starts",
+            self.settings.connections,
+            stock::STOCK
         )
     }
 
-    /// A new namespace, being set up on a thread of its own. Call
-    /// [`Starting::ready`] before anything runs in it.
+    /// A new namespace: one of the stock's, else one being set up on a
+    /// thread of its own. Call [`Starting::ready`] before anything runs
+    /// in it.
     pub fn start(&self) -> Starting {
-        let rules = self.rules.clone();
-        let thread = std::thread::Builder::new()
-            .name("sandbox-netns".to_string())
-            .spawn(move || make_namespace(&rules));
+        let making = match self.stock.take() {
+            Some(made) => Making::Stocked(made),
+            None => Making::Thread(spawn_making(self.rules.clone())),
+        };
         Starting {
-            thread,
+            making,
             settings: self.settings.clone(),
             runtime: self.runtime.clone(),
         }
     }
 }
 
-/// On a thread of its own: the namespace, set up, and the relay's sockets
-/// in it.
-fn make_namespace(rules: &NamespaceRules) -> Result<(OwnedFd, RelaySockets), NetworkError> {
+/// A thread making a namespace (see [`make_namespace`]).
+fn spawn_making(rules: Arc<NamespaceRules>) -> io::Result<JoinHandle<Result<Made, NetworkError>>> {
+    std::thread::Builder::new()
+        .name("sandbox-netns".to_string())
+        .spawn(move || make_namespace(&rules))
+}
+
+/// The namespace a [`spawn_making`] thread made.
+fn join_making(
+    thread: io::Result<JoinHandle<Result<Made, NetworkError>>>,
+) -> Result<Made, NetworkError> {
+    thread
+        .map_err(NetworkError::at("start the namespace's thread"))?
+        .join()
+        .unwrap_or_else(|_| {
+            Err(NetworkError::at("the namespace's thread")(
+                io::Error::other("it panicked"),
+            ))
+        })
+}
+
+/// A namespace made on a thread of its own, waited for.
+fn make_on_own_thread(rules: &Arc<NamespaceRules>) -> Result<Made, NetworkError> {
+    join_making(spawn_making(rules.clone()))
+}
+
+/// The namespace, set up, and the relay's sockets in it. Only ever on a
+/// thread of its own that ends right after ([`spawn_making`]): the
+/// unshare moves the calling thread into the new namespace for good.
+fn make_namespace(rules: &NamespaceRules) -> Result<Made, NetworkError> {
     // SAFETY: unshare with a plain flag; it affects this thread only.
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
         return Err(NetworkError::at("unshare(CLONE_NEWNET)")(
@@ -153,22 +199,24 @@ fn make_namespace(rules: &NamespaceRules) -> Result<(OwnedFd, RelaySockets), Net
 
 /// A namespace on its way up.
 pub struct Starting {
-    thread: io::Result<JoinHandle<Result<(OwnedFd, RelaySockets), NetworkError>>>,
+    making: Making,
     settings: Arc<RelaySettings>,
     runtime: Handle,
+}
+
+/// Where a starting namespace comes from.
+enum Making {
+    Stocked(Made),
+    Thread(io::Result<JoinHandle<Result<Made, NetworkError>>>),
 }
 
 impl Starting {
     /// Waits until the namespace is set up, and serves its relay.
     pub fn ready(self) -> Result<SandboxNetwork, NetworkError> {
-        let thread = self
-            .thread
-            .map_err(NetworkError::at("start the namespace's thread"))?;
-        let (netns, sockets) = thread.join().unwrap_or_else(|_| {
-            Err(NetworkError::at("the namespace's thread")(
-                io::Error::other("it panicked"),
-            ))
-        })?;
+        let (netns, sockets) = match self.making {
+            Making::Stocked(made) => made,
+            Making::Thread(thread) => join_making(thread)?,
+        };
         let relay = Relay::start(&self.runtime, self.settings, sockets);
         Ok(SandboxNetwork { netns, relay })
     }

@@ -104,6 +104,28 @@ fn serve_dns(socket: UdpSocket) {
     });
 }
 
+/// The private network under `relaxed` with `config` and `endpoint`;
+/// `None` (said) when not root: only root makes network namespaces, and as
+/// root a failure is one.
+async fn probed(config: NetworkConfig, endpoint: Option<String>) -> Option<PrivateNetwork> {
+    let egress = EgressSetting::Enforced(Posture::Relaxed);
+    let runtime = Handle::current();
+    let probed = tokio::task::spawn_blocking(move || {
+        let endpoints: Vec<&str> = endpoint.iter().map(String::as_str).collect();
+        PrivateNetwork::probe(&egress, &config, &endpoints, runtime)
+    })
+    .await
+    .unwrap();
+    match probed {
+        Ok(network) => Some(network),
+        Err(why) if !nix::unistd::geteuid().is_root() => {
+            eprintln!("skipped: {why}");
+            None
+        }
+        Err(why) => panic!("{why}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_reaches_only_its_endpoint_and_its_resolver_through_the_relay() {
     let endpoint = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -120,19 +142,8 @@ async fn a_namespace_reaches_only_its_endpoint_and_its_resolver_through_the_rela
         ..NetworkConfig::default()
     };
     serve_dns(resolver);
-    let egress = EgressSetting::Enforced(Posture::Relaxed);
-    let runtime = Handle::current();
-    let endpoints = format!("127.0.0.1:{endpoint_port}");
-    let network = tokio::task::spawn_blocking(move || {
-        PrivateNetwork::probe(&egress, &config, &[endpoints.as_str()], runtime)
-    })
-    .await
-    .unwrap();
-    let network = match network {
-        Ok(network) => network,
-        // Only root makes network namespaces; as root, a failure is one.
-        Err(why) if !nix::unistd::geteuid().is_root() => return eprintln!("skipped: {why}"),
-        Err(why) => panic!("{why}"),
+    let Some(network) = probed(config, Some(format!("127.0.0.1:{endpoint_port}"))).await else {
+        return;
     };
     let ready = tokio::task::spawn_blocking(move || network.start().ready().unwrap())
         .await
@@ -154,7 +165,33 @@ async fn a_namespace_reaches_only_its_endpoint_and_its_resolver_through_the_rela
     assert_eq!(seen.metadata, "ECONNREFUSED", "the metadata address");
     assert_eq!(seen.udp_elsewhere, "EPERM", "UDP other than DNS");
     assert_eq!(seen.dns, "answer", "a DNS query through the relay");
-    // Without its relay, the namespace reaches nothing outside.
-    let relay = ready.into_relay();
-    drop(relay);
+    drop(ready.into_relay());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_takes_a_stocked_namespace_and_the_stock_fills_again() {
+    let Some(network) = probed(NetworkConfig::default(), None).await else {
+        return;
+    };
+    let full = |network: &PrivateNetwork| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while network.stock.ready() < stock::STOCK {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the stock never filled"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let network = tokio::task::spawn_blocking(move || {
+        full(&network);
+        let taken = network.start();
+        assert!(matches!(taken.making, Making::Stocked(_)));
+        drop(taken.ready().unwrap());
+        full(&network);
+        network
+    })
+    .await
+    .unwrap();
+    drop(network);
 }

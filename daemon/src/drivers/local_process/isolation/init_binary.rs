@@ -177,7 +177,25 @@ mod tests {
         let path = dir.join(FILE_NAME);
         std::fs::copy("/bin/echo", &path).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        until_no_writer_holds(&path);
         path
+    }
+
+    /// Waits until `path` can be exec'd: a child another test thread
+    /// forked while the copy was open for writing holds that descriptor
+    /// until its own exec, and meanwhile an exec of the copy fails with
+    /// ETXTBSY. No new child can take it once the copy is closed.
+    fn until_no_writer_holds(path: &Path) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match Command::new(path).arg("-n").output() {
+                Err(error) if error.raw_os_error() == Some(libc::ETXTBSY) => {
+                    assert!(std::time::Instant::now() < deadline, "{error}");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                _ => return,
+            }
+        }
     }
 
     #[test]

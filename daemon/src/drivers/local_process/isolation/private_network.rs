@@ -23,16 +23,17 @@
 //! overlaps the making with the view's plan. A prepared view pays it
 //! ahead, off the ensure path.
 
+mod apart;
 mod stock;
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use tokio::runtime::Handle;
 
+use self::apart::{spawn_apart, Apart};
 use self::stock::NamespaceStock;
 use super::own_loopback;
 use super::relay::{Relay, RelaySettings, RelaySockets};
@@ -149,21 +150,20 @@ impl PrivateNetwork {
     }
 }
 
-/// A thread making a namespace (see [`make_namespace`]).
-fn spawn_making(rules: Arc<NamespaceRules>) -> io::Result<JoinHandle<Result<Made, NetworkError>>> {
-    std::thread::Builder::new()
-        .name("sandbox-netns".to_string())
-        .spawn(move || make_namespace(&rules))
+/// A thread making a namespace (see [`make_namespace`]), apart from the
+/// caller's file system context (see [`apart`]).
+fn spawn_making(rules: Arc<NamespaceRules>) -> io::Result<Apart<Result<Made, NetworkError>>> {
+    spawn_apart("sandbox-netns", move || make_namespace(&rules))
 }
 
 /// The namespace a [`spawn_making`] thread made.
 fn join_making(
-    thread: io::Result<JoinHandle<Result<Made, NetworkError>>>,
+    thread: io::Result<Apart<Result<Made, NetworkError>>>,
 ) -> Result<Made, NetworkError> {
     thread
         .map_err(NetworkError::at("start the namespace's thread"))?
         .join()
-        .unwrap_or_else(|_| {
+        .unwrap_or_else(|| {
             Err(NetworkError::at("the namespace's thread")(
                 io::Error::other("it panicked"),
             ))
@@ -207,7 +207,7 @@ pub struct Starting {
 /// Where a starting namespace comes from.
 enum Making {
     Stocked(Made),
-    Thread(io::Result<JoinHandle<Result<Made, NetworkError>>>),
+    Thread(io::Result<Apart<Result<Made, NetworkError>>>),
 }
 
 impl Starting {

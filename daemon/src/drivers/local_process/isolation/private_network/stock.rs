@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::apart::spawn_apart;
 use super::{make_on_own_thread, Made};
 use crate::egress::namespace_rules::NamespaceRules;
 
@@ -59,12 +60,11 @@ impl NamespaceStock {
             return;
         }
         let stock = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("netns-stock".to_string())
-            .spawn(move || {
-                std::thread::sleep(AFTER_A_TAKE);
-                stock.fill();
-            });
+        // Apart: a take comes from a spawner thread (see `apart`).
+        let spawned = spawn_apart("netns-stock", move || {
+            std::thread::sleep(AFTER_A_TAKE);
+            stock.fill();
+        });
         if spawned.is_err() {
             self.refilling.store(false, Ordering::Release);
         }

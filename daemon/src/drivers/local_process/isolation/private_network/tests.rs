@@ -195,3 +195,32 @@ async fn a_start_takes_a_stocked_namespace_and_the_stock_fills_again() {
     .unwrap();
     drop(network);
 }
+
+/// A spawner thread (a file system context of its own, see `apart`) that
+/// starts a namespace may join a mount namespace at once: the stock's
+/// refill thread it set off shares nothing with it by then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawner_thread_joins_a_mount_namespace_right_after_a_start() {
+    let Some(network) = probed(NetworkConfig::default(), None).await else {
+        return;
+    };
+    tokio::task::spawn_blocking(move || {
+        std::thread::spawn(move || {
+            // SAFETY: unshare with a plain flag; it affects this thread only.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_FS) }, 0);
+            let own = File::open("/proc/thread-self/ns/mnt").unwrap();
+            for _ in 0..20 {
+                let starting = network.start();
+                // SAFETY: setns with a descriptor this thread holds open.
+                let joined = unsafe { libc::setns(own.as_raw_fd(), libc::CLONE_NEWNS) };
+                let error = io::Error::last_os_error();
+                drop(starting.ready().unwrap());
+                assert_eq!(joined, 0, "setns(CLONE_NEWNS) after a start: {error}");
+            }
+        })
+        .join()
+        .unwrap();
+    })
+    .await
+    .unwrap();
+}

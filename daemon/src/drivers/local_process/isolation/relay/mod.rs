@@ -41,6 +41,9 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use crate::egress::divert::{DNS_PORT, RELAY_PORT};
 
+/// How long the relay waits after a failed accept before the next.
+const ACCEPT_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// What every sandbox's relay works by.
 #[derive(Debug)]
 pub struct RelaySettings {
@@ -114,14 +117,21 @@ async fn serve(settings: Arc<RelaySettings>, sockets: RelaySockets) -> io::Resul
     let mut carried = JoinSet::new();
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let (inside, _) = accepted?;
-                if let Some(permit) = bound.take() {
-                    carried.spawn(tcp::carry(inside, settings.clone(), permit));
-                } else {
-                    tcp::reset(inside);
+            accepted = listener.accept() => match accepted {
+                Ok((inside, _)) => match bound.take() {
+                    Some(permit) => {
+                        carried.spawn(tcp::carry(inside, settings.clone(), permit));
+                    }
+                    None => tcp::reset(inside),
+                },
+                // The daemon out of descriptors, or a connection reset
+                // before it was taken: that connection is lost, the relay
+                // goes on (after a pause, so a lasting error cannot spin).
+                Err(error) => {
+                    bound.tell_once(&format!("a sandbox's relay could not take a connection: {error}"));
+                    tokio::time::sleep(ACCEPT_PAUSE).await;
                 }
-            }
+            },
             ready = dns_v4.readable() => {
                 ready?;
                 dns::take_query(&dns_v4, &settings, &bound, &mut carried);
@@ -152,9 +162,17 @@ impl Bound {
     /// A permit, or `None` (logged the first time) when the bound is reached.
     fn take(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         let permit = self.permits.clone().try_acquire_owned().ok();
-        if permit.is_none() && !self.told.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            tracing::warn!("a sandbox reached [network] relayed_connections: connections and DNS queries over it are refused until some end");
+        if permit.is_none() {
+            self.tell_once("a sandbox reached [network] relayed_connections: connections and DNS queries over it are refused until some end");
         }
         permit
+    }
+
+    /// Logs `what` if nothing was logged for this relay yet: one sandbox
+    /// cannot flood the daemon's log.
+    fn tell_once(&self, what: &str) {
+        if !self.told.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!("{what}");
+        }
     }
 }

@@ -8,7 +8,8 @@
 //! the posture adds there is the daemon's check before the spawn; its
 //! nftables table is installed once, at start.
 //!
-//! A runner's connect() rate: daemons of the same three settings whose
+//! A runner's connect() rate: daemons of the same three settings, with the
+//! host's network (`[network] mode = "host"`), whose
 //! runner is `bench-runner --connect-loop 127.0.0.1:PORT N` against a
 //! listener this process runs on loopback (and nowhere else). Each round
 //! every setting runs one such sandbox in turn, the order rotating, its
@@ -177,7 +178,16 @@ async fn connect_rates(
                 "driver = \"local-process\"\n{key}runner_args = [\"--connect-loop\", \"{}\", \"{per_loop}\"]\n",
                 listener.address
             );
-            let mut daemon = Daemon::start_with(dir, &prefix, binaries, &driver_toml)?;
+            // The host's network: the listener is on the host's loopback,
+            // and the figure is the host table's rule on each packet (a
+            // private sandbox reaches that loopback only at its endpoints).
+            let mut daemon = Daemon::start_with_tables(
+                dir,
+                &prefix,
+                binaries,
+                &driver_toml,
+                "[network]\nmode = \"host\"\n",
+            )?;
             let client = connect(&daemon.socket).await?;
             if name == "none" {
                 foreign_tables = foreign_tables.max(sandboxd_tables());

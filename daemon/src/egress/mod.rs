@@ -115,13 +115,10 @@ impl Egress {
         setting: EgressSetting,
         matched: impl FnOnce() -> Result<Matched, String>,
     ) -> Egress {
-        let posture = match setting {
-            EgressSetting::Enforced(posture) => Some(posture),
-            EgressSetting::Unrestricted => {
-                tracing::warn!("egress = \"none\": sandboxes may connect anywhere, the cloud metadata endpoint included");
-                None
-            }
-        };
+        let posture = setting.posture();
+        if posture.is_none() {
+            tracing::warn!("egress = \"none\": sandboxes may connect anywhere, the cloud metadata endpoint included");
+        }
         let (state, holder, table) = match matched() {
             Ok(matched) => {
                 let ruleset = Ruleset::new(posture, matched);

@@ -1,8 +1,6 @@
 //! The rules a sandbox's own network namespace is given (see
 //! [`super::divert`]), and the nft that loads them there.
 
-use sandboxd_protocol::egress::Posture;
-
 use super::nft::Nft;
 use super::ruleset::{Matched, Ruleset};
 use super::EgressSetting;
@@ -19,7 +17,7 @@ impl NamespaceRules {
     /// endpoints on the host's loopback) carried to the host.
     pub fn new(setting: &EgressSetting, endpoint_ports: &[u16]) -> Result<NamespaceRules, String> {
         let nft = Nft::find()?;
-        let posture = posture_of(setting);
+        let posture = setting.posture();
         let ruleset = Ruleset::new(posture, Matched::Namespace(endpoint_ports.to_vec()));
         Ok(NamespaceRules {
             nft,
@@ -31,13 +29,5 @@ impl NamespaceRules {
     /// (nft, its child, starts in it). Blocking.
     pub fn load_here(&self) -> std::io::Result<()> {
         self.nft.apply_keeping_errno(&self.script)
-    }
-}
-
-/// The posture a setting enforces, `None` under `egress = "none"`.
-pub fn posture_of(setting: &EgressSetting) -> Option<Posture> {
-    match setting {
-        EgressSetting::Enforced(posture) => Some(*posture),
-        EgressSetting::Unrestricted => None,
     }
 }

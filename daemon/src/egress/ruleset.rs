@@ -510,6 +510,24 @@ mod tests {
     }
 
     #[test]
+    fn a_sandbox_namespace_gets_its_table_without_the_replace_prelude() {
+        let ruleset = Ruleset::new(Some(Posture::Relaxed), Matched::Namespace(vec![7233]));
+        let declared = ruleset.declaration();
+        assert!(!declared.contains("delete table"), "{declared}");
+        for part in [
+            "chain output",
+            "jump sandboxes",
+            "chain divert",
+            "tcp dport { 7233 } redirect to :1",
+            "set refused_teredo",
+        ] {
+            assert!(declared.contains(part), "no `{part}` in {declared}");
+        }
+        assert!(ruleset.script().ends_with(&declared));
+        assert!(ruleset.script().contains("delete table"));
+    }
+
+    #[test]
     fn the_script_is_built_from_the_shared_table() {
         let script = ruleset(Posture::Relaxed).script();
         for range in [

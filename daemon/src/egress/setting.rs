@@ -24,6 +24,14 @@ impl Default for EgressSetting {
 }
 
 impl EgressSetting {
+    /// The posture enforced, `None` under `egress = "none"`.
+    pub fn posture(self) -> Option<Posture> {
+        match self {
+            EgressSetting::Enforced(posture) => Some(posture),
+            EgressSetting::Unrestricted => None,
+        }
+    }
+
     /// The word as configured and as shown: `relaxed`, `strict` or `none`.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -51,7 +51,6 @@ use sandboxd_protocol::egress::Posture;
 use super::errors::{Action, CallError};
 use super::shapes::{labels, FIELD_MANAGER};
 use super::Inner;
-use crate::egress::EgressSetting;
 use crate::sandbox_key::SandboxKey;
 
 pub const APPLY_POLICY: Action = Action::new("patch", "networkpolicies");
@@ -166,11 +165,7 @@ fn egress_rules(posture: Posture) -> Vec<NetworkPolicyEgressRule> {
 /// Puts the sandbox's policy in force before a runner starts, on every
 /// posture. `Ok(None)` on a 409.
 pub async fn ensure(inner: &Inner, key: &SandboxKey) -> Result<Option<()>, (Action, CallError)> {
-    let posture = match inner.egress {
-        EgressSetting::Enforced(posture) => Some(posture),
-        EgressSetting::Unrestricted => None,
-    };
-    let policy = policy(key, &inner.cluster.namespace, posture);
+    let policy = policy(key, &inner.cluster.namespace, inner.egress.posture());
     let params = PatchParams::apply(FIELD_MANAGER).force();
     match inner
         .cluster

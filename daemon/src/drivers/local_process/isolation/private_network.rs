@@ -38,7 +38,7 @@ use self::stock::NamespaceStock;
 use super::own_loopback;
 use super::relay::{Relay, RelaySettings, RelaySockets};
 use crate::config::NetworkConfig;
-use crate::egress::namespace_rules::{posture_of, NamespaceRules};
+use crate::egress::namespace_rules::NamespaceRules;
 use crate::egress::EgressSetting;
 
 /// Sandboxes get a network namespace each, with the relay as their way out.
@@ -99,7 +99,7 @@ impl PrivateNetwork {
         endpoint_ports.dedup();
         let rules = NamespaceRules::new(egress, &endpoint_ports)?;
         let settings = RelaySettings {
-            posture: posture_of(egress),
+            posture: egress.posture(),
             endpoint_ports,
             resolvers: network.resolvers.clone(),
             connections: network.relayed_connections,

@@ -44,21 +44,8 @@ pub async fn read_all(
 }
 
 /// Reads a session's command's stdout from `offset` until it holds
-/// `wanted` (each call waiting up to `wait`); the offset after it.
-pub async fn read_until(
-    client: &SandboxdClient,
-    id: &str,
-    command: &CommandRef,
-    offset: u64,
-    wanted: &str,
-    wait: Duration,
-) -> u64 {
-    read_text_until(client, id, command, offset, wanted, wait)
-        .await
-        .1
-}
-
-/// As [`read_until`], with the text read (from `offset` on).
+/// `wanted` (each call waiting up to `wait`): the text read from `offset`
+/// on, and the offset after it.
 pub async fn read_text_until(
     client: &SandboxdClient,
     id: &str,

@@ -136,8 +136,16 @@ impl Sandbox {
 
     /// Reads stdout from `offset` until it holds `wanted`; the offset after.
     async fn read_until(&self, command: &CommandRef, offset: u64, wanted: &str) -> u64 {
-        sandboxd_tests::commands::read_until(&self.client, &self.id, command, offset, wanted, WAIT)
-            .await
+        sandboxd_tests::commands::read_text_until(
+            &self.client,
+            &self.id,
+            command,
+            offset,
+            wanted,
+            WAIT,
+        )
+        .await
+        .1
     }
 
     async fn proof_of(&self, command: &CommandRef) -> CommandProof {

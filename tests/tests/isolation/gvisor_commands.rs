@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sandboxd_client::{CommandProof, CommandRef, ExitReason, OutputStream, SandboxdClient, Scope};
 use sandboxd_protocol::PtySize;
-use sandboxd_tests::commands::{read_until, request, shell};
+use sandboxd_tests::commands::{read_text_until, request, shell};
 use sandboxd_tests::TestDaemon;
 
 use super::gvisor::{
@@ -129,13 +129,13 @@ async fn a_command_runs_as_the_named_runner_with_its_output_stdin_and_terminal()
         false,
     )
     .await;
-    let offset = read_until(&client, "g", &terminal, 0, "30 100", WAIT).await;
+    let (_, offset) = read_text_until(&client, "g", &terminal, 0, "30 100", WAIT).await;
     client
         .command_resize(Scope::Session, "g", &terminal, 40, 120)
         .await
         .expect("command_resize");
     input(&client, "g", &terminal, b"stty size; exit 5\n", false).await;
-    read_until(&client, "g", &terminal, offset, "40 120", WAIT).await;
+    read_text_until(&client, "g", &terminal, offset, "40 120", WAIT).await;
     let (stdout, proof) = read_all(&client, "g", &terminal, OutputStream::Stdout).await;
     assert!(stdout.contains("is-a-tty"), "{stdout}");
     // Its SIGWINCH reached the shell (whose trap runs before its next line).
@@ -193,7 +193,7 @@ async fn signals_and_timeouts_end_a_command_and_what_gvisor_cannot_honour_is_ref
             .unwrap()
             .command_id,
     );
-    read_until(&client, "s", &trapped, 0, "ready", WAIT).await;
+    read_text_until(&client, "s", &trapped, 0, "ready", WAIT).await;
     client
         .command_signal(Scope::Session, "s", &trapped, libc::SIGTERM)
         .await

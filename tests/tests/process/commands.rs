@@ -512,6 +512,20 @@ async fn a_command_with_its_own_memory_limit_is_killed_at_it_and_the_sandbox_liv
         .is_empty()));
 }
 
+/// Python printing `clone3=<errno>` for a `clone3` with no arguments
+/// (EINVAL without a filter) and `personality=<errno>` for
+/// `ADDR_NO_RANDOMIZE` (0: allowed).
+fn seccomp_probes() -> String {
+    format!(
+        "import ctypes\n\
+         l = ctypes.CDLL(None, use_errno=True)\n\
+         for name, call, arg in ((\"clone3\", {clone3}, 0), (\"personality\", {personality}, 0x0040000)):\n\
+         \x20   print(\"%s=%d\" % (name, 0 if l.syscall(call, arg, 0) >= 0 else ctypes.get_errno()))",
+        clone3 = libc::SYS_clone3,
+        personality = libc::SYS_personality,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn from_inside_a_command_no_new_namespace_and_no_other_sandbox_is_reachable() {
     let daemon = TestDaemon::start(Options::default());
@@ -521,6 +535,8 @@ async fn from_inside_a_command_no_new_namespace_and_no_other_sandbox_is_reachabl
     let client = daemon.client().await;
     let script = format!(
         "unshare -U true 2>/dev/null; echo unshare=$?\n\
+         python3 -c '{calls}'\n\
+         grep -E '^(CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -d ' \\t' | sed 's/:/=/'\n\
          ls {other} >/dev/null 2>&1; echo other_workspace=$?\n\
          echo processes=$(ls /proc | grep -cE '^[0-9]+$')\n\
          echo init=$(cat /proc/1/comm)\n\
@@ -528,6 +544,7 @@ async fn from_inside_a_command_no_new_namespace_and_no_other_sandbox_is_reachabl
          echo workspaces=$(ls -A {state}/sandboxes 2>/dev/null | wc -l)\n",
         other = other_workspace.display(),
         state = daemon.state_dir().display(),
+        calls = seccomp_probes(),
     );
     let started = client
         .exec(Scope::Session, "inside", &shell(&script))
@@ -550,6 +567,16 @@ async fn from_inside_a_command_no_new_namespace_and_no_other_sandbox_is_reachabl
             .to_string()
     };
     assert_ne!(value("unshare"), "0", "a user namespace was made: {stdout}");
+    // The runner's filter and privileges, whole, though a command inherits
+    // most of them from the thread that clones it: clone3 refused with
+    // ENOSYS (the part each command attaches), personality's
+    // ADDR_NO_RANDOMIZE with EPERM (the part the thread holds), no
+    // bounding set, no new privileges.
+    assert_eq!(value("clone3"), libc::ENOSYS.to_string(), "{stdout}");
+    assert_eq!(value("personality"), libc::EPERM.to_string(), "{stdout}");
+    assert_eq!(value("CapBnd"), "0000000000000000", "{stdout}");
+    assert_eq!(value("NoNewPrivs"), "1", "{stdout}");
+    assert_eq!(value("Seccomp"), "2", "{stdout}");
     assert_ne!(value("other_workspace"), "0", "{stdout}");
     assert_ne!(value("kill_other"), "0", "{stdout}");
     // None of the daemon's workspaces is there (its own is at /workspace).

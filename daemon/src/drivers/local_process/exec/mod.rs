@@ -3,8 +3,11 @@
 //! gets — the sandbox's uid, no privileges, its keyring, Landlock domain,
 //! clean start and seccomp filter — cloned straight into the sandbox's
 //! cgroups (so its limits and egress rules bound runner and commands
-//! together), and, under `isolation = "full"`, from a spawner thread that
-//! has joined the sandbox's mount, PID and IPC namespaces (its view).
+//! together), and, under `isolation = "full"`, from a command thread that
+//! has joined the sandbox's mount, PID and IPC namespaces (its view). A
+//! command thread holds the empty bounding set and most of the seccomp
+//! filter already, so each command only inherits them (see
+//! `launch::command_threads`).
 //!
 //! The command is the daemon's own child, so its wait status is read
 //! directly; how it ended beyond that (its sandbox ended, the OOM killer,
@@ -30,6 +33,7 @@ use sandboxd_protocol::SandboxError;
 
 use super::cgroup::{self, command::CommandCgroup};
 use super::launch::clone_exec::{CgroupPlacement, Cloned, ExecPlan, Privileges};
+use super::launch::command_threads;
 use super::launcher::Launcher;
 use super::pidfd;
 use super::prepared::parked::enter_namespaces_of;
@@ -86,7 +90,7 @@ impl Inner {
         let leader = target.leader;
         let spawned = self
             .spawner
-            .run(move || {
+            .run_command(move || {
                 let cloned = clone_command(&launch, child, placement, &inner, leader, in_view)?;
                 let process = inner
                     .spawner
@@ -313,6 +317,10 @@ fn clone_command(
         launch.privileges,
     )?
     .with_filters(inner.settings.filters.clone())
+    .on_confined_thread(command_threads::confinement(
+        &inner.settings.filters,
+        &launch.privileges,
+    ))
     .without_start_time();
     if launch.pty {
         plan = plan.with_controlling_terminal();

@@ -105,8 +105,18 @@ impl KernelFilters {
     }
 
     /// The plain values the clone child reads; the pointers in it point
-    /// into `self`, which must outlive the clone.
-    pub fn child_plan(&self) -> ChildFilters {
+    /// into `self`, which must outlive the clone. `thread_confined`: the
+    /// cloning thread holds the seccomp filter's thread part (see
+    /// [`Self::confine_cloning_thread`]), so the child attaches the rest.
+    pub fn child_plan(&self, thread_confined: bool) -> ChildFilters {
+        let seccomp = self
+            .seccomp
+            .as_ref()
+            .ok()
+            .map(|plan| match thread_confined {
+                true => plan.after_cloning_thread_program(),
+                false => plan.program(),
+            });
         ChildFilters {
             join_session_keyring: self.keyring.is_ok(),
             landlock_ruleset: self
@@ -114,8 +124,24 @@ impl KernelFilters {
                 .as_ref()
                 .map_or(-1, |scoping| scoping.ruleset_fd()),
             clean_start: self.clean_start.child_plan(),
-            seccomp: self.seccomp.as_ref().ok().map(SeccompPlan::program),
+            seccomp,
         }
+    }
+
+    /// Attaches the seccomp filter's thread part to the calling thread
+    /// (see [`SeccompPlan::cloning_thread_program`]); false where this host
+    /// has no filter. For a thread that only ever clones commands: the
+    /// part refuses it mounts, new namespaces of its own and the rest.
+    pub fn confine_cloning_thread(&self) -> std::io::Result<bool> {
+        let Ok(plan) = &self.seccomp else {
+            return Ok(false);
+        };
+        // SAFETY: the plan's live program; the kernel copies it. Allowed by
+        // the daemon's CAP_SYS_ADMIN (no `no_new_privs` needed or set).
+        if !unsafe { super::seccomp::apply(&plan.cloning_thread_program()) } {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(true)
     }
 }
 

@@ -46,12 +46,26 @@ type Waiting = Mutex<HashMap<libc::pid_t, oneshot::Sender<ExitStatus>>>;
 #[derive(Default)]
 pub struct ChildExits {
     waiting: Arc<Waiting>,
+    prompted: Arc<Prompted>,
+}
+
+/// The children watched by a pidfd, whose own tasks reap them: a SIGCHLD
+/// that finds only one of those exited wakes no spawner thread (see
+/// [`ChildExits::unprompted_exit`]).
+#[derive(Default)]
+struct Prompted {
+    pids: Mutex<std::collections::HashSet<libc::pid_t>>,
+    /// Told when a prompt watch ends while another exited child waits for
+    /// its reap (one a SIGCHLD passed over, seeing a prompted one first).
+    passed_over: tokio::sync::Notify,
 }
 
 /// A pidfd of a watched child, and where its exit is awaited.
 struct Prompt {
+    pid: libc::pid_t,
     pidfd: AsyncFd<OwnedFd>,
     waiting: Arc<Waiting>,
+    prompted: Arc<Prompted>,
 }
 
 /// A started runner, until its exit is known.
@@ -69,8 +83,10 @@ pub struct RunnerProcess {
     /// Field 22 of its `/proc/<pid>/stat`, as the child read it before exec.
     start_time: Option<u64>,
     exit: oneshot::Receiver<ExitStatus>,
-    /// Watched promptly: reaped by [`RunnerProcess::wait`] itself.
-    prompt: Option<Prompt>,
+    /// Watched promptly: reaped by [`RunnerProcess::wait`] itself. Boxed:
+    /// only a command has one, and a runner's watcher (10,000 of them wait
+    /// at once) keeps its future small.
+    prompt: Option<Box<Prompt>>,
 }
 
 impl RunnerProcess {
@@ -167,14 +183,47 @@ impl ChildExits {
         let mut process = self.watch(pid, start_time);
         if REAPED_HERE.with(std::cell::Cell::get) {
             // Without one (out of descriptors), SIGCHLD's reap still comes.
-            process.prompt = super::super::pidfd::open_watched(pid)
-                .ok()
-                .map(|pidfd| Prompt {
+            process.prompt = super::super::pidfd::open_watched(pid).ok().map(|pidfd| {
+                lock(&self.prompted.pids).insert(pid);
+                Box::new(Prompt {
+                    pid,
                     pidfd,
                     waiting: self.waiting.clone(),
-                });
+                    prompted: self.prompted.clone(),
+                })
+            });
         }
         process
+    }
+
+    /// Whether a child of the daemon has exited, is not reaped yet, and is
+    /// not watched by a pidfd (whose task reaps it): what a SIGCHLD wakes
+    /// the spawner threads for. Most SIGCHLDs come from commands, and a
+    /// command's SIGCHLD reached the signal task before its own task had
+    /// reaped it: each woke every spawner and command thread for a reap
+    /// that found nothing (on a 2-CPU host those wake-ups took the CPUs
+    /// from the command's answer). `waitid` with `WNOWAIT` names one
+    /// exited child and reaps nothing; when it names a prompted one, any
+    /// other waiting behind it is found when that one's watch ends
+    /// ([`Self::passed_over`]). A child that exits after this look sends a
+    /// SIGCHLD of its own.
+    pub fn unprompted_exit(&self) -> bool {
+        self.unprompted(exited_child())
+    }
+
+    /// Whether `exited` calls for the spawner threads' reap.
+    fn unprompted(&self, exited: ExitedChild) -> bool {
+        match exited {
+            ExitedChild::None => false,
+            ExitedChild::Pid(pid) => !lock(&self.prompted.pids).contains(&pid),
+            ExitedChild::Unknown => true,
+        }
+    }
+
+    /// Resolves when a prompt watch has ended with an exited child still
+    /// waiting for its reap: look again (see [`Self::unprompted_exit`]).
+    pub async fn passed_over(&self) {
+        self.prompted.passed_over.notified().await;
     }
 
     /// Reaps every exited child of the calling thread and hands each status
@@ -206,8 +255,50 @@ impl ChildExits {
     }
 }
 
-fn lock(waiting: &Waiting) -> MutexGuard<'_, HashMap<libc::pid_t, oneshot::Sender<ExitStatus>>> {
-    waiting.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What `waitid` with `WNOWAIT` says of the daemon's exited children.
+enum ExitedChild {
+    None,
+    /// This one (and maybe others) has exited and is not reaped.
+    Pid(libc::pid_t),
+    /// The call failed other than with ECHILD: look anyway.
+    Unknown,
+}
+
+fn exited_child() -> ExitedChild {
+    // SAFETY: an all-zero siginfo_t is a valid out-value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL;
+    // SAFETY: waitid into a live siginfo_t; WNOWAIT leaves the child as it is.
+    let done = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) };
+    if done < 0 {
+        // ECHILD: no children at all.
+        return match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ECHILD) => ExitedChild::None,
+            _ => ExitedChild::Unknown,
+        };
+    }
+    // SAFETY: filled by waitid (si_pid 0 when no child has exited).
+    match unsafe { info.si_pid() } {
+        0 => ExitedChild::None,
+        pid => ExitedChild::Pid(pid),
+    }
+}
+
+impl Drop for Prompt {
+    /// However the watch ended (reaped here, by a spawner thread, or given
+    /// up), a SIGCHLD now wakes the spawner threads for this child again;
+    /// and if another exited child waits, perhaps passed over while this
+    /// one stood in front of it, the signal task looks again.
+    fn drop(&mut self) {
+        lock(&self.prompted.pids).remove(&self.pid);
+        if !matches!(exited_child(), ExitedChild::None) {
+            self.prompted.passed_over.notify_one();
+        }
+    }
 }
 
 impl Prompt {
@@ -314,5 +405,47 @@ mod tests {
             .expect("the exit arrives")
             .expect("a status");
         assert_eq!(status.code(), Some(5));
+    }
+
+    #[tokio::test]
+    async fn an_exit_its_own_task_reaps_wakes_no_spawner_thread_and_hides_none() {
+        // (Other tests of this process have children too: only this test's
+        // own pids are looked at.)
+        ChildExits::reap_children_of_this_thread();
+        let exits = ChildExits::default();
+        let exited = |code: u8| {
+            // Reaped below, not by this handle.
+            #[allow(clippy::zombie_processes)]
+            let child = std::process::Command::new("/bin/sh")
+                .args(["-c", &format!("exit {code}")])
+                .spawn()
+                .unwrap();
+            child.id() as libc::pid_t
+        };
+        let prompted = exited(3);
+        let mut command = exits.watch_promptly(prompted, None);
+        assert!(command.prompt.is_some(), "a pidfd");
+        let plain = exited(4);
+        let mut runner = exits.watch(plain, None);
+        let ten_seconds = std::time::Duration::from_secs(10);
+        for pid in [prompted, plain] {
+            let pidfd = crate::drivers::local_process::pidfd::open(pid).unwrap();
+            assert!(crate::drivers::local_process::pidfd::wait_readable(
+                pidfd.as_raw_fd(),
+                ten_seconds
+            ));
+        }
+        // The command's exit wakes no spawner thread; the runner's does.
+        assert!(!exits.unprompted(ExitedChild::Pid(prompted)));
+        assert!(exits.unprompted(ExitedChild::Pid(plain)));
+        assert_eq!(command.wait().await.unwrap().code(), Some(3));
+        // Its watch ended with the runner still waiting: looked at again,
+        // and its pid is an ordinary one from now on.
+        tokio::time::timeout(ten_seconds, exits.passed_over())
+            .await
+            .expect("the signal task is told to look again");
+        assert!(exits.unprompted(ExitedChild::Pid(prompted)));
+        exits.reap_own_children();
+        assert_eq!(runner.wait().await.unwrap().code(), Some(4));
     }
 }

@@ -34,9 +34,10 @@ use std::sync::OnceLock;
 /// binary for an init, and its runner's stdio (3).
 pub const SLOTS: usize = 16;
 
-/// The threads that may clone: the spawner threads (at most 8), the
-/// parking thread, the background thread, and two to spare.
-const THREADS: usize = 12;
+/// The threads that may clone: the spawner threads (at most 8), as many
+/// command threads, the parking thread, the background thread, and two to
+/// spare.
+const THREADS: usize = 20;
 
 /// `close_range`'s flag (Linux 5.9).
 pub const CLOSE_RANGE_UNSHARE: libc::c_uint = 1 << 1;

@@ -1,5 +1,6 @@
 //! A runner's start and end, in the order a start runs through them: the
-//! threads it is started from ([`spawner`]); its settings, workspace,
+//! threads it is started from ([`spawner`]; a command's give up what they
+//! can once, [`command_threads`]); its settings, workspace,
 //! output and environment ([`spawn`], what it starts with as one value in
 //! [`runner_plan`]); its start in a private view ([`in_view`]) or not;
 //! the clone that starts it ([`clone_exec`], the kernel's side). Then the
@@ -10,6 +11,7 @@
 pub mod child_exits;
 pub mod child_step;
 pub mod clone_exec;
+pub mod command_threads;
 pub mod fd_band;
 pub mod holder;
 pub mod in_view;

@@ -24,6 +24,11 @@
 //! started (see [`super::child_exits`]): a child's exit is only ever
 //! collected by its own thread, so runners go to one thread or another,
 //! the least busy, rather than to one shared queue.
+//!
+//! Commands are cloned from threads of their own, as many as the spawner
+//! threads: each gives up, once, what every command it clones would give
+//! up at its start (see [`super::command_threads`]), which no runner's
+//! spawn may inherit.
 
 use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
@@ -89,9 +94,11 @@ struct Thread {
 }
 
 pub struct Spawner {
-    /// The spawner threads, then the parking thread, then the background
-    /// thread (the last one).
+    /// The spawner threads, then as many command threads, then the parking
+    /// thread, then the background thread (the last one).
     threads: Arc<Vec<Thread>>,
+    /// How many spawner threads (and command threads) there are.
+    count: usize,
     exits: Arc<ChildExits>,
 }
 
@@ -149,8 +156,40 @@ impl Background {
     }
 }
 
-/// The threads besides the spawner threads: parking, then background.
+/// The threads besides the spawner and command threads: parking, then
+/// background.
 const OTHER_THREADS: usize = 2;
+
+/// What a thread of the spawner is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Spawn,
+    /// Clones commands only (see [`super::command_threads`]): what it gives
+    /// up at its first command is given up for good.
+    Command,
+    Park,
+    Background,
+}
+
+impl Role {
+    fn of(index: usize, count: usize) -> Role {
+        match index {
+            _ if index < count => Role::Spawn,
+            _ if index < 2 * count => Role::Command,
+            _ if index == 2 * count => Role::Park,
+            _ => Role::Background,
+        }
+    }
+
+    fn name(self, index: usize, count: usize) -> String {
+        match self {
+            Role::Spawn => format!("runner-spawn-{index}"),
+            Role::Command => format!("command-spawn-{}", index - count),
+            Role::Park => "runner-park".to_string(),
+            Role::Background => "runner-prepare".to_string(),
+        }
+    }
+}
 
 impl Spawner {
     /// Starts the threads, and the task that has them reap their exited
@@ -161,21 +200,18 @@ impl Spawner {
         let count = cpus.saturating_sub(1).clamp(1, 8);
         let exits = Arc::new(ChildExits::default());
         let runtime = tokio::runtime::Handle::current();
-        let mut threads = Vec::with_capacity(count + OTHER_THREADS);
-        for index in 0..count + OTHER_THREADS {
-            let background = index == count + 1;
+        let mut threads = Vec::with_capacity(2 * count + OTHER_THREADS);
+        for index in 0..2 * count + OTHER_THREADS {
+            let role = Role::of(index, count);
             let (jobs, queue) = channel::<Job>();
             let queued = Arc::new(AtomicUsize::new(0));
             let (runtime, left) = (runtime.clone(), queued.clone());
-            let name = if index < count {
-                format!("runner-spawn-{index}")
-            } else if background {
-                "runner-prepare".to_string()
-            } else {
-                "runner-park".to_string()
-            };
+            let name = role.name(index, count);
             std::thread::Builder::new().name(name).spawn(move || {
-                if background {
+                if role == Role::Command {
+                    super::command_threads::mark_this_thread();
+                }
+                if role == Role::Background {
                     // SAFETY: setpriority on this thread's own id.
                     unsafe {
                         libc::setpriority(
@@ -204,7 +240,11 @@ impl Spawner {
             Arc::downgrade(&threads),
             exits.clone(),
         ));
-        Ok(Spawner { threads, exits })
+        Ok(Spawner {
+            threads,
+            count,
+            exits,
+        })
     }
 
     /// The background thread's handle.
@@ -227,22 +267,22 @@ impl Spawner {
         &self,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Option<T> {
-        let (done, result) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move || {
-            let _ = done.send(work());
-        });
-        let spawners = &self.threads[..self.threads.len() - OTHER_THREADS];
-        let thread = spawners
-            .iter()
-            .min_by_key(|thread| thread.queued.load(Ordering::Relaxed))?;
-        send(thread, job).ok()?;
-        result.await.ok()
+        run_on_least_busy(&self.threads[..self.count], work).await
     }
 
-    /// Returns once every job queued so far on the spawner threads has
-    /// ended, with what it left for after its answer.
+    /// As [`run`](Self::run), on a command thread: for the clone of a
+    /// command, and nothing else (see [`super::command_threads`]).
+    pub async fn run_command<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        run_on_least_busy(&self.threads[self.count..2 * self.count], work).await
+    }
+
+    /// Returns once every job queued so far on the spawner and command
+    /// threads has ended, with what it left for after its answer.
     pub async fn settle(&self) {
-        let spawners = &self.threads[..self.threads.len() - OTHER_THREADS];
+        let spawners = &self.threads[..2 * self.count];
         let waits: Vec<_> = spawners
             .iter()
             .filter_map(|thread| {
@@ -257,6 +297,23 @@ impl Spawner {
     }
 }
 
+/// Runs `work` on the least busy of `threads` and waits for its result;
+/// `None` when the threads are gone.
+async fn run_on_least_busy<T: Send + 'static>(
+    threads: &[Thread],
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (done, result) = tokio::sync::oneshot::channel();
+    let job: Job = Box::new(move || {
+        let _ = done.send(work());
+    });
+    let thread = threads
+        .iter()
+        .min_by_key(|thread| thread.queued.load(Ordering::Relaxed))?;
+    send(thread, job).ok()?;
+    result.await.ok()
+}
+
 fn send(thread: &Thread, job: Job) -> Result<(), ()> {
     thread.queued.fetch_add(1, Ordering::Relaxed);
     thread.jobs.send(job).map_err(|_| {
@@ -266,44 +323,31 @@ fn send(thread: &Thread, job: Job) -> Result<(), ()> {
 
 /// On each SIGCHLD (signals coalesce: each pass reaps all that exited),
 /// queues a reap on every spawner thread, since only a child's own thread
-/// reaps it. Ends with the spawner.
+/// reaps it; unless the only exited child it sees is a command that its
+/// own task reaps (see [`ChildExits::unprompted_exit`]). Ends with the
+/// spawner.
 async fn reap_on_sigchld(
     mut sigchld: tokio::signal::unix::Signal,
     threads: Weak<Vec<Thread>>,
     exits: Arc<ChildExits>,
 ) {
-    while sigchld.recv().await.is_some() {
+    loop {
+        tokio::select! {
+            signalled = sigchld.recv() => if signalled.is_none() {
+                return;
+            },
+            () = exits.passed_over() => {}
+        }
         let Some(threads) = threads.upgrade() else {
             return;
         };
-        if !a_child_awaits_its_reap() {
+        if !exits.unprompted_exit() {
             continue;
         }
         for thread in threads.iter() {
             let exits = exits.clone();
             let _ = send(thread, Box::new(move || exits.reap_own_children()));
         }
-    }
-}
-
-/// Whether any child of the daemon has exited and is not reaped yet
-/// (`waitid` with `WNOWAIT`, which reaps nothing). Most SIGCHLDs come from
-/// commands, which their own tasks reap through a pidfd (see
-/// `child_exits`), often before this task runs: then no spawner thread is
-/// woken for a reap that would find nothing (on a 2-CPU host those
-/// wake-ups took the CPUs from the command's answer). A child that exits
-/// after this look sends a SIGCHLD of its own, which comes back here.
-fn a_child_awaits_its_reap() -> bool {
-    // SAFETY: an all-zero siginfo_t is a valid out-value.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL;
-    // SAFETY: waitid into a live siginfo_t; WNOWAIT leaves the child as it is.
-    let done = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) };
-    match done {
-        // SAFETY: filled by waitid (si_pid 0 when no child has exited).
-        0 => unsafe { info.si_pid() != 0 },
-        // ECHILD: no children at all; anything else: look anyway.
-        _ => std::io::Error::last_os_error().raw_os_error() != Some(libc::ECHILD),
     }
 }
 
@@ -323,6 +367,18 @@ mod tests {
             .await
             .unwrap();
         assert!(name.unwrap().starts_with("runner-spawn-"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_command_runs_on_a_command_thread_and_a_runner_never_does() {
+        let spawner = Spawner::start().unwrap();
+        let name = || std::thread::current().name().map(str::to_string);
+        for _ in 0..4 {
+            let command = spawner.run_command(name).await.flatten().unwrap();
+            assert!(command.starts_with("command-spawn-"), "{command}");
+            let runner = spawner.run(name).await.flatten().unwrap();
+            assert!(runner.starts_with("runner-spawn-"), "{runner}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,7 +503,7 @@ mod tests {
             std::os::fd::AsRawFd::as_raw_fd(&pidfd),
             ten_seconds
         ));
-        assert!(a_child_awaits_its_reap());
+        assert!(ChildExits::default().unprompted_exit());
         // Still there for its own reap, with its status.
         let mut status = 0;
         // SAFETY: status is a valid out-pointer; pid is our exited child.

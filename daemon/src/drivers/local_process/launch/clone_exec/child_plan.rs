@@ -42,6 +42,9 @@ pub(super) struct ChildPlan {
     pub(super) cpus: Option<libc::cpu_set_t>,
     /// Pointers into the plan's [`KernelFilters`].
     pub(super) filters: Option<ChildFilters>,
+    /// The spawning thread's bounding set is empty already, and so the
+    /// child's (see [`ThreadConfinement`](super::ThreadConfinement)).
+    pub(super) bounding_set_empty: bool,
     /// The sandbox's session keyring to join by name (NUL-terminated), or
     /// `None`: a new anonymous one (see `isolation::keyring`).
     pub(super) session_keyring: Option<[u8; keyring::SESSION_NAME_CAPACITY]>,
@@ -90,7 +93,11 @@ impl ChildPlan {
                 .cgroup
                 .as_ref()
                 .and_then(|cgroup| cgroup.cpus.as_deref().copied()),
-            filters: plan.filters.as_ref().map(|filters| filters.child_plan()),
+            filters: plan
+                .filters
+                .as_ref()
+                .map(|filters| filters.child_plan(plan.thread.seccomp_thread_part)),
+            bounding_set_empty: plan.thread.empty_bounding_set,
             session_keyring: plan
                 .filters
                 .as_ref()

@@ -117,6 +117,22 @@ pub struct ExecPlan {
     /// The child copies its `/proc/self/stat` for [`Cloned::start_time`]
     /// (see [`ExecPlan::without_start_time`]).
     start_time: bool,
+    /// What the spawning thread gave up already, for the child to inherit
+    /// (see [`ExecPlan::on_confined_thread`]).
+    thread: ThreadConfinement,
+}
+
+/// What a thread that clones commands has given up for good, once, so
+/// that each child it clones inherits it instead of doing it again (see
+/// `launch::command_threads`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadConfinement {
+    /// Its bounding set is empty: the child skips its 41 drops (each a
+    /// new set of credentials, 2 µs).
+    pub empty_bounding_set: bool,
+    /// It holds the seccomp filter's thread part: the child attaches only
+    /// the rest (see `SeccompPlan::cloning_thread_program`).
+    pub seccomp_thread_part: bool,
 }
 
 /// What a sandbox's first process needs beyond an ordinary plan.
@@ -242,6 +258,7 @@ impl ExecPlan {
             exe: -1,
             controlling_terminal: false,
             start_time: true,
+            thread: ThreadConfinement::default(),
         })
     }
 
@@ -335,6 +352,13 @@ impl ExecPlan {
     /// runner's goes to the ledger).
     pub fn without_start_time(mut self) -> ExecPlan {
         self.start_time = false;
+        self
+    }
+
+    /// Says what the spawning thread has given up already (see
+    /// [`ThreadConfinement`]): the child inherits it and does the rest.
+    pub fn on_confined_thread(mut self, thread: ThreadConfinement) -> ExecPlan {
+        self.thread = thread;
         self
     }
 

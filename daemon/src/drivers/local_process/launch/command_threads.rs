@@ -26,6 +26,7 @@ use std::cell::Cell;
 
 use super::clone_exec::{Privileges, ThreadConfinement};
 use crate::drivers::local_process::isolation::kernel_filters::KernelFilters;
+use sandboxd_init::privileges::drop_from_bounding_set;
 
 thread_local! {
     /// Set once on each command thread, before its first job.
@@ -62,7 +63,7 @@ pub fn confinement(filters: &KernelFilters, privileges: &Privileges) -> ThreadCo
 fn confine(filters: &KernelFilters, privileges: &Privileges) -> ThreadConfinement {
     let empty_bounding_set = privileges
         .bounding_set_up_to
-        .is_some_and(empty_own_bounding_set);
+        .is_some_and(|last| drop_from_bounding_set(0..=last).is_ok());
     let seccomp_thread_part = match filters.confine_cloning_thread() {
         Ok(attached) => attached,
         Err(error) => {
@@ -74,17 +75,6 @@ fn confine(filters: &KernelFilters, privileges: &Privileges) -> ThreadConfinemen
         empty_bounding_set,
         seccomp_thread_part,
     }
-}
-
-/// Drops capabilities 0..=`last` from the calling thread's bounding set;
-/// false if one could not be dropped.
-fn empty_own_bounding_set(last: u32) -> bool {
-    (0..=last).all(|cap| {
-        // SAFETY: prctl with plain integer arguments; it changes the
-        // calling thread's credentials only.
-        let done = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-        done == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
-    })
 }
 
 #[cfg(test)]

@@ -188,15 +188,8 @@ unsafe fn drop_privileges_for_good(plan: &ChildPlan) {
     let Some(last) = plan.privileges.bounding_set_up_to else {
         return;
     };
-    let first_to_drop = if plan.bounding_set_empty { last + 1 } else { 0 };
-    for cap in first_to_drop..=last {
-        // EINVAL: a capability this kernel does not know (none, as `last`
-        // is the kernel's own).
-        if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0
-            && errno() != libc::EINVAL
-        {
-            fail(plan, ChildStep::BoundingSet);
-        }
+    if !plan.bounding_set_empty && privileges::drop_from_bounding_set(0..=last).is_err() {
+        fail(plan, ChildStep::BoundingSet);
     }
     if libc::prctl(
         libc::PR_SET_SECUREBITS,

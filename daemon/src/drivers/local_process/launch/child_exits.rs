@@ -131,7 +131,7 @@ impl RunnerProcess {
         let leader = match self.prompt.take() {
             // Boxed: a runner's watcher (10,000 of them wait at once) keeps
             // its future small; only a command's wait holds the pidfd's.
-            Some(prompt) => Box::pin(prompt.exit(self.pid, &mut self.exit)).await,
+            Some(prompt) => Box::pin(prompt.exit(&mut self.exit)).await,
             None => (&mut self.exit).await.ok(),
         };
         match &self.status_file {
@@ -302,28 +302,25 @@ impl Drop for Prompt {
 }
 
 impl Prompt {
-    /// `pid`'s exit: reaped here once its pidfd says it exited, unless its
-    /// spawner thread's reap (`exit`) came first.
-    async fn exit(
-        self,
-        pid: libc::pid_t,
-        exit: &mut oneshot::Receiver<ExitStatus>,
-    ) -> Option<ExitStatus> {
+    /// Its child's exit: reaped here once its pidfd says it exited, unless
+    /// its spawner thread's reap (`exit`) came first.
+    async fn exit(self, exit: &mut oneshot::Receiver<ExitStatus>) -> Option<ExitStatus> {
         tokio::select! {
             status = &mut *exit => return status.ok(),
             _ = self.pidfd.readable() => {}
         }
-        match self.reap(pid) {
+        match self.reap() {
             Some(status) => Some(status),
             None => exit.await.ok(),
         }
     }
 
-    /// Reaps `pid` when it is still awaited; `None` when its spawner
+    /// Reaps its child when it is still awaited; `None` when its spawner
     /// thread reaped it first (its status is on the way to the watcher).
     /// Both reaps hold the lock around the wait and the watcher's removal,
     /// so a status is taken once and never lost between them.
-    fn reap(&self, pid: libc::pid_t) -> Option<ExitStatus> {
+    fn reap(&self) -> Option<ExitStatus> {
+        let pid = self.pid;
         let mut waiting = lock(&self.waiting);
         if !waiting.contains_key(&pid) {
             return None;

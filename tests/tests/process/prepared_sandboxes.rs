@@ -175,6 +175,43 @@ fn claims(daemon: &TestDaemon) -> Vec<(u32, String)> {
         .collect()
 }
 
+/// The sandbox a cgroup directory is labelled with, as `systemd-cgls`
+/// shows it (`user.sandboxd.sandbox`).
+fn cgroup_label(dir: &Path) -> Option<String> {
+    let mut value = vec![0; 4096];
+    let length = rustix::fs::getxattr(dir, "user.sandboxd.sandbox", &mut value).ok()?;
+    value.truncate(length);
+    String::from_utf8(value).ok()
+}
+
+/// Waits until every one of `dirs` names `sandbox`.
+fn wait_for_labels(dirs: &[PathBuf], sandbox: &str) {
+    let labels = || dirs.iter().map(|dir| cgroup_label(dir)).collect::<Vec<_>>();
+    assert!(
+        procs::wait_until(TIMEOUT, || labels()
+            .iter()
+            .all(|label| label.as_deref() == Some(sandbox))),
+        "{dirs:?} are labelled {:?}, not {sandbox}",
+        labels()
+    );
+}
+
+/// What `systemd-cgls` prints of the cgroups under `dir`; `None` (said)
+/// where it is not installed.
+fn systemd_cgls(dir: &Path) -> Option<String> {
+    match std::process::Command::new("systemd-cgls")
+        .args(["--xattr=yes", "--no-pager"])
+        .arg(dir)
+        .output()
+    {
+        Ok(output) => Some(String::from_utf8_lossy(&output.stdout).into_owned()),
+        Err(error) => {
+            eprintln!("systemd-cgls not run ({error}): its part of the check skipped");
+            None
+        }
+    }
+}
+
 fn staging(daemon: &TestDaemon) -> PathBuf {
     daemon.state_dir().join("sandboxes").join(".prepared")
 }
@@ -219,6 +256,20 @@ async fn a_taken_sandbox_has_the_prepared_uid_cgroups_and_limits(isolation: &str
         "{:?}",
         claims(&daemon)
     );
+    // Its cgroups keep the prepared name but say whose they are, as an
+    // admin reading systemd-cgls sees.
+    wait_for_labels(&dirs, "session/warm");
+    if let Some(shown) = systemd_cgls(dirs[0].parent().unwrap()) {
+        let under_its_name = format!("{name} ");
+        let line = shown
+            .lines()
+            .position(|line| line.contains(&under_its_name));
+        let next = line.and_then(|line| shown.lines().nth(line + 1));
+        assert!(
+            next.is_some_and(|next| next.contains("user.sandboxd.sandbox: session/warm")),
+            "{shown}"
+        );
+    }
     let workspace = daemon.workspace(Scope::Session, "warm");
     let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&workspace).unwrap());
     assert_eq!(owner, uid, "the workspace is not the sandbox's uid's");
@@ -275,6 +326,8 @@ async fn a_burst_larger_than_the_pool_shares_no_uid_or_cgroup_and_starts_the_res
             cgroups.insert(cgroup_line(pid, None).unwrap()),
             "a cgroup twice"
         );
+        // Prepared or cold, each cgroup names its own sandbox.
+        wait_for_labels(&cgroup_dirs(pid), &format!("session/{id}"));
     }
     let pool = pool_of(&daemon, Scope::Session).await;
     assert!(pool.hits >= 3, "{pool:?}");

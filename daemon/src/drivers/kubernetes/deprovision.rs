@@ -87,7 +87,10 @@ pub async fn deprovision(
                 .map(|_| ()),
         )?;
     }
-    tracing::info!(scope = %key.scope, id = %key.id, was_present, keep_workspace, "sandbox deprovisioned");
+    // Only what was there: the server logs a deprovision of nothing.
+    if was_present {
+        tracing::info!(scope = %key.scope, id = %key.shown_id(), keep_workspace, "sandbox deprovisioned");
+    }
     Ok(DeprovisionReport {
         was_present,
         forced: false,

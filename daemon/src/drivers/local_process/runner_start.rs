@@ -181,7 +181,25 @@ impl Inner {
         if let Some(pool) = pool {
             pool.refill_after_a_start();
         }
+        if spawned.is_ok() {
+            self.label_cgroup_after_the_answer(key);
+        }
         spawned
+    }
+
+    /// Names the sandbox on its cgroup (see [`cgroup::label`]), once the
+    /// caller has its answer: four `setxattr`s nobody waits for.
+    fn label_cgroup_after_the_answer(&self, key: &SandboxKey) {
+        let Some(tree) = self.containment.tree() else {
+            return;
+        };
+        let (tree, key) = (tree.clone(), key.clone());
+        launch::spawner::after_the_answer(move || {
+            let sandbox = format!("{}/{}", key.scope, key.id);
+            if let Err(error) = tree.label(&key.base_name, &sandbox) {
+                tracing::debug!(%error, cgroup = %tree.cgroup_name(&key.base_name), "cannot write the sandbox's name on its cgroup");
+            }
+        });
     }
 
     /// The warm start, from `taken`: its cgroups are the sandbox's, and

@@ -17,6 +17,7 @@ pub mod command;
 pub mod cpus;
 pub mod freeze;
 pub mod kill;
+pub mod label;
 pub mod layout;
 pub mod limits;
 pub mod procs;

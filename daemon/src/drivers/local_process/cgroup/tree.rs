@@ -232,6 +232,12 @@ impl CgroupTree {
         }
     }
 
+    /// Writes `sandbox` (`<scope>/<id>`) on the sandbox's cgroup, for
+    /// `systemd-cgls` (see [`label`](super::label)).
+    pub fn label(&self, base_name: &str, sandbox: &str) -> io::Result<()> {
+        super::label::write(&self.dirs(base_name), sandbox)
+    }
+
     /// The name of the sandbox's cgroup under `sandboxes/` (what
     /// `/proc/<pid>/cgroup` shows of its processes).
     pub fn cgroup_name(&self, base_name: &str) -> String {

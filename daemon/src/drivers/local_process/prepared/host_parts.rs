@@ -9,7 +9,8 @@
 //! Names: each prepared sandbox is `prepared-<n>` until taken. Its
 //! cgroups are `sandboxes/prepared-<n>` in every hierarchy and keep that
 //! name for the sandbox's life (a cgroup v2 directory cannot be renamed:
-//! see `CgroupTree::adopt`); its workspace waits in `<sandboxes>/.prepared/`
+//! see `CgroupTree::adopt`; the sandbox's name is written on them as an
+//! attribute, see `cgroup::label`); its workspace waits in `<sandboxes>/.prepared/`
 //! (a dot-entry: no scan of the workspaces sees it, and a rename from there
 //! never crosses a file system); its uid's claim names it until the take,
 //! and the sandbox once the ensure has answered (`after_the_answer`).

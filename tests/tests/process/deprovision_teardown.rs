@@ -217,3 +217,39 @@ async fn a_daemon_stop_finishes_the_teardowns_under_way() {
         deprovisioned.len()
     );
 }
+
+/// What the operator reads: one info line per deprovision — the tier's,
+/// once its teardown is done, for a sandbox that was there; the server's
+/// for one that was not (no tier logs a deprovision of nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deprovision_is_one_info_line() {
+    let daemon = TestDaemon::start(Options::default());
+    sandboxd_tests::start_session(&daemon, "logged").await;
+    let client = daemon.client().await;
+    let down = client.deprovision_session_sandbox("logged").await.unwrap();
+    assert!(down.was_present, "{down:?}");
+    let absent = client.deprovision_session_sandbox("never").await.unwrap();
+    assert!(!absent.was_present, "{absent:?}");
+    let info_lines = |id: &str, message: &str| {
+        let needle = format!("id={id}");
+        daemon
+            .log_text()
+            .lines()
+            .filter(|line| line.contains(" INFO ") && line.contains(message))
+            .filter(|line| line.split_whitespace().any(|field| field == needle))
+            .count()
+    };
+    let logged_once = || info_lines("logged", "sandbox deprovisioned") == 1;
+    assert!(
+        wait_until(TEARDOWN_WAIT, logged_once),
+        "{}",
+        daemon.log_text()
+    );
+    assert_eq!(info_lines("never", "sandbox deprovisioned"), 0);
+    assert_eq!(
+        info_lines("never", "nothing to deprovision"),
+        1,
+        "{}",
+        daemon.log_text()
+    );
+}

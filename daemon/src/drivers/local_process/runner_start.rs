@@ -188,7 +188,8 @@ impl Inner {
     }
 
     /// Names the sandbox on its cgroup (see [`cgroup::label`]), once the
-    /// caller has its answer: four `setxattr`s nobody waits for.
+    /// caller has its answer: a `setxattr` per hierarchy, which nobody waits
+    /// for.
     fn label_cgroup_after_the_answer(&self, key: &SandboxKey) {
         let Some(tree) = self.containment.tree() else {
             return;

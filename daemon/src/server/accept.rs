@@ -28,6 +28,7 @@ use tracing::Instrument;
 
 use super::admission::{Admission, Pool, Refusal, OWNER_WAIT, STRANGER_LIFETIME};
 use super::connection;
+use super::self_wake::RepollOnSelfWake;
 use super::service::{ConnectionService, DaemonState};
 use super::timed_stream::Timeouts;
 use super::warn_budget::WINDOW;
@@ -230,7 +231,7 @@ fn admit(
     let service = ConnectionService::new(peer, daemon.clone());
     let daemon = daemon.clone();
     let admission = admission.clone();
-    connections.spawn(
+    connections.spawn(RepollOnSelfWake::new(
         async move {
             let slot = match slot {
                 Some(slot) => slot,
@@ -262,7 +263,7 @@ fn admit(
             drop(slot);
         }
         .instrument(span),
-    );
+    ));
 }
 
 /// Logs (within the uid's budget) why a new connection is closed unserved.

@@ -25,6 +25,7 @@ mod differences;
 mod file_calls;
 mod read_calls;
 mod sandbox_calls;
+mod self_wake;
 mod service;
 mod socket;
 mod supervision;

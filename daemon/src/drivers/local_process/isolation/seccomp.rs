@@ -106,12 +106,13 @@ impl SeccompPlan {
             .map_err(|_| SeccompError::Architecture(std::env::consts::ARCH))?;
         kernel_takes_errno_filters().map_err(SeccompError::Kernel)?;
         let x32 = arch == TargetArch::x86_64;
-        let (mut thread_rules, mut child_rules) = (refusals(), BTreeMap::new());
+        let all = refusals();
+        let (mut thread_rules, mut child_rules) = (all.clone(), BTreeMap::new());
         for call in CLONING_THREAD_CALLS {
             child_rules.insert(call, thread_rules.remove(&call).unwrap_or_default());
         }
         Ok(SeccompPlan {
-            program: assemble(refusals(), arch, true, x32)?,
+            program: assemble(all, arch, true, x32)?,
             cloning_thread: assemble(thread_rules, arch, false, x32)?,
             after_cloning_thread: assemble(child_rules, arch, true, false)?,
         })

@@ -129,8 +129,7 @@ impl RunnerProcess {
     /// dropped.
     pub async fn wait(&mut self) -> Option<ExitStatus> {
         let leader = match self.prompt.take() {
-            // Boxed: a runner's watcher (10,000 of them wait at once) keeps
-            // its future small; only a command's wait holds the pidfd's.
+            // Boxed, as the prompt is: only a command's wait holds its future.
             Some(prompt) => Box::pin(prompt.exit(&mut self.exit)).await,
             None => (&mut self.exit).await.ok(),
         };

@@ -6,8 +6,8 @@
 //! isolation settings; a runner its uid may not execute fails its ensure
 //! naming the step, with nothing left; one whose exec fails past the
 //! daemon's answer (not a valid executable) exits 127 saying why in its
-//! log; a parked runner killed before its take is not
-//! used and the sandbox starts cold; a respawn never takes one; nothing
+//! log; a parked runner killed before its take, or after it with the
+//! launch unread, is not used and the sandbox starts cold; a respawn never takes one; nothing
 //! parked outlives a stop or a SIGKILLed daemon; `park_runners = false`
 //! parks none.
 
@@ -211,6 +211,53 @@ async fn a_parked_runner_killed_before_its_take_is_not_used() {
         feature.detail.contains("a parked runner could not be used"),
         "{feature:?}"
     );
+}
+
+/// The race a liveness look cannot close: the stub is killed after the
+/// daemon sent it the launch, before it read it (held stopped until the
+/// launch is in its socket, then killed). Nothing of the launch ran, so
+/// the sandbox starts cold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_runner_killed_with_its_launch_unread_is_not_used() {
+    let daemon = daemon("uid-cgroup", 1, "");
+    let waiting = wait_for_parked(&daemon, 1).await;
+    let stub = waiting[0];
+    procs::signal_pid(stub, nix::sys::signal::Signal::SIGSTOP);
+    assert!(procs::wait_until(TIMEOUT, || procs::state(stub) == Some('T')));
+    let kill_once_the_launch_waits = async {
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while queued_on_stdin(stub).unwrap_or(0) == 0 {
+            assert!(std::time::Instant::now() < deadline, "no launch was sent");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        procs::signal_pid(stub, nix::sys::signal::Signal::SIGKILL);
+    };
+    let (pid, ()) = tokio::join!(
+        sandboxd_tests::start_session(&daemon, "launch-unread"),
+        kill_once_the_launch_waits
+    );
+    assert_ne!(pid, stub);
+    assert!(procs::wait_until(TIMEOUT, || procs::pid_is_gone(stub)));
+}
+
+/// The bytes waiting in the receive queue of `pid`'s standard input, a
+/// socket (`ss` reports a Unix socket's queue by its inode).
+fn queued_on_stdin(pid: u32) -> Option<u64> {
+    let link = std::fs::read_link(format!("/proc/{pid}/fd/0")).ok()?;
+    let inode = link
+        .to_str()?
+        .strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .to_string();
+    let output = std::process::Command::new("ss")
+        .args(["-x", "-a", "-H"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|fields| fields.get(5) == Some(&inode.as_str()))
+        .and_then(|fields| fields.get(2)?.parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -184,15 +184,24 @@ impl ParkedRunner {
                 for_good: false,
             }
         })?;
-        let report = read_message(self.control.as_raw_fd(), START_TIMEOUT)
-            .map_err(failed("wait for the parked runner"))?;
+        let report = match read_message(self.control.as_raw_fd(), START_TIMEOUT) {
+            // The stub closed its end with the launch still unread in it:
+            // killed while parked, after the send. It never saw the launch.
+            Err(error) if error.raw_os_error() == Some(libc::ECONNRESET) => {
+                return Err(StartError::Unused {
+                    why: "it ended with the launch unread (killed while parked?)".to_string(),
+                    for_good: false,
+                })
+            }
+            read => read.map_err(failed("wait for the parked runner"))?,
+        };
         if report == runner_stub::EXECUTING {
             return Ok(self.process.take().expect("a parked runner starts once"));
         }
         // Ended with no word at all: killed while parked, the kill still
-        // under way at its take (a liveness look cannot close that race).
-        // None of the runner ran, so the sandbox starts cold, as for one
-        // found gone at the send.
+        // under way at its take (a liveness look cannot close that race),
+        // after it read the launch. None of the runner ran, so the sandbox
+        // starts cold, as for one found gone at the send.
         if report.is_empty() {
             return Err(StartError::Unused {
                 why: "it ended before it could exec the runner, with no report (killed while parked?)"
@@ -356,5 +365,39 @@ fn read_message(socket: RawFd, timeout: Duration) -> io::Result<Vec<u8>> {
         ) {
             return Err(error);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stdio() -> [OwnedFd; 3] {
+        [
+            dev_null().unwrap(),
+            dev_null().unwrap(),
+            dev_null().unwrap(),
+        ]
+    }
+
+    /// What `start` tells apart: a stub killed with the launch unread
+    /// (ECONNRESET) from one that read it and ended without a word (EOF).
+    #[test]
+    fn a_stub_gone_with_the_launch_unread_is_a_reset_and_after_reading_it_an_end() {
+        let (daemon_end, stub_end) = seqpacket_pair().unwrap();
+        send_with_fds(daemon_end.as_raw_fd(), b"launch", &stdio()).unwrap();
+        drop(stub_end);
+        let error = read_message(daemon_end.as_raw_fd(), Duration::from_secs(5)).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::ECONNRESET));
+
+        let (daemon_end, stub_end) = seqpacket_pair().unwrap();
+        send_with_fds(daemon_end.as_raw_fd(), b"launch", &stdio()).unwrap();
+        assert_eq!(
+            read_message(stub_end.as_raw_fd(), Duration::from_secs(5)).unwrap(),
+            b"launch"
+        );
+        drop(stub_end);
+        let report = read_message(daemon_end.as_raw_fd(), Duration::from_secs(5)).unwrap();
+        assert!(report.is_empty());
     }
 }

@@ -8,7 +8,8 @@
 //! crun on a pure cgroup v2 host), gVisor's `runsc do`, the Docker engine
 //! (`bench/peers_host.rs`), and sandboxd cold, prepared and through
 //! `sandboxctl` (`bench/peers_sandboxd.rs`). A peer that is not installed
-//! is listed as such, never left out.
+//! is listed as such, never left out. Last, `sandboxctl`'s own start
+//! against a plain exec (`bench/cli_start.rs`).
 //!
 //! Serial starts take turns, one per peer per round, the order rotating
 //! every round, after one untimed warm-up start each; every sandboxd's
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
+use crate::cli_start::{self, CliStart};
 use crate::peers_host::{self, HostPeer};
 use crate::peers_sandboxd::{self, SandboxdPeer};
 use crate::report::{Goal, Row};
@@ -108,6 +110,8 @@ pub struct Measured {
 pub struct PeersFigures {
     pub asked: Asked,
     pub measured: Vec<Measured>,
+    /// `sandboxctl`'s own start (see `bench/cli_start.rs`), when it is built.
+    pub cli_start: Option<CliStart>,
     pub missing: Vec<(String, String)>,
     pub load_before: f64,
     pub load_after: f64,
@@ -142,6 +146,10 @@ pub async fn measure(
         Ok(()) => measure_all(&peers, asked).await,
         Err(error) => Err(error),
     };
+    let cli_start = match &measured {
+        Ok(_) => measure_cli_start(&dir, binaries, &program, &peers, asked, &mut missing).await,
+        Err(_) => Ok(None),
+    };
     let load_after = crate::machine::load_average()[0];
     let mut cleanup = Ok(());
     for peer in peers {
@@ -152,15 +160,53 @@ pub async fn measure(
         }
     }
     let measured = measured?;
+    let cli_start = cli_start?;
     cleanup?;
     std::fs::remove_dir_all(&dir).ok();
     Ok(PeersFigures {
         asked,
         measured,
+        cli_start,
         missing,
         load_before,
         load_after,
     })
+}
+
+/// `sandboxctl`'s start, against the first sandboxd peer's daemon, one
+/// round per serial start; `None` (and a line in `missing`) when it is not
+/// built beside `sandboxd`.
+async fn measure_cli_start(
+    dir: &std::path::Path,
+    binaries: &Binaries,
+    program: &std::path::Path,
+    peers: &[Peer],
+    asked: Asked,
+    missing: &mut Vec<(String, String)>,
+) -> anyhow::Result<Option<CliStart>> {
+    let name = "sandboxctl's start";
+    let sandboxctl = binaries.sandboxd.with_file_name("sandboxctl");
+    if !sandboxctl.is_file() {
+        missing.push((
+            name.into(),
+            format!("not built ({} is missing)", sandboxctl.display()),
+        ));
+        return Ok(None);
+    }
+    let Some(socket) = peers.iter().find_map(|peer| match peer {
+        Peer::Sandboxd(peer) => Some(peer.socket().to_path_buf()),
+        Peer::Host(_) => None,
+    }) else {
+        missing.push((name.into(), "no sandboxd daemon to call".into()));
+        return Ok(None);
+    };
+    let programs = cli_start::Programs {
+        static_exec: program.to_path_buf(),
+        glibc_exec: cli_start::build_glibc_program(dir)?,
+        sandboxctl,
+        socket,
+    };
+    Ok(Some(cli_start::measure(programs, asked.serial).await?))
 }
 
 /// Every peer made ready, in the table's order, into `peers`; the ones
@@ -281,6 +327,9 @@ pub fn rows(figures: &PeersFigures) -> Vec<Row> {
             goal: Goal::Info,
         });
     }
+    if let Some(cli_start) = &figures.cli_start {
+        rows.extend(cli_start::rows(cli_start));
+    }
     rows
 }
 
@@ -316,6 +365,9 @@ pub fn summary(figures: &PeersFigures) -> String {
     }
     for (name, reason) in &figures.missing {
         text.push_str(&format!("{name:<22} {reason}\n"));
+    }
+    if let Some(cli_start) = &figures.cli_start {
+        text.push_str(&cli_start::summary(cli_start));
     }
     for peer in &figures.measured {
         text.push_str(&format!("  {}: {}\n", peer.name, peer.how));

@@ -152,6 +152,11 @@ impl SandboxdPeer {
         })
     }
 
+    /// Its daemon's socket.
+    pub fn socket(&self) -> &Path {
+        &self.daemon.socket
+    }
+
     /// Waits (untimed) until the pool is full, so a serial start finds it
     /// as a quiet daemon would.
     pub async fn quiesce(&self) -> anyhow::Result<()> {

@@ -37,8 +37,7 @@ impl Inner {
         let running = self.running(key, &child, ends_rx);
         let generation = self.record(key, env, &uid, running);
         let pid = child.runner_pid();
-        tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, leader = child.id(), generation, "runner started");
-        self.disk_limit.runner_started.ring();
+        self.announce_after_the_answer(key, pid, child.id(), generation);
         if new_incarnation {
             self.events
                 .emit(EventKind::Created, key, &uid, generation, None);
@@ -60,6 +59,21 @@ impl Inner {
             differs: Vec::new(),
             uid,
         })
+    }
+
+    /// Logs the start and wakes the disk watcher once the caller has its
+    /// answer: neither is waited for, and done before it they held the
+    /// spawner thread (a prepared runner's exec waits for that thread, see
+    /// `sandboxd_init::parked_runner`) and woke a thread on the other CPU
+    /// while the runner and the answer needed both.
+    fn announce_after_the_answer(&self, key: &SandboxKey, pid: u32, leader: u32, generation: u64) {
+        let span = tracing::Span::current();
+        let (scope, id) = (key.scope, key.shown_id().to_string());
+        let bell = self.disk_limit.runner_started.clone();
+        launch::spawner::after_the_answer(move || {
+            span.in_scope(|| tracing::info!(scope = %scope, id = %id, pid, leader, generation, "runner started"));
+            bell.ring();
+        });
     }
 
     /// The runner's leader tracked by the group reaper and in the ledger,

@@ -8,16 +8,17 @@
 //!
 //! Its standard input is a `SOCK_SEQPACKET` socket whose other end only
 //! the daemon holds. One message arrives ([`Launch`], with the runner's
-//! standard input, output and error attached as `SCM_RIGHTS`); the stub
-//! changes into the workspace, checks that its uid may execute the program
-//! (`access(X_OK)`: the kernel's own answer, ACLs and all), puts the three
-//! descriptors in place and execs the runner: it *becomes* the runner,
-//! same pid, same cgroups. A close-on-exec copy of the socket tells the
-//! daemon how it went: [`EXECUTING`] once everything but the exec itself is
-//! done, or `<step> <errno>` and exit 127 when a step failed. End-of-file
-//! before any message (the daemon dropped it, or died) ends the stub.
+//! standard input, output and error and an eventfd attached as
+//! `SCM_RIGHTS`); the stub changes into the workspace, checks that its uid
+//! may execute the program (`access(X_OK)`: the kernel's own answer, ACLs
+//! and all), puts the three descriptors in place and execs the runner: it
+//! *becomes* the runner, same pid, same cgroups. It tells the daemon how it
+//! went: a write to the eventfd once everything but the exec itself is
+//! done (see [`say_executing`]), or `<step> <errno>` on a close-on-exec
+//! copy of the socket and exit 127 when a step failed. End-of-file before
+//! any message (the daemon dropped it, or died) ends the stub.
 //!
-//! The daemon answers its caller at [`EXECUTING`], as `runc start` answers
+//! The daemon answers its caller at the eventfd's word, as `runc start` answers
 //! once the container's init is told to exec: the exec itself (the loading
 //! of the program) is the runner's own time. An exec that still fails
 //! then (a program that is not a valid executable, a missing interpreter)
@@ -100,9 +101,7 @@ pub const STEP_CHDIR: &str = "chdir";
 pub const STEP_ACCESS: &str = "access(X_OK) of the program";
 pub const STEP_DUP2: &str = "dup2 of stdio";
 pub const STEP_EXECVE: &str = "execve";
-
-/// What the stub says once only the exec is left.
-pub const EXECUTING: &[u8] = b"executing";
+pub const STEP_EXECUTING: &str = "the eventfd write that says only the exec is left";
 
 /// What the stub says once it is set up and waits for its launch: only
 /// then is its prepared sandbox offered (its start-up, its binary's
@@ -129,16 +128,16 @@ pub fn run_parked_runner() -> ExitCode {
     let Some(launch) = Launch::decode(&buffer[..length]) else {
         fail(report, STEP_MESSAGE, libc::EINVAL);
     };
-    let [stdin, stdout, stderr] = match <[OwnedFd; 3]>::try_from(fds) {
+    let [stdin, stdout, stderr, executing] = match <[OwnedFd; 4]>::try_from(fds) {
         Ok(fds) => fds,
         Err(_) => fail(report, STEP_MESSAGE, libc::EBADMSG),
     };
-    exec(report, &launch, [&stdin, &stdout, &stderr])
+    exec(report, &launch, [&stdin, &stdout, &stderr], &executing)
 }
 
-/// Changes directory, puts the descriptors in place and execs; returns
-/// only by failing.
-fn exec(report: RawFd, launch: &Launch, stdio: [&OwnedFd; 3]) -> ! {
+/// Changes directory, puts the descriptors in place, says so on
+/// `executing` and execs; returns only by failing.
+fn exec(report: RawFd, launch: &Launch, stdio: [&OwnedFd; 3], executing: &OwnedFd) -> ! {
     // SAFETY: chdir with a C string that lives across the call.
     if unsafe { libc::chdir(launch.cwd.as_ptr()) } < 0 {
         fail(report, STEP_CHDIR, errno());
@@ -158,13 +157,14 @@ fn exec(report: RawFd, launch: &Launch, stdio: [&OwnedFd; 3]) -> ! {
     let argv = pointers(&launch.args);
     let envp = pointers(&launch.env);
     // SAFETY: SIGPIPE back to its default (std ignores it at start, and an
-    // ignored signal stays ignored across exec); the daemon told; the CPU
-    // yielded once (see `yield_to_the_daemon`); then execve with
-    // NUL-terminated arrays of C strings that live across the call.
+    // ignored signal stays ignored across exec).
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    if let Err(errno) = say_executing(executing) {
+        fail(report, STEP_EXECUTING, errno);
+    }
+    // SAFETY: execve with NUL-terminated arrays of C strings that live
+    // across the call.
     let errno = unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        say(report, EXECUTING);
-        yield_to_the_daemon();
         libc::execve(launch.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
         errno()
     };
@@ -180,19 +180,28 @@ fn exec(report: RawFd, launch: &Launch, stdio: [&OwnedFd; 3]) -> ! {
     fail(report, STEP_EXECVE, errno)
 }
 
-/// Lets the daemon's thread that waits for [`EXECUTING`] run before the
-/// runner's exec takes this CPU. The socket's wake-up is a "sync" one: the
-/// kernel queues the woken thread on this CPU, expecting this process to
-/// sleep next, but it goes on to exec the runner, whose loading holds the
-/// CPU for about a millisecond (the scheduler lets a task that has just
-/// started run out its slice) while the caller's answer waits behind it,
-/// even with the other CPU idle. Traced on the 2-vCPU bench host: the
-/// daemon's thread waited 1.06–1.17 ms in 8 of 12 warm starts there, and
-/// 0.00–0.09 ms with the yield. With nothing
-/// else runnable here, the yield returns at once.
-fn yield_to_the_daemon() {
-    // SAFETY: sched_yield takes no arguments and cannot fail.
-    unsafe { libc::sched_yield() };
+/// Tells the daemon that only the exec is left, by a write to the eventfd
+/// it sent with the launch (close-on-exec, so gone with the exec).
+///
+/// Why an eventfd and not the socket: a Unix socket wakes its reader
+/// "synchronously", queueing the daemon's thread on this CPU in the
+/// expectation that this process sleeps next; but it goes on to exec the
+/// runner, whose loading held the CPU for about a millisecond while the
+/// caller's answer waited behind it with the other CPU idle (traced on the
+/// 2-vCPU bench host: 1.06–1.17 ms in 8 of 12 warm starts). A yield here
+/// let the daemon's thread run first, but then the exec waited for all of
+/// that thread's work, and the scheduler's exec balancing, seeing this CPU
+/// busy, moved the exec to the other one half the time. An eventfd's
+/// wake-up is an ordinary one: the daemon's thread goes to an idle CPU,
+/// and the exec starts at once on this one.
+fn say_executing(executing: &OwnedFd) -> Result<(), i32> {
+    let word = 1u64.to_ne_bytes();
+    // SAFETY: an 8-byte write of a live buffer to an eventfd we hold.
+    let written = unsafe { libc::write(executing.as_raw_fd(), word.as_ptr().cast(), word.len()) };
+    match written == word.len() as isize {
+        true => Ok(()),
+        false => Err(errno()),
+    }
 }
 
 /// Reports `step` and `errno` on `report` and exits 127.
@@ -232,7 +241,7 @@ pub(crate) fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
 /// One message from `socket` with the descriptors attached to it
 /// (close-on-exec); `None` at end-of-file or on an error.
 pub fn receive(socket: RawFd, buffer: &mut [u8]) -> Option<(usize, Vec<OwnedFd>)> {
-    // Room for three descriptors.
+    // Room for four descriptors.
     let mut control = [0u64; 8];
     let mut iov = libc::iovec {
         iov_base: buffer.as_mut_ptr().cast(),

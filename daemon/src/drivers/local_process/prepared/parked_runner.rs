@@ -1,9 +1,10 @@
 //! A runner parked ahead of its sandbox, from the daemon's side: made on
 //! the pool's parking thread ([`RunnerParker::park`]) in a prepared
 //! sandbox's cgroups (and view) under its uid, and started by the sandbox
-//! that takes it ([`ParkedRunner::start`]): one message with its launch
-//! and its three standard descriptors, and the runner runs once the stub
-//! (see `sandboxd_init::parked_runner`) has exec'd it.
+//! that takes it ([`ParkedRunner::start`]): one message with its launch,
+//! its three standard descriptors and an eventfd for its word, and the
+//! runner runs once the stub (see `sandboxd_init::parked_runner`) has
+//! exec'd it.
 //!
 //! What the take no longer does on the caller's time: the clone, the v1
 //! cgroup joins (a hybrid host's; a grace period each on a kernel that
@@ -178,13 +179,21 @@ impl ParkedRunner {
             move |error| StartError::Failed { step, error }
         };
         let message = launch_message(launch)?;
-        send_with_fds(self.control.as_raw_fd(), &message, stdio).map_err(|error| {
+        let executing = eventfd().map_err(failed("an eventfd for the parked runner's word"))?;
+        let fds = [&stdio[0], &stdio[1], &stdio[2], &executing].map(AsRawFd::as_raw_fd);
+        send_with_fds(self.control.as_raw_fd(), &message, &fds).map_err(|error| {
             StartError::Unused {
                 why: format!("it was gone at its take: {error}"),
                 for_good: false,
             }
         })?;
-        let report = match read_message(self.control.as_raw_fd(), START_TIMEOUT) {
+        let read = match first_word(self.control.as_raw_fd(), executing.as_raw_fd()) {
+            Word::Executing => {
+                return Ok(self.process.take().expect("a parked runner starts once"));
+            }
+            Word::Report(read) => read,
+        };
+        let report = match read {
             // The stub closed its end with the launch still unread in it:
             // killed while parked, after the send. It never saw the launch.
             Err(error) if error.raw_os_error() == Some(libc::ECONNRESET) => {
@@ -195,9 +204,6 @@ impl ParkedRunner {
             }
             read => read.map_err(failed("wait for the parked runner"))?,
         };
-        if report == runner_stub::EXECUTING {
-            return Ok(self.process.take().expect("a parked runner starts once"));
-        }
         // Ended with no word at all: killed while parked, the kill still
         // under way at its take (a liveness look cannot close that race),
         // after it read the launch. None of the runner ran, so the sandbox
@@ -300,9 +306,59 @@ fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Sends `message` on `socket` with `fds` attached.
-fn send_with_fds(socket: RawFd, message: &[u8], fds: &[OwnedFd; 3]) -> io::Result<()> {
-    let raw: [RawFd; 3] = [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()];
+/// What a started stub said first.
+enum Word {
+    /// Only its exec is left (its eventfd was written).
+    Executing,
+    /// A report on its socket (a failed step), its end (empty), or an
+    /// error (a time-out among them).
+    Report(io::Result<Vec<u8>>),
+}
+
+/// Waits up to [`START_TIMEOUT`] for the stub's first word: on
+/// `executing`, an eventfd (see `sandboxd_init::parked_runner::say_executing`
+/// for why not the socket), or on its `control` socket. An eventfd
+/// written is taken first: the exec that follows it closes the socket.
+fn first_word(control: RawFd, executing: RawFd) -> Word {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut fds = [executing, control].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let millis = left.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: two valid pollfds and a timeout.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, millis) };
+        if fds[0].revents & libc::POLLIN != 0 {
+            return Word::Executing;
+        }
+        if fds[1].revents != 0 || left.is_zero() {
+            return Word::Report(read_message(control, left));
+        }
+        if ready < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return Word::Report(Err(io::Error::last_os_error()));
+        }
+    }
+}
+
+/// A close-on-exec eventfd.
+fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd with a zero count and plain flags; it returns a new
+    // descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor eventfd just made, owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sends `message` on `socket` with `raw` (one to four descriptors)
+/// attached.
+fn send_with_fds(socket: RawFd, message: &[u8], raw: &[RawFd]) -> io::Result<()> {
+    assert!((1..=4).contains(&raw.len()), "one to four descriptors");
     let mut control = [0u64; 8];
     let mut iov = libc::iovec {
         iov_base: message.as_ptr() as *mut libc::c_void,
@@ -310,17 +366,17 @@ fn send_with_fds(socket: RawFd, message: &[u8], fds: &[OwnedFd; 3]) -> io::Resul
     };
     // SAFETY: msghdr is plain data; its pointers are set to live buffers of
     // the lengths given; CMSG_* fill one SCM_RIGHTS message inside
-    // `control`, which is large enough for three descriptors.
+    // `control`, which is large enough for four descriptors.
     let sent = unsafe {
         let mut header: libc::msghdr = std::mem::zeroed();
         header.msg_iov = &mut iov;
         header.msg_iovlen = 1;
         header.msg_control = control.as_mut_ptr().cast();
-        header.msg_controllen = libc::CMSG_SPACE(std::mem::size_of_val(&raw) as u32) as usize;
+        header.msg_controllen = libc::CMSG_SPACE(std::mem::size_of_val(raw) as u32) as usize;
         let cmsg = libc::CMSG_FIRSTHDR(&header);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(&raw) as u32) as usize;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(raw) as u32) as usize;
         std::ptr::copy_nonoverlapping(raw.as_ptr(), libc::CMSG_DATA(cmsg).cast(), raw.len());
         libc::sendmsg(socket, &header, libc::MSG_NOSIGNAL)
     };
@@ -372,26 +428,19 @@ fn read_message(socket: RawFd, timeout: Duration) -> io::Result<Vec<u8>> {
 mod tests {
     use super::*;
 
-    fn stdio() -> [OwnedFd; 3] {
-        [
-            dev_null().unwrap(),
-            dev_null().unwrap(),
-            dev_null().unwrap(),
-        ]
-    }
-
     /// What `start` tells apart: a stub killed with the launch unread
     /// (ECONNRESET) from one that read it and ended without a word (EOF).
     #[test]
     fn a_stub_gone_with_the_launch_unread_is_a_reset_and_after_reading_it_an_end() {
+        let null = dev_null().unwrap();
         let (daemon_end, stub_end) = seqpacket_pair().unwrap();
-        send_with_fds(daemon_end.as_raw_fd(), b"launch", &stdio()).unwrap();
+        send_with_fds(daemon_end.as_raw_fd(), b"launch", &[null.as_raw_fd()]).unwrap();
         drop(stub_end);
         let error = read_message(daemon_end.as_raw_fd(), Duration::from_secs(5)).unwrap_err();
         assert_eq!(error.raw_os_error(), Some(libc::ECONNRESET));
 
         let (daemon_end, stub_end) = seqpacket_pair().unwrap();
-        send_with_fds(daemon_end.as_raw_fd(), b"launch", &stdio()).unwrap();
+        send_with_fds(daemon_end.as_raw_fd(), b"launch", &[null.as_raw_fd()]).unwrap();
         assert_eq!(
             read_message(stub_end.as_raw_fd(), Duration::from_secs(5)).unwrap(),
             b"launch"
@@ -399,5 +448,29 @@ mod tests {
         drop(stub_end);
         let report = read_message(daemon_end.as_raw_fd(), Duration::from_secs(5)).unwrap();
         assert!(report.is_empty());
+    }
+
+    /// The eventfd's word wins over the socket's end that the exec after
+    /// it brings; without it, a report or the end is read.
+    #[test]
+    fn the_first_word_is_the_eventfd_when_written_else_the_socket() {
+        let word = 1u64.to_ne_bytes();
+        let (daemon_end, stub_end) = seqpacket_pair().unwrap();
+        let executing = eventfd().unwrap();
+        // SAFETY: an 8-byte write of a live buffer to our eventfd.
+        unsafe { libc::write(executing.as_raw_fd(), word.as_ptr().cast(), 8) };
+        drop(stub_end);
+        let first = first_word(daemon_end.as_raw_fd(), executing.as_raw_fd());
+        assert!(matches!(first, Word::Executing));
+
+        let (daemon_end, stub_end) = seqpacket_pair().unwrap();
+        let executing = eventfd().unwrap();
+        // SAFETY: a send of a live buffer on a socket we hold.
+        unsafe { libc::send(stub_end.as_raw_fd(), b"chdir 2".as_ptr().cast(), 7, 0) };
+        let first = first_word(daemon_end.as_raw_fd(), executing.as_raw_fd());
+        assert!(matches!(first, Word::Report(Ok(report)) if report == b"chdir 2"));
+        drop(stub_end);
+        let first = first_word(daemon_end.as_raw_fd(), executing.as_raw_fd());
+        assert!(matches!(first, Word::Report(Ok(report)) if report.is_empty()));
     }
 }

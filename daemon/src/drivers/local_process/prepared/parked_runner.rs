@@ -318,7 +318,9 @@ enum Word {
 /// Waits up to [`START_TIMEOUT`] for the stub's first word: on
 /// `executing`, an eventfd (see `sandboxd_init::parked_runner::say_executing`
 /// for why not the socket), or on its `control` socket. An eventfd
-/// written is taken first: the exec that follows it closes the socket.
+/// written is taken first: the exec that follows it closes the socket, and
+/// that end must never be taken for a stub that died unused (the sandbox
+/// would start a second runner).
 fn first_word(control: RawFd, executing: RawFd) -> Word {
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
@@ -335,6 +337,12 @@ fn first_word(control: RawFd, executing: RawFd) -> Word {
             return Word::Executing;
         }
         if fds[1].revents != 0 || left.is_zero() {
+            // The eventfd again: poll may have looked at it just before
+            // the stub wrote it and at the socket just after the exec
+            // closed it; the write comes first, so a look now sees it.
+            if wait_readable(executing, Duration::ZERO) {
+                return Word::Executing;
+            }
             return Word::Report(read_message(control, left));
         }
         if ready < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {

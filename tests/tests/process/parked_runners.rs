@@ -104,6 +104,19 @@ async fn a_new_sandbox_is_the_runner_parked_for_it(isolation: &str) {
             status_field(*pid, "CapEff").as_deref(),
             Some("0000000000000000")
         );
+        // A view's passwd copy is written when it is prepared, so its take
+        // only reads it back.
+        let passwd = daemon.state_dir().join(format!("identities/{uid}.passwd"));
+        let written = std::fs::read_to_string(&passwd).unwrap_or_default();
+        let ids = format!(":x:{uid}:{uid}:");
+        assert_eq!(
+            written
+                .lines()
+                .any(|line| line.contains(&ids) && line.ends_with(":/workspace:/bin/sh")),
+            isolation == "full",
+            "{}: {written:?}",
+            passwd.display()
+        );
     }
     let report = daemon
         .client()

@@ -46,25 +46,12 @@ pub struct CliStart {
 
 /// Builds the static glibc program into `dir` (`cc -static`).
 pub fn build_glibc_program(dir: &Path) -> anyhow::Result<PathBuf> {
-    let source = dir.join("returns.c");
-    std::fs::write(&source, GLIBC_SOURCE).with_context(|| format!("write {}", source.display()))?;
-    let program = dir.join("returns-static-glibc");
-    let output = Command::new("cc")
-        .args(["-static", "-O2", "-o"])
-        .arg(&program)
-        .arg(&source)
-        .output()
-        .context("run cc (the C compiler that builds the static glibc program)")?;
-    if !output.status.success() {
-        bail!(
-            "cc -static could not build {} ({}): {}",
-            program.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    crate::setup::set_mode(&program, 0o755)?;
-    Ok(program)
+    crate::peers_program::compile(
+        dir,
+        "returns-static-glibc",
+        GLIBC_SOURCE,
+        &["-static", "-O2"],
+    )
 }
 
 /// `rounds` of each, in turn.

@@ -23,34 +23,17 @@ const PREFIX: &str = "first-clock ";
 /// Compiles the program into `dir/first-clock` (0755, in a directory the
 /// caller made searchable) and checks that it runs and prints its clock.
 pub fn build(dir: &Path) -> anyhow::Result<PathBuf> {
-    let source = dir.join("first_clock.c");
-    std::fs::write(&source, SOURCE).with_context(|| format!("write {}", source.display()))?;
-    let program = dir.join("first-clock");
-    let output = Command::new("cc")
-        .args([
-            "-static",
-            "-nostdlib",
-            "-nostartfiles",
-            "-ffreestanding",
-            "-fno-stack-protector",
-            "-fno-builtin",
-            "-no-pie",
-            "-O2",
-            "-o",
-        ])
-        .arg(&program)
-        .arg(&source)
-        .output()
-        .context("run cc (the C compiler that builds the static first-clock program)")?;
-    if !output.status.success() {
-        bail!(
-            "cc could not build {} ({}): {}",
-            program.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    crate::setup::set_mode(&program, 0o755)?;
+    let flags = [
+        "-static",
+        "-nostdlib",
+        "-nostartfiles",
+        "-ffreestanding",
+        "-fno-stack-protector",
+        "-fno-builtin",
+        "-no-pie",
+        "-O2",
+    ];
+    let program = compile(dir, "first-clock", SOURCE, &flags)?;
     let started = SystemTime::now();
     let run = Command::new(&program)
         .output()
@@ -59,6 +42,34 @@ pub fn build(dir: &Path) -> anyhow::Result<PathBuf> {
         bail!("{} exited with {}", program.display(), run.status);
     }
     latency(started, &run.stdout).with_context(|| format!("{} as built", program.display()))?;
+    Ok(program)
+}
+
+/// Compiles C `source` with `flags` into `dir/<name>` (0755) with the
+/// system C compiler (`cc`, which every Rust build on Linux already needs
+/// as its linker).
+pub fn compile(dir: &Path, name: &str, source: &str, flags: &[&str]) -> anyhow::Result<PathBuf> {
+    let source_file = dir.join(format!("{name}.c"));
+    std::fs::write(&source_file, source)
+        .with_context(|| format!("write {}", source_file.display()))?;
+    let program = dir.join(name);
+    let output = Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(&program)
+        .arg(&source_file)
+        .output()
+        .with_context(|| format!("run cc (the C compiler that builds {name})"))?;
+    if !output.status.success() {
+        bail!(
+            "cc {} could not build {} ({}): {}",
+            flags.join(" "),
+            program.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    crate::setup::set_mode(&program, 0o755)?;
     Ok(program)
 }
 

@@ -80,6 +80,7 @@ impl View {
             drop_bounding_set,
             lifeline: Lifeline::new()?,
             network: self.network.as_ref().ok().cloned(),
+            identities_dir: self.identities_dir.clone(),
         })
     }
 

@@ -78,7 +78,10 @@ impl SandboxMaker {
     fn make(&self, exits: &ChildExits, background: &Background) -> Result<Prepared, String> {
         let host = self.host.make()?;
         let mut view = match &self.view {
-            Some(maker) => Some(maker.park(exits)?),
+            Some(maker) => {
+                maker.write_identity_ahead(host.privileges().user);
+                Some(maker.park(exits)?)
+            }
             None => None,
         };
         let parked = match &self.parker {

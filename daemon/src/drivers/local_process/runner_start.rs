@@ -61,18 +61,28 @@ impl Inner {
         })
     }
 
-    /// Logs the start and wakes the disk watcher once the caller has its
-    /// answer: neither is waited for, and done before it they held the
-    /// spawner thread (a prepared runner's exec waits for that thread, see
-    /// `sandboxd_init::parked_runner`) and woke a thread on the other CPU
-    /// while the runner and the answer needed both.
+    /// What nobody waits for, done once the caller has its answer: the
+    /// start's log line, the disk watcher's wake-up, and the sandbox's name
+    /// on its cgroup (a `setxattr` per hierarchy, see [`cgroup::label`]).
+    /// Done before it, they held the spawner thread (a prepared runner's
+    /// exec waits for that thread, see `sandboxd_init::parked_runner`) and
+    /// woke a thread on the other CPU while the runner and the answer
+    /// needed both.
     fn announce_after_the_answer(&self, key: &SandboxKey, pid: u32, leader: u32, generation: u64) {
         let span = tracing::Span::current();
-        let (scope, id) = (key.scope, key.shown_id().to_string());
+        let key = key.clone();
         let bell = self.disk_limit.runner_started.clone();
+        let tree = self.containment.tree().cloned();
         launch::spawner::after_the_answer(move || {
-            span.in_scope(|| tracing::info!(scope = %scope, id = %id, pid, leader, generation, "runner started"));
+            span.in_scope(|| tracing::info!(scope = %key.scope, id = %key.shown_id(), pid, leader, generation, "runner started"));
             bell.ring();
+            let Some(tree) = tree else {
+                return;
+            };
+            let sandbox = format!("{}/{}", key.scope, key.id);
+            if let Err(error) = tree.label(&key.base_name, &sandbox) {
+                tracing::debug!(%error, cgroup = %tree.cgroup_name(&key.base_name), "cannot write the sandbox's name on its cgroup");
+            }
         });
     }
 
@@ -195,26 +205,7 @@ impl Inner {
         if let Some(pool) = pool {
             pool.refill_after_a_start();
         }
-        if spawned.is_ok() {
-            self.label_cgroup_after_the_answer(key);
-        }
         spawned
-    }
-
-    /// Names the sandbox on its cgroup (see [`cgroup::label`]), once the
-    /// caller has its answer: a `setxattr` per hierarchy, which nobody waits
-    /// for.
-    fn label_cgroup_after_the_answer(&self, key: &SandboxKey) {
-        let Some(tree) = self.containment.tree() else {
-            return;
-        };
-        let (tree, key) = (tree.clone(), key.clone());
-        launch::spawner::after_the_answer(move || {
-            let sandbox = format!("{}/{}", key.scope, key.id);
-            if let Err(error) = tree.label(&key.base_name, &sandbox) {
-                tracing::debug!(%error, cgroup = %tree.cgroup_name(&key.base_name), "cannot write the sandbox's name on its cgroup");
-            }
-        });
     }
 
     /// The warm start, from `taken`: its cgroups are the sandbox's, and

@@ -185,7 +185,7 @@ async fn measure_cli_start(
     missing: &mut Vec<(String, String)>,
 ) -> anyhow::Result<Option<CliStart>> {
     let name = "sandboxctl's start";
-    let sandboxctl = binaries.sandboxd.with_file_name("sandboxctl");
+    let sandboxctl = peers_sandboxd::sandboxctl(binaries);
     if !sandboxctl.is_file() {
         missing.push((
             name.into(),

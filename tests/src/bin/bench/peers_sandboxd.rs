@@ -53,6 +53,11 @@ pub struct SandboxdPeer {
     sandboxctl: PathBuf,
 }
 
+/// `sandboxctl`, built next to `sandboxd`.
+pub fn sandboxctl(binaries: &Binaries) -> PathBuf {
+    binaries.sandboxd.with_file_name("sandboxctl")
+}
+
 /// The three sandboxd peers: cold, prepared, and through `sandboxctl`
 /// (not measured when `sandboxctl` is not built next to `sandboxd`).
 /// `dir` is theirs alone: the daemons' runner copy is named there.
@@ -69,7 +74,7 @@ pub async fn start_all(
         runner: program.to_path_buf(),
         ..binaries.clone()
     };
-    let sandboxctl = binaries.sandboxd.with_file_name("sandboxctl");
+    let sandboxctl = sandboxctl(&binaries);
     let mut peers = vec![
         Ok(SandboxdPeer::start(dir, &binaries, "sandboxd cold", 0, Via::Library, FULL).await?),
         Ok(SandboxdPeer::start(
@@ -148,7 +153,7 @@ impl SandboxdPeer {
             logs: dir.join(format!("{prefix}state/logs")),
             daemon,
             client,
-            sandboxctl: binaries.sandboxd.with_file_name("sandboxctl"),
+            sandboxctl: sandboxctl(binaries),
         })
     }
 

@@ -3,7 +3,8 @@
 //! - a uid's own keyrings (`@u`, `@us`, the persistent one where Kerberos
 //!   keeps its credential cache) and its key quota outlive its processes:
 //!   a later sandbox given the same uid must find nothing the earlier one
-//!   left there, and a fresh quota;
+//!   left there, and a fresh quota; released, the uid leaves the kernel
+//!   no key at all;
 //! - a sandbox's runner and commands share one session keyring, so a
 //!   thousand commands at once fit in the uid's key quota
 //!   (`kernel.keys.maxkeys`, 200 by default), while no other sandbox can
@@ -164,6 +165,25 @@ async fn a_later_sandbox_of_the_same_uid_finds_none_of_the_earlier_ones_keys_and
     // Still an ordinary sandbox: its own keys are its own.
     let again = keys(&client, "second", &["probe"]).await;
     assert!(again.contains("added"), "{again}");
+
+    // Released, the uid leaves the kernel nothing: its user keyrings
+    // would otherwise stay until reboot, and every later join by name
+    // would walk past them.
+    remove(&daemon, "second").await;
+    assert!(
+        wait_until(WAIT, || !owns_keys(uid)),
+        "the kernel still holds keys of the released uid {uid}:\n{}",
+        std::fs::read_to_string("/proc/key-users").unwrap_or_default()
+    );
+}
+
+/// Whether the kernel holds a key of `uid`: `/proc/key-users` lists every
+/// uid that owns one.
+fn owns_keys(uid: u32) -> bool {
+    std::fs::read_to_string("/proc/key-users")
+        .unwrap_or_default()
+        .lines()
+        .any(|line| line.trim_start().starts_with(&format!("{uid}:")))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -263,8 +263,16 @@ async fn a_clash_is_refused_for_that_sandbox_only_naming_the_other_daemon() {
     // The daemon serves the rest.
     let other = start(&a, "other").await;
     assert_ne!(other, uid);
-    // Once b's sandbox is gone, a's gets its uid again.
+    // Once b's sandbox is gone, a's gets its uid again. Its claim goes
+    // right behind its workspace, once its keyrings are emptied and freed.
     remove(&b, "taker").await;
+    let b_state_dir = state_dir_of(&b);
+    assert!(
+        sandboxd_tests::wait_until(std::time::Duration::from_secs(30), || {
+            claimant(&claims, uid).as_ref() != Some(&b_state_dir)
+        }),
+        "b's claim on uid {uid} outlived its sandbox"
+    );
     assert_eq!(start(&a, "kept").await, uid);
     assert_eq!(claimant(&claims, uid), Some(state_dir_of(&a)));
 }

@@ -14,8 +14,9 @@
 //! released uids handed out again, the one released longest ago first, so
 //! a uid rests as long as possible before a new sandbox gets it.
 //!
-//! A uid's user and persistent keyrings are emptied when it is released
-//! and again as it is handed out (see [`super::uid_keyrings`]); one whose
+//! A uid's user and persistent keyrings are emptied (and freed) when it is
+//! released and emptied again as it is handed out (see
+//! [`super::uid_keyrings`]); one whose
 //! keyrings cannot be emptied is skipped, as one another daemon claims.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -27,7 +28,7 @@ use sandboxd_protocol::SandboxError;
 
 use super::super::ledger::{Ledger, UidLedger};
 use super::uid_claims::UidClaims;
-use super::uid_keyrings::clear_keyrings_of;
+use super::uid_keyrings::{clear_keyrings_of, Emptied};
 use super::uid_range::UidRange;
 use crate::sandbox_key::SandboxKey;
 
@@ -402,7 +403,8 @@ impl SandboxUids {
                 // Its processes are gone (a survivor's keys stay; the uid
                 // is emptied again before it goes out, once none is left).
                 // Before the claim goes: no other daemon has it yet.
-                if let Err(error) = clear_keyrings_of(uid) {
+                // Freed too: see `uid_keyrings` for why.
+                if let Err(error) = clear_keyrings_of(uid, Emptied::Freed) {
                     tracing::warn!(uid, %error, "cannot empty the keyrings of a released uid; tried again before it is handed out");
                 }
                 self.claims.release(uid);
@@ -440,7 +442,7 @@ impl SandboxUids {
             }
             Err(error) => return Err(error.to_string()),
         }
-        if let Err(error) = clear_keyrings_of(uid) {
+        if let Err(error) = clear_keyrings_of(uid, Emptied::Kept) {
             tracing::warn!(uid, %error, "skipping a uid whose keyrings cannot be emptied: a sandbox given it would find what the last one left there");
             self.claims.release(uid);
             return Ok(false);

@@ -142,53 +142,41 @@ fn ms(samples: &Samples, p: f64) -> f64 {
 /// against glibc's own start; the static glibc program against a plain
 /// exec; the library's calls in process.
 pub fn rows(figures: &CliStart) -> Vec<Row> {
-    let plain = "spawn to exit of a static program with no libc (first-clock)";
-    let row = |what: &str, value: f64, baseline_what: &str, baseline: Option<f64>, goal| Row {
+    let plain = (
+        "spawn to exit of a static program with no libc (first-clock)",
+        &figures.static_exec,
+    );
+    let glibc = (
+        "spawn to exit of a static glibc program that returns",
+        &figures.glibc_exec,
+    );
+    let ctl = (
+        "`sandboxctl probe` (absent sandbox) spawn to exit",
+        &figures.sandboxctl,
+    );
+    let library = (
+        "client library in process: connect, handshake, probe",
+        &figures.library,
+    );
+    // `figure`'s percentile `p` against `baseline`'s.
+    let row = |(what, samples): (&str, &Samples),
+               (base, base_samples): (&str, &Samples),
+               p: u8,
+               goal| Row {
         row: "ctl",
-        what: what.to_string(),
+        what: format!("{what} p{p}"),
         unit: "ms",
-        value,
-        baseline_what: baseline_what.to_string(),
-        baseline,
+        value: ms(samples, f64::from(p)),
+        baseline_what: format!("{base} p{p}"),
+        baseline: Some(ms(base_samples, f64::from(p))),
         goal,
     };
-    let ctl = "`sandboxctl probe` (absent sandbox) spawn to exit";
     vec![
-        row(
-            &format!("{ctl} p50"),
-            ms(&figures.sandboxctl, 50.0),
-            &format!("{plain} p50"),
-            Some(ms(&figures.static_exec, 50.0)),
-            Goal::RatioAtMost(1.5),
-        ),
-        row(
-            &format!("{ctl} p99"),
-            ms(&figures.sandboxctl, 99.0),
-            &format!("{plain} p99"),
-            Some(ms(&figures.static_exec, 99.0)),
-            Goal::Info,
-        ),
-        row(
-            &format!("{ctl} p50"),
-            ms(&figures.sandboxctl, 50.0),
-            "spawn to exit of a static glibc program that returns p50",
-            Some(ms(&figures.glibc_exec, 50.0)),
-            Goal::Info,
-        ),
-        row(
-            "spawn to exit of a static glibc program that returns p50",
-            ms(&figures.glibc_exec, 50.0),
-            &format!("{plain} p50"),
-            Some(ms(&figures.static_exec, 50.0)),
-            Goal::Info,
-        ),
-        row(
-            "client library in process: connect, handshake, probe p50",
-            ms(&figures.library, 50.0),
-            &format!("{ctl} p50"),
-            Some(ms(&figures.sandboxctl, 50.0)),
-            Goal::Info,
-        ),
+        row(ctl, plain, 50, Goal::RatioAtMost(1.5)),
+        row(ctl, plain, 99, Goal::Info),
+        row(ctl, glibc, 50, Goal::Info),
+        row(glibc, plain, 50, Goal::Info),
+        row(library, ctl, 50, Goal::Info),
     ]
 }
 

@@ -105,7 +105,7 @@ impl std::fmt::Display for ClearError {
 /// What the child reads and where it reports.
 struct Job {
     uid: u32,
-    free: bool,
+    then: Emptied,
     failed_step: AtomicUsize,
     failed_errno: AtomicI32,
 }
@@ -140,7 +140,7 @@ impl ClearError {
 fn clear_once(uid: u32, then: Emptied) -> Result<(), ClearError> {
     let job = Job {
         uid,
-        free: then == Emptied::Freed,
+        then,
         failed_step: AtomicUsize::new(NO_FAILURE),
         failed_errno: AtomicI32::new(0),
     };
@@ -244,7 +244,7 @@ extern "C" fn clear_child(arg: *mut libc::c_void) -> libc::c_int {
         }
         // By the ids looked up above: a lookup after an invalidation would
         // meet `ENOKEY` (see the module's doc).
-        if job.free
+        if job.then == Emptied::Freed
             && (keyctl(KEYCTL_INVALIDATE, user_session, 0) < 0
                 || keyctl(KEYCTL_INVALIDATE, user, 0) < 0)
         {

@@ -122,6 +122,8 @@ mod files;
 mod full;
 #[path = "bench/isolation.rs"]
 mod isolation;
+#[path = "bench/kept_uids.rs"]
+mod kept_uids;
 #[path = "bench/kubernetes.rs"]
 mod kubernetes;
 #[path = "bench/lifecycle.rs"]

@@ -4,7 +4,8 @@
 //!   keeps its credential cache) and its key quota outlive its processes:
 //!   a later sandbox given the same uid must find nothing the earlier one
 //!   left there, and a fresh quota; released, the uid leaves the kernel
-//!   no key at all;
+//!   no key at all, nor does a uid a stopped daemon kept once its state
+//!   directory was emptied and it started again;
 //! - a sandbox's runner and commands share one session keyring, so a
 //!   thousand commands at once fit in the uid's key quota
 //!   (`kernel.keys.maxkeys`, 200 by default), while no other sandbox can
@@ -175,6 +176,52 @@ async fn a_later_sandbox_of_the_same_uid_finds_none_of_the_earlier_ones_keys_and
         "the kernel still holds keys of the released uid {uid}:\n{}",
         std::fs::read_to_string("/proc/key-users").unwrap_or_default()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_whose_state_was_emptied_frees_what_the_kernel_kept_of_its_old_uids() {
+    let uid = 2_100_000_701u32;
+    let mut daemon = TestDaemon::start(Options {
+        extra_toml: format!(
+            "runner_uid_range = \"{uid}-{uid}\"\n[pool]\nsession = 0\nworkflow = 0\nconnect = 0\n"
+        ),
+        ..Options::default()
+    });
+    let client = daemon.client().await;
+    sandboxd_tests::start_session(&daemon, "kept").await;
+    keys(&client, "kept", &["plant"]).await;
+    drop(client);
+    assert!(daemon.stop().success(), "{}", daemon.log_text());
+    // A stopped daemon keeps its sandbox's uid for its restart, and the
+    // uid's keyrings with it.
+    assert!(
+        owns_keys(uid),
+        "the kept uid {uid} lost its keys at the stop"
+    );
+
+    // The operator empties the state directory; the uid's claim is left.
+    for entry in std::fs::read_dir(daemon.state_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    daemon.launch();
+    daemon.wait_ready();
+    assert!(
+        wait_until(WAIT, || !owns_keys(uid)),
+        "the kernel still holds keys of {uid}, a uid the daemon no longer has:\n{}",
+        daemon.log_text()
+    );
+    // And the uid is the daemon's to hand out again, keys and quota fresh.
+    let client = daemon.client().await;
+    let fresh = sandboxd_tests::start_session(&daemon, "fresh").await;
+    assert_eq!(procs::uid_of(fresh), Some(uid));
+    let probed = keys(&client, "fresh", &["probe"]).await;
+    assert_eq!(field(&probed, "planted-u"), "absent", "{probed}");
+    assert_eq!(field(&probed, "added"), "150", "{probed}");
 }
 
 /// Whether the kernel holds a key of `uid`: `/proc/key-users` lists every

@@ -159,6 +159,9 @@ pub struct Daemon {
     pub pid: u32,
     pub socket: PathBuf,
     pub log: PathBuf,
+    /// Its `uid_claims_dir`: the uids it kept at its stop are those still
+    /// claimed there.
+    claims: PathBuf,
 }
 
 impl Daemon {
@@ -194,6 +197,8 @@ impl Daemon {
         let state_dir = dir.join(format!("{prefix}state"));
         let log = dir.join(format!("{prefix}daemon.log"));
         let config = dir.join(format!("{prefix}sandboxd.toml"));
+        // The bench's own: nothing of it is left in /run.
+        let claims = dir.join(format!("{prefix}uid-claims"));
         let text = format!(
             "{driver_toml}\
              socket = {}\n\
@@ -206,8 +211,7 @@ impl Daemon {
             toml_string(&socket),
             toml_string(&state_dir),
             toml_string(&runner),
-            // The bench's own: nothing of it is left in /run.
-            toml_string(&dir.join(format!("{prefix}uid-claims"))),
+            toml_string(&claims),
         );
         fs::write(&config, text).with_context(|| format!("write {}", config.display()))?;
         let log_file = fs::File::create(&log)?;
@@ -236,6 +240,7 @@ impl Daemon {
             child: Some(child),
             socket,
             log,
+            claims,
         };
         daemon.wait_ready()?;
         Ok(daemon)
@@ -329,11 +334,14 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// Kills it if it still runs, then frees what the kernel keeps of the
+    /// uids it kept (its state is deleted with the bench's directory).
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
+        crate::kept_uids::free_keyrings_of_kept(&self.claims);
     }
 }
 

@@ -20,7 +20,7 @@
 //! directory removed) at the pool's stop; after a crash the start-up sweep
 //! removes every cgroup under `sandboxes/`, the start-up removes what is
 //! left in `.prepared/` ([`remove_leftovers`]), and the claims of uids no
-//! ledger line names are removed (`UidClaims::remove_stale_own`): a
+//! ledger line names are removed (`UidClaims::stale_own`): a
 //! prepared uid is written to the ledger only when a sandbox takes it.
 //! Before its take, the one process that runs as a prepared uid is the
 //! runner parked in its cgroups (see [`super::parked_runner`]), killed

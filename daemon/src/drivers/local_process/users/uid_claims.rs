@@ -253,26 +253,22 @@ impl UidClaims {
         }
     }
 
-    /// Removes every claim of this daemon on a uid not in `held` (left by
-    /// a crash between a workspace's removal and its claim's). Returns how
-    /// many. Blocking: reads the whole directory; called at start.
-    pub fn remove_stale_own(&self, held: &HashSet<u32>) -> usize {
+    /// This daemon's claims on uids not in `held`: left by a crash between
+    /// a workspace's removal and its claim's, or by a state directory
+    /// emptied while its daemon was stopped. Blocking: reads the whole
+    /// directory; called at start.
+    pub fn stale_own(&self, held: &HashSet<u32>) -> Vec<u32> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return 0;
+            return Vec::new();
         };
-        let mut removed = 0;
-        for uid in entries
+        entries
             .flatten()
             .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
             .filter(|uid| !held.contains(uid))
-        {
-            if matches!(self.read(uid), Ok(Found::Claim(claim)) if claim.state_dir == self.state_dir)
-                && std::fs::remove_file(self.path(uid)).is_ok()
-            {
-                removed += 1;
-            }
-        }
-        removed
+            .filter(|&uid| {
+                matches!(self.read(uid), Ok(Found::Claim(claim)) if claim.state_dir == self.state_dir)
+            })
+            .collect()
     }
 
     fn read(&self, uid: u32) -> Result<Found, ClaimError> {
@@ -546,7 +542,12 @@ mod tests {
             a.hold(uid, "sbx-ses-aaaaaaaaaaaa").unwrap();
         }
         b.hold(4, "sbx-ses-bbbbbbbbbbbb").unwrap();
-        assert_eq!(a.remove_stale_own(&HashSet::from([2])), 2);
+        let mut stale = a.stale_own(&HashSet::from([2]));
+        stale.sort();
+        assert_eq!(stale, [1, 3]);
+        for uid in stale {
+            a.release(uid);
+        }
         let mut left: Vec<String> = std::fs::read_dir(&claims)
             .unwrap()
             .map(|entry| entry.unwrap().file_name().into_string().unwrap())

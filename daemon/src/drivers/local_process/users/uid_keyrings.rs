@@ -24,7 +24,10 @@
 //! the two of every uid ever handed out made that walk grow without end:
 //! a join took 8 µs with 1,200 of them and 574 µs with 21,000, on every
 //! start and every command. So a released uid's user keyrings are
-//! invalidated once empty ([`Emptied::Freed`]), and the kernel frees them.
+//! invalidated once empty ([`Emptied::Freed`]), and the kernel frees them;
+//! so are those of a uid still claimed by this daemon but no longer held
+//! by it, found at its start (its state directory was emptied while it
+//! was stopped).
 //! Those of a uid being handed out are kept ([`Emptied::Kept`]): the
 //! kernel refuses every lookup of an invalidated user keyring (`ENOKEY`)
 //! until its garbage collector has run, which a sandbox started at once

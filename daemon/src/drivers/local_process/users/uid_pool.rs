@@ -311,9 +311,17 @@ impl SandboxUids {
                 tracing::error!(sandbox = %base, uid, %error, "a uid of this daemon's ledger is another daemon's: its sandbox is refused until one of the two is removed");
             }
         }
-        let removed = claims.remove_stale_own(&held);
-        if removed > 0 {
-            tracing::info!(removed, dir = %claims.dir().display(), "removed this daemon's claims on uids it no longer holds");
+        let stale = claims.stale_own(&held);
+        for &uid in &stale {
+            // As at a release: what its last sandbox kept in the kernel
+            // goes, before the claim does (see `uid_keyrings`).
+            if let Err(error) = clear_keyrings_of(uid, Emptied::Freed) {
+                tracing::warn!(uid, %error, "cannot empty the keyrings of a uid this daemon no longer holds; tried again before it is handed out");
+            }
+            claims.release(uid);
+        }
+        if !stale.is_empty() {
+            tracing::info!(removed = stale.len(), dir = %claims.dir().display(), "removed this daemon's claims on uids it no longer holds, and freed their keyrings");
         }
         SandboxUids {
             pool: Mutex::new(pool),

@@ -12,7 +12,7 @@
 
 use std::path::Path;
 
-use nix::sys::wait::waitpid;
+use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 
 /// `keyctl(2)` operations and special keyring ids (`linux/keyctl.h`).
@@ -42,17 +42,25 @@ pub fn free_keyrings_of_kept(claims_dir: &Path) {
 }
 
 /// One forked child goes through every uid: this process has threads, and
-/// a uid change by glibc would switch them all.
-fn free_in_a_child(uids: &[u32]) -> nix::Result<()> {
+/// a uid change by glibc would switch them all. Its exit code is how many
+/// uids it could not switch to (at most 255).
+fn free_in_a_child(uids: &[u32]) -> Result<(), String> {
     // SAFETY: the child makes raw system calls only, on memory allocated
     // before the fork, and leaves by `_exit`.
-    match unsafe { fork() }? {
+    match unsafe { fork() }.map_err(|error| format!("fork: {error}"))? {
         ForkResult::Child => {
-            let freed_all = uids.iter().all(|&uid| free_as(uid));
+            let failed = uids.iter().filter(|&&uid| !free_as(uid)).count();
             // SAFETY: ends the child without running the parent's exit handlers.
-            unsafe { libc::_exit(if freed_all { 0 } else { 1 }) }
+            unsafe { libc::_exit(failed.min(255) as i32) }
         }
-        ForkResult::Parent { child } => waitpid(child, None).map(drop),
+        ForkResult::Parent { child } => match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, 0)) => Ok(()),
+            Ok(WaitStatus::Exited(_, failed)) => {
+                Err(format!("{failed} of them could not be switched to"))
+            }
+            Ok(status) => Err(format!("the freeing child ended with {status:?}")),
+            Err(error) => Err(format!("waitpid: {error}")),
+        },
     }
 }
 
@@ -66,11 +74,13 @@ fn free_as(uid: u32) -> bool {
         if libc::syscall(libc::SYS_setresuid, uid, uid, 0) != 0 {
             return false;
         }
-        for keyring in [KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING] {
-            let id = libc::syscall(libc::SYS_keyctl, KEYCTL_GET_KEYRING_ID, keyring, 0);
-            if id > 0 {
-                libc::syscall(libc::SYS_keyctl, KEYCTL_INVALIDATE, id);
-            }
+        // Both looked up before either is invalidated: a lookup of either
+        // finds the user keyring first, and once that is invalidated every
+        // lookup says ENOKEY until the kernel's collector has run.
+        let ids = [KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING]
+            .map(|keyring| libc::syscall(libc::SYS_keyctl, KEYCTL_GET_KEYRING_ID, keyring, 0));
+        for id in ids.into_iter().filter(|&id| id > 0) {
+            libc::syscall(libc::SYS_keyctl, KEYCTL_INVALIDATE, id);
         }
         libc::syscall(libc::SYS_setresuid, 0, 0, 0) == 0
     }

@@ -313,12 +313,7 @@ impl SandboxUids {
         }
         let stale = claims.stale_own(&held);
         for &uid in &stale {
-            // As at a release: what its last sandbox kept in the kernel
-            // goes, before the claim does (see `uid_keyrings`).
-            if let Err(error) = clear_keyrings_of(uid, Emptied::Freed) {
-                tracing::warn!(uid, %error, "cannot empty the keyrings of a uid this daemon no longer holds; tried again before it is handed out");
-            }
-            claims.release(uid);
+            give_back(&claims, uid);
         }
         if !stale.is_empty() {
             tracing::info!(removed = stale.len(), dir = %claims.dir().display(), "removed this daemon's claims on uids it no longer holds, and freed their keyrings");
@@ -410,12 +405,7 @@ impl SandboxUids {
             if let Some(uid) = released {
                 // Its processes are gone (a survivor's keys stay; the uid
                 // is emptied again before it goes out, once none is left).
-                // Before the claim goes: no other daemon has it yet.
-                // Freed too: see `uid_keyrings` for why.
-                if let Err(error) = clear_keyrings_of(uid, Emptied::Freed) {
-                    tracing::warn!(uid, %error, "cannot empty the keyrings of a released uid; tried again before it is handed out");
-                }
-                self.claims.release(uid);
+                give_back(&self.claims, uid);
             }
             released
         };
@@ -505,6 +495,17 @@ impl SandboxUids {
     pub fn claims_dir(&self) -> &Path {
         self.claims.dir()
     }
+}
+
+/// How a uid leaves this daemon (released, or found claimed but no longer
+/// held at start): what its last sandbox kept in the kernel's keyrings is
+/// emptied and freed (see `uid_keyrings` for why freed), then its claim
+/// goes. In that order: until the claim goes, no other daemon has it.
+fn give_back(claims: &UidClaims, uid: u32) {
+    if let Err(error) = clear_keyrings_of(uid, Emptied::Freed) {
+        tracing::warn!(uid, %error, "cannot empty the keyrings of a uid given back; tried again before it is handed out");
+    }
+    claims.release(uid);
 }
 
 /// The pool after a restart, and what to write into the new ledger: the

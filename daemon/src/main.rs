@@ -104,6 +104,10 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(drivers::local_process::reaper::ARG.as_ref()) {
         return drivers::local_process::reaper::run_reaper_process();
     }
+    // So is the helper that loads sandbox namespaces' nftables tables.
+    if std::env::args_os().nth(1).as_deref() == Some(egress::nft_helper::ARG.as_ref()) {
+        return egress::nft_helper::run_helper_process();
+    }
     // A sandbox's init, a prepared view's holder and a parked runner are
     // `sandboxd-init`'s roles, which this binary plays too where no
     // `sandboxd-init` of its build stands next to it.

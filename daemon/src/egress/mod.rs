@@ -38,12 +38,17 @@ mod cgroup_target;
 pub mod divert;
 pub mod namespace_rules;
 mod nft;
+pub mod nft_helper;
+mod nft_helper_client;
+mod nft_library;
 mod orphans;
 mod ruleset;
 mod separation;
 mod setting;
 mod teredo;
 
+#[cfg(test)]
+mod nft_helper_tests;
 #[cfg(test)]
 mod tests;
 

@@ -150,17 +150,23 @@ impl Nft {
             return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
         }
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let reason = stderr
-            .lines()
-            .find(|line| line.contains("Error"))
-            .or_else(|| stderr.lines().next())
-            .unwrap_or("no message")
-            .trim();
+        let reason = first_error(&stderr);
         Err(format!(
             "nft could not {action} ({}): {reason}",
             output.status
         ))
     }
+}
+
+/// nft's first error line in its messages (the tool's stderr, the
+/// library's error buffer), else its first line.
+pub fn first_error(messages: &str) -> &str {
+    messages
+        .lines()
+        .find(|line| line.contains("Error"))
+        .or_else(|| messages.lines().next())
+        .unwrap_or("no message")
+        .trim()
 }
 
 fn is_executable(path: &Path) -> bool {

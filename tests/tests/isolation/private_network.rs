@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use sandboxd_client::{CommandRef, OutputStream, SandboxdClient, Scope};
 use sandboxd_tests::commands::{read_all, request};
-use sandboxd_tests::{sandbox_env, wait_until, Options, TestDaemon};
+use sandboxd_tests::{procs, sandbox_env, wait_until, Options, TestDaemon};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -469,3 +469,59 @@ except socket.timeout:
         "another sandbox is not bound by the first's"
     );
 }
+
+/// The nft helper's pid, as `status` names it.
+fn nft_helper_pid(detail: &str) -> u32 {
+    let wanted = "loaded by nftables' library in a helper process (pid ";
+    let at = detail
+        .find(wanted)
+        .unwrap_or_else(|| panic!("the tables are not loaded by the helper: {detail}"))
+        + wanted.len();
+    detail[at..]
+        .split(')')
+        .next()
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no helper pid in: {detail}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tables_are_loaded_by_one_helper_in_the_daemons_namespace_which_ends_with_the_daemon() {
+    let mut daemon = daemon("private", false, "", Some("strict"));
+    let client = daemon.client().await;
+    let (in_force, detail) = network_feature(&client).await;
+    assert!(in_force, "private networking not in force: {detail}");
+    let helper = nft_helper_pid(&detail);
+    assert_eq!(
+        procs::parent_pid(helper),
+        daemon.pid(),
+        "the helper's parent"
+    );
+    for id in ["helper-a", "helper-b", "helper-c"] {
+        ensure(&client, id).await;
+        // The posture holds inside: a refused range answers ECONNREFUSED.
+        let (refused, _) = python(&client, id, REFUSED_CONNECT_SCRIPT).await;
+        assert_eq!(refused.trim(), libc::ECONNREFUSED.to_string(), "in {id}");
+    }
+    // Still the one helper, and back in the daemon's network namespace
+    // (it keeps no sandbox's namespace alive).
+    let (_, detail) = network_feature(&client).await;
+    assert_eq!(nft_helper_pid(&detail), helper);
+    let netns = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
+    assert_eq!(netns(helper), netns(daemon.pid().unwrap()));
+    // A daemon killed outright leaves no helper behind.
+    daemon.kill();
+    assert!(
+        wait_until(WAIT, || procs::pid_is_gone(helper)),
+        "the nft helper {helper} outlived its daemon"
+    );
+}
+
+/// Connects to 169.254.169.254:80, which every posture refuses: the errno,
+/// or `reached`.
+const REFUSED_CONNECT_SCRIPT: &str = r#"
+import socket
+try:
+    socket.create_connection(("169.254.169.254", 80), timeout=10); print("reached")
+except OSError as e:
+    print(e.errno)
+"#;

@@ -55,7 +55,9 @@ pub async fn set_up(config: &Config) -> Result<Arc<PrivateNetwork>, String> {
     let runtime = tokio::runtime::Handle::current();
     let probed = tokio::task::spawn_blocking(move || {
         let endpoints: Vec<&str> = endpoints.iter().map(String::as_str).collect();
-        PrivateNetwork::probe(&egress, &network, &endpoints, runtime)
+        // This daemon's own binary is the nft helper.
+        let nft_helper = std::env::current_exe().ok();
+        PrivateNetwork::probe(&egress, &network, &endpoints, runtime, nft_helper)
     })
     .await
     .unwrap_or_else(|error| Err(format!("the trial namespace failed: {error}")));

@@ -17,8 +17,9 @@
 //! of the host's loopback is.
 //!
 //! A namespace is made on a thread of its own (no daemon thread is ever
-//! left in it): unshare, the loopback set up, the table loaded by nft
-//! started from that thread, the relay's sockets bound. A few are made
+//! left in it): unshare, the loopback set up, the table loaded (by the
+//! daemon's nft helper, given the namespace by descriptor, else by an nft
+//! process started from that thread), the relay's sockets bound. A few are made
 //! ahead ([`stock`]), so a cold start takes one ready; without one it
 //! overlaps the making with the view's plan. A prepared view pays it
 //! ahead, off the ensure path.
@@ -28,7 +29,8 @@ mod stock;
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::runtime::Handle;
@@ -84,12 +86,15 @@ impl std::fmt::Display for NetworkError {
 impl PrivateNetwork {
     /// The private network for this configuration, tried for real: a
     /// namespace made, set up and ended. `Err` says why sandboxes cannot
-    /// have one here. Blocking; `runtime` serves the relays.
+    /// have one here. Blocking; `runtime` serves the relays. The tables are
+    /// loaded by a helper run as `nft_helper` (this daemon's binary) when
+    /// given, else by the nft tool.
     pub fn probe(
         egress: &EgressSetting,
         network: &NetworkConfig,
         endpoints: &[&str],
         runtime: Handle,
+        nft_helper: Option<PathBuf>,
     ) -> Result<PrivateNetwork, String> {
         let mut endpoint_ports: Vec<u16> = endpoints
             .iter()
@@ -97,7 +102,7 @@ impl PrivateNetwork {
             .collect();
         endpoint_ports.sort_unstable();
         endpoint_ports.dedup();
-        let rules = NamespaceRules::new(egress, &endpoint_ports)?;
+        let rules = NamespaceRules::new(egress, &endpoint_ports, nft_helper)?;
         let settings = RelaySettings {
             posture: egress.posture(),
             endpoint_ports,
@@ -128,9 +133,10 @@ impl PrivateNetwork {
             ),
         };
         format!(
-            "each sandbox its own network namespace: own loopback, ports and /proc/net; TCP and DNS out through the daemon's relay, the egress posture judged inside the namespace; UDP other than DNS and ICMP refused; {forwarded}; at most {} relayed connections per sandbox; {} namespaces kept ready for cold starts",
+            "each sandbox its own network namespace: own loopback, ports and /proc/net; TCP and DNS out through the daemon's relay, the egress posture judged inside the namespace; UDP other than DNS and ICMP refused; {forwarded}; at most {} relayed connections per sandbox; {} namespaces kept ready for cold starts; their tables {}",
             self.settings.connections,
-            stock::STOCK
+            stock::STOCK,
+            self.rules.describe()
         )
     }
 
@@ -179,6 +185,8 @@ fn make_on_own_thread(rules: &Arc<NamespaceRules>) -> Result<Made, NetworkError>
 /// thread of its own that ends right after ([`spawn_making`]): the
 /// unshare moves the calling thread into the new namespace for good.
 fn make_namespace(rules: &NamespaceRules) -> Result<Made, NetworkError> {
+    // Still in the daemon's namespace: a helper started now starts there.
+    rules.prepare();
     // SAFETY: unshare with a plain flag; it affects this thread only.
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
         return Err(NetworkError::at("unshare(CLONE_NEWNET)")(
@@ -190,7 +198,7 @@ fn make_namespace(rules: &NamespaceRules) -> Result<Made, NetworkError> {
         .map_err(NetworkError::at("open the new network namespace"))?;
     own_loopback::set_up().map_err(NetworkError::at("set up the namespace's loopback"))?;
     rules
-        .load_here()
+        .load_into(netns.as_fd())
         .map_err(NetworkError::at("load the namespace's nftables table"))?;
     let sockets =
         RelaySockets::bind_here().map_err(NetworkError::at("bind the relay's sockets"))?;

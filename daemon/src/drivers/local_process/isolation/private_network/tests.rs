@@ -112,7 +112,7 @@ async fn probed(config: NetworkConfig, endpoint: Option<String>) -> Option<Priva
     let runtime = Handle::current();
     let probed = tokio::task::spawn_blocking(move || {
         let endpoints: Vec<&str> = endpoint.iter().map(String::as_str).collect();
-        PrivateNetwork::probe(&egress, &config, &endpoints, runtime)
+        PrivateNetwork::probe(&egress, &config, &endpoints, runtime, None)
     })
     .await
     .unwrap();

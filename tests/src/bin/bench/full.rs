@@ -73,7 +73,14 @@ async fn measure_families(bench: &Bench<'_>) -> anyhow::Result<Families> {
     } else {
         peers::FULL
     };
-    let peers = peers::measure(dir, binaries, peers_asked, options.no_docker).await?;
+    let peers = peers::measure(
+        dir,
+        binaries,
+        peers_asked,
+        options.no_docker,
+        options.compare.as_deref(),
+    )
+    .await?;
     bench.step("egress: new sandboxes and a runner's connects, posture vs none");
     let egress = egress::measure(
         dir,

@@ -283,6 +283,7 @@ async fn peers_rows(bench: &Bench<'_>) -> anyhow::Result<()> {
         &bench.binaries,
         asked,
         bench.options.no_docker,
+        bench.options.compare.as_deref(),
     )
     .await?;
     let rows = peers::rows(&figures);

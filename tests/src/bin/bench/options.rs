@@ -140,7 +140,8 @@ pub struct Options {
     pub no_kubernetes: bool,
     /// Run the kubernetes row and nothing else.
     pub only_kubernetes: bool,
-    /// Another `sandboxd` to measure row (c) against, beside this one.
+    /// Another `sandboxd` to measure row (c) against, beside this one, and
+    /// a cold private-network peer of it beside this one's.
     pub compare: Option<std::path::PathBuf>,
     /// Only a stream of one kind of call, for a system-call count.
     pub only_calls: Option<(calls::Kind, usize)>,

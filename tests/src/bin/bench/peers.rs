@@ -125,6 +125,7 @@ pub async fn measure(
     binaries: &Binaries,
     asked: Asked,
     no_docker: bool,
+    compared: Option<&std::path::Path>,
 ) -> anyhow::Result<PeersFigures> {
     let dir = dir.join("peers");
     std::fs::create_dir_all(&dir)?;
@@ -137,6 +138,7 @@ pub async fn measure(
         binaries,
         &program,
         no_docker,
+        compared,
         &mut peers,
         &mut missing,
     )
@@ -216,6 +218,7 @@ async fn gather(
     binaries: &Binaries,
     program: &std::path::Path,
     no_docker: bool,
+    compared: Option<&std::path::Path>,
     peers: &mut Vec<Peer>,
     missing: &mut Vec<(String, String)>,
 ) -> anyhow::Result<()> {
@@ -232,7 +235,9 @@ async fn gather(
     } else {
         add("docker run", peers_host::docker(dir, program).await?);
     }
-    for found in peers_sandboxd::start_all(&dir.join("sandboxd"), binaries, program).await? {
+    for found in
+        peers_sandboxd::start_all(&dir.join("sandboxd"), binaries, program, compared).await?
+    {
         match found {
             Ok(peer) => peers.push(Peer::Sandboxd(peer)),
             Err(name_and_reason) => missing.push(name_and_reason),

@@ -1,13 +1,14 @@
 //! sandboxd as a peer among the others: the same static program as the
 //! runner (`runner_command`), started by an ensure of a new session
 //! sandbox under `isolation = "full"` with the host's network (`[network]
-//! mode = "host"`, as every other peer runs; the default private network's
-//! cost is the prepared rows' `-private-net` against theirs), three
-//! ways — through the client library with no pool (cold), through it with
-//! a warm pool of prepared views and parked runners (prepared: the pool is
-//! full again before every timed start, as in the prepared rows), and
-//! through `sandboxctl ensure` on a prepared daemon of its own; then under
-//! `isolation = "gvisor"`, cold and prepared.
+//! mode = "host"`, as every other peer runs), three ways — through the
+//! client library with no pool (cold), through it with a warm pool of
+//! prepared views and parked runners (prepared: the pool is full again
+//! before every timed start, as in the prepared rows), and through
+//! `sandboxctl ensure` on a prepared daemon of its own; then cold with the
+//! default private network (what a namespace, its table and its relay add,
+//! and with `--compare OLD` the same of the older binary beside it); then
+//! under `isolation = "gvisor"`, cold and prepared.
 //!
 //! The program writes its clock to its sandbox's output, which the daemon
 //! keeps in `<state>/logs/<base>.log`; that file is read (untimed) until the
@@ -28,6 +29,16 @@ use crate::setup::{Binaries, Daemon};
 /// The isolation settings the peers run under.
 const FULL: &str = "full";
 const GVISOR: &str = "gvisor";
+
+/// The network settings the peers run under: the host's, as every other
+/// peer, and the default private network (a namespace and relay each).
+const HOST: &str = "host";
+const PRIVATE: &str = "private";
+
+/// The cold peers with the default private network: this binary's, and
+/// the `--compare` binary's.
+const OWN_NET: &str = "sandboxd cold, own net";
+const COMPARED_OWN_NET: &str = "compared cold, own net";
 
 /// The pool a prepared daemon keeps for sessions.
 pub const POOL: u32 = 4;
@@ -58,13 +69,16 @@ pub fn sandboxctl(binaries: &Binaries) -> PathBuf {
     binaries.sandboxd.with_file_name("sandboxctl")
 }
 
-/// The three sandboxd peers: cold, prepared, and through `sandboxctl`
-/// (not measured when `sandboxctl` is not built next to `sandboxd`).
-/// `dir` is theirs alone: the daemons' runner copy is named there.
+/// The sandboxd peers: cold, prepared, cold with the default private
+/// network (and the same of the `compared` binary, when given), gVisor,
+/// and through `sandboxctl` (not measured when `sandboxctl` is not built
+/// next to `sandboxd`). `dir` is theirs alone: the daemons' runner copy
+/// is named there.
 pub async fn start_all(
     dir: &Path,
     binaries: &Binaries,
     program: &Path,
+    compared: Option<&Path>,
 ) -> anyhow::Result<Vec<Result<SandboxdPeer, (String, String)>>> {
     std::fs::create_dir_all(dir)?;
     crate::setup::set_mode(dir, 0o755)?;
@@ -76,7 +90,10 @@ pub async fn start_all(
     };
     let sandboxctl = sandboxctl(&binaries);
     let mut peers = vec![
-        Ok(SandboxdPeer::start(dir, &binaries, "sandboxd cold", 0, Via::Library, FULL).await?),
+        Ok(
+            SandboxdPeer::start(dir, &binaries, "sandboxd cold", 0, Via::Library, FULL, HOST)
+                .await?,
+        ),
         Ok(SandboxdPeer::start(
             dir,
             &binaries,
@@ -84,16 +101,36 @@ pub async fn start_all(
             POOL,
             Via::Library,
             FULL,
+            HOST,
         )
         .await?),
+        Ok(SandboxdPeer::start(dir, &binaries, OWN_NET, 0, Via::Library, FULL, PRIVATE).await?),
     ];
+    if let Some(other) = compared {
+        // The daemon before a change, beside this one under the same load.
+        let other = Binaries {
+            sandboxd: other.to_path_buf(),
+            init: other.with_file_name("sandboxd-init"),
+            ..binaries.clone()
+        };
+        let peer = SandboxdPeer::start(
+            dir,
+            &other,
+            COMPARED_OWN_NET,
+            0,
+            Via::Library,
+            FULL,
+            PRIVATE,
+        );
+        peers.push(Ok(peer.await?));
+    }
     // Beside `runsc do`: the same program under `isolation = "gvisor"`,
     // cold, and prepared (a `runsc run` parked ahead, its sentry booted).
     for (gvisor, pool) in [
         ("sandboxd gvisor cold", 0),
         ("sandboxd gvisor prepared", POOL),
     ] {
-        match SandboxdPeer::start(dir, &binaries, gvisor, pool, Via::Library, GVISOR).await {
+        match SandboxdPeer::start(dir, &binaries, gvisor, pool, Via::Library, GVISOR, HOST).await {
             Ok(peer) => peers.push(Ok(peer)),
             Err(error) => peers.push(Err((
                 gvisor.to_string(),
@@ -104,7 +141,8 @@ pub async fn start_all(
     let ctl_name = "sandboxctl prepared".to_string();
     if sandboxctl.is_file() {
         let peer =
-            SandboxdPeer::start(dir, &binaries, &ctl_name, POOL, Via::Sandboxctl, FULL).await?;
+            SandboxdPeer::start(dir, &binaries, &ctl_name, POOL, Via::Sandboxctl, FULL, HOST)
+                .await?;
         peers.push(Ok(peer));
     } else {
         let reason = format!("not built ({} is missing)", sandboxctl.display());
@@ -121,10 +159,11 @@ impl SandboxdPeer {
         pool: u32,
         via: Via,
         isolation: &str,
+        network: &str,
     ) -> anyhow::Result<SandboxdPeer> {
-        let prefix = format!("{}-", name.replace(' ', "-"));
+        let prefix = format!("{}-", name.replace([' ', ','], "-"));
         let tables = format!(
-            "[pool]\nsession = {pool}\nworkflow = 0\nconnect = 0\n[network]\nmode = \"host\"\n"
+            "[pool]\nsession = {pool}\nworkflow = 0\nconnect = 0\n[network]\nmode = \"{network}\"\n"
         );
         let driver = format!("driver = \"local-process\"\nisolation = \"{isolation}\"\n");
         let daemon = Daemon::start_with_tables(dir, &prefix, binaries, &driver, &tables)
@@ -143,6 +182,13 @@ impl SandboxdPeer {
             ),
             (Via::Sandboxctl, _) => format!(
                 "sandboxctl --socket S ensure session ID --task-queue Q, [pool] session = {pool}"
+            ),
+        };
+        let how = match network {
+            HOST => how,
+            _ => format!(
+                "{how}, [network] mode = \"{network}\" (the default), {}",
+                binaries.sandboxd.display()
             ),
         };
         Ok(SandboxdPeer {

@@ -14,6 +14,7 @@ mod egress;
 mod events;
 mod fd_limit;
 mod foreign_peer;
+mod helper_signals;
 mod holders;
 mod incarnation;
 mod instance;

@@ -20,7 +20,6 @@ use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::ExitCode;
 
-use nix::sys::signal::{signal, SigHandler, Signal};
 use nix::sys::socket::{recvmsg, send, ControlMessageOwned, MsgFlags};
 
 use super::nft_library::NftLibrary;
@@ -38,16 +37,7 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 
 /// The helper process's main: its socket is its stdin.
 pub fn run_helper_process() -> ExitCode {
-    for sig in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGPIPE,
-    ] {
-        // SAFETY: SIG_IGN installs no handler code; this process is
-        // single-threaded. A terminal's Ctrl-C reaches the daemon only.
-        let _ = unsafe { signal(sig, SigHandler::SigIgn) };
-    }
+    crate::helper_signals::ignore_terminal_signals();
     // SAFETY: descriptor 0 is the socket the daemon gave as stdin, and
     // nothing else in this process owns it.
     let socket = unsafe { OwnedFd::from_raw_fd(0) };

@@ -40,7 +40,7 @@ use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::Mutex;
 
 use anyhow::Context;
-use nix::sys::signal::{killpg, signal, SigHandler, Signal};
+use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 use super::cgroup::kill::{self, Dirs};
@@ -137,15 +137,7 @@ impl GroupReaper {
 
 /// The reaper process's main.
 pub fn run_reaper_process() -> ExitCode {
-    for sig in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGPIPE,
-    ] {
-        // SAFETY: SIG_IGN installs no handler code; this process is single-threaded.
-        let _ = unsafe { signal(sig, SigHandler::SigIgn) };
-    }
+    crate::helper_signals::ignore_terminal_signals();
     let sandboxes = std::env::args_os().nth(2).map(PathBuf::from);
     let cgroup = cgroup_from_args(std::env::args_os().skip(3).map(PathBuf::from));
     let mut tracked = Tracked::default();

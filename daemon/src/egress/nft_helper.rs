@@ -20,6 +20,7 @@ use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::ExitCode;
 
+use nix::sched::{setns, CloneFlags};
 use nix::sys::socket::{recvmsg, send, ControlMessageOwned, MsgFlags};
 
 use super::nft_library::NftLibrary;
@@ -80,24 +81,16 @@ pub fn serve(socket: &OwnedFd) {
 
 /// Applies `script` inside `netns`, then returns to `home`.
 fn load_in(library: &NftLibrary, netns: &OwnedFd, script: &str, home: &File) -> Result<(), String> {
-    enter(netns.as_raw_fd()).map_err(|error| format!("cannot enter the namespace: {error}"))?;
+    setns(netns, CloneFlags::CLONE_NEWNET)
+        .map_err(|error| format!("cannot enter the namespace: {error}"))?;
     let applied = library.apply(script);
-    if let Err(error) = enter(home.as_raw_fd()) {
+    if let Err(error) = setns(home, CloneFlags::CLONE_NEWNET) {
         // Never load another namespace from the wrong place: end, and the
         // daemon starts a new helper or uses the tool.
         eprintln!("sandboxd nft helper: cannot return to its own network namespace: {error}");
         std::process::exit(1);
     }
     applied
-}
-
-fn enter(netns: RawFd) -> std::io::Result<()> {
-    // SAFETY: setns with a namespace descriptor and its type; it moves
-    // this thread only.
-    if unsafe { libc::setns(netns, libc::CLONE_NEWNET) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// The next request: `None` once the daemon's end is closed; `Some(Err)`

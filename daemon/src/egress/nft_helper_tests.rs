@@ -7,6 +7,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::mpsc;
 
+use nix::sched::{setns, unshare, CloneFlags};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use sandboxd_protocol::egress::Posture;
 
@@ -25,9 +26,8 @@ fn require_root() {
 /// A new network namespace, kept alive by its descriptor (its thread ends).
 fn new_namespace() -> OwnedFd {
     std::thread::spawn(|| {
-        // SAFETY: unshare with a plain flag; it moves this thread only,
-        // which ends right after.
-        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
+        // It moves this thread only, which ends right after.
+        unshare(CloneFlags::CLONE_NEWNET).unwrap();
         OwnedFd::from(File::open("/proc/thread-self/ns/net").unwrap())
     })
     .join()
@@ -38,11 +38,8 @@ fn new_namespace() -> OwnedFd {
 fn tables_in(netns: &OwnedFd) -> String {
     let netns = netns.try_clone().unwrap();
     std::thread::spawn(move || {
-        // SAFETY: setns moves this thread only, which ends right after.
-        assert_eq!(
-            unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&netns), libc::CLONE_NEWNET) },
-            0
-        );
+        // It moves this thread only, which ends right after.
+        setns(&netns, CloneFlags::CLONE_NEWNET).unwrap();
         Nft::find().unwrap().list_tables().unwrap()
     })
     .join()
@@ -53,6 +50,13 @@ fn tables_in(netns: &OwnedFd) -> String {
 fn namespace_table() -> (String, String) {
     let ruleset = Ruleset::new(Some(Posture::Strict), Matched::Namespace(vec![4317]));
     (ruleset.declaration(), ruleset.table)
+}
+
+/// A load through `helper` into this test's own namespace (for helpers
+/// that never get as far as loading it).
+fn load_here(helper: &NftHelper, script: &str) -> Load {
+    let netns = File::open("/proc/self/ns/net").unwrap();
+    helper.load(netns.as_fd(), script)
 }
 
 /// The helper's loop on a thread of its own: the daemon's end of its
@@ -126,19 +130,17 @@ fn a_helper_that_cannot_start_is_given_up_after_three_tries() {
         "{}",
         helper.describe()
     );
-    let netns = File::open("/proc/self/ns/net").unwrap();
-    assert!(matches!(helper.load(netns.as_fd(), ""), Load::NotLoaded(_)));
+    assert!(matches!(load_here(&helper, ""), Load::NotLoaded(_)));
 }
 
 #[test]
 fn a_helper_that_ends_before_its_greeting_is_a_failed_start() {
     let helper = NftHelper::new(Some(PathBuf::from("/bin/true")));
     helper.prepare();
-    let netns = File::open("/proc/self/ns/net").unwrap();
-    match helper.load(netns.as_fd(), "") {
-        Load::NotLoaded(why) => assert_eq!(why, "the helper is not running"),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        load_here(&helper, ""),
+        Load::NotLoaded("the helper is not running".to_string())
+    );
     assert!(helper
         .describe()
         .contains("started again at the next namespace"));
@@ -159,11 +161,10 @@ fn a_helper_that_ends_during_a_load_leaves_the_namespace_to_the_tool_and_is_star
     let helper = NftHelper::new(Some(program));
     helper.prepare();
     assert!(helper.describe().contains("(pid "), "{}", helper.describe());
-    let netns = File::open("/proc/self/ns/net").unwrap();
-    match helper.load(netns.as_fd(), "table inet t {}") {
-        Load::Unknown(why) => assert_eq!(why, "the helper ended"),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        load_here(&helper, "table inet t {}"),
+        Load::Unknown("the helper ended".to_string())
+    );
     assert!(helper
         .describe()
         .contains("started again at the next namespace"));

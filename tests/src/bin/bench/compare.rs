@@ -83,13 +83,7 @@ pub async fn measure(
     count: usize,
 ) -> anyhow::Result<Comparison> {
     let driver = "driver = \"local-process\"\n";
-    let other_binaries = Binaries {
-        sandboxd: other.to_path_buf(),
-        // The other daemon uses a `sandboxd-init` next to it if it has one
-        // of its own build; this field only names the one that may be there.
-        init: other.with_file_name("sandboxd-init"),
-        runner: binaries.runner.clone(),
-    };
+    let other_binaries = binaries.with_other_daemon(other);
     let plans: [(&'static str, &Binaries, &str); 4] = [
         ("this", binaries, ""),
         ("other", &other_binaries, ""),

@@ -108,11 +108,7 @@ pub async fn start_all(
     ];
     if let Some(other) = compared {
         // The daemon before a change, beside this one under the same load.
-        let other = Binaries {
-            sandboxd: other.to_path_buf(),
-            init: other.with_file_name("sandboxd-init"),
-            ..binaries.clone()
-        };
+        let other = binaries.with_other_daemon(other);
         let peer = SandboxdPeer::start(
             dir,
             &other,

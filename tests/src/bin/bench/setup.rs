@@ -72,6 +72,17 @@ pub struct Binaries {
 }
 
 impl Binaries {
+    /// The same with another `sandboxd` (a `--compare` build): it uses a
+    /// `sandboxd-init` next to it if it has one of its own build; this
+    /// field only names the one that may be there.
+    pub fn with_other_daemon(&self, sandboxd: &Path) -> Binaries {
+        Binaries {
+            sandboxd: sandboxd.to_path_buf(),
+            init: sandboxd.with_file_name("sandboxd-init"),
+            runner: self.runner.clone(),
+        }
+    }
+
     /// `target/release/sandboxd` (with `sandboxd-init`) and
     /// `target/release/bench-runner`, found
     /// from this executable's own location (`target/<profile>/bench`).

@@ -21,6 +21,7 @@ mod instance;
 mod logging;
 mod malloc_arenas;
 mod man_page;
+mod memory_trim;
 mod metrics;
 mod peer_origin;
 mod provisioner;

@@ -114,6 +114,7 @@ pub async fn run(config: Config, handoff: Handoff) -> anyhow::Result<()> {
         metrics_address,
         stop_grace: config.stop_grace,
     });
+    crate::memory_trim::start();
     let daemon_commands = daemon.commands.clone();
     // Before the socket serves, so a caller never misses a command an
     // earlier daemon started.

@@ -105,6 +105,7 @@ impl ConnectionService {
     /// the call ends, however it ends (see [`CallTimer`]).
     pub(super) fn authorize(&self, call: Call) -> Result<CallTimer<'_>, SandboxError> {
         tracing::debug!(call = call.name(), "call");
+        crate::memory_trim::DAEMON.note_call();
         let decision = self.daemon.access.decide(&self.peer, call);
         if decision.is_err() && self.daemon.warn_budget.allow(self.peer.uid) {
             tracing::warn!(

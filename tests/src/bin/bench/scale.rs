@@ -3,7 +3,8 @@
 //!
 //! With its own daemon, so nothing of the other rows is in it: one
 //! sandbox first, and probes of it for the baseline; then the rest,
-//! ensured from 64 tasks; then its memory, the same probes again, `list`,
+//! ensured from 64 tasks; then its memory, 2 s after the fill (and right
+//! after it, in the info line), the same probes again, `list`,
 //! and the time from SIGTERM to the daemon's exit with all of them running
 //! (every runner is stopped on the way). Goals: VmRSS at most 40 MiB and
 //! probe p50 at most 1.2× the one-sandbox p50; the stop at most
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+use crate::machine::proc_kib;
 use crate::raw::{self, RawSpawner};
 use crate::report::{Goal, Row};
 use crate::rows::{self, connect};
@@ -39,6 +41,10 @@ const SAMPLE: usize = 16;
 /// How long the daemon keeps a quiet runner's output file open (its
 /// `FILE_IDLE`), and a little more: descriptors are counted after it.
 const OUTPUT_FILE_IDLE: Duration = Duration::from_secs(3);
+/// How long after the fill the daemon's memory is read: it gives the
+/// burst's freed memory back to the kernel once its calls have paused for
+/// a second (see the daemon's `memory_trim`).
+const SETTLE: Duration = Duration::from_secs(2);
 /// Descriptors left free for connections and the daemon's own files.
 const DESCRIPTOR_HEADROOM: u64 = 512;
 
@@ -115,7 +121,13 @@ pub async fn measure(
         bail!("expected {count} running sandboxes, status says {running}");
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_at_fill = daemon.rss_kib().context("cannot read the daemon's VmRSS")?;
+    // What it holds for its sandboxes, not what the burst left behind:
+    // the daemon gives freed memory back once its calls pause.
+    tokio::time::sleep(SETTLE).await;
     let rss_kib = daemon.rss_kib().context("cannot read the daemon's VmRSS")?;
+    let status = format!("/proc/{}/status", daemon.pid);
+    let [anon, file] = ["RssAnon:", "RssFile:"].map(|key| proc_kib(&status, key).unwrap_or(0));
     let crowded = rows::probe_serial(&client, hot, PROBES, PROBES / 10).await?;
     let mut lists = Samples::with_capacity(LISTS);
     for _ in 0..LISTS {
@@ -187,9 +199,16 @@ pub async fn measure(
     ];
     let mut info = format!(
         "(s) {count} sandboxes ensured in {:.1} s ({:.0}/s) from {TASKS} tasks; \
-         {per_runner:.2} descriptors per running sandbox, open-file limit {limit}",
+         {per_runner:.2} descriptors per running sandbox, open-file limit {limit}; \
+         daemon VmRSS {:.1} MiB right after the fill, {:.1} MiB {} s later \
+         ({:.1} MiB anonymous, {:.1} MiB file-backed)",
         fill.as_secs_f64(),
-        (count - 1) as f64 / fill.as_secs_f64()
+        (count - 1) as f64 / fill.as_secs_f64(),
+        rss_at_fill as f64 / 1024.0,
+        rss_kib as f64 / 1024.0,
+        SETTLE.as_secs(),
+        anon as f64 / 1024.0,
+        file as f64 / 1024.0,
     );
     if count < asked {
         info.push_str(&format!(

@@ -91,7 +91,7 @@ impl ConnectionService {
                     &self.daemon.differences,
                     self.metrics(),
                 );
-                report.map(|_| key.id)
+                report.map(|_| key.id.clone())
             }
         }
     }

@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// How long the calls must pause before a trim.
-pub const QUIET: Duration = Duration::from_secs(1);
+const QUIET: Duration = Duration::from_secs(1);
 /// The longest a trim waits after the call that woke the trimmer.
-pub const AT_MOST: Duration = Duration::from_secs(30);
+const AT_MOST: Duration = Duration::from_secs(30);
 
 /// The daemon's trimmer, told of every call by the server.
 pub static DAEMON: Trimmer = Trimmer::new();

@@ -10,11 +10,11 @@ use sandboxd_protocol::{naming, Scope};
 /// them. Shared, not copied: every table of the daemon keys its entries by
 /// it, and a clone is a count taken (at 10,000 sandboxes, each key's two
 /// strings copied into a dozen tables and tasks were megabytes).
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SandboxKey(Arc<KeyParts>);
 
 /// What a [`SandboxKey`] names; read through the key.
-#[derive(PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct KeyParts {
     pub scope: Scope,
     pub id: String,
@@ -27,16 +27,6 @@ impl std::ops::Deref for SandboxKey {
 
     fn deref(&self) -> &KeyParts {
         &self.0
-    }
-}
-
-impl std::fmt::Debug for SandboxKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SandboxKey")
-            .field("scope", &self.scope)
-            .field("id", &self.id)
-            .field("base_name", &self.base_name)
-            .finish()
     }
 }
 

@@ -96,6 +96,8 @@
 
 #[path = "bench/calls.rs"]
 mod calls;
+#[path = "bench/cgroups.rs"]
+mod cgroups;
 #[path = "bench/cli_start.rs"]
 mod cli_start;
 #[path = "bench/commands.rs"]

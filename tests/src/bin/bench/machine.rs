@@ -77,6 +77,25 @@ pub fn cpu_us(pid: u32) -> Option<f64> {
     Some((utime + stime) * 1e6 / ticks)
 }
 
+/// CPU time the whole host has spent busy since boot, every CPU summed
+/// (`/proc/stat`'s user, nice, system, irq and softirq; idle, I/O wait and
+/// time stolen by the hypervisor left out), in microseconds; clock-tick
+/// resolution.
+pub fn host_busy_us() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().find(|line| line.starts_with("cpu "))?;
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|field| field.parse().unwrap_or(0.0))
+        .collect();
+    // user, nice, system, idle, iowait, irq, softirq: fields 0-2, 5, 6.
+    let busy: f64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| ticks.get(i)).sum();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(busy * 1e6 / per_second)
+}
+
 /// CPU time this process has used so far, in microseconds.
 pub fn own_cpu_us() -> f64 {
     let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF);

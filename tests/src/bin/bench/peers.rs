@@ -4,7 +4,9 @@
 //! the call's start to the program's first instruction, as the program's
 //! own clock reads it (see `bench/peers_program.rs`).
 //!
-//! Peers: a raw exec (the floor), bubblewrap, an OCI runtime (runc here;
+//! Peers: a raw exec (the floor), bubblewrap, bubblewrap in cgroups made as
+//! sandboxd makes a sandbox's (the kernel's share of sandboxd's extra work,
+//! with no daemon), an OCI runtime (runc here;
 //! crun on a pure cgroup v2 host), gVisor's `runsc do`, the Docker engine
 //! (`bench/peers_host.rs`), and sandboxd cold, prepared and through
 //! `sandboxctl` (`bench/peers_sandboxd.rs`). A peer that is not installed
@@ -104,6 +106,9 @@ pub struct Measured {
     pub serial: Samples,
     pub burst: Samples,
     pub burst_wall: Duration,
+    /// The whole host's busy CPU time during the burst, in microseconds:
+    /// every process's, this one's and the daemon's included.
+    pub burst_host_cpu_us: Option<f64>,
 }
 
 /// Every peer's figures, and the peers not measured with why.
@@ -228,6 +233,7 @@ async fn gather(
     };
     add("raw exec", peers_host::raw(program));
     add("bwrap", peers_host::bwrap(program));
+    add("bwrap in cgroups", peers_host::bwrap_in_cgroups(program)?);
     add("runc", peers_host::oci_runtime(dir, program).await?);
     add("runsc do", peers_host::runsc(dir, program));
     if no_docker {
@@ -269,6 +275,7 @@ async fn measure_all(peers: &[Peer], asked: Asked) -> anyhow::Result<Vec<Measure
     let mut measured = Vec::new();
     for ((at, peer), serial) in peers.iter().enumerate().zip(serial) {
         peer.quiesce().await?;
+        let busy_before = crate::machine::host_busy_us();
         let started = Instant::now();
         let latencies: Vec<anyhow::Result<Duration>> = futures::stream::iter(0..asked.burst)
             .map(|n| {
@@ -279,6 +286,9 @@ async fn measure_all(peers: &[Peer], asked: Asked) -> anyhow::Result<Vec<Measure
             .collect()
             .await;
         let burst_wall = started.elapsed();
+        let burst_host_cpu_us = crate::machine::host_busy_us()
+            .zip(busy_before)
+            .map(|(after, before)| after - before);
         let mut burst = Samples::with_capacity(asked.burst);
         for latency in latencies {
             burst.push(latency?);
@@ -289,6 +299,7 @@ async fn measure_all(peers: &[Peer], asked: Asked) -> anyhow::Result<Vec<Measure
             serial,
             burst,
             burst_wall,
+            burst_host_cpu_us,
         });
     }
     Ok(measured)
@@ -299,7 +310,8 @@ fn ms(samples: &Samples, p: f64) -> f64 {
 }
 
 /// The rows: each peer's p50, p90, p99, its burst's p50 and p99 (each
-/// against the raw exec's same figure), and its burst's starts per second.
+/// against the raw exec's same figure), its burst's starts per second, and
+/// the host's CPU per start in its burst.
 pub fn rows(figures: &PeersFigures) -> Vec<Row> {
     let floor = figures.measured.iter().find(|m| m.name == "raw exec");
     let burst_what = format!(
@@ -331,6 +343,15 @@ pub fn rows(figures: &PeersFigures) -> Vec<Row> {
             baseline: floor.map(|floor| rate(figures.asked.burst, floor.burst_wall)),
             goal: Goal::Info,
         });
+        rows.push(Row {
+            row: "peers",
+            what: format!("{}: {burst_what}, the host's CPU per start", peer.name),
+            unit: "ms",
+            value: cpu_per_start(figures.asked.burst, peer),
+            baseline_what: "raw exec".into(),
+            baseline: floor.map(|floor| cpu_per_start(figures.asked.burst, floor)),
+            goal: Goal::Info,
+        });
     }
     if let Some(cli_start) = &figures.cli_start {
         rows.extend(cli_start::rows(cli_start));
@@ -342,23 +363,31 @@ fn rate(count: usize, wall: Duration) -> f64 {
     count as f64 / wall.as_secs_f64()
 }
 
+/// The host's busy CPU during a burst ÷ its starts, in ms (NaN where
+/// `/proc/stat` could not be read).
+fn cpu_per_start(count: usize, peer: &Measured) -> f64 {
+    peer.burst_host_cpu_us
+        .map_or(f64::NAN, |us| us / 1e3 / count as f64)
+}
+
 /// A compact table (ms; one line a peer, the missing ones included), and
 /// how each peer was started.
 pub fn summary(figures: &PeersFigures) -> String {
     let asked = figures.asked;
     let mut text = format!(
         "peers: first instruction of one static program, from the call's start (ms); \
-         {} serial starts each in turn, then a burst of {}, {} at a time; \
+         {} serial starts each in turn, then a burst of {}, {} at a time \
+         (CPU/start: the whole host's busy CPU during it ÷ its starts, ms); \
          load average {:.2} before, {:.2} after\n",
         asked.serial, asked.burst, asked.parallel, figures.load_before, figures.load_after
     );
     text.push_str(&format!(
-        "{:<22} {:>8} {:>8} {:>8} {:>10} {:>10} {:>9}\n",
-        "peer", "p50", "p90", "p99", "burst p50", "burst p99", "starts/s"
+        "{:<22} {:>8} {:>8} {:>8} {:>10} {:>10} {:>9} {:>10}\n",
+        "peer", "p50", "p90", "p99", "burst p50", "burst p99", "starts/s", "CPU/start"
     ));
     for peer in &figures.measured {
         text.push_str(&format!(
-            "{:<22} {:>8.2} {:>8.2} {:>8.2} {:>10.2} {:>10.2} {:>9.1}\n",
+            "{:<22} {:>8.2} {:>8.2} {:>8.2} {:>10.2} {:>10.2} {:>9.1} {:>10.2}\n",
             peer.name,
             ms(&peer.serial, 50.0),
             ms(&peer.serial, 90.0),
@@ -366,6 +395,7 @@ pub fn summary(figures: &PeersFigures) -> String {
             ms(&peer.burst, 50.0),
             ms(&peer.burst, 99.0),
             rate(asked.burst, peer.burst_wall),
+            cpu_per_start(asked.burst, peer),
         ));
     }
     for (name, reason) in &figures.missing {

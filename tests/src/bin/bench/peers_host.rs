@@ -1,5 +1,5 @@
 //! The peers that are a command on the host: a raw exec of the program (the
-//! floor), bubblewrap, an OCI runtime (runc, or crun on a pure cgroup v2
+//! floor), bubblewrap, bubblewrap in cgroups of sandboxd's making, an OCI runtime (runc, or crun on a pure cgroup v2
 //! host), gVisor's `runsc do`, and the Docker engine's `docker run --rm`.
 //! One function per peer makes it ready (a bundle, an image) and says how
 //! it is started; [`HostPeer::start`] runs it once and reads the program's
@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context};
 
+use crate::cgroups::{self, BenchTree};
 use crate::peers_program;
 
 /// Longest one start may take (Docker on a loaded machine takes seconds).
@@ -50,6 +51,9 @@ pub struct HostPeer {
     /// `{id}` is replaced by each start's own name.
     args: Vec<String>,
     leftover: Leftover,
+    /// Where each start gets cgroups of its own, joined before its exec
+    /// and removed after its exit (see [`bwrap_in_cgroups`]).
+    contained: Option<BenchTree>,
 }
 
 /// A peer made ready, or why it is not measured (not installed, say).
@@ -58,13 +62,37 @@ pub type Found = Result<HostPeer, String>;
 impl HostPeer {
     /// One start, named `id`: the time from just before the command is
     /// spawned to the program's first instruction. The command's own end
-    /// (a container's removal, say) is awaited but not in the figure.
+    /// (a container's removal, say) is awaited but not in the figure; a
+    /// contained peer's cgroups are made before the figure's start and
+    /// removed after the exit, as a sandbox's are.
     pub async fn start(&self, id: &str) -> anyhow::Result<Duration> {
+        let Some(tree) = &self.contained else {
+            return self.run_once(id, &[]).await;
+        };
+        let dirs = tree
+            .make_limited(&format!("peers-{id}"))
+            .with_context(|| format!("{}: make the cgroups of {id}", self.name))?;
+        let started = match cgroups::open_joins(&dirs) {
+            Ok(joins) => self.run_once(id, &joins).await,
+            Err(error) => Err(error.into()),
+        };
+        remove_once_empty(&dirs)
+            .await
+            .with_context(|| format!("{}: remove the cgroups of {id}", self.name))?;
+        started
+    }
+
+    /// Runs the command once, its child joining the cgroups whose files are
+    /// open in `joins` before its exec.
+    async fn run_once(&self, id: &str, joins: &[std::fs::File]) -> anyhow::Result<Duration> {
         let mut command = tokio::process::Command::new(&self.executable);
         command
             .args(self.args.iter().map(|arg| arg.replace("{id}", id)))
             .stdin(Stdio::null())
             .kill_on_drop(true);
+        if !joins.is_empty() {
+            cgroups::join_before_exec(command.as_std_mut(), joins);
+        }
         let started = SystemTime::now();
         let output = tokio::time::timeout(START_TIMEOUT, command.output())
             .await
@@ -129,6 +157,7 @@ pub fn raw(program: &Path) -> Found {
         executable: program.to_path_buf(),
         args: Vec::new(),
         leftover: Leftover::Nothing,
+        contained: None,
     })
 }
 
@@ -185,7 +214,42 @@ pub fn bwrap(program: &Path) -> Found {
         executable,
         args,
         leftover: Leftover::Nothing,
+        contained: None,
     })
+}
+
+/// The kernel's share of what sandboxd does beyond bubblewrap, with no
+/// daemon: [`bwrap`]'s start, its process joined before the exec to a
+/// cgroup of its own in cgroup v2 and in each v1 hierarchy of a limited
+/// controller, made with sandboxd's `[limits]` defaults before the start
+/// and removed after the exit, as a sandbox's are. std forks this process
+/// to join them (a hook before exec), where plain bubblewrap is spawned
+/// with `posix_spawn`, and joins v2 by a `cgroup.procs` write, whose first
+/// after a pause waits for an RCU grace period (see
+/// [`cgroups::open_joins`]): its serial starts pay that, its burst hardly.
+/// No uid of its own, no seccomp filter, no init: what is left between
+/// this row's burst and sandboxd's is the daemon's own work.
+pub fn bwrap_in_cgroups(program: &Path) -> anyhow::Result<Found> {
+    let peer = match bwrap(program) {
+        Ok(peer) => peer,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let Some(tree) = BenchTree::create("sandboxd-bench-peers")? else {
+        return Ok(Err("not measured: no writable cgroup v2".into()));
+    };
+    Ok(Ok(HostPeer {
+        name: "bwrap in cgroups".into(),
+        how: format!(
+            "{}; per start a cgroup of its own in v2 and in each v1 hierarchy of memory, \
+             pids and cpu, with sandboxd's [limits] defaults (2 GiB, 512 pids, 2 CPUs), \
+             joined before bwrap's exec (std's fork path; v1 through `tasks`, v2 through \
+             `cgroup.procs`, whose first write after a pause waits for an RCU grace period) \
+             and removed once empty after its exit",
+            peer.how
+        ),
+        contained: Some(tree),
+        ..peer
+    }))
 }
 
 /// The OCI runtime: crun on a pure cgroup v2 host when installed, else
@@ -248,6 +312,7 @@ pub async fn oci_runtime(dir: &Path, program: &Path) -> anyhow::Result<Found> {
             state,
             bundle,
         },
+        contained: None,
     }))
 }
 
@@ -268,6 +333,7 @@ pub fn runsc(dir: &Path, program: &Path) -> Found {
             text(program),
         ],
         leftover: Leftover::Dir(state),
+        contained: None,
     })
 }
 
@@ -330,6 +396,7 @@ pub async fn docker(dir: &Path, program: &Path) -> anyhow::Result<Found> {
         .map(String::from)
         .to_vec(),
         leftover: Leftover::Docker { image, label },
+        contained: None,
     }))
 }
 
@@ -368,6 +435,31 @@ async fn run(executable: &Path, args: &[&str]) -> anyhow::Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Removes each of a start's cgroups once its last process has left it.
+/// bubblewrap exits as soon as its sandbox's init reports the program's
+/// exit, before that init and its PID namespace are gone, so a cgroup can
+/// still be busy (`EBUSY`) for a moment after bubblewrap's own exit.
+async fn remove_once_empty(dirs: &[PathBuf]) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    for dir in dirs {
+        loop {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => break,
+                Err(error)
+                    if error.raw_os_error() == Some(libc::EBUSY)
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_micros(200)).await
+                }
+                Err(error) => {
+                    return Err(error).with_context(|| format!("remove {}", dir.display()))
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn remove_dir(dir: &Path) -> anyhow::Result<()> {

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
+use crate::cgroups::{join_before_exec, open_joins, open_v1_joins, remove_all, BenchTree};
 use crate::stats::Samples;
 
 /// One frame of `total` bytes: a 4-byte big-endian length, then the body.
@@ -397,7 +398,7 @@ pub fn stop_all(mut children: Children) -> anyhow::Result<()> {
 /// pids, 2.0 CPUs: `memory.max`, `memory.swap.max`, `pids.max`, `cpu.max`
 /// in v2, `memory.limit_in_bytes`, `memory.memsw.limit_in_bytes`,
 /// `pids.max`, `cpu.cfs_quota_us` in v1), the v2 directory and each v1
-/// `cgroup.procs` opened (for the clone). Each sample is all of that;
+/// `tasks` opened (for the clone). Each sample is all of that;
 /// the removal after it is not timed. `None` without a writable cgroup v2.
 pub fn cgroup_setup_serial(count: usize) -> anyhow::Result<Option<Samples>> {
     let Some(tree) = BenchTree::create("sandboxd-bench")? else {
@@ -408,9 +409,9 @@ pub fn cgroup_setup_serial(count: usize) -> anyhow::Result<Option<Samples>> {
         let start = Instant::now();
         let dirs = tree.make_limited(&format!("sbx-ses-{i:012}"))?;
         let placement = std::fs::File::open(&dirs[0])?;
-        let procs = open_procs(&dirs[1..])?;
+        let joins = open_v1_joins(&dirs[1..])?;
         samples.push(start.elapsed());
-        drop((placement, procs));
+        drop((placement, joins));
         remove_all(&dirs)?;
     }
     Ok(Some(samples))
@@ -434,21 +435,9 @@ pub fn stop_contained(spawner: &RawSpawner, count: usize) -> anyhow::Result<Opti
         let dirs = tree.make_limited(&format!("r{i}"))?;
         // Joined before exec, as the daemon's runners are, so what the
         // runner's start charges (memory above all) is its cgroup's.
-        let procs = open_procs(&dirs)?;
-        let fds: Vec<i32> = procs.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+        let joins = open_joins(&dirs)?;
         let mut command = spawner.command(&format!("stop-{i}"))?;
-        // SAFETY: the hook only calls write(2), async-signal-safe, on
-        // descriptors that stay open until spawn returns.
-        unsafe {
-            command.pre_exec(move || {
-                for fd in &fds {
-                    if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
-                        return Err(io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
+        join_before_exec(&mut command, &joins);
         children.0.push(command.spawn()?);
         cgroups.push(dirs);
     }
@@ -465,192 +454,4 @@ pub fn stop_contained(spawner: &RawSpawner, count: usize) -> anyhow::Result<Opti
     let elapsed = start.elapsed();
     spawner.clean();
     Ok(Some(elapsed))
-}
-
-/// A bench-owned cgroup root, `<name>-<pid>`, in cgroup v2 and in each v1
-/// hierarchy holding a limited controller, each with a `sandboxes/` below
-/// it as the daemon has. Removed, with whatever is left in it, on drop.
-struct BenchTree {
-    layout: CgroupLayout,
-    /// The v2 root first, then each v1 root with its controller.
-    roots: Vec<(Option<&'static str>, PathBuf)>,
-}
-
-impl BenchTree {
-    /// `None` without a writable cgroup v2.
-    fn create(name: &str) -> anyhow::Result<Option<BenchTree>> {
-        let Some(layout) = CgroupLayout::detect() else {
-            return Ok(None);
-        };
-        let name = format!("{name}-{}", std::process::id());
-        let roots: Vec<(Option<&'static str>, PathBuf)> =
-            std::iter::once((None, layout.v2.join(&name)))
-                .chain(
-                    layout
-                        .v1
-                        .iter()
-                        .map(|(controller, own)| (Some(*controller), own.join(&name))),
-                )
-                .collect();
-        if std::fs::create_dir_all(roots[0].1.join("sandboxes")).is_err() {
-            return Ok(None);
-        }
-        let tree = BenchTree { layout, roots };
-        // On a pure-v2 host the limited controllers must reach the
-        // sandboxes' cgroups, as the daemon enables them.
-        let enable: Vec<String> = tree
-            .layout
-            .v2_controllers
-            .iter()
-            .map(|controller| format!("+{controller}"))
-            .collect();
-        if !enable.is_empty() {
-            let (root, line) = (&tree.roots[0].1, enable.join(" "));
-            write_if_present(root.join("cgroup.subtree_control"), &line)?;
-            write_if_present(root.join("sandboxes").join("cgroup.subtree_control"), &line)?;
-        }
-        for (_, root) in &tree.roots[1..] {
-            std::fs::create_dir_all(root.join("sandboxes"))?;
-        }
-        Ok(Some(tree))
-    }
-
-    /// Makes `base`'s cgroup in every root, with the `[limits]` defaults
-    /// written. Returns its directories, v2 first.
-    fn make_limited(&self, base: &str) -> io::Result<Vec<PathBuf>> {
-        let mut dirs = Vec::with_capacity(self.roots.len());
-        for (controller, root) in &self.roots {
-            let dir = root.join("sandboxes").join(base);
-            std::fs::create_dir(&dir)?;
-            let limited = match controller {
-                None => self.layout.v2_controllers.clone(),
-                Some(controller) => vec![*controller],
-            };
-            for limited in limited {
-                for (file, value) in limit_files(limited, controller.is_none()) {
-                    write_if_present(dir.join(file), value)?;
-                }
-            }
-            dirs.push(dir);
-        }
-        Ok(dirs)
-    }
-}
-
-impl Drop for BenchTree {
-    fn drop(&mut self) {
-        for (_, root) in &self.roots {
-            let sandboxes = root.join("sandboxes");
-            for entry in std::fs::read_dir(&sandboxes)
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let _ = std::fs::remove_dir(entry.path());
-            }
-            let _ = std::fs::remove_dir(sandboxes);
-            let _ = std::fs::remove_dir(root);
-        }
-    }
-}
-
-/// Removes each of `dirs`.
-fn remove_all(dirs: &[PathBuf]) -> io::Result<()> {
-    dirs.iter().try_for_each(std::fs::remove_dir)
-}
-
-/// The `[limits]` defaults' files and values for `controller`, in v2 or v1.
-fn limit_files(controller: &str, v2: bool) -> Vec<(&'static str, &'static str)> {
-    match (controller, v2) {
-        ("memory", true) => vec![("memory.max", "2147483648"), ("memory.swap.max", "0")],
-        ("memory", false) => vec![
-            ("memory.limit_in_bytes", "2147483648"),
-            ("memory.memsw.limit_in_bytes", "2147483648"),
-        ],
-        ("pids", _) => vec![("pids.max", "512")],
-        ("cpu", true) => vec![("cpu.max", "200000 100000")],
-        ("cpu", false) => vec![("cpu.cfs_quota_us", "200000")],
-        _ => Vec::new(),
-    }
-}
-
-/// Each of `dirs`' `cgroup.procs`, opened for writing.
-fn open_procs(dirs: &[PathBuf]) -> io::Result<Vec<std::fs::File>> {
-    dirs.iter()
-        .map(|dir| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(dir.join("cgroup.procs"))
-        })
-        .collect()
-}
-
-/// Writes `value` to `path`; a file this kernel lacks is skipped.
-fn write_if_present(path: PathBuf, value: &str) -> io::Result<()> {
-    match std::fs::OpenOptions::new().write(true).open(&path) {
-        Ok(mut file) => file.write_all(value.as_bytes()),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(error),
-    }
-}
-
-/// Where this host's cgroups are, as the daemon reads it: the v2 mount,
-/// the limited controllers v2 holds, and (for the rest) the daemon's own
-/// cgroup in each v1 hierarchy that holds one.
-struct CgroupLayout {
-    v2: PathBuf,
-    v2_controllers: Vec<&'static str>,
-    v1: Vec<(&'static str, PathBuf)>,
-}
-
-impl CgroupLayout {
-    fn detect() -> Option<CgroupLayout> {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        let mounts: Vec<(String, String, String)> = mountinfo
-            .lines()
-            .filter_map(|line| {
-                let (before, after) = line.split_once(" - ")?;
-                let mut after = after.split(' ');
-                let (fs_type, _, options) = (after.next()?, after.next()?, after.next()?);
-                let point = before.split(' ').nth(4)?;
-                Some((fs_type.to_string(), point.to_string(), options.to_string()))
-            })
-            .collect();
-        let v2 = mounts
-            .iter()
-            .find(|(fs_type, _, _)| fs_type == "cgroup2")
-            .map(|(_, point, _)| PathBuf::from(point))?;
-        let listed = std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
-        let mut v2_controllers = Vec::new();
-        let mut v1 = Vec::new();
-        for controller in ["memory", "pids", "cpu"] {
-            if listed.split_whitespace().any(|name| name == controller) {
-                v2_controllers.push(controller);
-                continue;
-            }
-            let Some((_, point, _)) = mounts.iter().find(|(fs_type, _, options)| {
-                fs_type == "cgroup" && options.split(',').any(|option| option == controller)
-            }) else {
-                continue;
-            };
-            let own_path = own
-                .lines()
-                .find_map(|line| {
-                    let mut parts = line.splitn(3, ':');
-                    let (_, names, path) = (parts.next()?, parts.next()?, parts.next()?);
-                    names
-                        .split(',')
-                        .any(|name| name == controller)
-                        .then(|| path.trim_start_matches('/').to_string())
-                })
-                .unwrap_or_default();
-            v1.push((controller, PathBuf::from(point).join(own_path)));
-        }
-        Some(CgroupLayout {
-            v2,
-            v2_controllers,
-            v1,
-        })
-    }
 }

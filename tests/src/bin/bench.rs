@@ -110,6 +110,8 @@ mod context;
 mod core;
 #[path = "bench/core_rows.rs"]
 mod core_rows;
+#[path = "bench/dir_changes.rs"]
+mod dir_changes;
 #[path = "bench/docker.rs"]
 mod docker;
 #[path = "bench/docker_exec.rs"]

@@ -11,8 +11,9 @@
 //! under `isolation = "gvisor"`, cold and prepared.
 //!
 //! The program writes its clock to its sandbox's output, which the daemon
-//! keeps in `<state>/logs/<base>.log`; that file is read (untimed) until the
-//! line is there, then the sandbox is deprovisioned (untimed).
+//! keeps in `<state>/logs/<base>.log`; that file is read (untimed), at each
+//! change in its directory, until the line is there, then the sandbox is
+//! deprovisioned (untimed).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{bail, Context};
 use sandboxd_client::{SandboxdClient, Scope};
 
+use crate::dir_changes::DirChanges;
 use crate::peers_program;
 use crate::prepared::wait_for_pool;
 use crate::rows::{connect, sandbox_env};
@@ -44,6 +46,9 @@ const COMPARED_OWN_NET: &str = "compared cold, own net";
 pub const POOL: u32 = 4;
 /// Longest the program's line may take to reach its log.
 const LOG_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest a read of the log waits for a change in its directory before
+/// looking again.
+const CHANGE_WAIT: Duration = Duration::from_millis(20);
 
 /// How a sandboxd peer is called.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -61,6 +66,8 @@ pub struct SandboxdPeer {
     daemon: Daemon,
     client: SandboxdClient,
     logs: PathBuf,
+    /// Changes in `logs`, which wake the reads of the program's line.
+    log_changes: DirChanges,
     sandboxctl: PathBuf,
 }
 
@@ -187,12 +194,16 @@ impl SandboxdPeer {
                 binaries.sandboxd.display()
             ),
         };
+        let logs = dir.join(format!("{prefix}state/logs"));
+        let log_changes =
+            DirChanges::watch(&logs).with_context(|| format!("{name}: watch its logs"))?;
         Ok(SandboxdPeer {
             name: name.to_string(),
             how,
             via,
             pool,
-            logs: dir.join(format!("{prefix}state/logs")),
+            logs,
+            log_changes,
             daemon,
             client,
             sandboxctl: sandboxctl(binaries),
@@ -263,12 +274,17 @@ impl SandboxdPeer {
         Ok(())
     }
 
-    /// Reads the sandbox's output until the program's line is in it.
+    /// Reads the sandbox's output until the program's line is in it, woken
+    /// by the daemon's writes to its logs directory (as the other peers'
+    /// readers are by their pipes), not by a timer: a poll every
+    /// millisecond held each start up to a millisecond longer.
     async fn read_clock(&self, id: &str, started: SystemTime) -> anyhow::Result<Duration> {
         let base = sandboxd_protocol::naming::base_name(Scope::Session, id);
         let log = self.logs.join(format!("{base}.log"));
         let deadline = Instant::now() + LOG_TIMEOUT;
         loop {
+            // Subscribed before the look, so a write after it wakes the wait.
+            let mut changes = self.log_changes.subscribe();
             let text = std::fs::read(&log).unwrap_or_default();
             if peers_program::has_line(&text) {
                 return peers_program::latency(started, &text)
@@ -284,7 +300,8 @@ impl SandboxdPeer {
                     self.daemon.log_text()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            // A bound, should the watch's queue overflow and a change be lost.
+            let _ = tokio::time::timeout(CHANGE_WAIT, changes.changed()).await;
         }
     }
 

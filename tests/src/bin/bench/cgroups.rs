@@ -103,6 +103,28 @@ pub fn remove_all(dirs: &[PathBuf]) -> io::Result<()> {
     dirs.iter().try_for_each(std::fs::remove_dir)
 }
 
+/// Removes each of `dirs` once its last process has left it, waiting
+/// while it is busy (`EBUSY`) until `deadline`: a process that exited may
+/// still be leaving, as a PID namespace's init does after a tool that
+/// reported its program's exit (bubblewrap) has itself exited.
+pub async fn remove_once_empty(dirs: &[PathBuf], deadline: tokio::time::Instant) -> io::Result<()> {
+    for dir in dirs {
+        loop {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => break,
+                Err(error)
+                    if error.raw_os_error() == Some(libc::EBUSY)
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_micros(200)).await
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The `[limits]` defaults' files and values for `controller`, in v2 or v1.
 fn limit_files(controller: &str, v2: bool) -> Vec<(&'static str, &'static str)> {
     match (controller, v2) {
@@ -168,7 +190,7 @@ pub fn join_before_exec(command: &mut std::process::Command, joins: &[File]) {
 
 /// Writes `value` to `path`; a file this kernel lacks is skipped.
 fn write_if_present(path: PathBuf, value: &str) -> io::Result<()> {
-    match std::fs::OpenOptions::new().write(true).open(&path) {
+    match open_for_writing(&path) {
         Ok(mut file) => file.write_all(value.as_bytes()),
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(error) => Err(error),

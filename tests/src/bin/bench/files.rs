@@ -112,7 +112,9 @@ async fn copies(
     let get_file = started.elapsed().as_secs_f64();
     std::fs::remove_dir_all(&back)?;
     let peak_rss = sampler.stop();
-    let hwm = status_kib(daemon.pid, "VmHWM:").unwrap_or(0) * 1024;
+    let hwm = crate::machine::proc_kib(&format!("/proc/{}/status", daemon.pid), "VmHWM:")
+        .unwrap_or(0)
+        * 1024;
     let large_bytes = large
         .iter()
         .map(|file| file.metadata().map(|meta| meta.len()))
@@ -254,8 +256,8 @@ impl Cpu {
     /// Both so far; the daemon's counts its ended threads too.
     fn now(pid: u32) -> Cpu {
         Cpu {
-            daemon: process_cpu(pid).unwrap_or(0.0),
-            client: own_cpu(),
+            daemon: crate::machine::cpu_us(pid).map_or(0.0, |us| us / 1e6),
+            client: crate::machine::own_cpu_us() / 1e6,
         }
     }
 
@@ -265,40 +267,6 @@ impl Cpu {
             client: self.client - before.client,
         }
     }
-}
-
-/// `utime` and `stime` of `/proc/PID/stat`, in seconds.
-fn process_cpu(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command's name, which may hold spaces.
-    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-    let utime: u64 = fields.nth(11)?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    // SAFETY: sysconf reads a constant of the system; no memory is passed.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
-    Some((utime + stime) as f64 / ticks as f64)
-}
-
-/// This process's CPU seconds, all its threads.
-fn own_cpu() -> f64 {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes one rusage into the memory it is given,
-    // which is that size and is read only when the call succeeded.
-    let usage = unsafe {
-        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
-            return 0.0;
-        }
-        usage.assume_init()
-    };
-    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
-    seconds(usage.ru_utime) + seconds(usage.ru_stime)
-}
-
-/// A `/proc/PID/status` figure in KiB.
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|line| line.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Samples a process's resident memory every 20 ms; keeps the largest.
@@ -315,7 +283,7 @@ impl RssSampler {
         let (stopping, peaking) = (stop.clone(), peak.clone());
         let thread = std::thread::spawn(move || {
             while !stopping.load(Ordering::Relaxed) {
-                if let Some(kib) = status_kib(pid, "VmRSS:") {
+                if let Some(kib) = crate::machine::rss_kib(pid) {
                     peaking.fetch_max(kib * 1024, Ordering::Relaxed);
                 }
                 std::thread::sleep(Duration::from_millis(20));

@@ -72,9 +72,7 @@ pub fn cpu_us(pid: u32) -> Option<f64> {
     // utime and stime are fields 14 and 15; field 3 is the first here.
     let utime: f64 = fields.nth(11)?.parse().ok()?;
     let stime: f64 = fields.next()?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Some((utime + stime) * 1e6 / ticks)
+    Some((utime + stime) * 1e6 / clock_ticks_per_second())
 }
 
 /// CPU time the whole host has spent busy since boot, every CPU summed
@@ -91,9 +89,13 @@ pub fn host_busy_us() -> Option<f64> {
         .collect();
     // user, nice, system, idle, iowait, irq, softirq: fields 0-2, 5, 6.
     let busy: f64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| ticks.get(i)).sum();
+    Some(busy * 1e6 / clock_ticks_per_second())
+}
+
+/// The unit of `/proc`'s CPU times (`USER_HZ`, usually 100).
+fn clock_ticks_per_second() -> f64 {
     // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Some(busy * 1e6 / per_second)
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
 }
 
 /// CPU time this process has used so far, in microseconds.

@@ -76,7 +76,8 @@ impl HostPeer {
             Ok(joins) => self.run_once(id, &joins).await,
             Err(error) => Err(error.into()),
         };
-        remove_once_empty(&dirs)
+        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+        cgroups::remove_once_empty(&dirs, deadline)
             .await
             .with_context(|| format!("{}: remove the cgroups of {id}", self.name))?;
         started
@@ -435,31 +436,6 @@ async fn run(executable: &Path, args: &[&str]) -> anyhow::Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-}
-
-/// Removes each of a start's cgroups once its last process has left it.
-/// bubblewrap exits as soon as its sandbox's init reports the program's
-/// exit, before that init and its PID namespace are gone, so a cgroup can
-/// still be busy (`EBUSY`) for a moment after bubblewrap's own exit.
-async fn remove_once_empty(dirs: &[PathBuf]) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
-    for dir in dirs {
-        loop {
-            match std::fs::remove_dir(dir) {
-                Ok(()) => break,
-                Err(error)
-                    if error.raw_os_error() == Some(libc::EBUSY)
-                        && tokio::time::Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_micros(200)).await
-                }
-                Err(error) => {
-                    return Err(error).with_context(|| format!("remove {}", dir.display()))
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 fn remove_dir(dir: &Path) -> anyhow::Result<()> {
